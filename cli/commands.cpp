@@ -1,0 +1,12 @@
+#include "cli/commands.h"
+
+namespace strata::cli {
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> table = {
+      {"version", "print the version and whether the CUDA backend was built", cmd_version},
+  };
+  return table;
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what strata needs to build and test, from Debian's packages. Idempotent: packages
+# already present are skipped, so a machine that has them all needs no network.
+# The CUDA toolkit is not a Debian package here; when nvcc is on PATH the CUDA backend builds too.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libyaml-cpp-dev libpcre2-dev libopenblas-dev
+  clang libclang-rt-dev clang-format
+  python3
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install_deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

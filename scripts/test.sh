@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds strata and runs the whole test suite: the release build (with the CUDA backend compiled
+# when nvcc is present; GPU tests are labelled `gpu` and run only on a GPU machine), then the
+# CPU tests again under AddressSanitizer and UndefinedBehaviorSanitizer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install_deps.sh
+
+jobs=$(nproc)
+echo "== release build =="
+cmake --preset default >/dev/null
+cmake --build --preset default -j "$jobs"
+ctest --preset default -j "$jobs"
+
+echo "== ASan + UBSan build =="
+cmake --preset asan >/dev/null
+cmake --build --preset asan -j "$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --preset asan -j "$jobs"
