@@ -1,0 +1,49 @@
+// A Hugging Face checkpoint directory: config.json plus weights in one `model.safetensors` or
+// in shards listed by `model.safetensors.index.json` ({"metadata": {...}, "weight_map":
+// {tensor name: shard file name}}).
+//
+// Opening validates every shard header (safetensors.h) and cross-checks the index: a shard the
+// index names that does not exist, a tensor listed but absent from its shard, a tensor present
+// in two shards, or a shard file name that leaves the directory are one-line errors naming the
+// file and tensor. Tensors present in a shard but missing from the index are errors too (vLLM
+// would silently ignore them).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/safetensors.h"
+
+namespace strata {
+
+// Parses an index file's text into tensor name -> shard file name. Validates the JSON shape
+// (an object with an object "weight_map" of strings; shard names are plain file names).
+std::map<std::string, std::string> parse_safetensors_index(std::string_view text, const std::string& what);
+
+class Checkpoint {
+ public:
+  // `dir` holds model.safetensors.index.json or model.safetensors (or exactly one *.safetensors).
+  static Checkpoint open(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  // Every tensor name, sorted.
+  std::vector<std::string> tensor_names() const;
+  bool has(std::string_view name) const;
+  const TensorEntry& entry(std::string_view name) const;       // throws when absent
+  const SafetensorsFile& shard_of(std::string_view name) const;  // throws when absent
+  Tensor tensor(std::string_view name) const;                  // zero-copy view; throws when absent
+  const std::vector<SafetensorsFile>& shards() const { return shards_; }
+  // Sum of the shard files' sizes.
+  uint64_t bytes_on_disk() const;
+
+ private:
+  std::string dir_;
+  std::vector<SafetensorsFile> shards_;
+  std::map<std::string, std::pair<size_t, size_t>, std::less<>> where_;  // name -> (shard, entry)
+};
+
+}  // namespace strata

@@ -1,0 +1,71 @@
+// safetensors reading, with strict validation of untrusted headers.
+//
+// File layout: 8 bytes little-endian u64 N, then N bytes of UTF-8 JSON (the header; writers pad
+// it with spaces), then the data section. The header maps each tensor name to
+// {"dtype": "BF16", "shape": [..], "data_offsets": [begin, end]} (offsets relative to the start
+// of the data section) and may hold "__metadata__": {string: string}.
+//
+// Validation (each failure is a one-line strata::Error naming the file and, where there is one,
+// the tensor): N within bounds and inside the file; valid JSON with no duplicate keys; every
+// entry an object with exactly those three keys; a known dtype; non-negative integer dims;
+// begin <= end, both inside the data section; shape x dtype size == end - begin; no two tensors'
+// byte ranges overlap; __metadata__ an object of strings.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/mapped_file.h"
+
+namespace strata {
+
+// Largest header accepted (the reference implementation uses the same 100 MB bound).
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
+
+struct TensorEntry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  uint64_t begin = 0;  // byte offsets relative to the data section
+  uint64_t end = 0;
+};
+
+struct SafetensorsHeader {
+  uint64_t data_offset = 0;          // 8 + N: where the data section starts in the file
+  std::vector<TensorEntry> entries;  // sorted by begin offset
+  std::map<std::string, std::string> metadata;
+};
+
+// Parses and validates the header of a complete safetensors file held in memory (`size` bytes
+// at `data`). `what` names the file in errors. Exposed on its own for the fuzzer and tests.
+SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, const std::string& what);
+
+class SafetensorsFile {
+ public:
+  // Maps and validates the file. Throws strata::Error on any problem.
+  static SafetensorsFile open(const std::string& path);
+
+  const std::string& path() const { return file_->path(); }
+  uint64_t file_size() const { return file_->size(); }
+  const SafetensorsHeader& header() const { return header_; }
+  const std::vector<TensorEntry>& entries() const { return header_.entries; }
+  const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
+
+  const TensorEntry* find(std::string_view name) const;  // nullptr when absent
+  // A zero-copy, read-only view of the tensor's bytes.
+  Tensor tensor(const TensorEntry& entry) const;
+  Tensor tensor(std::string_view name) const;  // throws strata::Error when absent
+  const std::shared_ptr<const MappedFile>& mapping() const { return file_; }
+
+ private:
+  std::shared_ptr<const MappedFile> file_;
+  SafetensorsHeader header_;
+  std::map<std::string, size_t, std::less<>> by_name_;
+};
+
+}  // namespace strata
