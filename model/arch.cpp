@@ -1,0 +1,471 @@
+#include "model/arch.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+
+#include "core/error.h"
+
+namespace strata {
+
+std::string_view arch_family_name(ArchFamily family) {
+  switch (family) {
+    case ArchFamily::kLlama:
+      return "llama";
+    case ArchFamily::kQwenMoe:
+      return "qwen_moe";
+    case ArchFamily::kMixtral:
+      return "mixtral";
+    case ArchFamily::kDeepseekV3:
+      return "deepseek_v3";
+    case ArchFamily::kKimiLinear:
+      return "kimi_linear";
+    case ArchFamily::kQwen3Next:
+      return "qwen3_next";
+  }
+  STRATA_ASSERT(false, "unhandled ArchFamily ", static_cast<int>(family));
+}
+
+namespace {
+
+constexpr std::array<ArchEntry, 13> kArchs = {{
+    {"llama", ArchFamily::kLlama, false},
+    {"mistral", ArchFamily::kLlama, false},
+    {"qwen2", ArchFamily::kLlama, false},
+    {"qwen3", ArchFamily::kLlama, false},
+    {"qwen2_moe", ArchFamily::kQwenMoe, false},
+    {"qwen3_moe", ArchFamily::kQwenMoe, false},
+    {"mixtral", ArchFamily::kMixtral, false},
+    {"deepseek_v3", ArchFamily::kDeepseekV3, false},
+    {"kimi_k2", ArchFamily::kDeepseekV3, false},
+    {"kimi_linear", ArchFamily::kKimiLinear, false},
+    {"qwen3_next", ArchFamily::kQwen3Next, false},
+    {"kimi_vl", ArchFamily::kDeepseekV3, true},
+    {"kimi_k25", ArchFamily::kDeepseekV3, true},
+}};
+
+std::string known_list() {
+  std::string s;
+  for (const ArchEntry& a : kArchs) {
+    if (!s.empty()) s += ", ";
+    s += a.model_type;
+  }
+  return s;
+}
+
+}  // namespace
+
+std::span<const ArchEntry> known_archs() {
+  return kArchs;
+}
+
+const ArchEntry* find_arch(std::string_view model_type) {
+  for (const ArchEntry& a : kArchs) {
+    if (a.model_type == model_type) return &a;
+  }
+  return nullptr;
+}
+
+ArchInfo resolve_arch(const ModelConfig& config) {
+  const ArchEntry* entry = find_arch(config.model_type);
+  STRATA_CHECK(entry, config.path, ": model_type '", config.model_type,
+               "' is not supported; strata knows ", known_list());
+  ArchInfo info;
+  info.family = entry->family;
+  info.multimodal = entry->multimodal;
+  if (entry->multimodal && !config.text_model_type.empty() &&
+      config.text_model_type != config.model_type) {
+    const ArchEntry* text = find_arch(config.text_model_type);
+    STRATA_CHECK(text && !text->multimodal, config.path, ": ", config.text_key, ".model_type '",
+                 config.text_model_type, "' is not a supported language model; ", "strata knows ",
+                 known_list());
+    info.family = text->family;
+  }
+  info.num_hidden_layers = config.num_hidden_layers;
+  STRATA_CHECK(info.num_hidden_layers > 0, config.path,
+               ": num_hidden_layers must be a positive integer, got ", info.num_hidden_layers);
+  return info;
+}
+
+std::string_view tensor_kind_name(TensorKind kind) {
+  switch (kind) {
+    case TensorKind::kAttention:
+      return "attention";
+    case TensorKind::kDenseMlp:
+      return "dense_mlp";
+    case TensorKind::kRoutedExperts:
+      return "routed_experts";
+    case TensorKind::kSharedExperts:
+      return "shared_experts";
+    case TensorKind::kRouter:
+      return "router";
+    case TensorKind::kEmbedding:
+      return "embeddings";
+    case TensorKind::kLmHead:
+      return "lm_head";
+    case TensorKind::kNorm:
+      return "norms";
+    case TensorKind::kVision:
+      return "vision_tower";
+    case TensorKind::kProjector:
+      return "projector";
+    case TensorKind::kMtp:
+      return "mtp";
+    case TensorKind::kOther:
+      return "other";
+    case TensorKind::kUnrecognized:
+      return "unrecognized";
+  }
+  STRATA_ASSERT(false, "unhandled TensorKind ", static_cast<int>(kind));
+}
+
+bool kind_is_quantized_by_default(TensorKind kind) {
+  switch (kind) {
+    case TensorKind::kAttention:
+    case TensorKind::kDenseMlp:
+    case TensorKind::kRoutedExperts:
+    case TensorKind::kSharedExperts:
+      return true;
+    case TensorKind::kRouter:
+    case TensorKind::kEmbedding:
+    case TensorKind::kLmHead:
+    case TensorKind::kNorm:
+    case TensorKind::kVision:
+    case TensorKind::kProjector:
+    case TensorKind::kMtp:
+    case TensorKind::kOther:
+    case TensorKind::kUnrecognized:
+      return false;
+  }
+  STRATA_ASSERT(false, "unhandled TensorKind ", static_cast<int>(kind));
+}
+
+bool layer_is_moe(const ArchInfo& arch, const ModelConfig& config, int64_t layer) {
+  switch (arch.family) {
+    case ArchFamily::kLlama:
+      return false;
+    case ArchFamily::kMixtral:
+      return config.num_experts > 0;
+    case ArchFamily::kQwenMoe:
+    case ArchFamily::kQwen3Next: {
+      // architectures.md §2: MoE iff not in mlp_only_layers, E > 0, (i+1) % step == 0.
+      if (config.num_experts <= 0 || config.decoder_sparse_step <= 0) return false;
+      const auto& only = config.mlp_only_layers;
+      if (std::find(only.begin(), only.end(), layer) != only.end()) return false;
+      return (layer + 1) % config.decoder_sparse_step == 0;
+    }
+    case ArchFamily::kDeepseekV3:
+    case ArchFamily::kKimiLinear:
+      // architectures.md §3: dense below first_k_dense_replace, then every moe_layer_freq-th.
+      if (config.num_experts <= 0 || config.moe_layer_freq <= 0) return false;
+      return layer >= config.first_k_dense_replace && layer % config.moe_layer_freq == 0;
+  }
+  STRATA_ASSERT(false, "unhandled ArchFamily ", static_cast<int>(arch.family));
+}
+
+// ---- the name classifier -------------------------------------------------------------------
+
+namespace {
+
+enum class Match : uint8_t {
+  kModule,        // pattern is a module: "<pattern>.<param>" with a linear layer's params
+  kTensor,        // pattern is the whole tensor name
+  kFusedExperts,  // pattern is a whole [E, out, in] expert tensor (transformers v5 layout)
+};
+
+struct NameRule {
+  std::string_view pattern;  // '#' stands for a decimal index (an expert number)
+  TensorKind kind;
+  Match match;
+};
+
+using K = TensorKind;
+using M = Match;
+
+// Inside model.layers.N.
+constexpr NameRule kLayerCommon[] = {
+    {"input_layernorm.weight", K::kNorm, M::kTensor},
+    {"post_attention_layernorm.weight", K::kNorm, M::kTensor},
+    {"self_attn.rotary_emb.inv_freq", K::kOther, M::kTensor},
+};
+constexpr NameRule kGqaAttention[] = {
+    {"self_attn.q_proj", K::kAttention, M::kModule},
+    {"self_attn.k_proj", K::kAttention, M::kModule},
+    {"self_attn.v_proj", K::kAttention, M::kModule},
+    {"self_attn.o_proj", K::kAttention, M::kModule},
+    {"self_attn.q_norm.weight", K::kNorm, M::kTensor},
+    {"self_attn.k_norm.weight", K::kNorm, M::kTensor},
+};
+constexpr NameRule kDenseMlp[] = {
+    {"mlp.gate_proj", K::kDenseMlp, M::kModule},
+    {"mlp.up_proj", K::kDenseMlp, M::kModule},
+    {"mlp.down_proj", K::kDenseMlp, M::kModule},
+};
+constexpr NameRule kFusedExperts[] = {
+    {"mlp.experts.gate_up_proj", K::kRoutedExperts, M::kFusedExperts},
+    {"mlp.experts.down_proj", K::kRoutedExperts, M::kFusedExperts},
+};
+constexpr NameRule kQwenMoe[] = {
+    {"mlp.gate", K::kRouter, M::kModule},
+    {"mlp.experts.#.gate_proj", K::kRoutedExperts, M::kModule},
+    {"mlp.experts.#.up_proj", K::kRoutedExperts, M::kModule},
+    {"mlp.experts.#.down_proj", K::kRoutedExperts, M::kModule},
+    {"mlp.shared_expert.gate_proj", K::kSharedExperts, M::kModule},
+    {"mlp.shared_expert.up_proj", K::kSharedExperts, M::kModule},
+    {"mlp.shared_expert.down_proj", K::kSharedExperts, M::kModule},
+    {"mlp.shared_expert_gate", K::kRouter, M::kModule},
+};
+constexpr NameRule kMixtralMoe[] = {
+    {"block_sparse_moe.gate", K::kRouter, M::kModule},
+    {"block_sparse_moe.experts.#.w1", K::kRoutedExperts, M::kModule},
+    {"block_sparse_moe.experts.#.w2", K::kRoutedExperts, M::kModule},
+    {"block_sparse_moe.experts.#.w3", K::kRoutedExperts, M::kModule},
+};
+constexpr NameRule kMla[] = {
+    {"self_attn.q_proj", K::kAttention, M::kModule},  // q_lora_rank null
+    {"self_attn.q_a_proj", K::kAttention, M::kModule},
+    {"self_attn.q_a_layernorm.weight", K::kNorm, M::kTensor},
+    {"self_attn.q_b_proj", K::kAttention, M::kModule},
+    {"self_attn.kv_a_proj_with_mqa", K::kAttention, M::kModule},
+    {"self_attn.kv_a_layernorm.weight", K::kNorm, M::kTensor},
+    {"self_attn.kv_b_proj", K::kAttention, M::kModule},
+    {"self_attn.o_proj", K::kAttention, M::kModule},
+};
+constexpr NameRule kDeepseekMoe[] = {
+    {"mlp.gate", K::kRouter, M::kModule},
+    {"mlp.gate.e_score_correction_bias", K::kRouter, M::kTensor},
+    {"mlp.experts.#.gate_proj", K::kRoutedExperts, M::kModule},
+    {"mlp.experts.#.up_proj", K::kRoutedExperts, M::kModule},
+    {"mlp.experts.#.down_proj", K::kRoutedExperts, M::kModule},
+    {"mlp.shared_experts.gate_proj", K::kSharedExperts, M::kModule},
+    {"mlp.shared_experts.up_proj", K::kSharedExperts, M::kModule},
+    {"mlp.shared_experts.down_proj", K::kSharedExperts, M::kModule},
+};
+// Kimi-Linear: KDA layers and MLA layers (q_lora_rank null) share self_attn.
+constexpr NameRule kKimiLinearAttention[] = {
+    {"self_attn.q_proj", K::kAttention, M::kModule},
+    {"self_attn.k_proj", K::kAttention, M::kModule},
+    {"self_attn.v_proj", K::kAttention, M::kModule},
+    {"self_attn.o_proj", K::kAttention, M::kModule},
+    {"self_attn.q_conv1d.weight", K::kAttention, M::kTensor},
+    {"self_attn.k_conv1d.weight", K::kAttention, M::kTensor},
+    {"self_attn.v_conv1d.weight", K::kAttention, M::kTensor},
+    {"self_attn.f_a_proj", K::kAttention, M::kModule},
+    {"self_attn.f_b_proj", K::kAttention, M::kModule},
+    {"self_attn.b_proj", K::kAttention, M::kModule},
+    {"self_attn.g_a_proj", K::kAttention, M::kModule},
+    {"self_attn.g_b_proj", K::kAttention, M::kModule},
+    {"self_attn.A_log", K::kAttention, M::kTensor},
+    {"self_attn.dt_bias", K::kAttention, M::kTensor},
+    {"self_attn.o_norm.weight", K::kNorm, M::kTensor},
+    {"self_attn.kv_a_proj_with_mqa", K::kAttention, M::kModule},
+    {"self_attn.kv_a_layernorm.weight", K::kNorm, M::kTensor},
+    {"self_attn.kv_b_proj", K::kAttention, M::kModule},
+};
+constexpr NameRule kKimiLinearMoe[] = {
+    {"block_sparse_moe.gate", K::kRouter, M::kModule},
+    {"block_sparse_moe.gate.e_score_correction_bias", K::kRouter, M::kTensor},
+    {"block_sparse_moe.experts.#.w1", K::kRoutedExperts, M::kModule},
+    {"block_sparse_moe.experts.#.w2", K::kRoutedExperts, M::kModule},
+    {"block_sparse_moe.experts.#.w3", K::kRoutedExperts, M::kModule},
+    {"block_sparse_moe.shared_experts.gate_proj", K::kSharedExperts, M::kModule},
+    {"block_sparse_moe.shared_experts.up_proj", K::kSharedExperts, M::kModule},
+    {"block_sparse_moe.shared_experts.down_proj", K::kSharedExperts, M::kModule},
+};
+constexpr NameRule kGatedDeltaNet[] = {
+    {"linear_attn.in_proj_qkvz", K::kAttention, M::kModule},
+    {"linear_attn.in_proj_ba", K::kAttention, M::kModule},
+    {"linear_attn.conv1d.weight", K::kAttention, M::kTensor},
+    {"linear_attn.A_log", K::kAttention, M::kTensor},
+    {"linear_attn.dt_bias", K::kAttention, M::kTensor},
+    {"linear_attn.norm.weight", K::kNorm, M::kTensor},
+    {"linear_attn.out_proj", K::kAttention, M::kModule},
+};
+
+// Outside the decoder layers (after any multimodal prefix is removed).
+constexpr NameRule kTopLevel[] = {
+    {"model.embed_tokens.weight", K::kEmbedding, M::kTensor},
+    {"model.norm.weight", K::kNorm, M::kTensor},
+    {"model.rotary_emb.inv_freq", K::kOther, M::kTensor},
+    {"lm_head", K::kLmHead, M::kModule},
+};
+
+using RuleSet = std::span<const NameRule>;
+
+std::array<RuleSet, 5> layer_rules(ArchFamily family) {
+  switch (family) {
+    case ArchFamily::kLlama:
+      return {kLayerCommon, kGqaAttention, kDenseMlp, {}, {}};
+    case ArchFamily::kQwenMoe:
+      return {kLayerCommon, kGqaAttention, kDenseMlp, kQwenMoe, kFusedExperts};
+    case ArchFamily::kMixtral:
+      return {kLayerCommon, kGqaAttention, kMixtralMoe, kFusedExperts, {}};
+    case ArchFamily::kDeepseekV3:
+      return {kLayerCommon, kMla, kDenseMlp, kDeepseekMoe, kFusedExperts};
+    case ArchFamily::kKimiLinear:
+      return {kLayerCommon, kKimiLinearAttention, kDenseMlp, kKimiLinearMoe, {}};
+    case ArchFamily::kQwen3Next:
+      // Qwen3-Next has both attention kinds; kQwenMoe carries its shared expert and gate.
+      return {kLayerCommon, kGqaAttention, kGatedDeltaNet, kDenseMlp, kQwenMoe};
+  }
+  STRATA_ASSERT(false, "unhandled ArchFamily ", static_cast<int>(family));
+}
+
+// Matches `pattern` ('#' = one or more decimal digits) against all of `s`.
+bool match_pattern(std::string_view pattern, std::string_view s) {
+  size_t i = 0;
+  for (char p : pattern) {
+    if (p == '#') {
+      size_t start = i;
+      while (i < s.size() && s[i] >= '0' && s[i] <= '9')
+        ++i;
+      if (i == start) return false;
+      continue;
+    }
+    if (i >= s.size() || s[i] != p) return false;
+    ++i;
+  }
+  return i == s.size();
+}
+
+// Parameters a linear module may carry, and what each is.
+bool module_param_role(std::string_view param, TensorRole* role) {
+  if (param == "weight" || param == "weight_packed") {
+    *role = TensorRole::kLinearWeight;
+    return true;
+  }
+  if (param == "bias") {
+    *role = TensorRole::kBias;
+    return true;
+  }
+  static constexpr std::string_view kAux[] = {
+      "weight_scale_inv",  "weight_scale", "weight_scale_2", "input_scale", "weight_shape",
+      "weight_zero_point", "weight_g_idx", "k_scale",        "v_scale",
+  };
+  for (std::string_view a : kAux) {
+    if (param == a) {
+      *role = TensorRole::kQuantAux;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool match_rule(const NameRule& rule, std::string_view name, TensorClass* out) {
+  switch (rule.match) {
+    case Match::kTensor:
+      if (!match_pattern(rule.pattern, name)) return false;
+      out->kind = rule.kind;
+      out->role = TensorRole::kParam;
+      return true;
+    case Match::kFusedExperts:
+      if (!match_pattern(rule.pattern, name)) return false;
+      out->kind = rule.kind;
+      out->role = TensorRole::kLinearWeight;
+      return true;
+    case Match::kModule: {
+      size_t dot = name.rfind('.');
+      if (dot == std::string_view::npos) return false;
+      TensorRole role;
+      if (!module_param_role(name.substr(dot + 1), &role)) return false;
+      if (!match_pattern(rule.pattern, name.substr(0, dot))) return false;
+      out->kind = rule.kind;
+      out->role = role;
+      return true;
+    }
+  }
+  STRATA_ASSERT(false, "unhandled Match ", static_cast<int>(rule.match));
+}
+
+bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+// Parses "N.rest" with N a decimal without leading zeros; false when malformed.
+bool split_layer(std::string_view s, int64_t* layer, std::string_view* rest) {
+  size_t i = 0;
+  int64_t n = 0;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9' && i < 9) {
+    n = n * 10 + (s[i] - '0');
+    ++i;
+  }
+  if (i == 0 || i >= s.size() || s[i] != '.') return false;
+  if (i > 1 && s[0] == '0') return false;
+  *layer = n;
+  *rest = s.substr(i + 1);
+  return !rest->empty();
+}
+
+}  // namespace
+
+TensorClass classify_tensor(const ArchInfo& arch, std::string_view name) {
+  TensorClass out;
+  std::string normalized;  // the language model's name without a multimodal prefix
+  if (arch.multimodal) {
+    if (starts_with(name, "vision_tower.") || starts_with(name, "model.vision_tower.")) {
+      out.kind = TensorKind::kVision;
+      return out;
+    }
+    if (starts_with(name, "multi_modal_projector.") ||
+        starts_with(name, "model.multi_modal_projector.") || starts_with(name, "mm_projector.")) {
+      out.kind = TensorKind::kProjector;
+      return out;
+    }
+    if (starts_with(name, "language_model.model.")) {
+      normalized =
+          "model." + std::string(name.substr(std::string_view("language_model.model.").size()));
+    } else if (starts_with(name, "language_model.lm_head.")) {
+      normalized = std::string(name.substr(std::string_view("language_model.").size()));
+    } else if (starts_with(name, "model.language_model.")) {
+      normalized =
+          "model." + std::string(name.substr(std::string_view("model.language_model.").size()));
+    } else if (starts_with(name, "lm_head.")) {
+      normalized = std::string(name);
+    } else {
+      return out;  // unrecognized: a wrapper's language model lives under a prefix
+    }
+    name = normalized;
+  }
+
+  if (arch.family == ArchFamily::kQwen3Next && starts_with(name, "mtp.")) {
+    out.kind = TensorKind::kMtp;
+    return out;
+  }
+
+  constexpr std::string_view kLayers = "model.layers.";
+  if (starts_with(name, kLayers)) {
+    int64_t layer = -1;
+    std::string_view rest;
+    if (!split_layer(name.substr(kLayers.size()), &layer, &rest)) return out;
+    TensorClass found;
+    bool matched = false;
+    for (RuleSet rules : layer_rules(arch.family)) {
+      for (const NameRule& rule : rules) {
+        if (match_rule(rule, rest, &found)) {
+          matched = true;
+          break;
+        }
+      }
+      if (matched) break;
+    }
+    if (layer >= arch.num_hidden_layers) {
+      // DeepSeek's MTP layers follow the decoder layers and carry extra modules (enorm, hnorm,
+      // eh_proj, shared_head, embed_tokens); any other family has no layer there.
+      if (arch.family != ArchFamily::kDeepseekV3) return out;
+      out.kind = TensorKind::kMtp;
+      out.role = matched ? found.role : TensorRole::kParam;
+      out.layer = layer;
+      return out;
+    }
+    if (!matched) return out;
+    found.layer = layer;
+    return found;
+  }
+
+  for (const NameRule& rule : kTopLevel) {
+    if (match_rule(rule, name, &out)) return out;
+  }
+  return TensorClass{};
+}
+
+}  // namespace strata

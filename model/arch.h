@@ -1,0 +1,124 @@
+// Which architectures strata knows, and what each checkpoint tensor name means.
+//
+// A `model_type` (config.json) maps to an architecture family: the families share checkpoint
+// naming, and later their layer forward. Names are the checkpoint's own hub names
+// (../shared/spec/architectures.md); per family, the decoder-layer names recognised are:
+//
+//   every family   model.embed_tokens.weight, model.norm.weight, lm_head.weight,
+//                  model.layers.N.{input_layernorm,post_attention_layernorm}.weight
+//   kLlama         self_attn.{q,k,v,o}_proj (weight, bias), self_attn.{q,k}_norm (Qwen3),
+//                  mlp.{gate,up,down}_proj
+//   kQwenMoe       kLlama's attention; mlp.gate (router), mlp.experts.E.{gate,up,down}_proj,
+//                  mlp.shared_expert.{gate,up,down}_proj + mlp.shared_expert_gate (Qwen2-MoE),
+//                  mlp.{gate,up,down}_proj (layers in mlp_only_layers)
+//   kMixtral       kLlama's attention; block_sparse_moe.gate, block_sparse_moe.experts.E.w1/w2/w3
+//   kDeepseekV3    MLA self_attn.{q_proj | q_a_proj, q_a_layernorm, q_b_proj},
+//                  self_attn.{kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj};
+//                  mlp.{gate,up,down}_proj (first dense layers), mlp.gate (+
+//                  e_score_correction_bias), mlp.experts.E.*, mlp.shared_experts.*; layers N >=
+//                  num_hidden_layers are MTP
+//   kKimiLinear    KDA self_attn.{q,k,v,o}_proj, {q,k,v}_conv1d, f_a/f_b/b/g_a/g_b_proj, A_log,
+//                  dt_bias, o_norm; MLA self_attn.{q_proj, kv_a_proj_with_mqa, kv_a_layernorm,
+//                  kv_b_proj}; block_sparse_moe.{gate, experts.E.w1/w2/w3, shared_experts.*}
+//   kQwen3Next     kLlama's attention with q/k norms; linear_attn.{in_proj_qkvz, in_proj_ba,
+//                  conv1d, A_log, dt_bias, norm, out_proj}; kQwenMoe's MoE names; mtp.* is MTP
+//
+// The MoE families also accept transformers v5's fused `mlp.experts.gate_up_proj` [E, 2I, H] and
+// `mlp.experts.down_proj` [E, H, I]. Multimodal wrappers (kimi_vl, kimi_k25) keep the language
+// model under `language_model.model.` / `language_model.lm_head.` (or `model.language_model.`),
+// the vision tower under `vision_tower.` and the projector under `multi_modal_projector.` or
+// `mm_projector.`; their family comes from text_config's model_type.
+//
+// Parameters of quantized sources (`weight_scale_inv`, `weight_packed`, `weight_scale`,
+// `weight_shape`, `weight_zero_point`, `weight_g_idx`, `input_scale`, `weight_scale_2`,
+// `k_scale`, `v_scale`) are recognised on every linear module.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "io/hf_config.h"
+
+namespace strata {
+
+enum class ArchFamily : uint8_t {
+  kLlama,       // llama, mistral, qwen2, qwen3
+  kQwenMoe,     // qwen2_moe, qwen3_moe
+  kMixtral,     // mixtral
+  kDeepseekV3,  // deepseek_v3, kimi_k2
+  kKimiLinear,  // kimi_linear
+  kQwen3Next,   // qwen3_next
+};
+
+std::string_view arch_family_name(ArchFamily family);  // "llama", "deepseek_v3", ...
+
+struct ArchEntry {
+  std::string_view model_type;
+  ArchFamily family;  // for a wrapper: the family its text model is expected to have
+  bool multimodal;    // a wrapper whose family is read from text_config.model_type
+};
+
+// Every model_type strata knows, in a fixed order.
+std::span<const ArchEntry> known_archs();
+// nullptr when unknown.
+const ArchEntry* find_arch(std::string_view model_type);
+
+// What a checkpoint is, resolved from its config.
+struct ArchInfo {
+  ArchFamily family = ArchFamily::kLlama;
+  bool multimodal = false;
+  int64_t num_hidden_layers = 0;  // the language model's
+};
+
+// Resolves a config: an unknown model_type, or a wrapper whose text model_type is unknown, is a
+// strata::Error naming config.path and the key.
+ArchInfo resolve_arch(const ModelConfig& config);
+
+enum class TensorKind : uint8_t {
+  kAttention,      // attention / linear-attention mixers (projections, convs, gates)
+  kDenseMlp,       // a dense SwiGLU MLP
+  kRoutedExperts,  // MoE routed experts
+  kSharedExperts,  // MoE shared experts
+  kRouter,         // MoE router weight and bias, the shared-expert gate
+  kEmbedding,      // token embeddings
+  kLmHead,         // the output head
+  kNorm,           // RMSNorm / LayerNorm weights, incl. q/k norms and MLA latent norms
+  kVision,         // the vision tower of a multimodal wrapper
+  kProjector,      // the multimodal projector
+  kMtp,            // multi-token-prediction layers (DeepSeek layers >= num_hidden_layers, mtp.*)
+  kOther,          // recognised, none of the above (e.g. rotary_emb.inv_freq)
+  kUnrecognized,
+};
+inline constexpr int kNumTensorKinds = static_cast<int>(TensorKind::kUnrecognized) + 1;
+
+std::string_view tensor_kind_name(TensorKind kind);  // "attention", "dense_mlp", ...
+
+// What a tensor is within its module.
+enum class TensorRole : uint8_t {
+  kLinearWeight,  // the [out, in] weight of a linear layer (or [E, out, in] fused experts), or a
+                  // quantized source's packed weight (weight_packed)
+  kBias,          // a linear layer's bias
+  kQuantAux,      // scales and metadata of an already-quantized source (weight_scale_inv, ...)
+  kParam,         // anything else (norm weights, conv weights, A_log, router bias, ...)
+};
+
+struct TensorClass {
+  TensorKind kind = TensorKind::kUnrecognized;
+  TensorRole role = TensorRole::kParam;
+  int64_t layer = -1;  // decoder layer index; -1 outside the decoder layers
+};
+
+TensorClass classify_tensor(const ArchInfo& arch, std::string_view name);
+
+// Whether the default recipes quantize the linear weights of this kind: attention, dense MLP,
+// routed and shared experts. Routers, lm_head, embeddings, norms, the vision tower, the
+// projector and MTP layers stay in their source dtype.
+bool kind_is_quantized_by_default(TensorKind kind);
+
+// Whether decoder layer `layer` has an MoE block (false for dense families), from the config
+// fields architectures.md names for the family.
+bool layer_is_moe(const ArchInfo& arch, const ModelConfig& config, int64_t layer);
+
+}  // namespace strata

@@ -1,0 +1,375 @@
+// The name classifier against hand-written name lists, one per family (spec/architectures.md).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/arch.h"
+
+namespace strata {
+namespace {
+
+struct Expect {
+  const char* name;
+  TensorKind kind;
+  int64_t layer;
+  TensorRole role;
+};
+
+using K = TensorKind;
+using R = TensorRole;
+
+void check(const ArchInfo& arch, const std::vector<Expect>& cases) {
+  for (const Expect& e : cases) {
+    TensorClass c = classify_tensor(arch, e.name);
+    EXPECT_EQ(tensor_kind_name(c.kind), tensor_kind_name(e.kind)) << e.name;
+    EXPECT_EQ(c.layer, e.layer) << e.name;
+    EXPECT_EQ(static_cast<int>(c.role), static_cast<int>(e.role)) << e.name;
+  }
+}
+
+ArchInfo arch_of(ArchFamily family, int64_t layers, bool multimodal = false) {
+  ArchInfo a;
+  a.family = family;
+  a.num_hidden_layers = layers;
+  a.multimodal = multimodal;
+  return a;
+}
+
+TEST(Arch, ModelTypeTable) {
+  struct Row {
+    const char* model_type;
+    ArchFamily family;
+    bool multimodal;
+  };
+  const Row rows[] = {
+      {"llama", ArchFamily::kLlama, false},
+      {"mistral", ArchFamily::kLlama, false},
+      {"qwen2", ArchFamily::kLlama, false},
+      {"qwen3", ArchFamily::kLlama, false},
+      {"qwen2_moe", ArchFamily::kQwenMoe, false},
+      {"qwen3_moe", ArchFamily::kQwenMoe, false},
+      {"mixtral", ArchFamily::kMixtral, false},
+      {"deepseek_v3", ArchFamily::kDeepseekV3, false},
+      {"kimi_k2", ArchFamily::kDeepseekV3, false},
+      {"kimi_linear", ArchFamily::kKimiLinear, false},
+      {"qwen3_next", ArchFamily::kQwen3Next, false},
+      {"kimi_vl", ArchFamily::kDeepseekV3, true},
+      {"kimi_k25", ArchFamily::kDeepseekV3, true},
+  };
+  for (const Row& r : rows) {
+    const ArchEntry* e = find_arch(r.model_type);
+    ASSERT_NE(e, nullptr) << r.model_type;
+    EXPECT_EQ(e->family, r.family) << r.model_type;
+    EXPECT_EQ(e->multimodal, r.multimodal) << r.model_type;
+  }
+  EXPECT_EQ(known_archs().size(), std::size(rows));
+  EXPECT_EQ(find_arch("gpt2"), nullptr);
+  EXPECT_EQ(find_arch("Llama"), nullptr);
+  EXPECT_EQ(find_arch(""), nullptr);
+}
+
+TEST(Arch, ResolveFromConfig) {
+  ModelConfig c;
+  c.path = "/ckpt/config.json";
+  c.model_type = "kimi_k25";
+  c.text_model_type = "kimi_k2";
+  c.text_key = "text_config";
+  c.num_hidden_layers = 61;
+  ArchInfo a = resolve_arch(c);
+  EXPECT_EQ(a.family, ArchFamily::kDeepseekV3);
+  EXPECT_TRUE(a.multimodal);
+  EXPECT_EQ(a.num_hidden_layers, 61);
+
+  c.model_type = "gpt2";
+  c.text_model_type = "gpt2";
+  try {
+    resolve_arch(c);
+    FAIL() << "gpt2 resolved";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("/ckpt/config.json"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'gpt2'"), std::string::npos) << msg;
+  }
+
+  c.model_type = "kimi_vl";
+  c.text_model_type = "mystery";
+  EXPECT_THROW(resolve_arch(c), Error);
+
+  c.model_type = "llama";
+  c.text_model_type = "llama";
+  c.num_hidden_layers = 0;
+  EXPECT_THROW(resolve_arch(c), Error);
+}
+
+TEST(Arch, Llama) {
+  ArchInfo a = arch_of(ArchFamily::kLlama, 32);
+  check(a, {
+               {"model.embed_tokens.weight", K::kEmbedding, -1, R::kParam},
+               {"model.norm.weight", K::kNorm, -1, R::kParam},
+               {"lm_head.weight", K::kLmHead, -1, R::kLinearWeight},
+               {"model.layers.0.input_layernorm.weight", K::kNorm, 0, R::kParam},
+               {"model.layers.31.post_attention_layernorm.weight", K::kNorm, 31, R::kParam},
+               {"model.layers.7.self_attn.q_proj.weight", K::kAttention, 7, R::kLinearWeight},
+               {"model.layers.7.self_attn.k_proj.weight", K::kAttention, 7, R::kLinearWeight},
+               {"model.layers.7.self_attn.v_proj.weight", K::kAttention, 7, R::kLinearWeight},
+               {"model.layers.7.self_attn.o_proj.weight", K::kAttention, 7, R::kLinearWeight},
+               {"model.layers.12.self_attn.q_proj.bias", K::kAttention, 12, R::kBias},  // qwen2
+               {"model.layers.3.self_attn.q_norm.weight", K::kNorm, 3, R::kParam},      // qwen3
+               {"model.layers.3.self_attn.k_norm.weight", K::kNorm, 3, R::kParam},
+               {"model.layers.10.mlp.gate_proj.weight", K::kDenseMlp, 10, R::kLinearWeight},
+               {"model.layers.10.mlp.up_proj.weight", K::kDenseMlp, 10, R::kLinearWeight},
+               {"model.layers.10.mlp.down_proj.weight", K::kDenseMlp, 10, R::kLinearWeight},
+               {"model.layers.2.self_attn.rotary_emb.inv_freq", K::kOther, 2, R::kParam},
+               // A ModelOpt FP8 source.
+               {"model.layers.4.mlp.down_proj.weight_scale", K::kDenseMlp, 4, R::kQuantAux},
+               {"model.layers.4.mlp.down_proj.input_scale", K::kDenseMlp, 4, R::kQuantAux},
+               // Unrecognised: beyond num_hidden_layers, MoE names, typos, malformed indices.
+               {"model.layers.32.self_attn.q_proj.weight", K::kUnrecognized, -1, R::kParam},
+               {"model.layers.1.mlp.experts.0.gate_proj.weight", K::kUnrecognized, -1, R::kParam},
+               {"model.layers.1.mlp.gate.weight", K::kUnrecognized, -1, R::kParam},
+               {"model.layers.1.self_attn.q_a_proj.weight", K::kUnrecognized, -1, R::kParam},
+               {"model.layers.1.self_attn.qproj.weight", K::kUnrecognized, -1, R::kParam},
+               {"model.layers.1.self_attn.q_proj.weights", K::kUnrecognized, -1, R::kParam},
+               {"model.layers.1.self_attn.q_proj", K::kUnrecognized, -1, R::kParam},
+               {"model.layers.01.input_layernorm.weight", K::kUnrecognized, -1, R::kParam},
+               {"model.layers.x.input_layernorm.weight", K::kUnrecognized, -1, R::kParam},
+               {"model.layers..input_layernorm.weight", K::kUnrecognized, -1, R::kParam},
+               {"model.layers.3", K::kUnrecognized, -1, R::kParam},
+               {"model.layers.3.", K::kUnrecognized, -1, R::kParam},
+               {"layers.0.input_layernorm.weight", K::kUnrecognized, -1, R::kParam},
+               {"model.embed_tokens.bias", K::kUnrecognized, -1, R::kParam},
+               {"vision_tower.blocks.0.attn.qkv.weight", K::kUnrecognized, -1, R::kParam},
+               {"language_model.model.norm.weight", K::kUnrecognized, -1, R::kParam},
+               {"", K::kUnrecognized, -1, R::kParam},
+           });
+}
+
+TEST(Arch, QwenMoe) {
+  ArchInfo a = arch_of(ArchFamily::kQwenMoe, 48);
+  check(
+      a,
+      {
+          {"model.layers.5.self_attn.q_norm.weight", K::kNorm, 5, R::kParam},
+          {"model.layers.5.mlp.gate.weight", K::kRouter, 5, R::kLinearWeight},
+          {"model.layers.5.mlp.experts.0.gate_proj.weight", K::kRoutedExperts, 5, R::kLinearWeight},
+          {"model.layers.5.mlp.experts.127.up_proj.weight", K::kRoutedExperts, 5, R::kLinearWeight},
+          {"model.layers.47.mlp.experts.64.down_proj.weight", K::kRoutedExperts, 47,
+           R::kLinearWeight},
+          {"model.layers.5.mlp.shared_expert.gate_proj.weight", K::kSharedExperts, 5,
+           R::kLinearWeight},
+          {"model.layers.5.mlp.shared_expert.down_proj.weight", K::kSharedExperts, 5,
+           R::kLinearWeight},
+          {"model.layers.5.mlp.shared_expert_gate.weight", K::kRouter, 5, R::kLinearWeight},
+          {"model.layers.0.mlp.gate_proj.weight", K::kDenseMlp, 0, R::kLinearWeight},
+          {"model.layers.9.mlp.experts.gate_up_proj", K::kRoutedExperts, 9, R::kLinearWeight},
+          {"model.layers.9.mlp.experts.down_proj", K::kRoutedExperts, 9, R::kLinearWeight},
+          {"model.layers.5.mlp.experts.gate_proj.weight", K::kUnrecognized, -1, R::kParam},
+          {"model.layers.5.mlp.experts.x.gate_proj.weight", K::kUnrecognized, -1, R::kParam},
+          {"model.layers.5.mlp.shared_experts.gate_proj.weight", K::kUnrecognized, -1, R::kParam},
+          {"model.layers.5.block_sparse_moe.gate.weight", K::kUnrecognized, -1, R::kParam},
+          {"model.layers.48.mlp.gate.weight", K::kUnrecognized, -1, R::kParam},
+      });
+}
+
+TEST(Arch, Mixtral) {
+  ArchInfo a = arch_of(ArchFamily::kMixtral, 32);
+  check(a, {
+               {"model.layers.0.self_attn.k_proj.weight", K::kAttention, 0, R::kLinearWeight},
+               {"model.layers.0.block_sparse_moe.gate.weight", K::kRouter, 0, R::kLinearWeight},
+               {"model.layers.0.block_sparse_moe.experts.7.w1.weight", K::kRoutedExperts, 0,
+                R::kLinearWeight},
+               {"model.layers.0.block_sparse_moe.experts.7.w2.weight", K::kRoutedExperts, 0,
+                R::kLinearWeight},
+               {"model.layers.0.block_sparse_moe.experts.7.w3.weight", K::kRoutedExperts, 0,
+                R::kLinearWeight},
+               {"model.layers.0.block_sparse_moe.experts.7.w4.weight", K::kUnrecognized, -1,
+                R::kParam},
+               {"model.layers.0.mlp.gate_proj.weight", K::kUnrecognized, -1, R::kParam},
+           });
+}
+
+TEST(Arch, DeepseekV3) {
+  ArchInfo a = arch_of(ArchFamily::kDeepseekV3, 61);
+  check(
+      a,
+      {
+          {"model.layers.0.self_attn.q_a_proj.weight", K::kAttention, 0, R::kLinearWeight},
+          {"model.layers.0.self_attn.q_a_proj.weight_scale_inv", K::kAttention, 0, R::kQuantAux},
+          {"model.layers.0.self_attn.q_a_layernorm.weight", K::kNorm, 0, R::kParam},
+          {"model.layers.0.self_attn.q_b_proj.weight", K::kAttention, 0, R::kLinearWeight},
+          {"model.layers.0.self_attn.kv_a_proj_with_mqa.weight", K::kAttention, 0,
+           R::kLinearWeight},
+          {"model.layers.0.self_attn.kv_a_layernorm.weight", K::kNorm, 0, R::kParam},
+          {"model.layers.0.self_attn.kv_b_proj.weight", K::kAttention, 0, R::kLinearWeight},
+          {"model.layers.0.self_attn.o_proj.weight", K::kAttention, 0, R::kLinearWeight},
+          {"model.layers.0.mlp.gate_proj.weight", K::kDenseMlp, 0, R::kLinearWeight},
+          {"model.layers.3.mlp.gate.weight", K::kRouter, 3, R::kLinearWeight},
+          {"model.layers.3.mlp.gate.e_score_correction_bias", K::kRouter, 3, R::kParam},
+          {"model.layers.3.mlp.experts.255.gate_proj.weight", K::kRoutedExperts, 3,
+           R::kLinearWeight},
+          {"model.layers.60.mlp.experts.0.down_proj.weight_scale_inv", K::kRoutedExperts, 60,
+           R::kQuantAux},
+          // compressed-tensors INT4 (Kimi-K2-Thinking).
+          {"model.layers.3.mlp.experts.1.up_proj.weight_packed", K::kRoutedExperts, 3,
+           R::kLinearWeight},
+          {"model.layers.3.mlp.experts.1.up_proj.weight_shape", K::kRoutedExperts, 3, R::kQuantAux},
+          {"model.layers.3.mlp.shared_experts.up_proj.weight", K::kSharedExperts, 3,
+           R::kLinearWeight},
+          // MTP: layer 61 of a 61-layer model, whatever the module.
+          {"model.layers.61.eh_proj.weight", K::kMtp, 61, R::kParam},
+          {"model.layers.61.enorm.weight", K::kMtp, 61, R::kParam},
+          {"model.layers.61.shared_head.head.weight", K::kMtp, 61, R::kParam},
+          {"model.layers.61.embed_tokens.weight", K::kMtp, 61, R::kParam},
+          {"model.layers.61.mlp.experts.9.gate_proj.weight", K::kMtp, 61, R::kLinearWeight},
+          {"model.layers.61.self_attn.kv_b_proj.weight", K::kMtp, 61, R::kLinearWeight},
+          {"model.layers.0.self_attn.k_proj.weight", K::kUnrecognized, -1, R::kParam},
+          {"model.layers.3.mlp.shared_expert.up_proj.weight", K::kUnrecognized, -1, R::kParam},
+          {"model.layers.3.mlp.gate.e_score_correction", K::kUnrecognized, -1, R::kParam},
+          {"mtp.layers.0.input_layernorm.weight", K::kUnrecognized, -1, R::kParam},
+      });
+}
+
+TEST(Arch, KimiLinear) {
+  ArchInfo a = arch_of(ArchFamily::kKimiLinear, 27);
+  check(a, {
+               {"model.layers.0.self_attn.q_proj.weight", K::kAttention, 0, R::kLinearWeight},
+               {"model.layers.0.self_attn.q_conv1d.weight", K::kAttention, 0, R::kParam},
+               {"model.layers.0.self_attn.v_conv1d.weight", K::kAttention, 0, R::kParam},
+               {"model.layers.0.self_attn.f_a_proj.weight", K::kAttention, 0, R::kLinearWeight},
+               {"model.layers.0.self_attn.f_b_proj.weight", K::kAttention, 0, R::kLinearWeight},
+               {"model.layers.0.self_attn.b_proj.weight", K::kAttention, 0, R::kLinearWeight},
+               {"model.layers.0.self_attn.g_a_proj.weight", K::kAttention, 0, R::kLinearWeight},
+               {"model.layers.0.self_attn.g_b_proj.weight", K::kAttention, 0, R::kLinearWeight},
+               {"model.layers.0.self_attn.A_log", K::kAttention, 0, R::kParam},
+               {"model.layers.0.self_attn.dt_bias", K::kAttention, 0, R::kParam},
+               {"model.layers.0.self_attn.o_norm.weight", K::kNorm, 0, R::kParam},
+               {"model.layers.3.self_attn.kv_a_proj_with_mqa.weight", K::kAttention, 3,
+                R::kLinearWeight},
+               {"model.layers.3.self_attn.kv_a_layernorm.weight", K::kNorm, 3, R::kParam},
+               {"model.layers.3.self_attn.kv_b_proj.weight", K::kAttention, 3, R::kLinearWeight},
+               {"model.layers.0.mlp.down_proj.weight", K::kDenseMlp, 0, R::kLinearWeight},
+               {"model.layers.1.block_sparse_moe.gate.weight", K::kRouter, 1, R::kLinearWeight},
+               {"model.layers.1.block_sparse_moe.gate.e_score_correction_bias", K::kRouter, 1,
+                R::kParam},
+               {"model.layers.1.block_sparse_moe.experts.255.w2.weight", K::kRoutedExperts, 1,
+                R::kLinearWeight},
+               {"model.layers.1.block_sparse_moe.shared_experts.gate_proj.weight",
+                K::kSharedExperts, 1, R::kLinearWeight},
+               {"model.layers.26.input_layernorm.weight", K::kNorm, 26, R::kParam},
+               // The in-tree transformers port's renamed keys are not the checkpoint's.
+               {"model.layers.0.self_attn.beta_proj.weight", K::kUnrecognized, -1, R::kParam},
+               {"model.layers.1.mlp.experts.0.w1.weight", K::kUnrecognized, -1, R::kParam},
+               {"model.layers.27.input_layernorm.weight", K::kUnrecognized, -1, R::kParam},
+           });
+}
+
+TEST(Arch, Qwen3Next) {
+  ArchInfo a = arch_of(ArchFamily::kQwen3Next, 48);
+  check(a,
+        {
+            {"model.layers.0.linear_attn.in_proj_qkvz.weight", K::kAttention, 0, R::kLinearWeight},
+            {"model.layers.0.linear_attn.in_proj_ba.weight", K::kAttention, 0, R::kLinearWeight},
+            {"model.layers.0.linear_attn.conv1d.weight", K::kAttention, 0, R::kParam},
+            {"model.layers.0.linear_attn.A_log", K::kAttention, 0, R::kParam},
+            {"model.layers.0.linear_attn.dt_bias", K::kAttention, 0, R::kParam},
+            {"model.layers.0.linear_attn.norm.weight", K::kNorm, 0, R::kParam},
+            {"model.layers.0.linear_attn.out_proj.weight", K::kAttention, 0, R::kLinearWeight},
+            {"model.layers.3.self_attn.q_proj.weight", K::kAttention, 3, R::kLinearWeight},
+            {"model.layers.3.self_attn.k_norm.weight", K::kNorm, 3, R::kParam},
+            {"model.layers.3.mlp.shared_expert_gate.weight", K::kRouter, 3, R::kLinearWeight},
+            {"model.layers.3.mlp.experts.511.down_proj.weight", K::kRoutedExperts, 3,
+             R::kLinearWeight},
+            {"mtp.layers.0.mlp.experts.0.gate_proj.weight", K::kMtp, -1, R::kParam},
+            {"mtp.fc.weight", K::kMtp, -1, R::kParam},
+            {"model.layers.48.mlp.gate.weight", K::kUnrecognized, -1, R::kParam},
+        });
+}
+
+TEST(Arch, MultimodalWrapper) {
+  ArchInfo a = arch_of(ArchFamily::kDeepseekV3, 27, /*multimodal=*/true);
+  check(a, {
+               {"language_model.model.embed_tokens.weight", K::kEmbedding, -1, R::kParam},
+               {"language_model.model.norm.weight", K::kNorm, -1, R::kParam},
+               {"language_model.lm_head.weight", K::kLmHead, -1, R::kLinearWeight},
+               {"language_model.model.layers.0.self_attn.kv_b_proj.weight", K::kAttention, 0,
+                R::kLinearWeight},
+               {"language_model.model.layers.4.mlp.experts.63.up_proj.weight_packed",
+                K::kRoutedExperts, 4, R::kLinearWeight},
+               {"language_model.model.layers.4.mlp.gate.weight", K::kRouter, 4, R::kLinearWeight},
+               {"model.language_model.layers.2.mlp.shared_experts.down_proj.weight",
+                K::kSharedExperts, 2, R::kLinearWeight},
+               {"lm_head.weight", K::kLmHead, -1, R::kLinearWeight},
+               {"vision_tower.encoder.blocks.0.wqkv.weight", K::kVision, -1, R::kParam},
+               {"vision_tower.patch_embed.proj.weight", K::kVision, -1, R::kParam},
+               {"multi_modal_projector.pre_norm.weight", K::kProjector, -1, R::kParam},
+               {"multi_modal_projector.linear_1.weight", K::kProjector, -1, R::kParam},
+               {"mm_projector.proj.0.weight", K::kProjector, -1, R::kParam},
+               // The language model's names without the wrapper's prefix are not the checkpoint's.
+               {"model.layers.0.self_attn.kv_b_proj.weight", K::kUnrecognized, -1, R::kParam},
+               {"model.embed_tokens.weight", K::kUnrecognized, -1, R::kParam},
+               {"language_model.model.layers.27.input_layernorm.weight", K::kMtp, 27, R::kParam},
+               {"language_model.layers.0.input_layernorm.weight", K::kUnrecognized, -1, R::kParam},
+               {"audio_tower.layers.0.weight", K::kUnrecognized, -1, R::kParam},
+           });
+}
+
+TEST(Arch, QuantizedKinds) {
+  EXPECT_TRUE(kind_is_quantized_by_default(K::kAttention));
+  EXPECT_TRUE(kind_is_quantized_by_default(K::kDenseMlp));
+  EXPECT_TRUE(kind_is_quantized_by_default(K::kRoutedExperts));
+  EXPECT_TRUE(kind_is_quantized_by_default(K::kSharedExperts));
+  for (K k : {K::kRouter, K::kEmbedding, K::kLmHead, K::kNorm, K::kVision, K::kProjector, K::kMtp,
+              K::kOther, K::kUnrecognized}) {
+    EXPECT_FALSE(kind_is_quantized_by_default(k)) << tensor_kind_name(k);
+  }
+}
+
+TEST(Arch, KindNamesAreDistinct) {
+  std::vector<std::string> names;
+  for (int i = 0; i < kNumTensorKinds; ++i) {
+    std::string n(tensor_kind_name(static_cast<K>(i)));
+    EXPECT_FALSE(n.empty());
+    for (const std::string& m : names)
+      EXPECT_NE(n, m);
+    names.push_back(n);
+  }
+}
+
+TEST(Arch, MoeLayers) {
+  ModelConfig c;
+  // DeepSeek-V3: 3 dense layers, then MoE every layer.
+  c.num_experts = 256;
+  c.first_k_dense_replace = 3;
+  c.moe_layer_freq = 1;
+  ArchInfo ds = arch_of(ArchFamily::kDeepseekV3, 61);
+  EXPECT_FALSE(layer_is_moe(ds, c, 0));
+  EXPECT_FALSE(layer_is_moe(ds, c, 2));
+  EXPECT_TRUE(layer_is_moe(ds, c, 3));
+  EXPECT_TRUE(layer_is_moe(ds, c, 60));
+  c.moe_layer_freq = 2;  // remote code: also i % freq == 0
+  EXPECT_TRUE(layer_is_moe(ds, c, 4));
+  EXPECT_FALSE(layer_is_moe(ds, c, 5));
+
+  // Qwen MoE: (i+1) % step == 0, minus mlp_only_layers.
+  ModelConfig q;
+  q.num_experts = 128;
+  q.decoder_sparse_step = 2;
+  q.mlp_only_layers = {3};
+  ArchInfo qm = arch_of(ArchFamily::kQwenMoe, 8);
+  EXPECT_FALSE(layer_is_moe(qm, q, 0));
+  EXPECT_TRUE(layer_is_moe(qm, q, 1));
+  EXPECT_FALSE(layer_is_moe(qm, q, 3));
+  EXPECT_TRUE(layer_is_moe(qm, q, 5));
+  q.num_experts = 0;
+  EXPECT_FALSE(layer_is_moe(qm, q, 1));
+
+  ModelConfig d;
+  EXPECT_FALSE(layer_is_moe(arch_of(ArchFamily::kLlama, 4), d, 0));
+  d.num_experts = 8;
+  EXPECT_TRUE(layer_is_moe(arch_of(ArchFamily::kMixtral, 4), d, 0));
+}
+
+}  // namespace
+}  // namespace strata
