@@ -1,0 +1,205 @@
+#include "ops/ops.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace strata::ops {
+
+std::vector<float> weight_f32(const Tensor& w) {
+  std::vector<float> out(static_cast<size_t>(w.numel()));
+  if (w.dtype() == DType::kF32) {
+    std::copy_n(w.data<float>(), out.size(), out.data());
+  } else if (w.dtype() == DType::kBF16) {
+    const uint16_t* src = w.data<uint16_t>();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_f32(src[i]);
+  } else {
+    for (size_t i = 0; i < out.size(); ++i) out[i] = w.item_f32(static_cast<int64_t>(i));
+  }
+  return out;
+}
+
+void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
+            const float* bias) {
+  if (m == 0 || n == 0) return;
+  // y[m, n] = x[m, k] · w[n, k]^T. OpenBLAS sgemm accumulates in fp32; its blocking is fixed
+  // for given sizes and thread count, and strata pins the BLAS thread count (see ops docs).
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), 1.0f, x, static_cast<int>(k), w, static_cast<int>(k), 0.0f, y,
+              static_cast<int>(n));
+  if (bias) {
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = 0; c < n; ++c) y[r * n + c] += bias[c];
+    }
+  }
+}
+
+void round_bf16(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+}
+
+void rms_norm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    double sum = 0.0;
+    for (int64_t i = 0; i < dim; ++i) sum += static_cast<double>(xr[i]) * xr[i];
+    const float inv = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(dim)) + eps);
+    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * (w ? w[i] : 1.0f);
+  }
+}
+
+void softmax(float* x, int64_t rows, int64_t dim) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* xr = x + r * dim;
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < dim; ++i) mx = std::max(mx, xr[i]);
+    double sum = 0.0;
+    for (int64_t i = 0; i < dim; ++i) {
+      xr[i] = std::exp(xr[i] - mx);
+      sum += xr[i];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t i = 0; i < dim; ++i) xr[i] *= inv;
+  }
+}
+
+void swiglu(const float* gate, const float* up, int64_t count, float* h) {
+  for (int64_t i = 0; i < count; ++i) h[i] = silu(gate[i]) * up[i];
+}
+
+std::vector<double> rope_inv_freq(const RopeParams& p, int64_t rot_dim) {
+  STRATA_ASSERT(rot_dim % 2 == 0);
+  const int64_t half = rot_dim / 2;
+  std::vector<double> f(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    f[i] = 1.0 / std::pow(p.theta, static_cast<double>(2 * i) / static_cast<double>(rot_dim));
+  }
+  switch (p.kind) {
+    case RopeParams::Kind::kDefault:
+      break;
+    case RopeParams::Kind::kLinear:
+      for (double& v : f) v /= p.factor;
+      break;
+    case RopeParams::Kind::kLlama3: {
+      // wavelen = 2π/f; short wavelengths keep f, long ones use f/factor, a smooth blend between.
+      const double low_wavelen = p.original_max_position / p.low_freq_factor;
+      const double high_wavelen = p.original_max_position / p.high_freq_factor;
+      for (double& v : f) {
+        const double wavelen = 2.0 * M_PI / v;
+        if (wavelen < high_wavelen) continue;
+        if (wavelen > low_wavelen) {
+          v /= p.factor;
+          continue;
+        }
+        const double alpha = (p.original_max_position / wavelen - p.low_freq_factor) /
+                             (p.high_freq_factor - p.low_freq_factor);
+        v = (1.0 - alpha) * v / p.factor + alpha * v;
+      }
+      break;
+    }
+    case RopeParams::Kind::kYarn: {
+      // Dimensions below `lo` keep f (extrapolate), above `hi` use f/factor (interpolate),
+      // with a linear ramp between (spec/architectures.md §3).
+      auto corr = [&](double r) {
+        return static_cast<double>(rot_dim) * std::log(p.original_max_position / (2.0 * M_PI * r)) /
+               (2.0 * std::log(p.theta));
+      };
+      double lo = std::max(std::floor(corr(p.beta_fast)), 0.0);
+      double hi = std::min(std::ceil(corr(p.beta_slow)), static_cast<double>(rot_dim - 1));
+      if (lo == hi) hi += 0.001;
+      for (int64_t i = 0; i < half; ++i) {
+        const double ramp = std::clamp((static_cast<double>(i) - lo) / (hi - lo), 0.0, 1.0);
+        f[i] = f[i] * (1.0 - ramp) + (f[i] / p.factor) * ramp;
+      }
+      break;
+    }
+  }
+  return f;
+}
+
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int64_t offset,
+          int64_t rot_dim, const int64_t* pos, const std::vector<double>& inv_freq,
+          double attention_factor, bool interleaved) {
+  const int64_t half = rot_dim / 2;
+  STRATA_ASSERT(static_cast<int64_t>(inv_freq.size()) == half);
+  std::vector<float> cos_v(half), sin_v(half);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      // The angle is formed in fp32 as transformers does (inv_freq fp32 times position fp32).
+      const float angle = static_cast<float>(inv_freq[i]) * static_cast<float>(pos[t]);
+      cos_v[i] = static_cast<float>(std::cos(angle) * attention_factor);
+      sin_v[i] = static_cast<float>(std::sin(angle) * attention_factor);
+    }
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* v = x + (t * n_heads + h) * head_stride + offset;
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t a = interleaved ? 2 * i : i;
+        const int64_t b = interleaved ? 2 * i + 1 : i + half;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * cos_v[i] - x1 * sin_v[i];
+        v[b] = x1 * cos_v[i] + x0 * sin_v[i];
+      }
+    }
+  }
+}
+
+void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t k_stride,
+                      const float* v, int64_t v_stride, int64_t T, int64_t n_heads,
+                      int64_t n_kv_heads, int64_t dq, int64_t dv, float scale, float* out) {
+  STRATA_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0);
+  const int64_t group = n_heads / n_kv_heads;
+  std::vector<float> p(static_cast<size_t>(T));
+  for (int64_t h = 0; h < n_heads; ++h) {
+    const int64_t kvh = h / group;
+    for (int64_t i = 0; i < T; ++i) {
+      const float* qi = q + i * q_stride + h * dq;
+      float mx = -INFINITY;
+      for (int64_t j = 0; j <= i; ++j) {  // causal: keys up to and including i
+        const float* kj = k + j * k_stride + kvh * dq;
+        float s = 0.0f;
+        for (int64_t d = 0; d < dq; ++d) s += qi[d] * kj[d];
+        p[j] = s * scale;
+        mx = std::max(mx, p[j]);
+      }
+      double sum = 0.0;
+      for (int64_t j = 0; j <= i; ++j) {
+        p[j] = std::exp(p[j] - mx);
+        sum += p[j];
+      }
+      const float inv = static_cast<float>(1.0 / sum);
+      float* oi = out + (i * n_heads + h) * dv;
+      std::fill(oi, oi + dv, 0.0f);
+      for (int64_t j = 0; j <= i; ++j) {
+        const float* vj = v + j * v_stride + kvh * dv;
+        const float w = p[j] * inv;
+        for (int64_t d = 0; d < dv; ++d) oi[d] += w * vj[d];
+      }
+    }
+  }
+}
+
+std::vector<int32_t> top_k(const float* x, int64_t n, int64_t k) {
+  STRATA_ASSERT(k <= n);
+  std::vector<int32_t> idx(static_cast<size_t>(n));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return x[a] > x[b]; });
+  idx.resize(static_cast<size_t>(k));
+  return idx;
+}
+
+float amax(const float* x, int64_t n) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    if (std::isnan(a)) return NAN;
+    m = std::max(m, a);
+  }
+  return m;
+}
+
+}  // namespace strata::ops

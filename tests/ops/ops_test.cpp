@@ -1,0 +1,172 @@
+// ops against independent references: closed forms worked out by hand, facts stated in
+// spec/architectures.md (YaRN ramp bounds), and naive double-precision formulations.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <complex>
+#include <random>
+#include <vector>
+
+#include "ops/ops.h"
+
+namespace strata::ops {
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+TEST(Ops, LinearMatchesNaiveSum) {
+  const int64_t m = 5, k = 37, n = 11;
+  auto x = randn(m * k, 1), w = randn(n * k, 2), b = randn(n, 3);
+  std::vector<float> y(m * n);
+  linear(x.data(), m, k, w.data(), n, y.data(), b.data());
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      double s = b[c];
+      for (int64_t i = 0; i < k; ++i) s += static_cast<double>(x[r * k + i]) * w[c * k + i];
+      EXPECT_NEAR(y[r * n + c], s, 1e-4 * (1 + std::fabs(s)));
+    }
+  }
+}
+
+TEST(Ops, RmsNormHandWorked) {
+  // x = [3, 4]: mean square 12.5, rms = 3.5355339; w = [1, 2].
+  const float x[2] = {3.0f, 4.0f}, w[2] = {1.0f, 2.0f};
+  float y[2];
+  rms_norm(x, 1, 2, w, 0.0f, y);
+  EXPECT_NEAR(y[0], 3.0 / std::sqrt(12.5), 1e-6);
+  EXPECT_NEAR(y[1], 2 * 4.0 / std::sqrt(12.5), 1e-6);
+}
+
+TEST(Ops, SoftmaxHandWorked) {
+  float x[3] = {0.0f, std::log(2.0f), std::log(5.0f)};  // exp: 1, 2, 5 -> /8
+  softmax(x, 1, 3);
+  EXPECT_NEAR(x[0], 1.0 / 8, 1e-7);
+  EXPECT_NEAR(x[1], 2.0 / 8, 1e-7);
+  EXPECT_NEAR(x[2], 5.0 / 8, 1e-7);
+}
+
+TEST(Ops, RopeIsComplexRotation) {
+  // Half-split RoPE of pair (a, b) by angle θ equals (a + ib)·e^{iθ}; interleaved the same on
+  // adjacent pairs.
+  const int64_t T = 3, H = 2, D = 8;
+  const int64_t pos[T] = {0, 5, 17};
+  RopeParams p;
+  p.theta = 100.0;
+  auto f = rope_inv_freq(p, D);
+  for (int64_t i = 0; i < D / 2; ++i) EXPECT_NEAR(f[i], std::pow(100.0, -2.0 * i / D), 1e-15);
+  for (bool interleaved : {false, true}) {
+    auto x = randn(T * H * D, 7);
+    auto y = x;
+    rope(y.data(), T, H, D, 0, D, pos, f, 1.0, interleaved);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t i = 0; i < D / 2; ++i) {
+          int64_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + D / 2;
+          const float* xv = &x[(t * H + h) * D];
+          const float* yv = &y[(t * H + h) * D];
+          std::complex<double> z(xv[a], xv[b]);
+          z *= std::polar(1.0, static_cast<double>(pos[t]) * f[i]);
+          EXPECT_NEAR(yv[a], z.real(), 1e-4);
+          EXPECT_NEAR(yv[b], z.imag(), 1e-4);
+        }
+      }
+    }
+  }
+}
+
+TEST(Ops, YarnRampBoundsFromSpec) {
+  // spec/architectures.md §3: DeepSeek-V3 (θ 1e4, s 40, L0 4096, β 32/1, d_r 64) ramps between
+  // dims 10 and 23: below 10 f is kept, from 23 on it is f/s.
+  RopeParams p;
+  p.kind = RopeParams::Kind::kYarn;
+  p.theta = 10000.0;
+  p.factor = 40.0;
+  p.original_max_position = 4096.0;
+  p.beta_fast = 32.0;
+  p.beta_slow = 1.0;
+  RopeParams plain = p;
+  plain.kind = RopeParams::Kind::kDefault;
+  auto f = rope_inv_freq(p, 64), f0 = rope_inv_freq(plain, 64);
+  for (int i = 0; i <= 10; ++i) EXPECT_DOUBLE_EQ(f[i], f0[i]) << i;
+  for (int i = 23; i < 32; ++i) EXPECT_DOUBLE_EQ(f[i], f0[i] / 40.0) << i;
+  for (int i = 11; i < 23; ++i) {
+    EXPECT_LT(f[i], f0[i]);
+    EXPECT_GT(f[i], f0[i] / 40.0);
+  }
+}
+
+TEST(Ops, Llama3FrequenciesHandWorked) {
+  // L0 = 8192, low 1, high 4, factor 8: wavelengths under 2048 keep f, over 8192 use f/8.
+  RopeParams p;
+  p.kind = RopeParams::Kind::kLlama3;
+  p.theta = 500000.0;
+  p.factor = 8.0;
+  p.original_max_position = 8192.0;
+  auto f = rope_inv_freq(p, 128);
+  for (size_t i = 0; i < f.size(); ++i) {
+    const double f0 = std::pow(500000.0, -2.0 * static_cast<double>(i) / 128);
+    const double wl = 2 * M_PI / f0;
+    if (wl < 2048) {
+      EXPECT_DOUBLE_EQ(f[i], f0);
+    } else if (wl > 8192) {
+      EXPECT_DOUBLE_EQ(f[i], f0 / 8);
+    } else {
+      const double a = (8192 / wl - 1) / 3;
+      EXPECT_NEAR(f[i], (1 - a) * f0 / 8 + a * f0, 1e-15);
+    }
+  }
+}
+
+TEST(Ops, AttentionMatchesNaiveDouble) {
+  const int64_t T = 6, H = 4, KV = 2, dq = 5, dv = 3;
+  auto q = randn(T * H * dq, 11), k = randn(T * KV * dq, 12), v = randn(T * KV * dv, 13);
+  std::vector<float> out(T * H * dv);
+  const float scale = 0.37f;
+  attention_causal(q.data(), H * dq, k.data(), KV * dq, v.data(), KV * dv, T, H, KV, dq, dv, scale,
+                   out.data());
+  for (int64_t h = 0; h < H; ++h) {
+    const int64_t g = h / (H / KV);
+    for (int64_t i = 0; i < T; ++i) {
+      std::vector<double> s(i + 1);
+      double mx = -1e300, sum = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        double d = 0;
+        for (int64_t c = 0; c < dq; ++c) d += static_cast<double>(q[(i * H + h) * dq + c]) * k[(j * KV + g) * dq + c];
+        s[j] = d * scale;
+        mx = std::max(mx, s[j]);
+      }
+      for (auto& x : s) sum += (x = std::exp(x - mx));
+      for (int64_t c = 0; c < dv; ++c) {
+        double o = 0;
+        for (int64_t j = 0; j <= i; ++j) o += s[j] / sum * v[(j * KV + g) * dv + c];
+        EXPECT_NEAR(out[(i * H + h) * dv + c], o, 1e-5);
+      }
+    }
+  }
+}
+
+TEST(Ops, TopKStableAndOrdered) {
+  const float x[6] = {0.1f, 0.9f, 0.5f, 0.9f, -1.0f, 0.5f};
+  auto idx = top_k(x, 6, 4);
+  ASSERT_EQ(idx.size(), 4u);
+  EXPECT_EQ(idx[0], 1);
+  EXPECT_EQ(idx[1], 3);
+  EXPECT_EQ(idx[2], 2);
+  EXPECT_EQ(idx[3], 5);
+}
+
+TEST(Ops, RoundBf16AndAmax) {
+  float x[3] = {1.00390625f, -3.0f, 0.0f};  // 1 + 2^-8 is a tie between 1 and 1 + 2^-7: even (1)
+  round_bf16(x, 3);
+  EXPECT_EQ(x[0], 1.0f);
+  EXPECT_EQ(amax(x, 3), 3.0f);
+}
+
+}  // namespace
+}  // namespace strata::ops
