@@ -1,0 +1,408 @@
+// `strata inspect` on the bundled demo checkpoint, checked against numbers computed here from the
+// demo's config.json, and on broken copies of it: every broken copy must exit 1 with exactly one
+// line on stderr naming the file (and the tensor, where there is one).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+
+const std::string kStrata = std::string(STRATA_BINARY_DIR) + "/bin/strata";
+const std::string kDemo = std::string(STRATA_SOURCE_DIR) + "/demo/tiny-llama";
+const char* kShard1 = "model-00001-of-00002.safetensors";
+const char* kShard2 = "model-00002-of-00002.safetensors";
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void write_file(const fs::path& p, const std::string& s) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f << s;
+}
+
+struct RunResult {
+  int rc = -1;  // exit status; -1 when killed by a signal
+  std::string out, err;
+};
+
+// A fresh temporary directory, removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "strata_cli_test_XXXXXX").string();
+    char* made = mkdtemp(tmpl.data());
+    if (!made) throw std::runtime_error("mkdtemp failed");
+    path_ = made;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+RunResult run_strata(const std::string& args, const fs::path& scratch) {
+  const fs::path out = scratch / "stdout.txt", err = scratch / "stderr.txt";
+  std::string cmd =
+      "'" + kStrata + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
+  int status = std::system(cmd.c_str());
+  RunResult r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_file(out);
+  r.err = read_file(err);
+  return r;
+}
+
+// Copies the demo into <tmp>/ckpt and returns that path.
+fs::path copy_demo(const TempDir& tmp) {
+  fs::path dst = tmp.path() / "ckpt";
+  fs::copy(kDemo, dst, fs::copy_options::recursive);
+  return dst;
+}
+
+// A safetensors file split into its header (parsed) and its data section.
+struct Shard {
+  Json header;
+  std::string data;
+};
+
+Shard read_shard(const fs::path& p) {
+  std::string bytes = read_file(p);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);  // little-endian host assumed, as strata does
+  Shard s;
+  s.header = Json::parse(bytes.substr(8, n));
+  s.data = bytes.substr(8 + n);
+  return s;
+}
+
+void write_shard(const fs::path& p, const Shard& s) {
+  std::string text = s.header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  uint64_t n = text.size();
+  std::string out(8, '\0');
+  std::memcpy(out.data(), &n, 8);
+  write_file(p, out + text + s.data);
+}
+
+std::string with_commas(int64_t n) {
+  std::string d = std::to_string(n), out;
+  int lead = static_cast<int>(d.size() % 3);
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i && (static_cast<int>(i) - lead) % 3 == 0) out += ',';
+    out += d[i];
+  }
+  return out;
+}
+
+// The row of the human table whose first word is `first`.
+std::string row(const std::string& text, const std::string& first) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string w;
+    words >> w;
+    if (w == first) return line;
+  }
+  return "";
+}
+
+// What the demo's config says, and the numbers that follow from it.
+struct Expected {
+  int64_t H, nH, nKV, d, I, V, L;
+  bool tied;
+  int64_t attention, mlp, embed, lm_head, norms, total;
+  int64_t nvfp4, fp8;  // estimated output bytes
+  int64_t linears;     // quantized weights
+};
+
+Expected expected_from_config() {
+  Json c = Json::parse(read_file(fs::path(kDemo) / "config.json"));
+  Expected e;
+  e.H = c["hidden_size"];
+  e.nH = c["num_attention_heads"];
+  e.nKV = c["num_key_value_heads"];
+  e.d = c.contains("head_dim") ? c["head_dim"].get<int64_t>() : e.H / e.nH;
+  e.I = c["intermediate_size"];
+  e.V = c["vocab_size"];
+  e.L = c["num_hidden_layers"];
+  e.tied = c.value("tie_word_embeddings", false);
+  e.attention = e.L * (e.H * e.nH * e.d + 2 * e.H * e.nKV * e.d + e.nH * e.d * e.H);
+  e.mlp = e.L * 3 * e.H * e.I;
+  e.embed = e.V * e.H;
+  e.lm_head = e.tied ? 0 : e.V * e.H;
+  e.norms = e.L * 2 * e.H + e.H;
+  e.total = e.attention + e.mlp + e.embed + e.lm_head + e.norms;
+  // Linear weights [out, in] of one layer.
+  const int64_t shapes[7][2] = {{e.nH * e.d, e.H}, {e.nKV * e.d, e.H}, {e.nKV * e.d, e.H},
+                                {e.H, e.nH * e.d}, {e.I, e.H},         {e.I, e.H},
+                                {e.H, e.I}};
+  int64_t unquantized_bytes = 2 * (e.embed + e.lm_head + e.norms);  // bf16
+  e.nvfp4 = unquantized_bytes;
+  e.fp8 = unquantized_bytes;
+  for (const auto& s : shapes) {
+    const int64_t mk = s[0] * s[1];
+    e.nvfp4 += e.L * (mk / 2 + mk / 16 + 4 + 4);  // packed E2M1, E4M3 block scales, 2 scalars
+    e.fp8 += e.L * (mk + 4 + 4);
+  }
+  e.linears = 7 * e.L;
+  return e;
+}
+
+int64_t demo_bytes_on_disk() {
+  int64_t n = 0;
+  for (const auto& f : fs::directory_iterator(kDemo)) {
+    if (f.path().extension() == ".safetensors") n += static_cast<int64_t>(f.file_size());
+  }
+  return n;
+}
+
+TEST(Inspect, DemoJson) {
+  TempDir tmp;
+  RunResult r = run_strata("inspect '" + kDemo + "' --json", tmp.path());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  Json j = Json::parse(r.out);
+  Expected e = expected_from_config();
+
+  EXPECT_EQ(j["schema"], "strata.inspect.v1");
+  EXPECT_EQ(j["model_type"], "llama");
+  EXPECT_EQ(j["family"], "llama");
+  EXPECT_EQ(j["multimodal"], false);
+  EXPECT_EQ(j["architectures"], Json::array({"LlamaForCausalLM"}));
+  EXPECT_EQ(j["num_hidden_layers"], e.L);
+  Json dense = Json::array();
+  for (int64_t i = 0; i < e.L; ++i)
+    dense.push_back(i);
+  EXPECT_EQ(j["dense_layers"], dense);
+  EXPECT_EQ(j["moe_layers"], Json::array());
+
+  const Json& k = j["kinds"];
+  EXPECT_EQ(k["attention"]["params"], e.attention);
+  EXPECT_EQ(k["attention"]["tensors"], 4 * e.L);
+  EXPECT_EQ(k["attention"]["bytes"], 2 * e.attention);
+  EXPECT_EQ(k["dense_mlp"]["params"], e.mlp);
+  EXPECT_EQ(k["dense_mlp"]["tensors"], 3 * e.L);
+  EXPECT_EQ(k["embeddings"]["params"], e.embed);
+  EXPECT_EQ(k["lm_head"]["params"], e.lm_head);
+  EXPECT_EQ(k["norms"]["params"], e.norms);
+  EXPECT_EQ(k["norms"]["tensors"], 2 * e.L + 1);
+  for (const char* none : {"routed_experts", "shared_experts", "router", "vision_tower",
+                           "projector", "mtp", "other", "unrecognized"}) {
+    EXPECT_EQ(k[none]["tensors"], 0) << none;
+    EXPECT_EQ(k[none]["params"], 0) << none;
+  }
+  EXPECT_EQ(j["params"], e.total);
+  EXPECT_EQ(j["tensors"], 9 * e.L + 3);
+  EXPECT_EQ(j["tensor_bytes"], 2 * e.total);
+  EXPECT_EQ(j["bytes_on_disk"], demo_bytes_on_disk());
+  ASSERT_EQ(j["shards"].size(), 2u);
+  EXPECT_EQ(j["shards"][0]["file"], kShard1);
+  EXPECT_EQ(j["shards"][1]["file"], kShard2);
+  EXPECT_EQ(j["shards"][0]["tensors"].get<int64_t>() + j["shards"][1]["tensors"].get<int64_t>(),
+            9 * e.L + 3);
+
+  ASSERT_EQ(j["dtypes"].size(), 1u);
+  EXPECT_EQ(j["dtypes"]["BF16"]["tensors"], 9 * e.L + 3);
+  EXPECT_EQ(j["dtypes"]["BF16"]["elements"], e.total);
+  EXPECT_EQ(j["dtypes"]["BF16"]["bytes"], 2 * e.total);
+
+  const Json& est = j["estimates"];
+  EXPECT_EQ(est["nvfp4"]["bytes"], e.nvfp4);
+  EXPECT_EQ(est["nvfp4"]["quantized_tensors"], e.linears);
+  EXPECT_EQ(est["fp8"]["bytes"], e.fp8);
+  EXPECT_EQ(est["fp8"]["quantized_tensors"], e.linears);
+  // A dense model has no routed experts: nothing changes.
+  EXPECT_EQ(est["nvfp4_experts_only"]["bytes"], 2 * e.total);
+  EXPECT_EQ(est["nvfp4_experts_only"]["quantized_tensors"], 0);
+  EXPECT_EQ(j["unrecognized"], Json::array());
+}
+
+TEST(Inspect, DemoHuman) {
+  TempDir tmp;
+  RunResult r = run_strata("inspect '" + kDemo + "'", tmp.path());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  Expected e = expected_from_config();
+  EXPECT_NE(row(r.out, "model_type").find("llama"), std::string::npos) << r.out;
+  std::string layers = row(r.out, "layers");
+  EXPECT_NE(layers.find(std::to_string(e.L) + ":"), std::string::npos) << layers;
+  EXPECT_NE(layers.find("dense 0-" + std::to_string(e.L - 1)), std::string::npos) << layers;
+  EXPECT_NE(layers.find("MoE none"), std::string::npos) << layers;
+  EXPECT_NE(row(r.out, "attention").find(" " + with_commas(e.attention) + " "), std::string::npos)
+      << r.out;
+  EXPECT_NE(row(r.out, "dense_mlp").find(" " + with_commas(e.mlp) + " "), std::string::npos)
+      << r.out;
+  EXPECT_NE(row(r.out, "embeddings").find(" " + with_commas(e.embed) + " "), std::string::npos);
+  EXPECT_NE(row(r.out, "norms").find(" " + with_commas(e.norms) + " "), std::string::npos);
+  EXPECT_NE(row(r.out, "total").find(" " + with_commas(e.total) + " "), std::string::npos);
+  EXPECT_NE(row(r.out, "BF16").find(" " + with_commas(e.total) + " "), std::string::npos);
+  EXPECT_NE(row(r.out, "shards").find(with_commas(demo_bytes_on_disk()) + " bytes"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("unrecognized tensors: none"), std::string::npos) << r.out;
+}
+
+TEST(Inspect, ListsUnrecognizedTensors) {
+  TempDir tmp;
+  fs::path dir = copy_demo(tmp);
+  const std::string bad = "model.layers.0.mlp.upp_proj.weight";
+  Shard s = read_shard(dir / kShard1);
+  Json renamed = Json::object();
+  for (auto& [key, value] : s.header.items()) {
+    renamed[key == "model.layers.0.mlp.up_proj.weight" ? bad : key] = value;
+  }
+  s.header = renamed;
+  write_shard(dir / kShard1, s);
+  Json index = Json::parse(read_file(dir / "model.safetensors.index.json"));
+  index["weight_map"].erase("model.layers.0.mlp.up_proj.weight");
+  index["weight_map"][bad] = kShard1;
+  write_file(dir / "model.safetensors.index.json", index.dump());
+
+  RunResult r = run_strata("inspect '" + dir.string() + "' --json", tmp.path());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  Json j = Json::parse(r.out);
+  EXPECT_EQ(j["unrecognized"], Json::array({bad}));
+  EXPECT_EQ(j["kinds"]["unrecognized"]["tensors"], 1);
+  Expected e = expected_from_config();
+  EXPECT_EQ(j["kinds"]["dense_mlp"]["params"], e.mlp - e.H * e.I);
+
+  RunResult h = run_strata("inspect '" + dir.string() + "'", tmp.path());
+  ASSERT_EQ(h.rc, 0) << h.err;
+  EXPECT_NE(h.out.find("unrecognized tensors: 1"), std::string::npos) << h.out;
+  EXPECT_NE(h.out.find("  " + bad + "\n"), std::string::npos) << h.out;
+}
+
+// ---- broken checkpoints --------------------------------------------------------------------
+
+// Runs inspect on `dir` and checks the failure: exit 1 (bad input, not a crash or an internal
+// error), nothing on stdout, one line on stderr holding every string in `named`.
+void expect_one_line_error(const fs::path& dir, const TempDir& tmp,
+                           const std::vector<std::string>& named) {
+  for (const char* mode : {"", " --json"}) {
+    RunResult r = run_strata("inspect '" + dir.string() + "'" + mode, tmp.path());
+    EXPECT_EQ(r.rc, 1) << "stderr: " << r.err;
+    EXPECT_EQ(r.out, "");
+    ASSERT_FALSE(r.err.empty());
+    EXPECT_EQ(r.err.back(), '\n') << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    for (const std::string& n : named)
+      EXPECT_NE(r.err.find(n), std::string::npos) << r.err;
+  }
+}
+
+TEST(InspectBroken, TruncatedShard) {
+  TempDir tmp;
+  fs::path dir = copy_demo(tmp);
+  fs::resize_file(dir / kShard2, fs::file_size(dir / kShard2) - 1000);
+  // lm_head.weight is the last tensor of shard 2 (demo/make_demo.py).
+  expect_one_line_error(dir, tmp, {kShard2, "lm_head.weight"});
+}
+
+TEST(InspectBroken, GarbageHeader) {
+  TempDir tmp;
+  fs::path dir = copy_demo(tmp);
+  std::string bytes = read_file(dir / kShard1);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  for (uint64_t i = 0; i < n; ++i)
+    bytes[8 + i] = static_cast<char>("\x01{garbage}\xff"[i % 11]);
+  write_file(dir / kShard1, bytes);
+  expect_one_line_error(dir, tmp, {kShard1});
+}
+
+TEST(InspectBroken, OversizedHeaderLength) {
+  for (uint64_t n : {uint64_t{1} << 40, uint64_t{0xFFFFFFFFFFFFFFFF}, uint64_t{99'999'992}}) {
+    TempDir tmp;
+    fs::path dir = copy_demo(tmp);
+    std::string bytes = read_file(dir / kShard2);
+    std::memcpy(bytes.data(), &n, 8);
+    write_file(dir / kShard2, bytes);
+    SCOPED_TRACE(n);
+    expect_one_line_error(dir, tmp, {kShard2});
+  }
+}
+
+TEST(InspectBroken, OverlappingOffsets) {
+  TempDir tmp;
+  fs::path dir = copy_demo(tmp);
+  Shard s = read_shard(dir / kShard1);
+  // k_proj gets a byte range of its own size that starts inside q_proj's.
+  Json& q = s.header["model.layers.0.self_attn.q_proj.weight"];
+  Json& k = s.header["model.layers.0.self_attn.k_proj.weight"];
+  uint64_t begin = q["data_offsets"][0].get<uint64_t>() + 64;
+  uint64_t size = k["data_offsets"][1].get<uint64_t>() - k["data_offsets"][0].get<uint64_t>();
+  k["data_offsets"] = {begin, begin + size};
+  write_shard(dir / kShard1, s);
+  expect_one_line_error(dir, tmp, {kShard1, "model.layers.0.self_attn."});
+}
+
+TEST(InspectBroken, ShapeDisagreesWithByteSpan) {
+  TempDir tmp;
+  fs::path dir = copy_demo(tmp);
+  Shard s = read_shard(dir / kShard1);
+  Json& k = s.header["model.layers.1.self_attn.k_proj.weight"];
+  k["shape"][1] = k["shape"][1].get<int64_t>() - 1;
+  write_shard(dir / kShard1, s);
+  expect_one_line_error(dir, tmp, {kShard1, "model.layers.1.self_attn.k_proj.weight"});
+}
+
+TEST(InspectBroken, MissingShard) {
+  TempDir tmp;
+  fs::path dir = copy_demo(tmp);
+  fs::remove(dir / kShard2);
+  expect_one_line_error(dir, tmp, {kShard2});
+}
+
+TEST(InspectBroken, UnknownDtype) {
+  TempDir tmp;
+  fs::path dir = copy_demo(tmp);
+  Shard s = read_shard(dir / kShard2);
+  s.header["model.norm.weight"]["dtype"] = "Q9";
+  write_shard(dir / kShard2, s);
+  expect_one_line_error(dir, tmp, {kShard2, "model.norm.weight", "Q9"});
+}
+
+TEST(InspectBroken, MissingConfig) {
+  TempDir tmp;
+  fs::path dir = copy_demo(tmp);
+  fs::remove(dir / "config.json");
+  expect_one_line_error(dir, tmp, {"config.json"});
+}
+
+TEST(InspectBroken, UnsupportedModelType) {
+  TempDir tmp;
+  fs::path dir = copy_demo(tmp);
+  Json c = Json::parse(read_file(dir / "config.json"));
+  c["model_type"] = "gpt2";
+  write_file(dir / "config.json", c.dump());
+  expect_one_line_error(dir, tmp, {"config.json", "gpt2"});
+}
+
+TEST(InspectBroken, NotADirectory) {
+  TempDir tmp;
+  expect_one_line_error(tmp.path() / "does-not-exist", tmp, {"does-not-exist"});
+}
+
+}  // namespace
