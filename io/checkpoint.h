@@ -22,7 +22,8 @@ namespace strata {
 
 // Parses an index file's text into tensor name -> shard file name. Validates the JSON shape
 // (an object with an object "weight_map" of strings; shard names are plain file names).
-std::map<std::string, std::string> parse_safetensors_index(std::string_view text, const std::string& what);
+std::map<std::string, std::string> parse_safetensors_index(std::string_view text,
+                                                           const std::string& what);
 
 class Checkpoint {
  public:
@@ -33,9 +34,9 @@ class Checkpoint {
   // Every tensor name, sorted.
   std::vector<std::string> tensor_names() const;
   bool has(std::string_view name) const;
-  const TensorEntry& entry(std::string_view name) const;       // throws when absent
+  const TensorEntry& entry(std::string_view name) const;         // throws when absent
   const SafetensorsFile& shard_of(std::string_view name) const;  // throws when absent
-  Tensor tensor(std::string_view name) const;                  // zero-copy view; throws when absent
+  Tensor tensor(std::string_view name) const;  // zero-copy view; throws when absent
   const std::vector<SafetensorsFile>& shards() const { return shards_; }
   // Sum of the shard files' sizes.
   uint64_t bytes_on_disk() const;

@@ -6,7 +6,14 @@
 //             5.x `rope_parameters` {rope_type, rope_theta, factor, ...}
 //   experts:  `num_experts` (Qwen) / `num_local_experts` (Mixtral) / `n_routed_experts` (DeepSeek)
 //   multimodal wrappers keep the language model's fields under `text_config` (or
-//   `language_config`); the text model's fields are read from there.
+//   `language_config`); the text model's fields are read from there (`torch_dtype`,
+//   `tie_word_embeddings` and `quantization_config` fall back to the top level).
+//   dtype:    `torch_dtype` (4.x) / `dtype` (5.x)
+// A JSON null means the key is absent (`"q_lora_rank": null` is a plain q_proj). When two
+// spellings of one field are both present they must agree (rope_theta at the top level and in
+// rope_parameters, rope_scaling's `type` and `rope_type`, ...); a disagreement is an error.
+// rope_parameters keyed by layer type (Gemma-style {"full_attention": {...}, ...}) is refused
+// for now. Keys strata does not know (mrope_section, ...) stay readable through `raw`/`text`.
 // A field of the wrong JSON type is a strata::Error naming the file and the key.
 #pragma once
 
@@ -31,25 +38,27 @@ struct RopeConfig {
   double mscale = 1.0;            // yarn (DeepSeek)
   double mscale_all_dim = 0.0;    // yarn (DeepSeek)
   std::optional<double> attention_factor;
+  double partial_rotary_factor = 1.0;  // fraction of head_dim that is rotated
 };
 
 struct ModelConfig {
-  std::string path;                      // the file it came from, for messages
-  Json raw;                              // the whole config.json
-  Json text;                             // the language model's sub-config (== raw when not nested)
-  std::string text_key;                  // "" or "text_config" / "language_config"
-  std::string model_type;                // the top-level model_type
-  std::string text_model_type;           // the language model's model_type
+  std::string path;             // the file it came from, for messages
+  Json raw;                     // the whole config.json
+  Json text;                    // the language model's sub-config (== raw when not nested)
+  std::string text_key;         // "" or "text_config" / "language_config"
+  std::string model_type;       // the top-level model_type
+  std::string text_model_type;  // the language model's model_type
   std::vector<std::string> architectures;
-  std::string torch_dtype;               // `torch_dtype` (4.x) or `dtype` (5.x), may be empty
+  std::string torch_dtype;  // `torch_dtype` (4.x) or `dtype` (5.x), may be empty
 
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_hidden_layers = 0;
   int64_t num_attention_heads = 0;
-  int64_t num_key_value_heads = 0;       // defaults to num_attention_heads
-  int64_t head_dim = 0;                  // defaults to hidden_size / num_attention_heads
+  int64_t num_key_value_heads = 0;  // defaults to num_attention_heads
+  int64_t head_dim = 0;             // defaults to hidden_size / num_attention_heads
+  int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
   bool attention_bias = false;

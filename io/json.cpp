@@ -10,6 +10,11 @@
 namespace strata {
 
 Json json_parse_strict(std::string_view text, const std::string& what, int max_depth) {
+  // nlohmann's lexer takes a NUL byte outside a string for the end of the input, so
+  // "{}\0garbage" would parse. JSON never holds a raw NUL (inside strings it must be escaped).
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    fail(what, ": invalid JSON: NUL byte at offset ", nul);
+  }
   // The parser callback sees every key before its value; a stack of key sets, one per open
   // object, finds duplicates. Arrays push an empty set so depth counts both kinds of nesting.
   std::vector<std::set<std::string>> keys;
@@ -38,7 +43,8 @@ Json json_parse_strict(std::string_view text, const std::string& what, int max_d
         }
         break;
       }
-      case E::value: break;
+      case E::value:
+        break;
     }
     return true;
   };

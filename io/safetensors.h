@@ -43,7 +43,8 @@ struct SafetensorsHeader {
 
 // Parses and validates the header of a complete safetensors file held in memory (`size` bytes
 // at `data`). `what` names the file in errors. Exposed on its own for the fuzzer and tests.
-SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, const std::string& what);
+SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size,
+                                           const std::string& what);
 
 class SafetensorsFile {
  public:

@@ -8,7 +8,9 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -49,6 +51,7 @@ class ShardedWriter {
   uint64_t pending_bytes_ = 0;
   std::vector<std::string> temp_shards_;
   std::vector<std::vector<std::string>> shard_names_;  // tensor names per written shard
+  std::set<std::string> names_;                        // every name added, to refuse repeats
   uint64_t total_bytes_ = 0;
   bool finished_ = false;
 };

@@ -1,0 +1,173 @@
+#include "io/checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <system_error>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "io/json.h"
+
+namespace strata {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view kIndexName = "model.safetensors.index.json";
+constexpr std::string_view kSingleName = "model.safetensors";
+constexpr std::string_view kSuffix = ".safetensors";
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// A shard name must be a plain file name inside the checkpoint directory.
+void check_shard_name(const std::string& what, const std::string& tensor,
+                      const std::string& shard) {
+  const std::string where = str(what, ": tensor '", tensor, "': shard name \"", shard, "\"");
+  STRATA_CHECK(!shard.empty(), where, " is empty");
+  STRATA_CHECK(shard.find('/') == std::string::npos && shard.find('\\') == std::string::npos, where,
+               " contains a path separator; shards must sit in the checkpoint directory");
+  STRATA_CHECK(shard != "." && shard != ".." && shard.find("..") == std::string::npos, where,
+               " contains \"..\"");
+  STRATA_CHECK(shard.find('\0') == std::string::npos, where, " contains a NUL byte");
+  STRATA_CHECK(ends_with(shard, kSuffix) && shard.size() > kSuffix.size(), where,
+               " does not end in .safetensors (strata reads safetensors checkpoints only)");
+}
+
+}  // namespace
+
+std::map<std::string, std::string> parse_safetensors_index(std::string_view text,
+                                                           const std::string& what) {
+  const Json j = json_parse_strict(text, what);
+  STRATA_CHECK(j.is_object(), what, ": index must be a JSON object, got ", j.type_name());
+  if (j.contains("metadata")) {
+    STRATA_CHECK(j["metadata"].is_object() || j["metadata"].is_null(), what,
+                 ": \"metadata\" must be an object, got ", j["metadata"].type_name());
+  }
+  STRATA_CHECK(j.contains("weight_map"), what, ": missing \"weight_map\"");
+  const Json& wm = j["weight_map"];
+  STRATA_CHECK(wm.is_object(), what, ": \"weight_map\" must be an object, got ", wm.type_name());
+  std::map<std::string, std::string> out;
+  for (const auto& [name, shard] : wm.items()) {
+    STRATA_CHECK(shard.is_string(), what, ": tensor '", name,
+                 "': shard must be a file name string, got ", shard.type_name());
+    check_shard_name(what, name, shard.get_ref<const std::string&>());
+    out.emplace(name, shard.get<std::string>());  // duplicates were refused by the parser
+  }
+  return out;
+}
+
+Checkpoint Checkpoint::open(const std::string& dir) {
+  std::error_code ec;
+  STRATA_CHECK(fs::is_directory(dir, ec), dir, ": not a directory (expected a Hugging Face ",
+               "checkpoint directory with config.json and *.safetensors)");
+  Checkpoint c;
+  c.dir_ = dir;
+  const fs::path root(dir);
+
+  // Which shard files, and (with an index) which shard each tensor should be in.
+  std::vector<std::string> shard_files;
+  std::map<std::string, std::string> index;
+  const fs::path index_path = root / kIndexName;
+  const bool has_index = fs::exists(index_path, ec);
+  if (has_index) {
+    const std::string what = index_path.string();
+    const auto mapped = MappedFile::open(what);
+    const std::string_view text(reinterpret_cast<const char*>(mapped->data()), mapped->size());
+    index = parse_safetensors_index(text, what);
+    STRATA_CHECK(!index.empty(), what, ": weight_map lists no tensors");
+    std::set<std::string> names;
+    for (const auto& [tensor, shard] : index) {
+      if (names.insert(shard).second) {
+        STRATA_CHECK(fs::is_regular_file(root / shard, ec), what, ": tensor '", tensor,
+                     "' is in shard ", shard, ", which does not exist in ", dir);
+      }
+    }
+    shard_files.assign(names.begin(), names.end());
+  } else if (fs::exists(root / kSingleName, ec)) {
+    shard_files.push_back(std::string(kSingleName));
+  } else {
+    for (const auto& de : fs::directory_iterator(root, ec)) {
+      const std::string name = de.path().filename().string();
+      if (ends_with(name, kSuffix) && de.is_regular_file(ec)) shard_files.push_back(name);
+    }
+    STRATA_CHECK(!ec, dir, ": cannot list the directory: ", ec.message());
+    std::sort(shard_files.begin(), shard_files.end());
+    STRATA_CHECK(!shard_files.empty(), dir, ": no ", kIndexName, ", ", kSingleName,
+                 " or other *.safetensors file; expected a Hugging Face checkpoint directory");
+    STRATA_CHECK(shard_files.size() == 1, dir, ": ", shard_files.size(),
+                 " .safetensors files but no ", kIndexName, " saying which tensors they hold (",
+                 shard_files[0], ", ", shard_files[1], ", ...)");
+  }
+
+  // Open every shard (validating its header) and record where each tensor lives.
+  for (size_t s = 0; s < shard_files.size(); ++s) {
+    c.shards_.push_back(SafetensorsFile::open((root / shard_files[s]).string()));
+    const std::vector<TensorEntry>& entries = c.shards_.back().entries();
+    for (size_t e = 0; e < entries.size(); ++e) {
+      auto [it, inserted] = c.where_.emplace(entries[e].name, std::make_pair(s, e));
+      if (!inserted) {
+        fail(dir, ": tensor '", entries[e].name, "' is present in two shards, ",
+             shard_files[it->second.first], " and ", shard_files[s]);
+      }
+    }
+  }
+  if (!has_index) return c;
+
+  // The index and the shards must agree in both directions.
+  for (const auto& [name, loc] : c.where_) {
+    const SafetensorsFile& shard = c.shards_[loc.first];
+    auto listed = index.find(name);
+    if (listed == index.end()) {
+      fail(shard.path(), ": tensor '", name, "' is not listed in ", kIndexName,
+           " (loaders would ignore it)");
+    }
+    STRATA_CHECK(listed->second == shard_files[loc.first], shard.path(), ": tensor '", name,
+                 "' is here but ", kIndexName, " lists it in ", listed->second);
+  }
+  for (const auto& [tensor, shard] : index) {
+    STRATA_CHECK(c.where_.count(tensor) == 1, (root / shard).string(), ": tensor '", tensor,
+                 "' is listed in ", kIndexName, " but absent from this shard");
+  }
+  return c;
+}
+
+std::vector<std::string> Checkpoint::tensor_names() const {
+  std::vector<std::string> names;
+  names.reserve(where_.size());
+  for (const auto& kv : where_)
+    names.push_back(kv.first);
+  return names;  // std::map iterates in sorted order
+}
+
+bool Checkpoint::has(std::string_view name) const {
+  return where_.find(name) != where_.end();
+}
+
+const TensorEntry& Checkpoint::entry(std::string_view name) const {
+  auto it = where_.find(name);
+  STRATA_CHECK(it != where_.end(), dir_, ": no tensor '", name, "' in the checkpoint");
+  return shards_[it->second.first].entries()[it->second.second];
+}
+
+const SafetensorsFile& Checkpoint::shard_of(std::string_view name) const {
+  auto it = where_.find(name);
+  STRATA_CHECK(it != where_.end(), dir_, ": no tensor '", name, "' in the checkpoint");
+  return shards_[it->second.first];
+}
+
+Tensor Checkpoint::tensor(std::string_view name) const {
+  return shard_of(name).tensor(entry(name));
+}
+
+uint64_t Checkpoint::bytes_on_disk() const {
+  uint64_t total = 0;
+  for (const SafetensorsFile& s : shards_)
+    total += s.file_size();
+  return total;
+}
+
+}  // namespace strata

@@ -1,0 +1,276 @@
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+
+#include "io/checkpoint.h"
+#include "io/json.h"
+#include "io/safetensors.h"
+#include "io/safetensors_writer.h"
+#include "io_test_util.h"
+
+namespace strata {
+namespace {
+
+using test::expect_error;
+using test::read_bytes;
+using test::TempDir;
+
+Tensor u8_tensor(Shape shape, uint8_t first) {
+  Tensor t = Tensor::zeros(DType::kU8, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(first + i);
+  return t;
+}
+
+TEST(WriteSafetensors, ExactBytes) {
+  TempDir dir;
+  NamedTensors tensors;
+  tensors.emplace_back("b", u8_tensor({3}, 1));
+  tensors.emplace_back("a", Tensor::scalar_f32(1.0f));
+  write_safetensors(dir.file("x.safetensors"), tensors, {{"format", "pt"}});
+
+  // Hand-written expectation: header in the given order with __metadata__ first; "a" starts at
+  // offset 8 (the next multiple of 8 after 3 bytes of "b").
+  std::string header =
+      "{\"__metadata__\":{\"format\":\"pt\"},"
+      "\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,3]},"
+      "\"a\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[8,12]}}";
+  ASSERT_EQ(header.size(), 137u);
+  header += std::string(7, ' ');  // padded to 144, a multiple of 8
+  const std::string data(
+      "\x01\x02\x03\0\0\0\0\0"
+      "\x00\x00\x80\x3F",
+      12);
+  const std::string expected = std::string("\x90\0\0\0\0\0\0\0", 8) + header + data;
+  EXPECT_EQ(read_bytes(dir.file("x.safetensors")), expected);
+  EXPECT_EQ(dir.list(), (std::vector<std::string>{"x.safetensors"}));  // no temp left
+}
+
+TEST(WriteSafetensors, RoundTripAllDtypes) {
+  TempDir dir;
+  NamedTensors tensors;
+  const DType dtypes[] = {DType::kBF16, DType::kF16, DType::kF32, DType::kF8E4M3,
+                          DType::kE2M1, DType::kI32, DType::kU8};
+  for (DType d : dtypes) {
+    Tensor t = Tensor::zeros(d, {2, 4});
+    for (size_t i = 0; i < t.nbytes(); ++i)
+      t.mutable_bytes()[i] = static_cast<uint8_t>(i * 7 + 3);
+    tensors.emplace_back("t." + std::string(dtype_name(d)), t);
+  }
+  tensors.emplace_back("empty", Tensor::zeros(DType::kF32, {0, 5}));
+  write_safetensors(dir.file("r.safetensors"), tensors);
+  SafetensorsFile f = SafetensorsFile::open(dir.file("r.safetensors"));
+  EXPECT_TRUE(f.metadata().empty());
+  ASSERT_EQ(f.entries().size(), tensors.size());
+  for (const auto& [name, t] : tensors) {
+    SCOPED_TRACE(name);
+    const TensorEntry* e = f.find(name);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->dtype, t.dtype());
+    EXPECT_EQ(e->shape, t.shape());
+    EXPECT_EQ(e->begin % 8, 0u);
+    Tensor back = f.tensor(*e);
+    ASSERT_EQ(back.nbytes(), t.nbytes());
+    EXPECT_EQ(std::memcmp(back.bytes(), t.bytes(), t.nbytes()), 0);
+  }
+  EXPECT_EQ(f.header().data_offset % 8, 0u);
+}
+
+TEST(WriteSafetensors, Deterministic) {
+  TempDir dir;
+  NamedTensors tensors;
+  tensors.emplace_back("z", u8_tensor({5}, 9));
+  tensors.emplace_back("y", Tensor::scalar_f32(-3.5f));
+  write_safetensors(dir.file("1.safetensors"), tensors, {{"k", "v"}, {"format", "pt"}});
+  write_safetensors(dir.file("2.safetensors"), tensors, {{"format", "pt"}, {"k", "v"}});
+  EXPECT_EQ(read_bytes(dir.file("1.safetensors")), read_bytes(dir.file("2.safetensors")));
+}
+
+TEST(WriteSafetensors, BadInput) {
+  TempDir dir;
+  NamedTensors twice;
+  twice.emplace_back("a", u8_tensor({1}, 0));
+  twice.emplace_back("a", u8_tensor({1}, 0));
+  expect_error([&] { write_safetensors(dir.file("d.safetensors"), twice); },
+               {"d.safetensors", "tensor 'a' given twice"});
+  NamedTensors undefined;
+  undefined.emplace_back("u", Tensor());
+  expect_error([&] { write_safetensors(dir.file("d.safetensors"), undefined); },
+               {"tensor 'u' is undefined"});
+  NamedTensors bad_utf8;
+  bad_utf8.emplace_back("\xff", u8_tensor({1}, 0));
+  expect_error([&] { write_safetensors(dir.file("d.safetensors"), bad_utf8); },
+               {"d.safetensors", "not valid UTF-8"});
+  EXPECT_TRUE(dir.list().empty());
+}
+
+TEST(WriteSafetensors, UnwritableDestinations) {
+  TempDir dir;
+  NamedTensors tensors;
+  tensors.emplace_back("a", u8_tensor({4}, 0));
+  expect_error([&] { write_safetensors(dir.file("missing/x.safetensors"), tensors); },
+               {"missing/x.safetensors", "cannot create", "No such file or directory"});
+  test::write_bytes(dir.file("plain"), "");
+  expect_error([&] { write_safetensors(dir.file("plain/x.safetensors"), tensors); },
+               {"plain/x.safetensors", "Not a directory"});
+  // A read-only filesystem refuses even root.
+  expect_error([&] { write_safetensors("/proc/strata-io-test.safetensors", tensors); },
+               {"/proc/strata-io-test.safetensors", "cannot create"});
+  EXPECT_EQ(dir.list(), (std::vector<std::string>{"plain"}));
+
+  // A read-only directory (root ignores permissions, so only as another user).
+  if (::geteuid() != 0) {
+    std::filesystem::create_directory(dir.file("ro"));
+    std::filesystem::permissions(
+        dir.file("ro"), std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    expect_error([&] { write_safetensors(dir.file("ro/x.safetensors"), tensors); },
+                 {"ro/x.safetensors", "Permission denied"});
+    expect_error([&] { write_file_atomic(dir.file("ro/x.json"), "{}"); }, {"ro/x.json"});
+  }
+}
+
+// A write that fails halfway (the file-size limit stands in for a full disk: both make write(2)
+// fail after some bytes went out) is an error naming the file, and no temporary is left.
+TEST(WriteSafetensors, WriteErrorRemovesTemp) {
+  TempDir dir;
+  NamedTensors tensors;
+  tensors.emplace_back("big", Tensor::zeros(DType::kU8, {1 << 16}));
+  struct rlimit old {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  struct rlimit small = old;
+  small.rlim_cur = 4096;
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string message;
+  try {
+    write_safetensors(dir.file("big.safetensors"), tensors);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  try {
+    write_file_atomic(dir.file("big.json"), std::string(10000, 'x'));
+  } catch (const Error& e) {
+    message += e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_NE(message.find("big.safetensors: write failed: File too large"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("big.json: write failed"), std::string::npos) << message;
+  EXPECT_TRUE(dir.list().empty());
+}
+
+TEST(WriteFileAtomic, WritesAndReplaces) {
+  TempDir dir;
+  write_file_atomic(dir.file("f.json"), "first");
+  EXPECT_EQ(read_bytes(dir.file("f.json")), "first");
+  write_file_atomic(dir.file("f.json"), "second, longer");
+  EXPECT_EQ(read_bytes(dir.file("f.json")), "second, longer");
+  write_file_atomic(dir.file("empty"), "");
+  EXPECT_EQ(read_bytes(dir.file("empty")), "");
+  EXPECT_EQ(dir.list(), (std::vector<std::string>{"empty", "f.json"}));
+}
+
+// Adds tensors of 40, 40, 40, 100 and 8 bytes with a 100-byte limit:
+// [40 40] (+40 would be 120), [40] (+100 would be 140), [100] (+8 would be 108), [8].
+std::vector<std::string> write_five(const std::string& out, ShardedWriterOptions options) {
+  ShardedWriter w(out, std::move(options));
+  w.add("m.w1", u8_tensor({40}, 1));
+  w.add("m.w0", u8_tensor({4, 10}, 2));
+  w.add("m.b", u8_tensor({40}, 3));
+  w.add("a.big", u8_tensor({10, 10}, 4));
+  w.add("z.small", u8_tensor({8}, 5));
+  return w.finish();
+}
+
+TEST(ShardedWriter, ShardsIndexAndReadBack) {
+  TempDir dir;
+  ShardedWriterOptions opt;
+  opt.max_shard_bytes = 100;
+  const auto shards = write_five(dir.path(), opt);
+  const std::vector<std::string> expected_shards = {
+      "model-00001-of-00004.safetensors", "model-00002-of-00004.safetensors",
+      "model-00003-of-00004.safetensors", "model-00004-of-00004.safetensors"};
+  EXPECT_EQ(shards, expected_shards);
+  std::vector<std::string> files = expected_shards;
+  files.insert(files.begin() + 4, "model.safetensors.index.json");
+  EXPECT_EQ(dir.list(), files);  // nothing else: no temporaries
+
+  const std::string expected_index =
+      "{\n"
+      "  \"metadata\": {\n"
+      "    \"total_size\": 228\n"
+      "  },\n"
+      "  \"weight_map\": {\n"
+      "    \"a.big\": \"model-00003-of-00004.safetensors\",\n"
+      "    \"m.b\": \"model-00002-of-00004.safetensors\",\n"
+      "    \"m.w0\": \"model-00001-of-00004.safetensors\",\n"
+      "    \"m.w1\": \"model-00001-of-00004.safetensors\",\n"
+      "    \"z.small\": \"model-00004-of-00004.safetensors\"\n"
+      "  }\n"
+      "}\n";
+  EXPECT_EQ(read_bytes(dir.file("model.safetensors.index.json")), expected_index);
+
+  Checkpoint c = Checkpoint::open(dir.path());
+  EXPECT_EQ(c.tensor_names(),
+            (std::vector<std::string>{"a.big", "m.b", "m.w0", "m.w1", "z.small"}));
+  EXPECT_EQ(c.shards().size(), 4u);
+  EXPECT_EQ(c.tensor("m.w0").shape(), (Shape{4, 10}));
+  EXPECT_EQ(c.tensor("m.w0").item_f32(39), 41.0f);  // first 2, last 2 + 39
+  EXPECT_EQ(c.tensor("a.big").item_f32(99), 103.0f);
+  EXPECT_EQ(c.shard_of("m.b").metadata().at("format"), "pt");
+}
+
+TEST(ShardedWriter, DeterministicAndPrefix) {
+  TempDir a;
+  TempDir b;
+  ShardedWriterOptions opt;
+  opt.max_shard_bytes = 100;
+  opt.prefix = "part";
+  const auto sa = write_five(a.path(), opt);
+  const auto sb = write_five(b.path(), opt);
+  ASSERT_EQ(sa, sb);
+  EXPECT_EQ(sa.front(), "part-00001-of-00004.safetensors");
+  ASSERT_EQ(a.list(), b.list());
+  for (const std::string& f : a.list())
+    EXPECT_EQ(read_bytes(a.file(f)), read_bytes(b.file(f))) << f;
+  EXPECT_TRUE(std::filesystem::exists(a.file("part.safetensors.index.json")));
+}
+
+TEST(ShardedWriter, OneShardWhenEverythingFits) {
+  TempDir dir;
+  const auto shards = write_five(dir.path(), {});
+  EXPECT_EQ(shards, (std::vector<std::string>{"model-00001-of-00001.safetensors"}));
+  EXPECT_EQ(Checkpoint::open(dir.path()).tensor_names().size(), 5u);
+}
+
+TEST(ShardedWriter, AbandonedWriterLeavesNothing) {
+  TempDir dir;
+  {
+    ShardedWriterOptions opt;
+    opt.max_shard_bytes = 10;
+    ShardedWriter w(dir.path(), opt);
+    w.add("a", u8_tensor({8}, 0));
+    w.add("b", u8_tensor({8}, 0));  // flushes the first shard to a temporary file
+    w.add("c", u8_tensor({8}, 0));
+    EXPECT_FALSE(dir.list().empty());
+  }
+  EXPECT_TRUE(dir.list().empty());
+}
+
+TEST(ShardedWriter, Errors) {
+  TempDir dir;
+  expect_error([&] { ShardedWriter w(dir.file("missing")); }, {"missing", "does not exist"});
+  ShardedWriter w(dir.path());
+  w.add("a", u8_tensor({1}, 0));
+  expect_error([&] { w.add("a", u8_tensor({1}, 0)); }, {"tensor 'a' added twice"});
+  ShardedWriter empty(dir.path());
+  expect_error([&] { empty.finish(); }, {"no tensors"});
+}
+
+}  // namespace
+}  // namespace strata
