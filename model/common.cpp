@@ -1,0 +1,200 @@
+#include "model/common.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace strata::model {
+
+bool has_tensor(const Checkpoint& ckpt, const std::string& name) { return ckpt.has(name); }
+
+std::vector<float> load_weight(const Checkpoint& ckpt, const std::string& name, const Shape& shape) {
+  STRATA_CHECK(ckpt.has(name), ckpt.dir(), ": tensor '", name, "' is missing; the checkpoint does not match its config.json");
+  Tensor t = ckpt.tensor(name);
+  STRATA_CHECK(t.shape() == shape, ckpt.dir(), ": tensor '", name, "' has shape ", shape_str(t.shape()),
+               " but config.json implies ", shape_str(shape));
+  STRATA_CHECK(dtype_is_floating(t.dtype()) && t.dtype() != DType::kE2M1, ckpt.dir(), ": tensor '", name,
+               "' has dtype ", dtype_name(t.dtype()), ", which the forward cannot read as a weight");
+  return ops::weight_f32(t);
+}
+
+ops::RopeParams rope_params(const ModelConfig& config) {
+  const RopeConfig& r = config.rope;
+  ops::RopeParams p;
+  p.theta = r.theta;
+  p.factor = r.factor;
+  p.low_freq_factor = r.low_freq_factor;
+  p.high_freq_factor = r.high_freq_factor;
+  p.original_max_position = static_cast<double>(r.original_max_position_embeddings);
+  p.beta_fast = r.beta_fast;
+  p.beta_slow = r.beta_slow;
+  if (r.type == "default") {
+    p.kind = ops::RopeParams::Kind::kDefault;
+  } else if (r.type == "linear") {
+    p.kind = ops::RopeParams::Kind::kLinear;
+  } else if (r.type == "llama3") {
+    p.kind = ops::RopeParams::Kind::kLlama3;
+    STRATA_CHECK(p.original_max_position > 0, config.path,
+                 ": llama3 rope scaling needs original_max_position_embeddings");
+  } else if (r.type == "yarn") {
+    p.kind = ops::RopeParams::Kind::kYarn;
+    STRATA_CHECK(p.original_max_position > 0, config.path, ": yarn rope scaling needs original_max_position_embeddings");
+    // cos/sin are scaled by attention_factor; by default 0.1·ln(s) + 1 (or the mscale ratio
+    // for DeepSeek-style configs, which is 1 when mscale == mscale_all_dim).
+    auto m = [](double s, double ms) { return s <= 1.0 ? 1.0 : 0.1 * ms * std::log(s) + 1.0; };
+    if (r.attention_factor) {
+      p.attention_factor = *r.attention_factor;
+    } else if (r.mscale_all_dim > 0.0) {
+      p.attention_factor = m(r.factor, r.mscale) / m(r.factor, r.mscale_all_dim);
+    } else {
+      p.attention_factor = m(r.factor, 1.0);
+    }
+  } else {
+    fail(config.path, ": rope type '", r.type,
+         "' is not supported (supported: default, linear, llama3, yarn); it changes the math, so strata stops");
+  }
+  return p;
+}
+
+Prefixes find_prefixes(const ModelConfig& config, const Checkpoint& ckpt) {
+  for (const char* p : {"model.", "language_model.model.", "model.language_model."}) {
+    if (ckpt.has(std::string(p) + "embed_tokens.weight")) {
+      Prefixes out;
+      out.model = p;
+      std::string head = std::string(p) == "model." ? "lm_head.weight"
+                         : std::string(p) == "language_model.model." ? "language_model.lm_head.weight"
+                                                                     : "lm_head.weight";
+      if (!ckpt.has(head)) {
+        STRATA_CHECK(config.tie_word_embeddings, ckpt.dir(), ": '", head,
+                     "' is missing and tie_word_embeddings is false in config.json");
+        head = out.model + "embed_tokens.weight";
+      }
+      out.lm_head = head;
+      return out;
+    }
+  }
+  fail(ckpt.dir(), ": no embed_tokens.weight found (looked for model., language_model.model., model.language_model.)");
+}
+
+Ends::Ends(const ModelConfig& config, const Checkpoint& ckpt, const Prefixes& prefixes)
+    : ckpt_(ckpt),
+      embed_name_(prefixes.model + "embed_tokens.weight"),
+      norm_name_(prefixes.model + "norm.weight"),
+      head_name_(prefixes.lm_head),
+      hidden_(config.hidden_size),
+      vocab_(config.vocab_size),
+      eps_(static_cast<float>(config.rms_norm_eps)) {}
+
+void Ends::embed(const Batch& batch, float* hidden, bool round) const {
+  Tensor e = ckpt_.tensor(embed_name_);
+  STRATA_CHECK(e.ndim() == 2 && e.dim(1) == hidden_, ckpt_.dir(), ": '", embed_name_, "' has shape ",
+               shape_str(e.shape()), ", expected [vocab, ", hidden_, "]");
+  for (int64_t t = 0; t < batch.n_tokens(); ++t) {
+    const int32_t id = batch.tokens[t];
+    STRATA_CHECK(id >= 0 && id < e.dim(0), "token id ", id, " is outside the vocabulary [0, ", e.dim(0), ")");
+    for (int64_t c = 0; c < hidden_; ++c) hidden[t * hidden_ + c] = e.item_f32(id * hidden_ + c);
+  }
+  if (round) ops::round_bf16(hidden, batch.n_tokens() * hidden_);
+}
+
+void Ends::logits(const float* hidden, int64_t n_tokens, float* out) const {
+  std::vector<float> norm_w = load_weight(ckpt_, norm_name_, {hidden_});
+  std::vector<float> head = load_weight(ckpt_, head_name_, {vocab_, hidden_});
+  std::vector<float> xn(static_cast<size_t>(n_tokens * hidden_));
+  ops::rms_norm(hidden, n_tokens, hidden_, norm_w.data(), eps_, xn.data());
+  ops::linear(xn.data(), n_tokens, hidden_, head.data(), vocab_, out);
+}
+
+SwigluWeights load_swiglu(const Checkpoint& ckpt, const std::string& gate, const std::string& up,
+                          const std::string& down, int64_t hidden, int64_t inter) {
+  SwigluWeights w;
+  w.gate_name = gate;
+  w.up_name = up;
+  w.down_name = down;
+  w.inter = inter;
+  w.gate = load_weight(ckpt, gate + ".weight", {inter, hidden});
+  w.up = load_weight(ckpt, up + ".weight", {inter, hidden});
+  w.down = load_weight(ckpt, down + ".weight", {hidden, inter});
+  return w;
+}
+
+void swiglu_mlp(const SwigluWeights& w, const float* x, int64_t rows, int64_t hidden, float* out,
+                Observer* observer) {
+  if (observer) {
+    observer->observe(w.gate_name, x, rows, hidden);
+    observer->observe(w.up_name, x, rows, hidden);
+  }
+  std::vector<float> g(static_cast<size_t>(rows * w.inter)), u(g.size());
+  ops::linear(x, rows, hidden, w.gate.data(), w.inter, g.data());
+  ops::linear(x, rows, hidden, w.up.data(), w.inter, u.data());
+  ops::swiglu(g.data(), u.data(), rows * w.inter, g.data());
+  if (observer) observer->observe(w.down_name, g.data(), rows, w.inter);
+  ops::linear(g.data(), rows, w.inter, w.down.data(), hidden, out);
+}
+
+}  // namespace strata::model
+
+namespace strata::model {
+
+GqaAttention GqaAttention::load(const ModelConfig& c, const Checkpoint& ckpt, const std::string& prefix) {
+  GqaAttention a;
+  a.prefix = prefix;
+  a.hidden = c.hidden_size;
+  a.n_heads = c.num_attention_heads;
+  a.n_kv = c.num_key_value_heads;
+  a.head_dim = c.head_dim;
+  STRATA_CHECK(a.n_kv > 0 && a.n_heads % a.n_kv == 0, c.path, ": num_attention_heads (", a.n_heads,
+               ") must be a multiple of num_key_value_heads (", a.n_kv, ")");
+  const int64_t qd = a.n_heads * a.head_dim, kd = a.n_kv * a.head_dim;
+  a.wq = load_weight(ckpt, prefix + "q_proj.weight", {qd, a.hidden});
+  a.wk = load_weight(ckpt, prefix + "k_proj.weight", {kd, a.hidden});
+  a.wv = load_weight(ckpt, prefix + "v_proj.weight", {kd, a.hidden});
+  a.wo = load_weight(ckpt, prefix + "o_proj.weight", {a.hidden, qd});
+  if (ckpt.has(prefix + "q_proj.bias")) {
+    a.bq = load_weight(ckpt, prefix + "q_proj.bias", {qd});
+    a.bk = load_weight(ckpt, prefix + "k_proj.bias", {kd});
+    a.bv = load_weight(ckpt, prefix + "v_proj.bias", {kd});
+  }
+  if (ckpt.has(prefix + "q_norm.weight")) {
+    a.q_norm = load_weight(ckpt, prefix + "q_norm.weight", {a.head_dim});
+    a.k_norm = load_weight(ckpt, prefix + "k_norm.weight", {a.head_dim});
+    a.qk_norm_eps = static_cast<float>(c.rms_norm_eps);
+  }
+  a.rope = rope_params(c);
+  a.inv_freq = ops::rope_inv_freq(a.rope, a.head_dim);
+  return a;
+}
+
+void GqaAttention::forward(const Batch& batch, const float* x, float* out, Observer* observer) const {
+  const int64_t T = batch.n_tokens(), d = head_dim;
+  const int64_t qd = n_heads * d, kd = n_kv * d;
+  if (observer) {
+    for (const char* m : {"q_proj", "k_proj", "v_proj"}) observer->observe(prefix + m, x, T, hidden);
+  }
+  std::vector<float> q(T * qd), k(T * kd), v(T * kd);  // [T, nH, d], [T, nKV, d], [T, nKV, d]
+  ops::linear(x, T, hidden, wq.data(), qd, q.data(), bq.empty() ? nullptr : bq.data());
+  ops::linear(x, T, hidden, wk.data(), kd, k.data(), bk.empty() ? nullptr : bk.data());
+  ops::linear(x, T, hidden, wv.data(), kd, v.data(), bv.empty() ? nullptr : bv.data());
+  if (!q_norm.empty()) {  // per-head RMSNorm over d, before RoPE
+    ops::rms_norm(q.data(), T * n_heads, d, q_norm.data(), qk_norm_eps, q.data());
+    ops::rms_norm(k.data(), T * n_kv, d, k_norm.data(), qk_norm_eps, k.data());
+  }
+  ops::rope(q.data(), T, n_heads, d, 0, d, batch.positions.data(), inv_freq, rope.attention_factor, false);
+  ops::rope(k.data(), T, n_kv, d, 0, d, batch.positions.data(), inv_freq, rope.attention_factor, false);
+  const std::string layer_prefix = prefix;  // "model.layers.N.self_attn."
+  if (observer) {
+    observer->observe(layer_prefix + "k_cache", k.data(), T, kd);
+    observer->observe(layer_prefix + "v_cache", v.data(), T, kd);
+  }
+  std::vector<float> attn(T * qd);  // [T, nH, d]
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  for (int64_t s = 0; s < batch.n_seqs(); ++s) {
+    const int64_t b = batch.seq_offsets[s], len = batch.seq_offsets[s + 1] - b;
+    ops::attention_causal(q.data() + b * qd, qd, k.data() + b * kd, kd, v.data() + b * kd, kd, len, n_heads,
+                          n_kv, d, d, scale, attn.data() + b * qd);
+  }
+  if (observer) observer->observe(prefix + "o_proj", attn.data(), T, qd);
+  ops::linear(attn.data(), T, qd, wo.data(), hidden, out);
+}
+
+}  // namespace strata::model

@@ -1,0 +1,81 @@
+// The forward pass, driven one decoder layer at a time (the engine's view of a model).
+//
+//   auto fwd = ModelForward::create(config, checkpoint);   // resolves the family, checks fields
+//   fwd->embed(batch, hidden);                             // [T, H]
+//   for each layer i: fwd->layer(i)->forward(batch, hidden, observer);
+//   fwd->logits(batch, hidden, logits);                    // final norm + lm_head: [T, vocab]
+//
+// A Batch is ragged sequences concatenated along the token axis, with no padding: attention
+// runs per sequence, so nothing leaks between them.
+//
+// Observers see every quantizable input under a stable hub name before it is used:
+//   "<module>"                         the input of linear <module> (e.g.
+//                                      "model.layers.3.self_attn.q_proj",
+//                                      "model.layers.3.mlp.experts.7.down_proj"); fused inputs
+//                                      (q/k/v, gate/up) are reported once per module
+//   "<layers.N>.self_attn.k_cache"     K after RoPE, before head repetition [T, nKV·dk]
+//   "<layers.N>.self_attn.v_cache"     V [T, nKV·dv]
+// Routed experts report only the rows routed to them (possibly none: rows == 0 is reported too).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "io/checkpoint.h"
+#include "io/hf_config.h"
+
+namespace strata {
+
+struct Batch {
+  std::vector<int32_t> tokens;       // all sequences, concatenated
+  std::vector<int64_t> seq_offsets;  // sequence s spans [seq_offsets[s], seq_offsets[s+1])
+  std::vector<int64_t> positions;    // per token, 0-based within its sequence
+
+  static Batch from_sequences(const std::vector<std::vector<int32_t>>& seqs);
+  int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t n_seqs() const { return static_cast<int64_t>(seq_offsets.size()) - 1; }
+};
+
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  // x is [rows, cols] fp32, row-major.
+  virtual void observe(std::string_view name, const float* x, int64_t rows, int64_t cols) = 0;
+};
+
+struct ForwardOptions {
+  // Round the hidden states to bf16 after the embedding and after every decoder layer, as the
+  // source model runs in Hugging Face (docs/DESIGN.md). Off: everything stays fp32.
+  bool bf16_between_layers = true;
+};
+
+class DecoderLayer {
+ public:
+  virtual ~DecoderLayer() = default;
+  // hidden [T, H] is updated in place.
+  virtual void forward(const Batch& batch, float* hidden, Observer* observer) = 0;
+};
+
+class ModelForward {
+ public:
+  virtual ~ModelForward() = default;
+  // Throws strata::Error for an unknown model_type or a config field that changes the math and
+  // is not understood.
+  static std::unique_ptr<ModelForward> create(const ModelConfig& config, const Checkpoint& ckpt,
+                                              ForwardOptions options = {});
+
+  virtual int64_t hidden_size() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t num_layers() const = 0;
+  // hidden [T, H] = embedding rows of batch.tokens.
+  virtual void embed(const Batch& batch, float* hidden) const = 0;
+  // Reads layer i's weights from the checkpoint.
+  virtual std::unique_ptr<DecoderLayer> layer(int64_t i) const = 0;
+  // logits [T, vocab] = lm_head(final_norm(hidden)).
+  virtual void logits(const Batch& batch, const float* hidden, float* out) const = 0;
+};
+
+}  // namespace strata

@@ -1,0 +1,147 @@
+// The CPU forward against transformers' own outputs (tests/fixtures/make_fixtures.py).
+//
+// Two comparisons per fixture model, each with a stated tolerance on the relative Frobenius
+// error ||ours - ref|| / ||ref|| per sequence:
+//   * all-fp32 forward vs transformers in fp32 on the CPU (ref32): the two differ only in the
+//     order of fp32 sums, so 1e-4 is generous after a few layers;
+//   * bf16-between-layers forward vs transformers in bf16 on the GPU (ref16): transformers rounds
+//     after every op while strata rounds only between layers, so differences of a few bf16
+//     ulps (2^-8 relative each) accumulate: 3e-2.
+// Observed amaxes (every linear input, K after RoPE, V) are compared with the fp32 run at 1e-4.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+#include "model/forward.h"
+
+namespace strata {
+namespace {
+
+const std::string kFixtures = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/";
+
+double rel_error(const float* a, const Tensor& ref) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double r = ref.item_f32(i), d = a[i] - r;
+    num += d * d;
+    den += r * r;
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+class AmaxObserver : public Observer {
+ public:
+  void observe(std::string_view name, const float* x, int64_t rows, int64_t cols) override {
+    float m = 0;
+    for (int64_t i = 0; i < rows * cols; ++i) m = std::max(m, std::fabs(x[i]));
+    auto [it, inserted] = amax.emplace(std::string(name), m);
+    if (!inserted) it->second = std::max(it->second, m);
+  }
+  std::map<std::string, float> amax;
+};
+
+struct Fixture {
+  Checkpoint ckpt;
+  ModelConfig config;
+  SafetensorsFile ref;
+  std::vector<std::vector<int32_t>> seqs;
+};
+
+Fixture load(const std::string& name) {
+  const std::string dir = kFixtures + name;
+  Fixture f{Checkpoint::open(dir), read_model_config(dir), SafetensorsFile::open(dir + "/reference.safetensors"), {}};
+  for (int s = 0;; ++s) {
+    const TensorEntry* e = f.ref.find("tokens." + std::to_string(s));
+    if (!e) break;
+    Tensor t = f.ref.tensor(*e);
+    f.seqs.emplace_back(t.data<int32_t>(), t.data<int32_t>() + t.numel());
+  }
+  return f;
+}
+
+void check_model(const std::string& name, bool bf16, double tol) {
+  Fixture f = load(name);
+  ASSERT_FALSE(f.seqs.empty());
+  const std::string tag = bf16 ? "ref16." : "ref32.";
+  if (bf16 && !f.ref.find(tag + "logits.0")) GTEST_FAIL() << name << ": fixture has no GPU bf16 run";
+  ForwardOptions options;
+  options.bf16_between_layers = bf16;
+  auto fwd = ModelForward::create(f.config, f.ckpt, options);
+  const int64_t H = fwd->hidden_size(), V = fwd->vocab_size();
+  AmaxObserver obs;
+  // Each sequence alone, then all together as one ragged batch: the results must agree, since
+  // nothing may leak between sequences.
+  for (int mode = 0; mode < 2; ++mode) {
+    std::vector<std::vector<std::vector<int32_t>>> batches;
+    if (mode == 0) {
+      for (auto& s : f.seqs) batches.push_back({s});
+    } else {
+      batches.push_back(f.seqs);
+    }
+    int seq_base = 0;
+    for (auto& seqs : batches) {
+      Batch batch = Batch::from_sequences(seqs);
+      std::vector<float> h(batch.n_tokens() * H);
+      fwd->embed(batch, h.data());
+      for (int64_t l = 0; l < fwd->num_layers(); ++l) {
+        fwd->layer(l)->forward(batch, h.data(), mode == 0 ? &obs : nullptr);
+        for (int64_t s = 0; s < batch.n_seqs(); ++s) {
+          Tensor ref = f.ref.tensor(tag + "hidden." + std::to_string(l) + "." + std::to_string(seq_base + s));
+          const double err = rel_error(&h[batch.seq_offsets[s] * H], ref);
+          EXPECT_LT(err, tol) << name << " layer " << l << " seq " << seq_base + s << " mode " << mode;
+        }
+      }
+      std::vector<float> logits(batch.n_tokens() * V);
+      fwd->logits(batch, h.data(), logits.data());
+      for (int64_t s = 0; s < batch.n_seqs(); ++s) {
+        Tensor ref = f.ref.tensor(tag + "logits." + std::to_string(seq_base + s));
+        EXPECT_LT(rel_error(&logits[batch.seq_offsets[s] * V], ref), tol) << name << " logits seq " << seq_base + s;
+      }
+      seq_base += static_cast<int>(batch.n_seqs());
+    }
+  }
+  if (bf16) return;
+  // Every linear amax transformers recorded must be observed with the same value, and K/V.
+  int checked = 0;
+  for (const TensorEntry& e : f.ref.entries()) {
+    const std::string prefix = "ref32.amax.";
+    if (e.name.rfind(prefix, 0) != 0) continue;
+    std::string module = e.name.substr(prefix.size());
+    if (module.find("lm_head") != std::string::npos || module.find("mlp.gate") != std::string::npos ||
+        module.find("shared_expert_gate") != std::string::npos)
+      continue;  // routers and lm_head are not quantized inputs
+    const float want = f.ref.tensor(e).item_f32();
+    auto it = obs.amax.find(module);
+    ASSERT_NE(it, obs.amax.end()) << name << ": no observer saw " << module;
+    EXPECT_NEAR(it->second, want, 1e-4 * want + 1e-6) << name << " " << module;
+    ++checked;
+  }
+  for (int64_t l = 0; l < fwd->num_layers(); ++l) {
+    for (const char* kv : {"k", "v"}) {
+      Tensor ref = f.ref.tensor("ref32.kv_amax." + std::to_string(l) + "." + kv);
+      const std::string obs_name = "model.layers." + std::to_string(l) + ".self_attn." + kv + "_cache";
+      ASSERT_TRUE(obs.amax.count(obs_name)) << obs_name;
+      EXPECT_NEAR(obs.amax[obs_name], ref.item_f32(), 1e-4 * ref.item_f32()) << name << " " << obs_name;
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+class ForwardFp32 : public testing::TestWithParam<std::string> {};
+TEST_P(ForwardFp32, MatchesTransformers) { check_model(GetParam(), false, 1e-4); }
+class ForwardBf16 : public testing::TestWithParam<std::string> {};
+TEST_P(ForwardBf16, MatchesTransformersOnGpu) { check_model(GetParam(), true, 3e-2); }
+
+const auto kModels = testing::Values("llama", "llama_odd", "qwen3", "qwen3_moe", "qwen3_moe_nonorm");
+INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardFp32, kModels);
+INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardBf16, kModels);
+
+}  // namespace
+}  // namespace strata
