@@ -24,7 +24,11 @@ std::unique_ptr<DecoderLayer> make_llama_layer(const LayerContext& ctx);
 // the config keeps dense).
 std::unique_ptr<DecoderLayer> make_qwen_moe_layer(const LayerContext& ctx);
 
-// Stops with a strata::Error when config.json asks for math the family does not implement.
+// DeepSeek-V3, Kimi-K2: MLA attention and a sigmoid-routed (noaux_tc) MoE with shared experts.
+std::unique_ptr<DecoderLayer> make_deepseek_v3_layer(const LayerContext& ctx);
+
+// Stop with a strata::Error when config.json asks for math the family does not implement.
 void check_llama_config(const ModelConfig& config);
+void check_deepseek_v3_config(const ModelConfig& config);
 
 }  // namespace strata::model

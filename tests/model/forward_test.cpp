@@ -139,7 +139,8 @@ TEST_P(ForwardFp32, MatchesTransformers) { check_model(GetParam(), false, 1e-4);
 class ForwardBf16 : public testing::TestWithParam<std::string> {};
 TEST_P(ForwardBf16, MatchesTransformersOnGpu) { check_model(GetParam(), true, 3e-2); }
 
-const auto kModels = testing::Values("llama", "llama_odd", "qwen3", "qwen3_moe", "qwen3_moe_nonorm");
+const auto kModels = testing::Values("llama", "llama_odd", "qwen3", "qwen3_moe", "qwen3_moe_nonorm", "deepseek_v3",
+                                     "deepseek_v3_noqlora");
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardFp32, kModels);
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardBf16, kModels);
 
