@@ -1,0 +1,72 @@
+// FP8 per-tensor (format.md §2) and the FP8 KV-cache scales (§3), as NVIDIA ModelOpt's unified
+// Hugging Face export computes them on the GPU.
+//
+//   weight_scale = fl32(A * fl32(1/448))     A = per-tensor weight amax
+//   weight       = e4m3(clamp(round_src(W / round_src(weight_scale)), -448, 448))
+//   input_scale  = fl32(amax' * fl32(1/448)) amax' = 448 when amax is 0 or NaN (so the scale is
+//                                            exactly 1.0), FLT_MAX when +inf, FLT_MIN when below
+//   k/v scale    = fl32(amax * fl32(1/448))  refused when amax is 0 or not finite
+// round_src rounds to the weight's own dtype (bf16, f16; nothing for f32), round to nearest even.
+//
+// Where each rule comes from (ModelOpt export/unified_export_hf.py, export/quant_utils.py):
+// - weight_scale: a per-tensor max-calibrated amax is a 0-d CUDA tensor, and the export divides
+//   it by the Python float 448.0. PyTorch evaluates "CUDA tensor / Python number" as a product
+//   with the fp32 reciprocal (the rule of format.md §1), not as a true division. (ModelOpt's
+//   other branch, for a 1-d amax, divides in Python double and would give fl32(A/448).)
+// - weight: the export computes `W.to(dtype) / weight_scale` with the scale a 0-d fp32 tensor on
+//   the weight's device. Type promotion keeps the weight's dtype (a 0-d operand does not promote
+//   a dimensioned one), and the CUDA kernel loads every operand in that dtype: the scale is
+//   rounded to bf16 (f16) before the division, the fp32 quotient is rounded to bf16 (f16), and
+//   that value is cast to float8_e4m3fn. format.md §2 states the quotient's bf16 rounding
+//   but not the divisor's.
+// - PyTorch's cast to float8_e4m3fn does not saturate: 464 rounds to 448 (tie to even), anything
+//   larger becomes NaN. ModelOpt does not clamp. Clamping to ±448 first gives the same byte for
+//   every quotient up to 464, which covers every valid input (A >= max|W| keeps |W/scale| within
+//   about 448 * (1 + 2^-8)); it differs only where ModelOpt would write NaN.
+// - input_scale: TensorQuantizer.export_amax replaces an amax of 0 or NaN by maxbound (448) and
+//   clamps to [FLT_MIN, FLT_MAX]; the scale is then that amax over 448.0 on the GPU.
+// - k/v scales: the raw observer amax over 448 on the GPU (no substitution: ModelOpt would write
+//   0 for an amax of 0, which makes vLLM divide by zero, so strata refuses instead).
+#pragma once
+
+#include <string_view>
+
+#include "core/tensor.h"
+#include "quant/encode.h"
+
+namespace strata {
+
+// One FP8-quantized weight W[..., out, in]:
+//   weight  F8_E4M3  [..., out, in]  same layout as W, one byte per element
+//   scale   F32      []              weight_scale
+// Dequantization: W ~= f32(weight) * scale.
+struct Fp8Weight {
+  Tensor weight;
+  Tensor scale;
+};
+
+// weight_scale for a per-tensor weight amax A: fl32(A * fl32(1/448)).
+float fp8_weight_scale(float weight_amax);
+
+// input_scale for an activation amax, with ModelOpt's substitutions (header comment). Never
+// fails: an amax of 0 or NaN gives 1.0.
+float fp8_input_scale(float activation_amax);
+
+// k_scale / v_scale for a KV-cache observer amax (format.md §3). Throws strata::Error naming
+// `name` when the amax is 0, negative or not finite.
+float fp8_kv_cache_scale(float amax, std::string_view name);
+
+// Quantizes a BF16/F16/F32 weight (any shape with at least one dimension) with per-tensor amax
+// `weight_amax` (>= max|W|). Throws strata::Error naming `name` for another dtype, a non-finite
+// element, or an amax that is not a positive finite number at least max|W|.
+Fp8Weight fp8_quantize(const Tensor& weight, float weight_amax, std::string_view name);
+
+// Inverse mapping to an F32 tensor of the original shape.
+Tensor fp8_dequantize(const Fp8Weight& q);
+
+namespace quant_detail {
+Fp8Weight fp8_quantize_with(Encoders encoders, const Tensor& weight, float weight_amax,
+                            std::string_view name);
+}  // namespace quant_detail
+
+}  // namespace strata
