@@ -19,6 +19,8 @@ struct Command {
 const std::vector<Command>& commands();
 
 int cmd_version(const std::vector<std::string>& argv);
+int cmd_eval(const std::vector<std::string>& argv);
 int cmd_inspect(const std::vector<std::string>& argv);
+int cmd_tokenize(const std::vector<std::string>& argv);
 
 }  // namespace strata::cli

@@ -357,8 +357,8 @@ void print_human(const Report& r) {
   if (r.unrecognized.empty()) {
     std::printf("\nunrecognized tensors: none\n");
   } else {
-    std::printf("\nunrecognized tensors: %zu (not part of the %s naming; they would be refused)\n",
-                r.unrecognized.size(), std::string(arch_family_name(r.arch.family)).c_str());
+    std::printf("\nunrecognized tensors: %zu (not names of the %s family)\n", r.unrecognized.size(),
+                std::string(arch_family_name(r.arch.family)).c_str());
     for (const std::string& n : r.unrecognized)
       std::printf("  %s\n", n.c_str());
   }

@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev libyaml-cpp-dev libpcre2-dev libopenblas-dev
   clang libclang-rt-dev clang-format
   python3
+  libicu-dev
 )
 
 missing=()

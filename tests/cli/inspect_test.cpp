@@ -5,11 +5,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -292,6 +295,244 @@ TEST(Inspect, ListsUnrecognizedTensors) {
   ASSERT_EQ(h.rc, 0) << h.err;
   EXPECT_NE(h.out.find("unrecognized tensors: 1"), std::string::npos) << h.out;
   EXPECT_NE(h.out.find("  " + bad + "\n"), std::string::npos) << h.out;
+}
+
+// ---- synthetic MoE and multimodal checkpoints ---------------------------------------------
+
+// One tensor of a hand-written checkpoint and what it is expected to be.
+struct Spec {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string kind;  // the kind inspect must report
+  char quant = '-';  // 'd': a linear weight the default recipes quantize; 'e': a routed expert's
+  std::string dtype = "BF16";
+};
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+int64_t elem_bytes(const std::string& dtype) {
+  return dtype == "F32" ? 4 : 2;
+}
+
+// Writes <dir>/model.safetensors (zero-filled data) and <dir>/config.json.
+void write_checkpoint(const fs::path& dir, const Json& config, const std::vector<Spec>& specs) {
+  fs::create_directories(dir);
+  Shard s;
+  s.header = Json::object();
+  for (const Spec& t : specs) {
+    const uint64_t begin = s.data.size();
+    s.data.append(static_cast<size_t>(numel(t.shape) * elem_bytes(t.dtype)), '\0');
+    s.header[t.name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {begin, s.data.size()}}};
+  }
+  write_shard(dir / "model.safetensors", s);
+  write_file(dir / "config.json", config.dump(2));
+}
+
+// Checks the --json report's kinds, estimates and unrecognised names against the specs.
+void check_report(const Json& j, const std::vector<Spec>& specs) {
+  std::map<std::string, std::array<int64_t, 3>> kinds;  // tensors, params, bytes
+  int64_t nvfp4 = 0, experts_only = 0, fp8 = 0, n_default = 0, n_experts = 0;
+  Json unrecognized = Json::array();
+  for (const Spec& t : specs) {
+    const int64_t n = numel(t.shape), bytes = n * elem_bytes(t.dtype);
+    auto& k = kinds[t.kind];
+    k[0] += 1;
+    k[1] += n;
+    k[2] += bytes;
+    if (t.kind == "unrecognized") unrecognized.push_back(t.name);
+    // NVFP4: packed E2M1 + one E4M3 scale per 16 + weight_scale_2 + input_scale (format.md §1);
+    // FP8: one byte per weight + weight_scale + input_scale (§2).
+    const int64_t as_nvfp4 = n / 2 + n / 16 + 8, as_fp8 = n + 8;
+    const bool quantized = t.quant == 'd' || t.quant == 'e';
+    nvfp4 += quantized ? as_nvfp4 : bytes;
+    fp8 += quantized ? as_fp8 : bytes;
+    experts_only += t.quant == 'e' ? as_nvfp4 : bytes;
+    n_default += quantized;
+    n_experts += t.quant == 'e';
+  }
+  for (const auto& [name, k] : kinds) {
+    EXPECT_EQ(j["kinds"][name]["tensors"], k[0]) << name;
+    EXPECT_EQ(j["kinds"][name]["params"], k[1]) << name;
+    EXPECT_EQ(j["kinds"][name]["bytes"], k[2]) << name;
+  }
+  for (const auto& [name, v] : j["kinds"].items()) {
+    if (!kinds.count(name)) {
+      EXPECT_EQ(v["tensors"], 0) << name;
+    }
+  }
+  EXPECT_EQ(j["estimates"]["nvfp4"]["bytes"], nvfp4);
+  EXPECT_EQ(j["estimates"]["nvfp4"]["quantized_tensors"], n_default);
+  EXPECT_EQ(j["estimates"]["fp8"]["bytes"], fp8);
+  EXPECT_EQ(j["estimates"]["nvfp4_experts_only"]["bytes"], experts_only);
+  EXPECT_EQ(j["estimates"]["nvfp4_experts_only"]["quantized_tensors"], n_experts);
+  std::sort(unrecognized.begin(), unrecognized.end());
+  EXPECT_EQ(j["unrecognized"], unrecognized);
+}
+
+TEST(Inspect, QwenMoe) {
+  // H 32, 4 heads x 8 (2 KV heads), 4 experts of width 16, layer 0 kept dense.
+  Json config = {{"architectures", {"Qwen3MoeForCausalLM"}},
+                 {"model_type", "qwen3_moe"},
+                 {"hidden_size", 32},
+                 {"intermediate_size", 48},
+                 {"num_hidden_layers", 3},
+                 {"num_attention_heads", 4},
+                 {"num_key_value_heads", 2},
+                 {"head_dim", 8},
+                 {"vocab_size", 64},
+                 {"num_experts", 4},
+                 {"num_experts_per_tok", 2},
+                 {"moe_intermediate_size", 16},
+                 {"decoder_sparse_step", 1},
+                 {"mlp_only_layers", {0}},
+                 {"norm_topk_prob", true},
+                 {"rms_norm_eps", 1e-6},
+                 {"rope_theta", 1000000.0},
+                 {"tie_word_embeddings", true}};
+  std::vector<Spec> specs = {{"model.embed_tokens.weight", {64, 32}, "embeddings"},
+                             {"model.norm.weight", {32}, "norms"}};
+  for (int l = 0; l < 3; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    std::vector<Spec> layer = {
+        {p + "input_layernorm.weight", {32}, "norms"},
+        {p + "post_attention_layernorm.weight", {32}, "norms"},
+        {p + "self_attn.q_proj.weight", {32, 32}, "attention", 'd'},
+        {p + "self_attn.k_proj.weight", {16, 32}, "attention", 'd'},
+        {p + "self_attn.v_proj.weight", {16, 32}, "attention", 'd'},
+        {p + "self_attn.o_proj.weight", {32, 32}, "attention", 'd'},
+        {p + "self_attn.q_norm.weight", {8}, "norms"},
+        {p + "self_attn.k_norm.weight", {8}, "norms"},
+    };
+    specs.insert(specs.end(), layer.begin(), layer.end());
+    if (l == 0) {
+      specs.push_back({p + "mlp.gate_proj.weight", {48, 32}, "dense_mlp", 'd'});
+      specs.push_back({p + "mlp.up_proj.weight", {48, 32}, "dense_mlp", 'd'});
+      specs.push_back({p + "mlp.down_proj.weight", {32, 48}, "dense_mlp", 'd'});
+      continue;
+    }
+    specs.push_back({p + "mlp.gate.weight", {4, 32}, "router"});
+    for (int e = 0; e < 4; ++e) {
+      const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+      specs.push_back({x + "gate_proj.weight", {16, 32}, "routed_experts", 'e'});
+      specs.push_back({x + "up_proj.weight", {16, 32}, "routed_experts", 'e'});
+      specs.push_back({x + "down_proj.weight", {32, 16}, "routed_experts", 'e'});
+    }
+  }
+  // Names of other families are not Qwen-MoE names.
+  specs.push_back({"model.layers.1.mlp.shared_experts.up_proj.weight", {16, 32}, "unrecognized"});
+  specs.push_back({"model.layers.2.block_sparse_moe.gate.weight", {4, 32}, "unrecognized"});
+
+  TempDir tmp;
+  write_checkpoint(tmp.path() / "moe", config, specs);
+  RunResult r = run_strata("inspect '" + (tmp.path() / "moe").string() + "' --json", tmp.path());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  Json j = Json::parse(r.out);
+  EXPECT_EQ(j["family"], "qwen_moe");
+  EXPECT_EQ(j["dense_layers"], Json::array({0}));
+  EXPECT_EQ(j["moe_layers"], Json::array({1, 2}));
+  check_report(j, specs);
+
+  RunResult h = run_strata("inspect '" + (tmp.path() / "moe").string() + "'", tmp.path());
+  ASSERT_EQ(h.rc, 0) << h.err;
+  EXPECT_NE(row(h.out, "layers").find("dense 0; MoE 1-2"), std::string::npos) << h.out;
+}
+
+TEST(Inspect, MultimodalWrapper) {
+  // Kimi-VL-style: a DeepSeek-V3 language model (MLA without q LoRA) under language_model.,
+  // a vision tower and a projector. Layer 0 dense, layer 1 MoE with a shared expert.
+  Json text = {{"model_type", "deepseek_v3"},
+               {"hidden_size", 32},
+               {"intermediate_size", 48},
+               {"num_hidden_layers", 2},
+               {"num_attention_heads", 2},
+               {"num_key_value_heads", 2},
+               {"vocab_size", 64},
+               {"q_lora_rank", nullptr},
+               {"kv_lora_rank", 16},
+               {"qk_nope_head_dim", 8},
+               {"qk_rope_head_dim", 8},
+               {"v_head_dim", 8},
+               {"n_routed_experts", 4},
+               {"num_experts_per_tok", 2},
+               {"moe_intermediate_size", 16},
+               {"n_shared_experts", 1},
+               {"first_k_dense_replace", 1},
+               {"moe_layer_freq", 1},
+               {"rms_norm_eps", 1e-5},
+               {"rope_theta", 10000.0},
+               {"tie_word_embeddings", false}};
+  Json config = {{"architectures", {"KimiVLForConditionalGeneration"}},
+                 {"model_type", "kimi_vl"},
+                 {"text_config", text},
+                 {"vision_config", {{"model_type", "moonvit"}, {"hidden_size", 32}}}};
+  const std::string lm = "language_model.model.";
+  std::vector<Spec> specs = {
+      {lm + "embed_tokens.weight", {64, 32}, "embeddings"},
+      {lm + "norm.weight", {32}, "norms"},
+      {"language_model.lm_head.weight", {64, 32}, "lm_head"},
+      {"vision_tower.patch_embed.proj.weight", {32, 12}, "vision_tower"},
+      {"vision_tower.encoder.blocks.0.wqkv.weight", {96, 32}, "vision_tower"},
+      {"multi_modal_projector.pre_norm.weight", {32}, "projector"},
+      {"multi_modal_projector.linear_1.weight", {32, 32}, "projector"},
+      // Not this family's names, or not under the wrapper's prefix.
+      {lm + "layers.0.self_attn.q_norm.weight", {8}, "unrecognized"},
+      {"model.layers.0.input_layernorm.weight", {32}, "unrecognized"},
+  };
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = lm + "layers." + std::to_string(l) + ".";
+    std::vector<Spec> layer = {
+        {p + "input_layernorm.weight", {32}, "norms"},
+        {p + "post_attention_layernorm.weight", {32}, "norms"},
+        {p + "self_attn.q_proj.weight", {32, 32}, "attention", 'd'},
+        {p + "self_attn.kv_a_proj_with_mqa.weight", {24, 32}, "attention", 'd'},
+        {p + "self_attn.kv_a_layernorm.weight", {16}, "norms"},
+        {p + "self_attn.kv_b_proj.weight", {32, 16}, "attention", 'd'},
+        {p + "self_attn.o_proj.weight", {32, 16}, "attention", 'd'},
+    };
+    specs.insert(specs.end(), layer.begin(), layer.end());
+    if (l == 0) {
+      specs.push_back({p + "mlp.gate_proj.weight", {48, 32}, "dense_mlp", 'd'});
+      specs.push_back({p + "mlp.up_proj.weight", {48, 32}, "dense_mlp", 'd'});
+      specs.push_back({p + "mlp.down_proj.weight", {32, 48}, "dense_mlp", 'd'});
+      continue;
+    }
+    specs.push_back({p + "mlp.gate.weight", {4, 32}, "router"});
+    specs.push_back({p + "mlp.gate.e_score_correction_bias", {4}, "router", '-', "F32"});
+    for (int e = 0; e < 4; ++e) {
+      const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+      specs.push_back({x + "gate_proj.weight", {16, 32}, "routed_experts", 'e'});
+      specs.push_back({x + "up_proj.weight", {16, 32}, "routed_experts", 'e'});
+      specs.push_back({x + "down_proj.weight", {32, 16}, "routed_experts", 'e'});
+    }
+    specs.push_back({p + "mlp.shared_experts.gate_proj.weight", {16, 32}, "shared_experts", 'd'});
+    specs.push_back({p + "mlp.shared_experts.up_proj.weight", {16, 32}, "shared_experts", 'd'});
+    specs.push_back({p + "mlp.shared_experts.down_proj.weight", {32, 16}, "shared_experts", 'd'});
+  }
+  // DeepSeek's MTP layer sits after the decoder layers.
+  specs.push_back({lm + "layers.2.eh_proj.weight", {32, 64}, "mtp"});
+  specs.push_back({lm + "layers.2.enorm.weight", {32}, "mtp"});
+
+  TempDir tmp;
+  write_checkpoint(tmp.path() / "vl", config, specs);
+  RunResult r = run_strata("inspect '" + (tmp.path() / "vl").string() + "' --json", tmp.path());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  Json j = Json::parse(r.out);
+  EXPECT_EQ(j["model_type"], "kimi_vl");
+  EXPECT_EQ(j["text_model_type"], "deepseek_v3");
+  EXPECT_EQ(j["family"], "deepseek_v3");
+  EXPECT_EQ(j["multimodal"], true);
+  EXPECT_EQ(j["dense_layers"], Json::array({0}));
+  EXPECT_EQ(j["moe_layers"], Json::array({1}));
+  ASSERT_EQ(j["dtypes"].size(), 2u);
+  EXPECT_EQ(j["dtypes"]["F32"]["tensors"], 1);
+  EXPECT_EQ(j["dtypes"]["F32"]["bytes"], 16);
+  check_report(j, specs);
 }
 
 // ---- broken checkpoints --------------------------------------------------------------------

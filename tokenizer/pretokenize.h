@@ -1,0 +1,72 @@
+// Pre-tokenization: cutting normalized text into words before BPE, as tokenizer.json's
+// "pre_tokenizer" describes. Supported: Split (regex or literal, every behaviour, invert),
+// Digits, ByteLevel (use_regex, add_prefix_space; it must come last, byte mapping itself is done
+// by the BPE model on raw bytes) and Sequence of these. Regexes run on PCRE2 with Unicode
+// properties; patterns written for Oniguruma (Hugging Face tokenizers) or Rust regex (tiktoken)
+// are translated where the dialects differ (see translate_pattern).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "io/json.h"
+
+namespace strata {
+
+// One compiled PCRE2 pattern (UTF + UCP, JIT when available). Thread-safe to use.
+class Regex {
+ public:
+  // `pattern` in the Oniguruma / Rust-regex dialect; `what` names where it came from.
+  Regex(const std::string& pattern, const std::string& what);
+  ~Regex();
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+
+  // Finds the first match at or after byte `start` of valid UTF-8 `text`. Returns false when
+  // there is none; otherwise sets [begin, end).
+  bool find(std::string_view text, size_t start, size_t& begin, size_t& end) const;
+
+ private:
+  void* code_ = nullptr;  // pcre2_code_8*
+  std::string what_;
+};
+
+// The PCRE2 form of a pattern written for Oniguruma or Rust regex: \s and \S also cover U+0085
+// (NEL), which both of those count as white space and PCRE2 does not; a class intersection
+// [A&&[^B]] (Rust regex) becomes a lookahead. Exposed for tests.
+std::string translate_pattern(const std::string& pattern, const std::string& what);
+
+enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
+
+class PreTokenizer {
+ public:
+  // From tokenizer.json's "pre_tokenizer" value; `what` names the file.
+  static PreTokenizer from_json(const Json& j, const std::string& what);
+  // A single Split(pattern, Isolated): what tiktoken does with its pat_str.
+  static PreTokenizer from_pattern(const std::string& pattern, const std::string& what);
+
+  // Calls `word` for each pre-token of valid UTF-8 `text`, in order; empty words are dropped.
+  // A word may point into a temporary: use it before returning.
+  void split(std::string_view text, const std::function<void(std::string_view)>& word) const;
+
+  bool has_byte_level() const { return has_byte_level_; }
+
+ private:
+  struct Step {
+    enum class Kind { kSplit, kByteLevel } kind = Kind::kSplit;
+    std::shared_ptr<Regex> regex;  // null for a ByteLevel step without use_regex
+    SplitBehavior behavior = SplitBehavior::kIsolated;
+    bool invert = false;
+    bool add_prefix_space = false;  // ByteLevel only
+  };
+  void add_json(const Json& j, const std::string& what);
+  void run(size_t step, std::string_view text, const std::function<void(std::string_view)>& word) const;
+
+  std::vector<Step> steps_;
+  bool has_byte_level_ = false;
+};
+
+}  // namespace strata
