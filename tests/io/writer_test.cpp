@@ -33,19 +33,16 @@ TEST(WriteSafetensors, ExactBytes) {
   tensors.emplace_back("a", Tensor::scalar_f32(1.0f));
   write_safetensors(dir.file("x.safetensors"), tensors, {{"format", "pt"}});
 
-  // Hand-written expectation: header in the given order with __metadata__ first; "a" starts at
-  // offset 8 (the next multiple of 8 after 3 bytes of "b").
+  // Hand-written expectation: data contiguous (the reference safetensors library rejects gaps),
+  // widest elements first, so "a" (f32) precedes "b" (u8); header keys in data order after
+  // __metadata__.
   std::string header =
       "{\"__metadata__\":{\"format\":\"pt\"},"
-      "\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,3]},"
-      "\"a\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[8,12]}}";
-  ASSERT_EQ(header.size(), 137u);
-  header += std::string(7, ' ');  // padded to 144, a multiple of 8
-  const std::string data(
-      "\x01\x02\x03\0\0\0\0\0"
-      "\x00\x00\x80\x3F",
-      12);
-  const std::string expected = std::string("\x90\0\0\0\0\0\0\0", 8) + header + data;
+      "\"a\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]},"
+      "\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[4,7]}}";
+  ASSERT_EQ(header.size(), 136u);  // already a multiple of 8: no padding
+  const std::string data("\x00\x00\x80\x3F\x01\x02\x03", 7);
+  const std::string expected = std::string("\x88\0\0\0\0\0\0\0", 8) + header + data;
   EXPECT_EQ(read_bytes(dir.file("x.safetensors")), expected);
   EXPECT_EQ(dir.list(), (std::vector<std::string>{"x.safetensors"}));  // no temp left
 }
