@@ -1,5 +1,6 @@
 #include "io/safetensors_writer.h"
 
+#include <algorithm>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -124,9 +125,11 @@ uint64_t round_up(uint64_t x, uint64_t a) {
 // Writes the safetensors bytes of `tensors` to `out`:
 //   [0, 8)          header length N (u64, little-endian), N a multiple of 8
 //   [8, 8+N)        JSON header: __metadata__ first (when there is any), then each tensor in
-//                   the given order as {"dtype", "shape", "data_offsets"}; padded with spaces
-//   [8+N, ...)      data; each tensor starts at a multiple of 8 from the data section's start,
-//                   the gaps between tensors are zero bytes
+//                   data order as {"dtype", "shape", "data_offsets"}; padded with spaces
+//   [8+N, ...)      data, contiguous (the reference safetensors library rejects gaps between
+//                   tensors). Data order: tensors with the widest elements first (8-, 4-, 2-,
+//                   then 1-byte and packed), the given order within each width, so that every
+//                   tensor starts at a multiple of its element size.
 void write_safetensors_to(AtomicFile& out, const std::string& path, const NamedTensors& tensors,
                           const std::map<std::string, std::string>& metadata) {
   Json header = Json::object();
@@ -136,16 +139,20 @@ void write_safetensors_to(AtomicFile& out, const std::string& path, const NamedT
       m[k] = v;
     header["__metadata__"] = std::move(m);
   }
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto width = [&](size_t i) { return dtype_bits(tensors[i].second.dtype()); };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return width(a) > width(b); });
   std::set<std::string_view> seen;
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
+  for (size_t i : order) {
+    const auto& [name, t] = tensors[i];
     STRATA_CHECK(!name.empty(), path, ": a tensor has an empty name");
     STRATA_CHECK(name != "__metadata__", path, ": a tensor may not be named __metadata__");
     STRATA_CHECK(seen.insert(name).second, path, ": tensor '", name, "' given twice");
     STRATA_CHECK(t.defined(), path, ": tensor '", name, "' is undefined");
     STRATA_CHECK(t.device() == Device::kCPU, path, ": tensor '", name,
                  "' is not in host memory; copy it to the CPU before writing");
-    offset = round_up(offset, kAlign);
     Json shape = Json::array();
     for (int64_t d : t.shape())
       shape.push_back(d);
@@ -170,14 +177,7 @@ void write_safetensors_to(AtomicFile& out, const std::string& path, const NamedT
     len[i] = static_cast<uint8_t>(uint64_t{text.size()} >> (8 * i));
   out.write(len, 8);
   out.write(text.data(), text.size());
-  static const uint8_t kZeros[kAlign] = {};
-  uint64_t written = 0;
-  for (const auto& [name, t] : tensors) {
-    const uint64_t pad = round_up(written, kAlign) - written;
-    out.write(kZeros, pad);
-    out.write(t.bytes(), t.nbytes());
-    written += pad + t.nbytes();
-  }
+  for (size_t i : order) out.write(tensors[i].second.bytes(), tensors[i].second.nbytes());
 }
 
 std::string shard_name(const std::string& prefix, size_t k, size_t n) {
