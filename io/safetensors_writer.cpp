@@ -1,10 +1,11 @@
 #include "io/safetensors_writer.h"
 
-#include <algorithm>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -26,11 +27,13 @@ std::string parent_dir(const std::string& path) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
-// `<dir>/.<name>.tmp-<pid>`: hidden, in the same directory (so rename is atomic), and distinct
-// per process.
+// `<dir>/.<name>.tmp-<pid>-<n>`: hidden, in the same directory (so rename is atomic), and
+// distinct per process and per call (two threads writing one path never share a temporary).
 std::string temp_path_for(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
   const fs::path p(path);
-  const std::string name = "." + p.filename().string() + ".tmp-" + std::to_string(::getpid());
+  const std::string name = "." + p.filename().string() + ".tmp-" + std::to_string(::getpid()) +
+                           "-" + std::to_string(counter.fetch_add(1));
   return (p.parent_path() / name).string();
 }
 
@@ -140,9 +143,11 @@ void write_safetensors_to(AtomicFile& out, const std::string& path, const NamedT
     header["__metadata__"] = std::move(m);
   }
   std::vector<size_t> order(tensors.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
   auto width = [&](size_t i) { return dtype_bits(tensors[i].second.dtype()); };
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return width(a) > width(b); });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return width(a) > width(b); });
   std::set<std::string_view> seen;
   uint64_t offset = 0;
   for (size_t i : order) {
@@ -177,7 +182,8 @@ void write_safetensors_to(AtomicFile& out, const std::string& path, const NamedT
     len[i] = static_cast<uint8_t>(uint64_t{text.size()} >> (8 * i));
   out.write(len, 8);
   out.write(text.data(), text.size());
-  for (size_t i : order) out.write(tensors[i].second.bytes(), tensors[i].second.nbytes());
+  for (size_t i : order)
+    out.write(tensors[i].second.bytes(), tensors[i].second.nbytes());
 }
 
 std::string shard_name(const std::string& prefix, size_t k, size_t n) {

@@ -197,6 +197,8 @@ TEST(SafetensorsIndex, ParseAndValidate) {
   bad("{\"weight_map\":{\"t\":\"a.safetensors\",\"t\":\"b.safetensors\"}}",
       {"duplicate key \"t\""});
   bad("{\"weight_map\":{", {"invalid JSON"});
+  // nlohmann alone would stop at the NUL and accept the text before it.
+  bad(std::string("{\"weight_map\":{}}\0{\"x\":", 22), {"invalid JSON: NUL byte at offset 17"});
 }
 
 }  // namespace
