@@ -38,7 +38,8 @@ uint64_t uniform_upto(uint64_t& state, uint64_t bound) {
 
 std::vector<int64_t> shuffled(int64_t n, uint64_t seed) {
   std::vector<int64_t> p(n);
-  for (int64_t i = 0; i < n; ++i) p[i] = i;
+  for (int64_t i = 0; i < n; ++i)
+    p[i] = i;
   uint64_t state = seed;
   for (int64_t i = n - 1; i > 0; --i) {
     int64_t j = static_cast<int64_t>(uniform_upto(state, static_cast<uint64_t>(i)));
@@ -63,11 +64,13 @@ bool blank(std::string_view s) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 struct Record {
-  bool is_ids = false;  // ids used as given (token-id JSONL) or already content tokens (text windows)
+  bool is_ids =
+      false;  // ids used as given (token-id JSONL) or already content tokens (text windows)
   bool add_specials = false;
   std::string text;
   std::vector<int32_t> ids;
@@ -79,8 +82,9 @@ std::vector<int32_t> ids_from_json(const Json& list, const std::string& where, i
   for (const Json& v : list) {
     STRATA_CHECK(v.is_number_integer(), where, ": token ids must be integers");
     int64_t id = v.get<int64_t>();
-    STRATA_CHECK(id >= 0 && id < vocab, where, ": token id ", id, " is outside the tokenizer's vocabulary (0..",
-                 vocab - 1, "); was this file made with another tokenizer?");
+    STRATA_CHECK(id >= 0 && id < vocab, where, ": token id ", id,
+                 " is outside the tokenizer's vocabulary (0..", vocab - 1,
+                 "); was this file made with another tokenizer?");
     ids.push_back(static_cast<int32_t>(id));
   }
   return ids;
@@ -112,7 +116,8 @@ std::vector<Record> read_jsonl(const std::string& path, const std::string& field
       r.ids = ids_from_json(j["input_ids"], where, vocab);
     } else {
       fail(where, ": no text field \"", field,
-           "\" and no \"input_ids\"; name the text field with --calib_text_field or give a list of token ids");
+           "\" and no \"input_ids\"; name the text field with --calib_text_field or give a list of "
+           "token ids");
     }
     out.push_back(std::move(r));
   }
@@ -121,7 +126,8 @@ std::vector<Record> read_jsonl(const std::string& path, const std::string& field
 
 // A plain-text source (a file, or a directory of *.txt files in name order) as windows of content
 // tokens.
-std::vector<Record> read_text_windows(const std::string& path, const Tokenizer& tok, int64_t content_len) {
+std::vector<Record> read_text_windows(const std::string& path, const Tokenizer& tok,
+                                      int64_t content_len) {
   std::string text;
   if (fs::is_directory(path)) {
     std::vector<std::string> files;
@@ -174,12 +180,14 @@ std::vector<std::string> split_commas(const std::string& s) {
 
 std::vector<CalibSource> parse_calib_sources(const std::string& data, const std::string& sizes) {
   std::vector<std::string> paths = split_commas(data), counts = split_commas(sizes);
-  for (const std::string& p : paths) STRATA_CHECK(!p.empty(), "--calib_data: empty path in '", data, "'");
+  for (const std::string& p : paths)
+    STRATA_CHECK(!p.empty(), "--calib_data: empty path in '", data, "'");
   STRATA_CHECK(counts.size() == 1 || counts.size() == paths.size(), "--calib_size: ", counts.size(),
                " sizes for ", paths.size(), " datasets; give one size for all or one per dataset");
   std::vector<CalibSource> out;
   for (size_t i = 0; i < paths.size(); ++i)
-    out.push_back({paths[i], parse_count(counts.size() == 1 ? counts[0] : counts[i], "--calib_size")});
+    out.push_back(
+        {paths[i], parse_count(counts.size() == 1 ? counts[0] : counts[i], "--calib_size")});
   return out;
 }
 
@@ -200,9 +208,9 @@ std::string bundled_calib_path() {
 std::string CalibReport::summary() const {
   std::ostringstream os;
   for (const CalibSourceReport& s : sources) {
-    os << s.path << " (" << s.format << "): " << s.taken << "/" << s.requested << " sequences from " << s.records
-       << " records, " << s.tokens << " tokens; skipped " << s.skipped_empty << " empty, " << s.skipped_short
-       << " too short; truncated " << s.truncated << "\n";
+    os << s.path << " (" << s.format << "): " << s.taken << "/" << s.requested << " sequences from "
+       << s.records << " records, " << s.tokens << " tokens; skipped " << s.skipped_empty
+       << " empty, " << s.skipped_short << " too short; truncated " << s.truncated << "\n";
   }
   os << "calibration: " << sequences << " sequences, " << tokens << " tokens";
   return os.str();
@@ -211,9 +219,11 @@ std::string CalibReport::summary() const {
 Calibration load_calibration(const CalibOptions& options, const Tokenizer& tok) {
   const std::vector<int32_t>& prefix = tok.special_prefix();
   const std::vector<int32_t>& suffix = tok.special_suffix();
-  const int64_t n_special = options.add_special_tokens ? static_cast<int64_t>(prefix.size() + suffix.size()) : 0;
+  const int64_t n_special =
+      options.add_special_tokens ? static_cast<int64_t>(prefix.size() + suffix.size()) : 0;
   STRATA_CHECK(options.seq_len > n_special, "--calib_seq ", options.seq_len,
-               " leaves no room for text after the tokenizer's ", n_special, " special tokens; raise it");
+               " leaves no room for text after the tokenizer's ", n_special,
+               " special tokens; raise it");
   const int64_t content_len = options.seq_len - n_special;
 
   std::vector<CalibSource> sources = options.sources;
@@ -225,11 +235,12 @@ Calibration load_calibration(const CalibOptions& options, const Tokenizer& tok) 
     CalibSourceReport rep;
     rep.path = src.path;
     rep.requested = src.count;
-    STRATA_CHECK(fs::exists(src.path), src.path, ": calibration data not found; check --calib_data");
+    STRATA_CHECK(fs::exists(src.path), src.path,
+                 ": calibration data not found; check --calib_data");
     const bool jsonl = !fs::is_directory(src.path) && ends_with(src.path, ".jsonl");
     rep.format = jsonl ? "jsonl" : "text";
-    std::vector<Record> records =
-        jsonl ? read_jsonl(src.path, options.text_field, tok.vocab_size()) : read_text_windows(src.path, tok, content_len);
+    std::vector<Record> records = jsonl ? read_jsonl(src.path, options.text_field, tok.vocab_size())
+                                        : read_text_windows(src.path, tok, content_len);
     rep.records = static_cast<int64_t>(records.size());
 
     const uint64_t seed = options.seed ^ (0x9E3779B97F4A7C15ull * (si + 1));
@@ -270,8 +281,9 @@ Calibration load_calibration(const CalibOptions& options, const Tokenizer& tok) 
       cal.sequences.push_back(std::move(seq));
     }
     if (rep.taken < rep.requested) {
-      log_warn(src.path, ": only ", rep.taken, " of ", rep.requested, " calibration sequences could be taken (",
-               rep.records, " records, ", rep.skipped_empty, " empty, ", rep.skipped_short, " shorter than ",
+      log_warn(src.path, ": only ", rep.taken, " of ", rep.requested,
+               " calibration sequences could be taken (", rep.records, " records, ",
+               rep.skipped_empty, " empty, ", rep.skipped_short, " shorter than ",
                options.min_tokens, " tokens)");
     }
     cal.report.sequences += rep.taken;

@@ -44,14 +44,14 @@ struct CalibOptions {
 
 struct CalibSourceReport {
   std::string path;
-  std::string format;  // "jsonl", "text"
-  int64_t records = 0;         // records in the file
+  std::string format;   // "jsonl", "text"
+  int64_t records = 0;  // records in the file
   int64_t requested = 0;
   int64_t taken = 0;
   int64_t skipped_empty = 0;
   int64_t skipped_short = 0;
-  int64_t truncated = 0;       // records cut to seq_len
-  int64_t tokens = 0;          // tokens in the taken sequences
+  int64_t truncated = 0;  // records cut to seq_len
+  int64_t tokens = 0;     // tokens in the taken sequences
 };
 
 struct CalibReport {

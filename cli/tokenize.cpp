@@ -28,10 +28,13 @@ void print_ids(const std::vector<int32_t>& ids, std::string& buf) {
 }  // namespace
 
 int cmd_tokenize(const std::vector<std::string>& argv) {
-  Args args("tokenize", "print the token ids of text read on stdin, as the model's tokenizer gives them");
-  args.option("--model,--pyt_ckpt_path", "DIR", "checkpoint directory holding tokenizer.json or tiktoken.model");
+  Args args("tokenize",
+            "print the token ids of text read on stdin, as the model's tokenizer gives them");
+  args.option("--model,--pyt_ckpt_path", "DIR",
+              "checkpoint directory holding tokenizer.json or tiktoken.model");
   args.flag("--whole", "tokenize all of stdin as one text (default: one list per line)");
-  args.flag("--add_special_tokens", "add the BOS/EOS the model's tokenizer adds (post-processor, tokenizer_config.json)");
+  args.flag("--add_special_tokens",
+            "add the BOS/EOS the model's tokenizer adds (post-processor, tokenizer_config.json)");
   if (!args.parse(argv)) return 0;
   const Tokenizer tok = Tokenizer::load(args.get("--model"));
   const bool special = args.flag_set("--add_special_tokens");

@@ -19,7 +19,8 @@ const std::array<int16_t, 512>& char_to_byte() {
     t.fill(-1);
     int next = 256;
     for (int b = 0; b < 256; ++b) {
-      bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      bool printable =
+          (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       t[printable ? b : next++] = static_cast<int16_t>(b);
     }
     return t;
@@ -61,21 +62,29 @@ Bpe::Bpe(Bpe&& o) noexcept
 Bpe Bpe::from_hf_json(const Json& model, const std::string& what) {
   STRATA_CHECK(model.is_object(), what, ": \"model\" must be an object");
   const std::string type = json_string(model, "type");
-  STRATA_CHECK(type == "BPE", what, ": model type '", type.empty() ? "(none)" : type,
-               "' is not supported (strata supports byte-level BPE tokenizers and tiktoken rank files; see "
-               "docs/TOKENIZER.md)");
+  STRATA_CHECK(
+      type == "BPE", what, ": model type '", type.empty() ? "(none)" : type,
+      "' is not supported (strata supports byte-level BPE tokenizers and tiktoken rank files; see "
+      "docs/TOKENIZER.md)");
   if (model.contains("dropout") && !model["dropout"].is_null()) {
-    STRATA_CHECK(model["dropout"].is_number() && model["dropout"].get<double>() == 0.0, what,
-                 ": BPE dropout is set; strata tokenizes deterministically and does not support dropout");
+    STRATA_CHECK(
+        model["dropout"].is_number() && model["dropout"].get<double>() == 0.0, what,
+        ": BPE dropout is set; strata tokenizes deterministically and does not support dropout");
   }
-  STRATA_CHECK(json_string(model, "continuing_subword_prefix").empty() && json_string(model, "end_of_word_suffix").empty(),
-               what, ": BPE continuing_subword_prefix / end_of_word_suffix are not supported (not byte-level BPE)");
+  STRATA_CHECK(json_string(model, "continuing_subword_prefix").empty() &&
+                   json_string(model, "end_of_word_suffix").empty(),
+               what,
+               ": BPE continuing_subword_prefix / end_of_word_suffix are not supported (not "
+               "byte-level BPE)");
   if (model.contains("byte_fallback") && model["byte_fallback"].is_boolean()) {
     STRATA_CHECK(!model["byte_fallback"].get<bool>(), what,
-                 ": BPE byte_fallback is set (a SentencePiece-style tokenizer); strata supports byte-level BPE only");
+                 ": BPE byte_fallback is set (a SentencePiece-style tokenizer); strata supports "
+                 "byte-level BPE only");
   }
-  STRATA_CHECK(model.contains("vocab") && model["vocab"].is_object(), what, ": model.vocab must be an object");
-  STRATA_CHECK(model.contains("merges") && model["merges"].is_array(), what, ": model.merges must be a list");
+  STRATA_CHECK(model.contains("vocab") && model["vocab"].is_object(), what,
+               ": model.vocab must be an object");
+  STRATA_CHECK(model.contains("merges") && model["merges"].is_array(), what,
+               ": model.merges must be a list");
 
   Bpe bpe;
   bpe.byte_id_.fill(-1);
@@ -84,17 +93,19 @@ Bpe Bpe::from_hf_json(const Json& model, const std::string& what) {
   std::unordered_map<std::string, int32_t> by_string;  // vocabulary strings as written
   std::string bytes;
   for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
-    STRATA_CHECK(it.value().is_number_integer(), what, ": model.vocab['", it.key(), "'] must be an integer id");
+    STRATA_CHECK(it.value().is_number_integer(), what, ": model.vocab['", it.key(),
+                 "'] must be an integer id");
     int64_t id = it.value().get<int64_t>();
-    STRATA_CHECK(id >= 0 && id < (int64_t{1} << 31), what, ": model.vocab['", it.key(), "'] has id ", id,
-                 " out of range");
+    STRATA_CHECK(id >= 0 && id < (int64_t{1} << 31), what, ": model.vocab['", it.key(),
+                 "'] has id ", id, " out of range");
     by_string[it.key()] = static_cast<int32_t>(id);
     bpe.vocab_end_ = std::max<int64_t>(bpe.vocab_end_, id + 1);
     // Tokens outside the byte-level alphabet cannot be produced by byte-level BPE; they stay
     // reachable only as added tokens.
     if (byte_level_decode(it.key(), bytes)) {
       bpe.vocab_[bytes] = static_cast<int32_t>(id);
-      if (bytes.size() == 1) bpe.byte_id_[static_cast<unsigned char>(bytes[0])] = static_cast<int32_t>(id);
+      if (bytes.size() == 1)
+        bpe.byte_id_[static_cast<unsigned char>(bytes[0])] = static_cast<int32_t>(id);
     }
   }
   const std::string unk = json_string(model, "unk_token");
@@ -109,7 +120,8 @@ Bpe Bpe::from_hf_json(const Json& model, const std::string& what) {
     if (m.is_string()) {
       const std::string s = m.get<std::string>();
       size_t sp = s.find(' ', 1);
-      STRATA_CHECK(sp != std::string::npos, what, ": merge '", s, "' is not two tokens separated by a space");
+      STRATA_CHECK(sp != std::string::npos, what, ": merge '", s,
+                   "' is not two tokens separated by a space");
       a = s.substr(0, sp);
       b = s.substr(sp + 1);
     } else {
@@ -119,9 +131,11 @@ Bpe Bpe::from_hf_json(const Json& model, const std::string& what) {
       b = m[1].get<std::string>();
     }
     auto ia = by_string.find(a), ib = by_string.find(b), iab = by_string.find(a + b);
-    STRATA_CHECK(ia != by_string.end() && ib != by_string.end() && iab != by_string.end(), what, ": merge '", a, " ",
-                 b, "' (line ", rank, " of model.merges) uses a token that is not in model.vocab");
-    bpe.merges_.emplace(pair_key(ia->second, ib->second), Merge{rank, iab->second});  // first rank wins
+    STRATA_CHECK(ia != by_string.end() && ib != by_string.end() && iab != by_string.end(), what,
+                 ": merge '", a, " ", b, "' (line ", rank,
+                 " of model.merges) uses a token that is not in model.vocab");
+    bpe.merges_.emplace(pair_key(ia->second, ib->second),
+                        Merge{rank, iab->second});  // first rank wins
     ++rank;
   }
   return bpe;
@@ -136,7 +150,8 @@ Bpe Bpe::from_ranks(TokenMap ranks, const std::string& what) {
     if (bytes.size() == 1) bpe.byte_id_[static_cast<unsigned char>(bytes[0])] = id;
   }
   for (int b = 0; b < 256; ++b) {
-    STRATA_CHECK(bpe.byte_id_[b] >= 0, what, ": byte 0x", std::hex, b, " has no rank; a tiktoken rank file must rank all 256 bytes");
+    STRATA_CHECK(bpe.byte_id_[b] >= 0, what, ": byte 0x", std::hex, b,
+                 " has no rank; a tiktoken rank file must rank all 256 bytes");
   }
   // Every token is the concatenation of two shorter tokens in one or more ways; the pair's rank
   // is the merged token's rank.
@@ -188,7 +203,8 @@ void Bpe::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   merge(word, out);
   if (word.size() <= kCacheMaxWordBytes) {
     std::lock_guard<std::mutex> lock(cache_mutex_);
-    if (cache_.size() < kCacheMaxEntries) cache_.emplace(std::string(word), std::vector<int32_t>(out.begin() + first, out.end()));
+    if (cache_.size() < kCacheMaxEntries)
+      cache_.emplace(std::string(word), std::vector<int32_t>(out.begin() + first, out.end()));
   }
 }
 
@@ -212,7 +228,9 @@ void Bpe::merge(std::string_view word, std::vector<int32_t>& out) const {
     int32_t rank;
     int pos;
     int32_t left, right;
-    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : pos > o.pos;
+    }
   };
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
   auto push = [&](int pos) {
@@ -220,7 +238,8 @@ void Bpe::merge(std::string_view word, std::vector<int32_t>& out) const {
     auto it = merges_.find(pair_key(id[pos], id[next[pos]]));
     if (it != merges_.end()) heap.push({it->second.rank, pos, id[pos], id[next[pos]]});
   };
-  for (int i = 0; i + 1 < count; ++i) push(i);
+  for (int i = 0; i + 1 < count; ++i)
+    push(i);
   std::vector<char> alive(count, 1);
   while (!heap.empty()) {
     Candidate c = heap.top();
@@ -235,7 +254,8 @@ void Bpe::merge(std::string_view word, std::vector<int32_t>& out) const {
     push(prev[c.pos]);
     push(c.pos);
   }
-  for (int i = 0; i >= 0; i = next[i]) out.push_back(id[i]);
+  for (int i = 0; i >= 0; i = next[i])
+    out.push_back(id[i]);
 }
 
 }  // namespace strata

@@ -49,10 +49,10 @@ class Bpe {
     int32_t rank;
     int32_t id;
   };
-  TokenMap vocab_;                                  // raw bytes -> id
-  std::unordered_map<uint64_t, Merge> merges_;      // (left id << 32 | right id) -> merge
-  std::array<int32_t, 256> byte_id_{};              // -1 where a byte has no token
-  bool ignore_merges_ = false;                      // a word that is a whole token is that token
+  TokenMap vocab_;                              // raw bytes -> id
+  std::unordered_map<uint64_t, Merge> merges_;  // (left id << 32 | right id) -> merge
+  std::array<int32_t, 256> byte_id_{};          // -1 where a byte has no token
+  bool ignore_merges_ = false;                  // a word that is a whole token is that token
   int32_t unk_id_ = -1;
   int64_t vocab_end_ = 0;
 

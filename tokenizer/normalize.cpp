@@ -53,10 +53,18 @@ const icu::Normalizer2* icu_normalizer(NormalForm f) {
   UErrorCode status = U_ZERO_ERROR;
   const icu::Normalizer2* n = nullptr;
   switch (f) {
-    case NormalForm::kNFC: n = icu::Normalizer2::getNFCInstance(status); break;
-    case NormalForm::kNFD: n = icu::Normalizer2::getNFDInstance(status); break;
-    case NormalForm::kNFKC: n = icu::Normalizer2::getNFKCInstance(status); break;
-    case NormalForm::kNFKD: n = icu::Normalizer2::getNFKDInstance(status); break;
+    case NormalForm::kNFC:
+      n = icu::Normalizer2::getNFCInstance(status);
+      break;
+    case NormalForm::kNFD:
+      n = icu::Normalizer2::getNFDInstance(status);
+      break;
+    case NormalForm::kNFKC:
+      n = icu::Normalizer2::getNFKCInstance(status);
+      break;
+    case NormalForm::kNFKD:
+      n = icu::Normalizer2::getNFKDInstance(status);
+      break;
   }
   STRATA_ASSERT(U_SUCCESS(status) && n, "ICU normalizer unavailable: ", u_errorName(status));
   return n;
@@ -70,7 +78,8 @@ void add_forms(const Json& j, const std::string& what, std::vector<NormalForm>& 
   if (type == "Sequence") {
     STRATA_CHECK(j.contains("normalizers") && j["normalizers"].is_array(), what,
                  ": normalizer Sequence needs a \"normalizers\" list");
-    for (const Json& n : j["normalizers"]) add_forms(n, what, forms);
+    for (const Json& n : j["normalizers"])
+      add_forms(n, what, forms);
   } else if (type == "NFC") {
     forms.push_back(NormalForm::kNFC);
   } else if (type == "NFD") {
@@ -81,7 +90,8 @@ void add_forms(const Json& j, const std::string& what, std::vector<NormalForm>& 
     forms.push_back(NormalForm::kNFKD);
   } else {
     fail(what, ": normalizer type '", type,
-         "' is not supported (strata supports NFC, NFD, NFKC, NFKD and Sequence of them; see docs/TOKENIZER.md)");
+         "' is not supported (strata supports NFC, NFD, NFKC, NFKD and Sequence of them; see "
+         "docs/TOKENIZER.md)");
   }
 }
 
@@ -128,7 +138,8 @@ char32_t utf8_next(std::string_view text, size_t& i) {
     return c;
   }
   char32_t cp = c & (0x7F >> n);
-  for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
+  for (int k = 1; k < n; ++k)
+    cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
   i += n;
   return cp;
 }

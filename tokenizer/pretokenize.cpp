@@ -41,6 +41,11 @@ MatchState& match_state() {
   return state;
 }
 
+// Unicode's White_Space property as a class body: what \s means to Oniguruma (Hugging Face
+// tokenizers) and Rust regex (tiktoken). PCRE2's \s differs (it also takes U+180E).
+constexpr const char* kWhiteSpace =
+    R"(\t\n\x{0B}\f\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+
 // Finds the ']' closing the class that opens at p[i] == '['; handles escapes and nested classes.
 size_t class_end(const std::string& p, size_t i, const std::string& what) {
   int depth = 0;
@@ -70,9 +75,13 @@ std::string translate_class_body(const std::string& body, const std::string& wha
   for (size_t i = 0; i < body.size(); ++i) {
     if (body[i] == '\\' && i + 1 < body.size()) {
       char e = body[i + 1];
-      STRATA_CHECK(e != 'S', what, ": \\S inside a character class is not supported in pre-tokenizer patterns");
-      out += body.substr(i, 2);
-      if (e == 's') out += "\\x{85}";
+      STRATA_CHECK(e != 'S', what,
+                   ": \\S inside a character class is not supported in pre-tokenizer patterns");
+      if (e == 's') {
+        out += kWhiteSpace;
+      } else {
+        out += body.substr(i, 2);
+      }
       ++i;
     } else {
       out += body[i];
@@ -88,9 +97,9 @@ std::string translate(const std::string& p, const std::string& what) {
     if (c == '\\' && i + 1 < p.size()) {
       char e = p[i + 1];
       if (e == 's') {
-        out += "[\\s\\x{85}]";
+        out += std::string("[") + kWhiteSpace + "]";
       } else if (e == 'S') {
-        out += "[^\\s\\x{85}]";
+        out += std::string("[^") + kWhiteSpace + "]";
       } else {
         out += p.substr(i, 2);
       }
@@ -127,9 +136,11 @@ std::string translate(const std::string& p, const std::string& what) {
       std::string left = inner.substr(0, amp);
       std::string right = inner.substr(amp + 2);
       STRATA_CHECK(!left.empty() && left[0] != '^', what,
-                   ": class intersection with a negated left side is not supported in pre-tokenizer patterns");
+                   ": class intersection with a negated left side is not supported in "
+                   "pre-tokenizer patterns");
       STRATA_CHECK(right.size() >= 2 && right.front() == '[' && right.back() == ']', what,
-                   ": class intersection must have a bracketed right side ([A&&[B]]) in pre-tokenizer patterns");
+                   ": class intersection must have a bracketed right side ([A&&[B]]) in "
+                   "pre-tokenizer patterns");
       out += "(?:(?=" + translate(right, what) + ")[" + translate_class_body(left, what) + "])";
     }
     i = end;
@@ -157,7 +168,8 @@ SplitBehavior behavior_from(const std::string& s, const std::string& what) {
 
 bool get_bool(const Json& j, const char* key, bool dflt, const std::string& what) {
   if (!j.contains(key) || j[key].is_null()) return dflt;
-  STRATA_CHECK(j[key].is_boolean(), what, ": pre_tokenizer key \"", key, "\" must be true or false");
+  STRATA_CHECK(j[key].is_boolean(), what, ": pre_tokenizer key \"", key,
+               "\" must be true or false");
   return j[key].get<bool>();
 }
 
@@ -171,30 +183,33 @@ Regex::Regex(const std::string& pattern, const std::string& what) : what_(what) 
   std::string p = translate(pattern, what);
   int err = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), PCRE2_UTF | PCRE2_UCP, &err,
-                                   &offset, nullptr);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(),
+                                   PCRE2_UTF | PCRE2_UCP, &err, &offset, nullptr);
   if (!code) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof(msg));
-    fail(what, ": pre-tokenizer pattern does not compile (", reinterpret_cast<const char*>(msg), " at offset ", offset,
-         " of the PCRE2 form '", p, "')");
+    fail(what, ": pre-tokenizer pattern does not compile (", reinterpret_cast<const char*>(msg),
+         " at offset ", offset, " of the PCRE2 form '", p, "')");
   }
-  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter when JIT is unavailable
+  pcre2_jit_compile(code,
+                    PCRE2_JIT_COMPLETE);  // falls back to the interpreter when JIT is unavailable
   code_ = code;
 }
 
-Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
+Regex::~Regex() {
+  pcre2_code_free(static_cast<pcre2_code*>(code_));
+}
 
 bool Regex::find(std::string_view text, size_t start, size_t& begin, size_t& end) const {
   MatchState& st = match_state();
-  int rc = pcre2_match(static_cast<pcre2_code*>(code_), reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), start,
-                       PCRE2_NO_UTF_CHECK, st.data, st.context);
+  int rc = pcre2_match(static_cast<pcre2_code*>(code_), reinterpret_cast<PCRE2_SPTR>(text.data()),
+                       text.size(), start, PCRE2_NO_UTF_CHECK, st.data, st.context);
   if (rc == PCRE2_ERROR_NOMATCH) return false;
   if (rc < 0) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(rc, msg, sizeof(msg));
-    fail(what_, ": pre-tokenizer regex failed on a text of ", text.size(), " bytes (", reinterpret_cast<const char*>(msg),
-         "); split the input into smaller pieces");
+    fail(what_, ": pre-tokenizer regex failed on a text of ", text.size(), " bytes (",
+         reinterpret_cast<const char*>(msg), "); split the input into smaller pieces");
   }
   PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.data);
   begin = ov[0];
@@ -212,9 +227,11 @@ void PreTokenizer::add_json(const Json& j, const std::string& what) {
   if (type == "Sequence") {
     STRATA_CHECK(j.contains("pretokenizers") && j["pretokenizers"].is_array(), what,
                  ": pre_tokenizer Sequence needs a \"pretokenizers\" list");
-    for (const Json& p : j["pretokenizers"]) add_json(p, what);
+    for (const Json& p : j["pretokenizers"])
+      add_json(p, what);
   } else if (type == "Split") {
-    STRATA_CHECK(j.contains("pattern") && j["pattern"].is_object(), what, ": Split needs a \"pattern\" object");
+    STRATA_CHECK(j.contains("pattern") && j["pattern"].is_object(), what,
+                 ": Split needs a \"pattern\" object");
     const Json& pat = j["pattern"];
     std::string pattern;
     if (pat.contains("Regex") && pat["Regex"].is_string()) {
@@ -224,7 +241,8 @@ void PreTokenizer::add_json(const Json& j, const std::string& what) {
     } else {
       fail(what, ": Split \"pattern\" must be {\"Regex\": ...} or {\"String\": ...}");
     }
-    STRATA_CHECK(j.contains("behavior") && j["behavior"].is_string(), what, ": Split needs a \"behavior\"");
+    STRATA_CHECK(j.contains("behavior") && j["behavior"].is_string(), what,
+                 ": Split needs a \"behavior\"");
     Step s;
     s.regex = std::make_shared<Regex>(pattern, what);
     s.behavior = behavior_from(j["behavior"].get<std::string>(), what);
@@ -245,7 +263,8 @@ void PreTokenizer::add_json(const Json& j, const std::string& what) {
     has_byte_level_ = true;
   } else {
     fail(what, ": pre_tokenizer type '", type,
-         "' is not supported (strata supports Split, Digits, ByteLevel and Sequence; see docs/TOKENIZER.md)");
+         "' is not supported (strata supports Split, Digits, ByteLevel and Sequence; see "
+         "docs/TOKENIZER.md)");
   }
 }
 
@@ -264,11 +283,13 @@ PreTokenizer PreTokenizer::from_pattern(const std::string& pattern, const std::s
   return p;
 }
 
-void PreTokenizer::split(std::string_view text, const std::function<void(std::string_view)>& word) const {
+void PreTokenizer::split(std::string_view text,
+                         const std::function<void(std::string_view)>& word) const {
   run(0, text, word);
 }
 
-void PreTokenizer::run(size_t step, std::string_view text, const std::function<void(std::string_view)>& word) const {
+void PreTokenizer::run(size_t step, std::string_view text,
+                       const std::function<void(std::string_view)>& word) const {
   if (text.empty()) return;
   if (step == steps_.size()) {
     word(text);
@@ -309,7 +330,8 @@ void PreTokenizer::run(size_t step, std::string_view text, const std::function<v
   }
   if (pos < text.size()) pieces.push_back({pos, text.size(), false});
   if (s.invert) {
-    for (Piece& p : pieces) p.match = !p.match;
+    for (Piece& p : pieces)
+      p.match = !p.match;
   }
 
   std::vector<Piece> out;
@@ -361,7 +383,8 @@ void PreTokenizer::run(size_t step, std::string_view text, const std::function<v
       break;
     }
   }
-  for (const Piece& p : out) run(step + 1, text.substr(p.begin, p.end - p.begin), word);
+  for (const Piece& p : out)
+    run(step + 1, text.substr(p.begin, p.end - p.begin), word);
 }
 
 }  // namespace strata

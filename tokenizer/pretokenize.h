@@ -34,9 +34,9 @@ class Regex {
   std::string what_;
 };
 
-// The PCRE2 form of a pattern written for Oniguruma or Rust regex: \s and \S also cover U+0085
-// (NEL), which both of those count as white space and PCRE2 does not; a class intersection
-// [A&&[^B]] (Rust regex) becomes a lookahead. Exposed for tests.
+// The PCRE2 form of a pattern written for Oniguruma or Rust regex: \s and \S become Unicode's
+// White_Space set spelled out (PCRE2's own \s also matches U+180E, which those two do not); a
+// class intersection [A&&[^B]] (Rust regex) becomes a lookahead. Exposed for tests.
 std::string translate_pattern(const std::string& pattern, const std::string& what);
 
 enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
@@ -63,7 +63,8 @@ class PreTokenizer {
     bool add_prefix_space = false;  // ByteLevel only
   };
   void add_json(const Json& j, const std::string& what);
-  void run(size_t step, std::string_view text, const std::function<void(std::string_view)>& word) const;
+  void run(size_t step, std::string_view text,
+           const std::function<void(std::string_view)>& word) const;
 
   std::vector<Step> steps_;
   bool has_byte_level_ = false;

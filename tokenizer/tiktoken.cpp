@@ -17,11 +17,11 @@ namespace {
 // Tokenizer classes whose pre-tokenizer pattern strata knows, keyed by the tokenizer code module
 // (tokenizer_config.json auto_map.AutoTokenizer) or the class name.
 struct KnownTiktoken {
-  const char* module;        // "tokenization_kimi"
-  const char* class_name;    // "TikTokenTokenizer"
-  const char* pattern;       // in the Rust-regex dialect tiktoken compiles
-  int n_reserved;            // special ids after the ranks: added_tokens_decoder names, else reserved names
-  int64_t max_run_chars;     // runs of (non-)white space cut at this many code points
+  const char* module;      // "tokenization_kimi"
+  const char* class_name;  // "TikTokenTokenizer"
+  const char* pattern;     // in the Rust-regex dialect tiktoken compiles
+  int n_reserved;  // special ids after the ranks: added_tokens_decoder names, else reserved names
+  int64_t max_run_chars;  // runs of (non-)white space cut at this many code points
   int64_t max_chunk_chars;
 };
 
@@ -105,11 +105,16 @@ bool read_python_literal(const std::string& s, size_t& i, std::string& value) {
       } else {
         char e = s[j + 1];
         // Non-raw literals: the escapes patterns use.
-        if (e == 'n') value += '\n';
-        else if (e == 'r') value += '\r';
-        else if (e == 't') value += '\t';
-        else if (e == '\\' || e == '"' || e == '\'') value += e;
-        else value += s.substr(j, 2);
+        if (e == 'n')
+          value += '\n';
+        else if (e == 'r')
+          value += '\r';
+        else if (e == 't')
+          value += '\t';
+        else if (e == '\\' || e == '"' || e == '\'')
+          value += e;
+        else
+          value += s.substr(j, 2);
       }
       j += 2;
       continue;
@@ -124,7 +129,8 @@ void skip_space_and_comments(const std::string& s, size_t& i) {
     if (std::isspace(static_cast<unsigned char>(s[i]))) {
       ++i;
     } else if (s[i] == '#') {
-      while (i < s.size() && s[i] != '\n') ++i;
+      while (i < s.size() && s[i] != '\n')
+        ++i;
     } else {
       break;
     }
@@ -140,9 +146,11 @@ std::string tiktoken_pattern_from_python(const std::string& source) {
     at = i;
     skip_space_and_comments(source, i);
     if (i < source.size() && source[i] == ':') {  // a type annotation: pat_str: str = ...
-      while (i < source.size() && source[i] != '=' && source[i] != '\n') ++i;
+      while (i < source.size() && source[i] != '=' && source[i] != '\n')
+        ++i;
     }
-    if (i >= source.size() || source[i] != '=' || (i + 1 < source.size() && source[i + 1] == '=')) continue;
+    if (i >= source.size() || source[i] != '=' || (i + 1 < source.size() && source[i + 1] == '='))
+      continue;
     ++i;
     skip_space_and_comments(source, i);
     std::string value;
@@ -206,13 +214,16 @@ TokenizerSpec tiktoken_load(const std::string& dir) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty()) continue;
     size_t sp = line.find(' ');
-    STRATA_CHECK(sp != std::string_view::npos, rank_path, ":", line_no, ": expected '<base64 token> <rank>'");
-    STRATA_CHECK(base64_decode(line.substr(0, sp), bytes), rank_path, ":", line_no, ": the token is not valid base64");
+    STRATA_CHECK(sp != std::string_view::npos, rank_path, ":", line_no,
+                 ": expected '<base64 token> <rank>'");
+    STRATA_CHECK(base64_decode(line.substr(0, sp), bytes), rank_path, ":", line_no,
+                 ": the token is not valid base64");
     int64_t rank = -1;
     std::string_view r = line.substr(sp + 1);
     auto [end, ec] = std::from_chars(r.data(), r.data() + r.size(), rank);
-    STRATA_CHECK(ec == std::errc() && end == r.data() + r.size() && rank >= 0 && rank < (int64_t{1} << 31), rank_path,
-                 ":", line_no, ": the rank is not a non-negative integer");
+    STRATA_CHECK(
+        ec == std::errc() && end == r.data() + r.size() && rank >= 0 && rank < (int64_t{1} << 31),
+        rank_path, ":", line_no, ": the rank is not a non-negative integer");
     STRATA_CHECK(ranks.emplace(bytes, static_cast<int32_t>(rank)).second, rank_path, ":", line_no,
                  ": the token appears twice");
     n_base = std::max(n_base, rank + 1);
@@ -226,7 +237,8 @@ TokenizerSpec tiktoken_load(const std::string& dir) {
   std::string module, class_name;
   if (config.contains("tokenizer_class") && config["tokenizer_class"].is_string())
     class_name = config["tokenizer_class"].get<std::string>();
-  if (config.contains("auto_map") && config["auto_map"].is_object() && config["auto_map"].contains("AutoTokenizer")) {
+  if (config.contains("auto_map") && config["auto_map"].is_object() &&
+      config["auto_map"].contains("AutoTokenizer")) {
     const Json& a = config["auto_map"]["AutoTokenizer"];
     std::string entry = a.is_array() && !a.empty() && a[0].is_string() ? a[0].get<std::string>()
                         : a.is_string()                                ? a.get<std::string>()
@@ -244,7 +256,8 @@ TokenizerSpec tiktoken_load(const std::string& dir) {
 
   // Pattern: the checkpoint's own code file first (read as text), else the table.
   std::string pattern, pattern_from;
-  const std::string py = dir + "/" + (module.empty() ? std::string("tokenization_kimi") : module) + ".py";
+  const std::string py =
+      dir + "/" + (module.empty() ? std::string("tokenization_kimi") : module) + ".py";
   if (std::filesystem::exists(py)) {
     pattern = tiktoken_pattern_from_python(read_text(py));
     pattern_from = py;
@@ -253,9 +266,10 @@ TokenizerSpec tiktoken_load(const std::string& dir) {
     pattern = known->pattern;
     pattern_from = std::string("strata's table entry for ") + known->module;
   }
-  STRATA_CHECK(!pattern.empty(), rank_path, ": cannot find the pre-tokenizer pattern: tokenizer class '", class_name,
-               "' (module '", module, "') is not in strata's table and no pat_str was found in ", py,
-               "; see docs/TOKENIZER.md");
+  STRATA_CHECK(!pattern.empty(), rank_path,
+               ": cannot find the pre-tokenizer pattern: tokenizer class '", class_name,
+               "' (module '", module, "') is not in strata's table and no pat_str was found in ",
+               py, "; see docs/TOKENIZER.md");
   log_debug("tiktoken pattern from ", pattern_from);
   spec.pre_tokenizer = PreTokenizer::from_pattern(pattern, pattern_from);
   spec.bpe = std::make_unique<Bpe>(Bpe::from_ranks(std::move(ranks), rank_path));
@@ -264,15 +278,19 @@ TokenizerSpec tiktoken_load(const std::string& dir) {
   // ranks with generated names. All are matched in raw text (tiktoken allowed_special="all").
   std::map<int64_t, std::string> names;
   if (config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object()) {
-    for (auto it = config["added_tokens_decoder"].begin(); it != config["added_tokens_decoder"].end(); ++it) {
+    for (auto it = config["added_tokens_decoder"].begin();
+         it != config["added_tokens_decoder"].end(); ++it) {
       int64_t id = -1;
       auto [end, ec] = std::from_chars(it.key().data(), it.key().data() + it.key().size(), id);
-      STRATA_CHECK(ec == std::errc() && end == it.key().data() + it.key().size() && id >= 0 && id < (int64_t{1} << 31),
+      STRATA_CHECK(ec == std::errc() && end == it.key().data() + it.key().size() && id >= 0 &&
+                       id < (int64_t{1} << 31),
                    config_path, ": added_tokens_decoder key '", it.key(), "' is not a token id");
-      std::string content = it.value().is_object() && it.value().contains("content") && it.value()["content"].is_string()
+      std::string content = it.value().is_object() && it.value().contains("content") &&
+                                    it.value()["content"].is_string()
                                 ? it.value()["content"].get<std::string>()
                                 : "";
-      STRATA_CHECK(!content.empty(), config_path, ": added_tokens_decoder[", it.key(), "] has no \"content\"");
+      STRATA_CHECK(!content.empty(), config_path, ": added_tokens_decoder[", it.key(),
+                   "] has no \"content\"");
       names[id] = content;
     }
   }

@@ -12,7 +12,9 @@ namespace strata {
 
 namespace {
 
-bool is_white_space(char32_t c) { return u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_WHITE_SPACE); }
+bool is_white_space(char32_t c) {
+  return u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_WHITE_SPACE);
+}
 
 bool is_alphanumeric(char32_t c) {
   if (u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_ALPHABETIC)) return true;
@@ -37,7 +39,8 @@ bool get_bool(const Json& j, const char* key, bool dflt) {
 // A tokenizer_config.json token value: "text" or {"content": "text", ...}.
 std::string token_content(const Json& v) {
   if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string())
+    return v["content"].get<std::string>();
   return "";
 }
 
@@ -60,40 +63,50 @@ void add_post_processor(const Json& p, const std::string& what, TokenizerSpec& s
   if (type == "Sequence") {
     STRATA_CHECK(p.contains("processors") && p["processors"].is_array(), what,
                  ": post_processor Sequence needs a \"processors\" list");
-    for (const Json& q : p["processors"]) add_post_processor(q, what, spec);
+    for (const Json& q : p["processors"])
+      add_post_processor(q, what, spec);
     return;
   }
   if (type == "TemplateProcessing") {
-    STRATA_CHECK(p.contains("single") && p["single"].is_array(), what, ": TemplateProcessing needs a \"single\" list");
+    STRATA_CHECK(p.contains("single") && p["single"].is_array(), what,
+                 ": TemplateProcessing needs a \"single\" list");
     std::vector<int32_t> before, after;
     bool seen_sequence = false;
     for (const Json& item : p["single"]) {
       if (item.contains("Sequence")) {
-        STRATA_CHECK(!seen_sequence, what, ": TemplateProcessing \"single\" names the sequence twice");
+        STRATA_CHECK(!seen_sequence, what,
+                     ": TemplateProcessing \"single\" names the sequence twice");
         seen_sequence = true;
         continue;
       }
       STRATA_CHECK(item.contains("SpecialToken") && item["SpecialToken"].contains("id") &&
                        item["SpecialToken"]["id"].is_string(),
-                   what, ": TemplateProcessing items must be {\"Sequence\": ...} or {\"SpecialToken\": {\"id\": ...}}");
+                   what,
+                   ": TemplateProcessing items must be {\"Sequence\": ...} or {\"SpecialToken\": "
+                   "{\"id\": ...}}");
       const std::string name = item["SpecialToken"]["id"].get<std::string>();
       STRATA_CHECK(p.contains("special_tokens") && p["special_tokens"].contains(name) &&
-                       p["special_tokens"][name].contains("ids") && p["special_tokens"][name]["ids"].is_array(),
-                   what, ": TemplateProcessing uses special token '", name, "' that its \"special_tokens\" does not define");
+                       p["special_tokens"][name].contains("ids") &&
+                       p["special_tokens"][name]["ids"].is_array(),
+                   what, ": TemplateProcessing uses special token '", name,
+                   "' that its \"special_tokens\" does not define");
       for (const Json& id : p["special_tokens"][name]["ids"]) {
-        STRATA_CHECK(id.is_number_integer(), what, ": TemplateProcessing ids of '", name, "' must be integers");
+        STRATA_CHECK(id.is_number_integer(), what, ": TemplateProcessing ids of '", name,
+                     "' must be integers");
         (seen_sequence ? after : before).push_back(id.get<int32_t>());
       }
     }
-    STRATA_CHECK(seen_sequence, what, ": TemplateProcessing \"single\" does not contain the sequence ($A)");
+    STRATA_CHECK(seen_sequence, what,
+                 ": TemplateProcessing \"single\" does not contain the sequence ($A)");
     spec.prefix.insert(spec.prefix.end(), before.begin(), before.end());
     spec.suffix.insert(spec.suffix.begin(), after.begin(), after.end());
     return;
   }
   if (type == "RobertaProcessing" || type == "BertProcessing") {
     auto id_of = [&](const char* key) {
-      STRATA_CHECK(p.contains(key) && p[key].is_array() && p[key].size() == 2 && p[key][1].is_number_integer(), what,
-                   ": ", type, " needs \"", key, "\": [token, id]");
+      STRATA_CHECK(p.contains(key) && p[key].is_array() && p[key].size() == 2 &&
+                       p[key][1].is_number_integer(),
+                   what, ": ", type, " needs \"", key, "\": [token, id]");
       return p[key][1].get<int32_t>();
     };
     spec.prefix.push_back(id_of("cls"));
@@ -101,26 +114,31 @@ void add_post_processor(const Json& p, const std::string& what, TokenizerSpec& s
     return;
   }
   fail(what, ": post_processor type '", type,
-       "' is not supported (strata supports TemplateProcessing, ByteLevel, Roberta/BertProcessing and Sequence)");
+       "' is not supported (strata supports TemplateProcessing, ByteLevel, Roberta/BertProcessing "
+       "and Sequence)");
 }
 
 TokenizerSpec load_hf(const std::string& dir) {
   const std::string path = dir + "/tokenizer.json";
   const Json j = json_read_file(path);
-  STRATA_CHECK(j.is_object() && j.contains("model"), path, ": no \"model\" object; is this a tokenizers file?");
+  STRATA_CHECK(j.is_object() && j.contains("model"), path,
+               ": no \"model\" object; is this a tokenizers file?");
   TokenizerSpec spec;
   spec.kind = "tokenizer.json";
   spec.bpe = std::make_unique<Bpe>(Bpe::from_hf_json(j["model"], path));
-  spec.normalizer = Normalizer::from_json(j.contains("normalizer") ? j["normalizer"] : Json(), path);
-  spec.pre_tokenizer = PreTokenizer::from_json(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : Json(), path);
-  STRATA_CHECK(spec.pre_tokenizer.has_byte_level(), path,
-               ": the BPE model has no ByteLevel pre-tokenizer; strata supports byte-level BPE only (see "
-               "docs/TOKENIZER.md)");
+  spec.normalizer =
+      Normalizer::from_json(j.contains("normalizer") ? j["normalizer"] : Json(), path);
+  spec.pre_tokenizer =
+      PreTokenizer::from_json(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : Json(), path);
+  STRATA_CHECK(
+      spec.pre_tokenizer.has_byte_level(), path,
+      ": the BPE model has no ByteLevel pre-tokenizer; strata supports byte-level BPE only (see "
+      "docs/TOKENIZER.md)");
   if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
     STRATA_CHECK(j["added_tokens"].is_array(), path, ": \"added_tokens\" must be a list");
     for (const Json& t : j["added_tokens"]) {
-      STRATA_CHECK(t.is_object() && t.contains("id") && t["id"].is_number_integer() && t.contains("content") &&
-                       t["content"].is_string(),
+      STRATA_CHECK(t.is_object() && t.contains("id") && t["id"].is_number_integer() &&
+                       t.contains("content") && t["content"].is_string(),
                    path, ": each added token needs an integer \"id\" and a string \"content\"");
       AddedToken a;
       a.content = t["content"].get<std::string>();
@@ -142,15 +160,17 @@ TokenizerSpec load_hf(const std::string& dir) {
   if (std::filesystem::exists(config_path)) {
     const Json c = json_read_file(config_path);
     if (c.is_object() && (c.contains("add_bos_token") || c.contains("add_eos_token"))) {
-      bool add_bos = get_bool(c, "add_bos_token", true), add_eos = get_bool(c, "add_eos_token", false);
+      bool add_bos = get_bool(c, "add_bos_token", true),
+           add_eos = get_bool(c, "add_eos_token", false);
       spec.prefix.clear();
       spec.suffix.clear();
       auto resolve = [&](const char* key) {
         std::string content = c.contains(key) ? token_content(c[key]) : "";
-        STRATA_CHECK(!content.empty(), config_path, ": add_", std::string(key).substr(0, 3), "_token is true but \"",
-                     key, "\" is not set");
+        STRATA_CHECK(!content.empty(), config_path, ": add_", std::string(key).substr(0, 3),
+                     "_token is true but \"", key, "\" is not set");
         int32_t id = find_token(spec, content);
-        STRATA_CHECK(id >= 0, config_path, ": ", key, " '", content, "' is not a token of tokenizer.json");
+        STRATA_CHECK(id >= 0, config_path, ": ", key, " '", content,
+                     "' is not a token of tokenizer.json");
         return id;
       };
       if (add_bos) spec.prefix.push_back(resolve("bos_token"));
@@ -162,8 +182,9 @@ TokenizerSpec load_hf(const std::string& dir) {
 
 // Python's str.isspace, which Kimi's tokenizer cuts long runs with.
 bool python_isspace(char32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
 }
 
 // Cuts text into pieces of at most `max_chunk` code points, each cut again so that no run of
@@ -205,13 +226,15 @@ std::vector<std::string_view> cut_runs(std::string_view text, int64_t max_chunk,
 
 // Splits text on a set of added tokens: leftmost match, longest at that position.
 struct Tokenizer::Matcher {
-  std::vector<const AddedToken*> tokens;                // longest first
+  std::vector<const AddedToken*> tokens;                     // longest first
   std::array<std::vector<const AddedToken*>, 256> by_first;  // by first byte, longest first
 
   explicit Matcher(std::vector<const AddedToken*> t) : tokens(std::move(t)) {
-    std::stable_sort(tokens.begin(), tokens.end(),
-                     [](const AddedToken* a, const AddedToken* b) { return a->content.size() > b->content.size(); });
-    for (const AddedToken* a : tokens) by_first[static_cast<unsigned char>(a->content[0])].push_back(a);
+    std::stable_sort(tokens.begin(), tokens.end(), [](const AddedToken* a, const AddedToken* b) {
+      return a->content.size() > b->content.size();
+    });
+    for (const AddedToken* a : tokens)
+      by_first[static_cast<unsigned char>(a->content[0])].push_back(a);
   }
 
   // Calls piece(text, -1) for plain text and piece(text, id) for an added token, in order.
@@ -273,13 +296,18 @@ struct Tokenizer::Matcher {
 
 Tokenizer Tokenizer::load(const std::string& model_dir) {
   namespace fs = std::filesystem;
-  STRATA_CHECK(fs::is_directory(model_dir), model_dir, ": not a directory; pass the model's checkpoint directory");
+  STRATA_CHECK(fs::is_directory(model_dir), model_dir,
+               ": not a directory; pass the model's checkpoint directory");
   if (fs::exists(model_dir + "/tokenizer.json")) return Tokenizer(load_hf(model_dir));
   if (fs::exists(model_dir + "/tiktoken.model")) return Tokenizer(tiktoken_load(model_dir));
   if (fs::exists(model_dir + "/tokenizer.model"))
-    fail(model_dir, "/tokenizer.model: SentencePiece tokenizers are not supported; strata reads tokenizer.json "
-                    "(byte-level BPE) or tiktoken.model (see docs/TOKENIZER.md)");
-  fail(model_dir, ": no tokenizer.json or tiktoken.model; copy the model's tokenizer files into the directory");
+    fail(
+        model_dir,
+        "/tokenizer.model: SentencePiece tokenizers are not supported; strata reads tokenizer.json "
+        "(byte-level BPE) or tiktoken.model (see docs/TOKENIZER.md)");
+  fail(
+      model_dir,
+      ": no tokenizer.json or tiktoken.model; copy the model's tokenizer files into the directory");
 }
 
 Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::make_unique<TokenizerSpec>(std::move(spec))) {
@@ -296,13 +324,20 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::make_unique<TokenizerSpec>
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-const std::vector<int32_t>& Tokenizer::special_prefix() const { return spec_->prefix; }
-const std::vector<int32_t>& Tokenizer::special_suffix() const { return spec_->suffix; }
-const std::string& Tokenizer::kind() const { return spec_->kind; }
+const std::vector<int32_t>& Tokenizer::special_prefix() const {
+  return spec_->prefix;
+}
+const std::vector<int32_t>& Tokenizer::special_suffix() const {
+  return spec_->suffix;
+}
+const std::string& Tokenizer::kind() const {
+  return spec_->kind;
+}
 
 int64_t Tokenizer::vocab_size() const {
   int64_t n = spec_->bpe->vocab_end();
-  for (const AddedToken& a : spec_->added) n = std::max<int64_t>(n, int64_t{a.id} + 1);
+  for (const AddedToken& a : spec_->added)
+    n = std::max<int64_t>(n, int64_t{a.id} + 1);
   return n;
 }
 
@@ -313,7 +348,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
   out.reserve(text.size() / 3 + 8);
   if (add_special_tokens) out = spec_->prefix;
   if (spec_->max_run_chars > 0) {
-    for (std::string_view piece : cut_runs(text, spec_->max_chunk_chars, spec_->max_run_chars)) encode_valid(piece, out);
+    for (std::string_view piece : cut_runs(text, spec_->max_chunk_chars, spec_->max_run_chars))
+      encode_valid(piece, out);
   } else {
     encode_valid(text, out);
   }
@@ -340,7 +376,8 @@ void Tokenizer::encode_valid(std::string_view text, std::vector<int32_t>& out) c
 }
 
 void Tokenizer::encode_segment(std::string_view text, std::vector<int32_t>& out) const {
-  spec_->pre_tokenizer.split(text, [&](std::string_view word) { spec_->bpe->encode_word(word, out); });
+  spec_->pre_tokenizer.split(text,
+                             [&](std::string_view word) { spec_->bpe->encode_word(word, out); });
 }
 
 }  // namespace strata

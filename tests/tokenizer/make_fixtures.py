@@ -87,6 +87,8 @@ CORPUS_LINES = [
     "Z\u0351\u036b\u0343\u036a\u0302\u036b\u033d\u034f\u0334a\u0315\u0340l\u0337g\u0321o\u0335 text",
     "Ligature ﬁ and Kelvin \u212a and Ångström \u212b and long s 'ſ",
     "Odd spaces: nbsp\u00a0here, ideographic\u3000space, em\u2003space, nel\u0085char, line\u2028sep, para\u2029sep",
+    "NEL as white space: a\u0085 b  \u0085c \u0085\u0085 d\u00a0\u00a0 e\u3000\u3000f",
+    "Not white space: a\u180e b  \u180ec x\u180e\u180e y  \u200bz",
     "Zero width: a\u200bb\u200cc\u200dd\ufeffe and soft\u00adhyphen",
     "Greek: Καλημέρα κόσμε, Cyrillic: Привет, мир! Arabic: مرحبا بالعالم Hebrew: שלום עולם",
     "Thai: สวัสดีครับ Vietnamese: Tiếng Việt có dấu",
