@@ -8,17 +8,23 @@
 //     after every op while strata rounds only between layers, so differences of a few bf16
 //     ulps (2^-8 relative each) accumulate: 3e-2.
 // Observed amaxes (every linear input, K after RoPE, V) are compared with the fp32 run at 1e-4.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
+#include "io/json.h"
 #include "io/safetensors.h"
+#include "io/safetensors_writer.h"
 #include "model/forward.h"
 
 namespace strata {
@@ -144,6 +150,69 @@ const auto kModels = testing::Values("llama", "llama_odd", "qwen3", "qwen3_moe",
                                      "deepseek_v3_noqlora");
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardFp32, kModels);
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardBf16, kModels);
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// A copy of a fixture model whose config.json is edited by `edit`; returns the error text of
+// building the forward and running layer 0 ("" when it succeeded).
+std::string forward_error(const std::string& name, const std::function<void(Json&)>& edit,
+                          const std::string& drop_tensor = "") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("strata_forward_test_" + name + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::copy(kFixtures + name, dir);
+  Json config = json_read_file((dir / "config.json").string());
+  edit(config);
+  write_file_atomic((dir / "config.json").string(), config.dump());
+  if (!drop_tensor.empty()) {
+    SafetensorsFile f = SafetensorsFile::open((dir / "model.safetensors").string());
+    NamedTensors kept;
+    for (const TensorEntry& e : f.entries()) {
+      if (e.name != drop_tensor) kept.emplace_back(e.name, f.tensor(e).clone());
+    }
+    write_safetensors((dir / "model.safetensors").string(), kept);
+  }
+  std::string error;
+  try {
+    ModelConfig c = read_model_config(dir.string());
+    Checkpoint ckpt = Checkpoint::open(dir.string());
+    auto fwd = ModelForward::create(c, ckpt);
+    fwd->layer(0);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  fs::remove_all(dir);
+  return error;
+}
+
+TEST(ForwardErrors, MathChangingFieldsAreRefused) {
+  EXPECT_EQ(forward_error("llama", [](Json&) {}), "");
+  EXPECT_THAT(forward_error("llama", [](Json& c) { c["rope_parameters"]["rope_type"] = "longrope"; }),
+              testing::HasSubstr("rope type 'longrope' is not supported"));
+  EXPECT_THAT(forward_error("llama", [](Json& c) { c["hidden_act"] = "gelu"; }),
+              testing::HasSubstr("hidden_act"));
+  EXPECT_THAT(forward_error("qwen3", [](Json& c) { c["use_sliding_window"] = true; }),
+              testing::HasSubstr("use_sliding_window"));
+  EXPECT_THAT(forward_error("deepseek_v3", [](Json& c) { c["scoring_func"] = "softmax"; }),
+              testing::HasSubstr("scoring_func 'softmax'"));
+  EXPECT_THAT(forward_error("deepseek_v3", [](Json& c) { c["topk_method"] = "greedy"; }),
+              testing::HasSubstr("topk_method 'greedy'"));
+  EXPECT_THAT(forward_error("llama", [](Json& c) { c["model_type"] = "mixtral"; }),
+              testing::HasSubstr("not implemented yet"));
+  EXPECT_THAT(forward_error("llama", [](Json& c) { c["model_type"] = "gpt_bigcode"; }),
+              testing::HasSubstr("gpt_bigcode"));
+}
+
+TEST(ForwardErrors, MissingOrMisshapenTensorsAreNamed) {
+  EXPECT_THAT(forward_error("llama", [](Json&) {}, "model.layers.0.self_attn.k_proj.weight"),
+              testing::HasSubstr("'model.layers.0.self_attn.k_proj.weight' is missing"));
+  EXPECT_THAT(forward_error("llama", [](Json& c) { c["intermediate_size"] = 200; }),
+              testing::HasSubstr("'model.layers.0.mlp.gate_proj.weight' has shape [256, 128] but config.json implies [200, 128]"));
+}
 
 }  // namespace
 }  // namespace strata
