@@ -153,8 +153,11 @@ void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t 
                       int64_t n_kv_heads, int64_t dq, int64_t dv, float scale, float* out) {
   STRATA_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0);
   const int64_t group = n_heads / n_kv_heads;
-  std::vector<float> p(static_cast<size_t>(T));
+  // Heads are independent and each writes only its own output columns, so running them on
+  // several threads gives the same bytes as one.
+#pragma omp parallel for schedule(static)
   for (int64_t h = 0; h < n_heads; ++h) {
+    std::vector<float> p(static_cast<size_t>(T));
     const int64_t kvh = h / group;
     for (int64_t i = 0; i < T; ++i) {
       const float* qi = q + i * q_stride + h * dq;
