@@ -18,63 +18,17 @@
 #include <string>
 #include <vector>
 
+#include "tests/cli/cli_util.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
+using namespace strata_cli_test;
 
-const std::string kStrata = std::string(STRATA_BINARY_DIR) + "/bin/strata";
 const std::string kDemo = std::string(STRATA_SOURCE_DIR) + "/demo/tiny-llama";
 const char* kShard1 = "model-00001-of-00002.safetensors";
 const char* kShard2 = "model-00002-of-00002.safetensors";
-
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void write_file(const fs::path& p, const std::string& s) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f << s;
-}
-
-struct RunResult {
-  int rc = -1;  // exit status; -1 when killed by a signal
-  std::string out, err;
-};
-
-// A fresh temporary directory, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "strata_cli_test_XXXXXX").string();
-    char* made = mkdtemp(tmpl.data());
-    if (!made) throw std::runtime_error("mkdtemp failed");
-    path_ = made;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-RunResult run_strata(const std::string& args, const fs::path& scratch) {
-  const fs::path out = scratch / "stdout.txt", err = scratch / "stderr.txt";
-  std::string cmd =
-      "'" + kStrata + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
-  int status = std::system(cmd.c_str());
-  RunResult r;
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = read_file(out);
-  r.err = read_file(err);
-  return r;
-}
 
 // Copies the demo into <tmp>/ckpt and returns that path.
 fs::path copy_demo(const TempDir& tmp) {
