@@ -1,0 +1,85 @@
+// Recipes: which format every quantizer gets.
+//
+// A quantizer is a linear module of the checkpoint, named by its hub module name
+// ("model.layers.3.mlp.experts.17.down_proj"). A recipe is an ordered list of rules; each rule
+// is a glob on that name with either a format or an enable flag; for each quantizer the last
+// rule that matches decides (later rules win). No matching rule: the module stays unquantized.
+//
+// Glob semantics are fnmatch's without flags: case-sensitive, `*` matches any run of characters
+// including dots, `?` one character, `[...]` a set. A pattern is tried on the module name and on
+// the module name followed by "." so that ModelOpt-style patterns written for a module's
+// quantizers (`*mlp.gate.*`) hit the module itself.
+//
+// YAML (recipes/*.yaml, built into the binary; a user recipe is a path to such a file):
+//   description: one line shown by `strata recipes`
+//   imports: [default_disabled]      # units from recipes/units/, their rules go first, in order
+//   kv_cache: fp8                    # fp8 | none
+//   rules:
+//     - {pattern: "*", format: nvfp4}
+//     - {pattern: "*.experts.*", enable: false}
+// `enable: false` leaves a module unquantized; `enable: true` re-enables the format an earlier
+// rule gave it (an error when none did). Unknown keys, unknown formats, a rule with both or
+// neither of format/enable, and a missing import are errors naming the file and rule index.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace strata {
+
+// Per-module formats. kNvfp4 quantizes weights and inputs (W4A4); kW4A16Nvfp4 weights only;
+// kFp8 per-tensor weights and inputs; kMxfp8 weights with E8M0 block scales (no input scale).
+enum class QFormat : uint8_t { kNone, kNvfp4, kW4A16Nvfp4, kFp8, kMxfp8 };
+enum class KvCacheFormat : uint8_t { kNone, kFp8 };
+
+std::string_view qformat_name(QFormat f);                  // "nvfp4", "w4a16_nvfp4", "fp8", "mxfp8", "none"
+std::optional<QFormat> qformat_from_name(std::string_view s);
+std::string_view kv_cache_format_name(KvCacheFormat f);    // "fp8", "none"
+std::optional<KvCacheFormat> kv_cache_format_from_name(std::string_view s);
+// ModelOpt's quant_algo for a format: "NVFP4", "W4A16_NVFP4", "FP8", "MXFP8" ("" for kNone).
+std::string_view qformat_quant_algo(QFormat f);
+// Input width a format needs to divide (16 for NVFP4, 32 for MXFP8, 1 otherwise).
+int64_t qformat_block(QFormat f);
+
+struct RecipeRule {
+  std::string pattern;
+  std::optional<QFormat> format;
+  std::optional<bool> enable;
+  std::string origin;  // "recipes/nvfp4-kv_fp8.yaml rule 3", for messages
+};
+
+struct Recipe {
+  std::string name;         // built-in name, or the path it was read from
+  std::string description;
+  KvCacheFormat kv_cache = KvCacheFormat::kNone;
+  std::vector<RecipeRule> rules;  // imports expanded, in order
+};
+
+// A built-in recipe by name ("nvfp4_experts_only-kv_fp8") or a YAML file by path (anything
+// containing '/' or ending in .yaml/.yml). Throws strata::Error naming the file and rule.
+Recipe load_recipe(const std::string& name_or_path);
+// Parses YAML text; `what` names it in errors. Imports resolve against the built-in units.
+Recipe parse_recipe(std::string_view yaml, const std::string& what);
+
+struct RecipeInfo {
+  std::string name;
+  std::string description;
+};
+// Built-in recipes, sorted by name.
+std::vector<RecipeInfo> builtin_recipes();
+// The built-in recipe hf_ptq's flags name: qformat "nvfp4_experts_only" + kv "fp8" ->
+// "nvfp4_experts_only-kv_fp8". Throws strata::Error for an unknown combination, listing them.
+std::string recipe_name_for(std::string_view qformat, std::string_view kv_cache_qformat);
+
+struct RuleDecision {
+  QFormat format = QFormat::kNone;
+  int rule = -1;  // index into Recipe::rules of the deciding rule, -1 when none matched
+};
+// The format of one module, and which rule decided it.
+RuleDecision recipe_decide(const Recipe& recipe, std::string_view module);
+// fnmatch without flags (exposed for tests).
+bool glob_match(std::string_view pattern, std::string_view text);
+
+}  // namespace strata
