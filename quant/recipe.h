@@ -13,15 +13,22 @@
 // YAML (recipes/*.yaml, built into the binary; a user recipe is a path to such a file):
 //   description: one line shown by `strata recipes`
 //   imports: [default_disabled]      # units from recipes/units/, their rules go first, in order
-//   kv_cache: fp8                    # fp8 | none
+//   kv_cache: fp8                    # fp8 | none (default none)
 //   rules:
 //     - {pattern: "*", format: nvfp4}
 //     - {pattern: "*.experts.*", enable: false}
+//     - import: default_disabled     # a unit's rules spliced in at this place
 // `enable: false` leaves a module unquantized; `enable: true` re-enables the format an earlier
-// rule gave it (an error when none did). Unknown keys, unknown formats, a rule with both or
-// neither of format/enable, and a missing import are errors naming the file and rule index.
+// rule gave it (an error when no earlier rule of the recipe gives any format; for a module that no
+// earlier format rule matched it has no effect). Unknown keys, unknown formats, a rule with both
+// or neither of format/enable, and a missing import are errors naming the file and rule index.
+// Rules are numbered from 1 in each file; a rule's origin is "<file> rule <n>", where the file of
+// a unit's rule is "recipes/units/<unit>.yaml". Units hold description and rules only (no
+// imports, no kv_cache). The built-in recipes end with `- import: default_disabled`, so the
+// exclusions win over their format rules (docs/RECIPES.md).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,9 +41,9 @@ namespace strata {
 enum class QFormat : uint8_t { kNone, kNvfp4, kW4A16Nvfp4, kFp8, kMxfp8 };
 enum class KvCacheFormat : uint8_t { kNone, kFp8 };
 
-std::string_view qformat_name(QFormat f);                  // "nvfp4", "w4a16_nvfp4", "fp8", "mxfp8", "none"
+std::string_view qformat_name(QFormat f);  // "nvfp4", "w4a16_nvfp4", "fp8", "mxfp8", "none"
 std::optional<QFormat> qformat_from_name(std::string_view s);
-std::string_view kv_cache_format_name(KvCacheFormat f);    // "fp8", "none"
+std::string_view kv_cache_format_name(KvCacheFormat f);  // "fp8", "none"
 std::optional<KvCacheFormat> kv_cache_format_from_name(std::string_view s);
 // ModelOpt's quant_algo for a format: "NVFP4", "W4A16_NVFP4", "FP8", "MXFP8" ("" for kNone).
 std::string_view qformat_quant_algo(QFormat f);
@@ -47,11 +54,13 @@ struct RecipeRule {
   std::string pattern;
   std::optional<QFormat> format;
   std::optional<bool> enable;
-  std::string origin;  // "recipes/nvfp4-kv_fp8.yaml rule 3", for messages
+  std::string origin;     // "recipes/nvfp4-kv_fp8.yaml rule 3", for messages (contains "units/"
+                          // for a rule imported from a unit)
+  bool imported = false;  // spliced in from a unit (recipes/units/); such rules need not match
 };
 
 struct Recipe {
-  std::string name;         // built-in name, or the path it was read from
+  std::string name;  // built-in name, or the path it was read from
   std::string description;
   KvCacheFormat kv_cache = KvCacheFormat::kNone;
   std::vector<RecipeRule> rules;  // imports expanded, in order

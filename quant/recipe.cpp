@@ -1,0 +1,442 @@
+// Recipes: YAML parsing with yaml-cpp, the built-in recipe table (texts compiled in by
+// quant/embed_recipes.cmake), and the fnmatch-style rule matcher.
+#include "quant/recipe.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace strata {
+
+namespace detail {
+// Generated from recipes/**/*.yaml (quant/embed_recipes.cmake): repository-relative paths such as
+// "recipes/nvfp4-kv_fp8.yaml" and "recipes/units/default_disabled.yaml", sorted, with their texts.
+extern const char* const kRecipeFilePaths[];
+extern const char* const kRecipeFileTexts[];
+extern const size_t kRecipeFileCount;
+}  // namespace detail
+
+// ---- formats ----------------------------------------------------------------------------------
+
+std::string_view qformat_name(QFormat f) {
+  switch (f) {
+    case QFormat::kNone:
+      return "none";
+    case QFormat::kNvfp4:
+      return "nvfp4";
+    case QFormat::kW4A16Nvfp4:
+      return "w4a16_nvfp4";
+    case QFormat::kFp8:
+      return "fp8";
+    case QFormat::kMxfp8:
+      return "mxfp8";
+  }
+  STRATA_ASSERT(false, "QFormat value ", static_cast<int>(f));
+  return {};
+}
+
+std::optional<QFormat> qformat_from_name(std::string_view s) {
+  for (QFormat f :
+       {QFormat::kNone, QFormat::kNvfp4, QFormat::kW4A16Nvfp4, QFormat::kFp8, QFormat::kMxfp8}) {
+    if (qformat_name(f) == s) return f;
+  }
+  return std::nullopt;
+}
+
+std::string_view kv_cache_format_name(KvCacheFormat f) {
+  switch (f) {
+    case KvCacheFormat::kNone:
+      return "none";
+    case KvCacheFormat::kFp8:
+      return "fp8";
+  }
+  STRATA_ASSERT(false, "KvCacheFormat value ", static_cast<int>(f));
+  return {};
+}
+
+std::optional<KvCacheFormat> kv_cache_format_from_name(std::string_view s) {
+  for (KvCacheFormat f : {KvCacheFormat::kNone, KvCacheFormat::kFp8}) {
+    if (kv_cache_format_name(f) == s) return f;
+  }
+  return std::nullopt;
+}
+
+std::string_view qformat_quant_algo(QFormat f) {
+  switch (f) {
+    case QFormat::kNone:
+      return "";
+    case QFormat::kNvfp4:
+      return "NVFP4";
+    case QFormat::kW4A16Nvfp4:
+      return "W4A16_NVFP4";
+    case QFormat::kFp8:
+      return "FP8";
+    case QFormat::kMxfp8:
+      return "MXFP8";
+  }
+  STRATA_ASSERT(false, "QFormat value ", static_cast<int>(f));
+  return {};
+}
+
+int64_t qformat_block(QFormat f) {
+  switch (f) {
+    case QFormat::kNone:
+    case QFormat::kFp8:
+      return 1;
+    case QFormat::kNvfp4:
+    case QFormat::kW4A16Nvfp4:
+      return 16;
+    case QFormat::kMxfp8:
+      return 32;
+  }
+  STRATA_ASSERT(false, "QFormat value ", static_cast<int>(f));
+  return 1;
+}
+
+// ---- glob -------------------------------------------------------------------------------------
+
+namespace {
+
+// Matches the bracket expression starting at pattern[p] == '[' against c. Returns the index just
+// past the closing ']' and sets `matched`; returns npos when the bracket is not closed (then the
+// '[' is an ordinary character, as in fnmatch).
+size_t match_set(std::string_view pattern, size_t p, char c, bool& matched) {
+  size_t i = p + 1;
+  bool negate = false;
+  if (i < pattern.size() && (pattern[i] == '!' || pattern[i] == '^')) {
+    negate = true;
+    ++i;
+  }
+  bool hit = false;
+  bool first = true;
+  while (i < pattern.size()) {
+    char lo = pattern[i];
+    if (lo == ']' && !first) {
+      matched = hit != negate;
+      return i + 1;
+    }
+    first = false;
+    if (lo == '\\' && i + 1 < pattern.size()) lo = pattern[++i];
+    ++i;
+    char hi = lo;
+    // A range "lo-hi"; a '-' before the closing ']' is an ordinary member.
+    if (i + 1 < pattern.size() && pattern[i] == '-' && pattern[i + 1] != ']') {
+      hi = pattern[i + 1];
+      i += 2;
+      if (hi == '\\' && i < pattern.size()) hi = pattern[i++];
+    }
+    const auto u = static_cast<unsigned char>(c);
+    if (static_cast<unsigned char>(lo) <= u && u <= static_cast<unsigned char>(hi)) hit = true;
+  }
+  return std::string_view::npos;
+}
+
+// Whether pattern[p] (one pattern element, not '*') matches c; advances p past the element.
+bool match_one(std::string_view pattern, size_t& p, char c) {
+  const char pc = pattern[p];
+  if (pc == '?') {
+    ++p;
+    return true;
+  }
+  if (pc == '[') {
+    bool matched = false;
+    const size_t next = match_set(pattern, p, c, matched);
+    if (next != std::string_view::npos) {
+      p = next;
+      return matched;
+    }
+    ++p;
+    return c == '[';
+  }
+  if (pc == '\\' && p + 1 < pattern.size()) {
+    p += 2;
+    return c == pattern[p - 1];
+  }
+  ++p;
+  return c == pc;
+}
+
+}  // namespace
+
+// Iterative matcher with single-star backtracking: on a mismatch, go back to the last '*' and let
+// it swallow one more character. Earlier stars never need revisiting (the classic argument: the
+// last star can absorb anything an earlier one could).
+bool glob_match(std::string_view pattern, std::string_view text) {
+  size_t p = 0, t = 0;
+  size_t star_p = std::string_view::npos, star_t = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      while (p < pattern.size() && pattern[p] == '*')
+        ++p;
+      star_p = p;
+      star_t = t;
+      continue;
+    }
+    if (p < pattern.size()) {
+      size_t next = p;
+      if (match_one(pattern, next, text[t])) {
+        p = next;
+        ++t;
+        continue;
+      }
+    }
+    if (star_p == std::string_view::npos) return false;
+    p = star_p;
+    t = ++star_t;
+  }
+  while (p < pattern.size() && pattern[p] == '*')
+    ++p;
+  return p == pattern.size();
+}
+
+// ---- parsing ----------------------------------------------------------------------------------
+
+namespace {
+
+constexpr std::string_view kRecipeDir = "recipes/";
+constexpr std::string_view kUnitDir = "recipes/units/";
+constexpr std::string_view kYamlExt = ".yaml";
+
+// The text of a compiled-in file by repository-relative path, or nullptr.
+const char* builtin_text(std::string_view path) {
+  for (size_t i = 0; i < detail::kRecipeFileCount; ++i) {
+    if (path == detail::kRecipeFilePaths[i]) return detail::kRecipeFileTexts[i];
+  }
+  return nullptr;
+}
+
+// Built-in names under `dir` (files directly in it), sorted.
+std::vector<std::string> builtin_names(std::string_view dir) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < detail::kRecipeFileCount; ++i) {
+    std::string_view path = detail::kRecipeFilePaths[i];
+    if (!path.starts_with(dir) || !path.ends_with(kYamlExt)) continue;
+    std::string_view rest = path.substr(dir.size(), path.size() - dir.size() - kYamlExt.size());
+    if (rest.find('/') != std::string_view::npos) continue;
+    names.emplace_back(rest);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& x : v)
+    s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+std::string scalar(const YAML::Node& n, const std::string& where, const char* key) {
+  STRATA_CHECK(n.IsScalar(), where, ": '", key, "' must be a string");
+  return n.Scalar();
+}
+
+struct ParseContext {
+  std::string what;  // the file, for messages
+  bool unit = false;
+};
+
+std::vector<RecipeRule> load_unit(const std::string& name, const std::string& where);
+
+// Parses one rules list entry (1-based `index`) and appends the rule or the imported unit's rules.
+void parse_rule(const ParseContext& ctx, const YAML::Node& node, int index,
+                std::vector<RecipeRule>& out) {
+  const std::string where = str(ctx.what, " rule ", index);
+  STRATA_CHECK(node.IsMap(), where, ": a rule must be a mapping such as {pattern: \"*\", ",
+               "format: nvfp4}");
+  if (node["import"]) {
+    STRATA_CHECK(!ctx.unit, where, ": a unit cannot import other units");
+    STRATA_CHECK(node.size() == 1, where, ": an import rule has the single key 'import'");
+    const std::string unit = scalar(node["import"], where, "import");
+    std::vector<RecipeRule> rules = load_unit(unit, where);
+    out.insert(out.end(), rules.begin(), rules.end());
+    return;
+  }
+  RecipeRule rule;
+  rule.origin = where;
+  bool has_pattern = false;
+  for (const auto& kv : node) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : std::string("?");
+    if (key == "pattern") {
+      rule.pattern = scalar(kv.second, where, "pattern");
+      has_pattern = true;
+    } else if (key == "format") {
+      const std::string f = scalar(kv.second, where, "format");
+      const std::optional<QFormat> q = qformat_from_name(f);
+      STRATA_CHECK(q.has_value() && *q != QFormat::kNone, where, ": unknown format '", f,
+                   "' (formats: nvfp4, w4a16_nvfp4, fp8, mxfp8; use enable: false to leave a ",
+                   "module unquantized)");
+      rule.format = *q;
+    } else if (key == "enable") {
+      const std::string v = scalar(kv.second, where, "enable");
+      STRATA_CHECK(v == "true" || v == "false", where, ": enable must be true or false, got '", v,
+                   "'");
+      rule.enable = v == "true";
+    } else {
+      fail(where, ": unknown key '", key, "' (a rule has pattern, format or enable, or import)");
+    }
+  }
+  STRATA_CHECK(has_pattern && !rule.pattern.empty(), where, ": missing 'pattern'");
+  STRATA_CHECK(!(rule.format && rule.enable), where, " ('", rule.pattern,
+               "'): give either format or enable, not both");
+  STRATA_CHECK(rule.format || rule.enable, where, " ('", rule.pattern,
+               "'): give a format or enable: true/false");
+  out.push_back(std::move(rule));
+}
+
+// Parses a recipe (or, with ctx.unit, a unit: description and rules only) from YAML text.
+Recipe parse_any(std::string_view yaml, const ParseContext& ctx) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    fail(ctx.what, ": YAML syntax error at line ", e.mark.line + 1, ", column ", e.mark.column + 1,
+         ": ", e.msg);
+  }
+  STRATA_CHECK(root.IsMap(), ctx.what, ": a recipe is a mapping with keys description, ",
+               ctx.unit ? "rules" : "imports, kv_cache, rules");
+  Recipe r;
+  r.name = ctx.what;
+  const YAML::Node* rules_node = nullptr;
+  YAML::Node rules_holder;
+  for (const auto& kv : root) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : std::string("?");
+    if (key == "description") {
+      r.description = scalar(kv.second, ctx.what, "description");
+    } else if (key == "rules") {
+      rules_holder = kv.second;
+      rules_node = &rules_holder;
+    } else if (key == "kv_cache" && !ctx.unit) {
+      const std::string v = scalar(kv.second, ctx.what, "kv_cache");
+      const std::optional<KvCacheFormat> f = kv_cache_format_from_name(v);
+      STRATA_CHECK(f.has_value(), ctx.what, ": unknown kv_cache '", v, "' (fp8 or none)");
+      r.kv_cache = *f;
+    } else if (key == "imports" && !ctx.unit) {
+      STRATA_CHECK(kv.second.IsSequence(), ctx.what, ": 'imports' must be a list of unit names");
+      int i = 0;
+      for (const YAML::Node& n : kv.second) {
+        const std::string where = str(ctx.what, " imports entry ", ++i);
+        std::vector<RecipeRule> rules = load_unit(scalar(n, where, "imports"), where);
+        r.rules.insert(r.rules.end(), rules.begin(), rules.end());
+      }
+    } else {
+      fail(ctx.what, ": unknown key '", key, "' (a ", ctx.unit ? "unit" : "recipe", " has ",
+           ctx.unit ? "description and rules" : "description, imports, kv_cache and rules", ")");
+    }
+  }
+  STRATA_CHECK(rules_node != nullptr && rules_node->IsSequence() && rules_node->size() > 0,
+               ctx.what, ": 'rules' must be a non-empty list");
+  int index = 0;
+  for (const YAML::Node& n : *rules_node)
+    parse_rule(ctx, n, ++index, r.rules);
+
+  // enable: true re-enables a format an earlier rule gave; without any earlier format rule it
+  // can never do anything, which is a mistake in the recipe.
+  if (!ctx.unit) {
+    bool any_format = false;
+    for (const RecipeRule& rule : r.rules) {
+      STRATA_CHECK(any_format || rule.enable != true, rule.origin,
+                   ": enable: true re-enables the format an earlier rule gave, but no earlier ",
+                   "rule gives a format; write format: <name> instead");
+      any_format = any_format || rule.format.has_value();
+    }
+  }
+  return r;
+}
+
+std::vector<RecipeRule> load_unit(const std::string& name, const std::string& where) {
+  const std::string path = str(kUnitDir, name, kYamlExt);
+  const char* text = name.find('/') == std::string::npos ? builtin_text(path) : nullptr;
+  STRATA_CHECK(text != nullptr, where, ": unknown unit '", name,
+               "' (built-in units: ", join(builtin_names(kUnitDir)), ")");
+  std::vector<RecipeRule> rules = parse_any(text, ParseContext{path, true}).rules;
+  for (RecipeRule& rule : rules)
+    rule.imported = true;
+  return rules;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  STRATA_CHECK(f.good(), path, ": cannot open the recipe file");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+Recipe parse_recipe(std::string_view yaml, const std::string& what) {
+  return parse_any(yaml, ParseContext{what, false});
+}
+
+Recipe load_recipe(const std::string& name_or_path) {
+  const bool is_path = name_or_path.find('/') != std::string::npos ||
+                       name_or_path.ends_with(".yaml") || name_or_path.ends_with(".yml");
+  if (is_path) {
+    Recipe r = parse_recipe(read_text_file(name_or_path), name_or_path);
+    r.name = name_or_path;
+    return r;
+  }
+  const std::string path = str(kRecipeDir, name_or_path, kYamlExt);
+  const char* text = builtin_text(path);
+  STRATA_CHECK(text != nullptr, "unknown recipe '", name_or_path,
+               "': give a YAML file path or a built-in name (", join(builtin_names(kRecipeDir)),
+               "; `strata recipes` lists them)");
+  Recipe r = parse_recipe(text, path);
+  r.name = name_or_path;
+  return r;
+}
+
+std::vector<RecipeInfo> builtin_recipes() {
+  std::vector<RecipeInfo> out;
+  for (const std::string& name : builtin_names(kRecipeDir)) {
+    out.push_back({name, load_recipe(name).description});
+  }
+  return out;
+}
+
+std::string recipe_name_for(std::string_view qformat, std::string_view kv_cache_qformat) {
+  const std::string name = str(qformat, "-kv_", kv_cache_qformat);
+  const std::vector<std::string> names = builtin_names(kRecipeDir);
+  if (std::find(names.begin(), names.end(), name) != names.end()) return name;
+  std::string valid;
+  for (const std::string& n : names) {
+    const size_t cut = n.rfind("-kv_");
+    valid += str(valid.empty() ? "" : ", ", n.substr(0, cut), " + ", n.substr(cut + 4));
+  }
+  fail("no built-in recipe for --qformat ", qformat, " with --kv_cache_qformat ", kv_cache_qformat,
+       "; valid combinations (qformat + kv_cache_qformat): ", valid,
+       "; or give --recipe with a YAML file");
+}
+
+RuleDecision recipe_decide(const Recipe& recipe, std::string_view module) {
+  // ModelOpt-style patterns are written for a module's quantizers ("*mlp.gate.*" for
+  // "...mlp.gate.weight_quantizer"): trying name + "." lets them hit the module itself.
+  const std::string dotted = str(module, ".");
+  std::optional<QFormat> format;  // the last format a matching rule gave
+  bool enabled = false;
+  RuleDecision d;
+  for (size_t i = 0; i < recipe.rules.size(); ++i) {
+    const RecipeRule& rule = recipe.rules[i];
+    if (!glob_match(rule.pattern, module) && !glob_match(rule.pattern, dotted)) continue;
+    if (rule.format) {
+      format = rule.format;
+      enabled = true;
+    } else if (rule.enable == false) {
+      enabled = false;
+    } else if (format) {  // enable: true with a format to bring back
+      enabled = true;
+    } else {
+      continue;  // enable: true, but no earlier rule gave this module a format: no effect
+    }
+    d.rule = static_cast<int>(i);
+  }
+  d.format = enabled && format ? *format : QFormat::kNone;
+  return d;
+}
+
+}  // namespace strata
