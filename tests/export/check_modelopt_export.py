@@ -1,0 +1,1500 @@
+#!/usr/bin/env python3
+"""Independent checker of a strata ModelOpt-format export against the consumer contract.
+
+    python3 tests/export/check_modelopt_export.py SRC_DIR OUT_DIR [--amax REF.safetensors]
+    python3 tests/export/check_modelopt_export.py --self-test
+
+SRC_DIR is the Hugging Face checkpoint that was quantized, OUT_DIR strata's export of it. The
+rules come from /work/shared/spec/format.md (the output contract) and from the consumers it
+cites (vLLM's ModelOpt loader, ModelOpt's unified HF export, the safetensors library); see
+tests/export/README.md. Prints one line per violation and a final `N passed, M failed`; exit
+status 1 when anything failed.
+
+Written without reading strata's exporter. Needs only numpy: safetensors files are parsed here
+with struct + json, and the number formats (bf16, float8_e4m3fn, e2m1, e8m0) are implemented
+with integer/float arithmetic in numpy, so neither `safetensors` nor `ml_dtypes` is required.
+--self-test also checks those numerics against tests/quant/fixtures/quant_vectors.bin (the
+ml_dtypes/PyTorch-derived reference vectors) and then proves that the checker fails on a list of
+broken exports it builds itself.
+"""
+
+import argparse
+import fnmatch
+import json
+import os
+import re
+import shutil
+import struct
+import sys
+import tempfile
+
+import numpy as np
+
+F32 = np.float32
+# ModelOpt divides CUDA tensors by Python floats, which the GPU evaluates as x * fl32(1/c).
+INV_2688 = F32(1.0) / F32(2688.0)
+INV_448 = F32(1.0) / F32(448.0)
+
+# ------------------------------------------------------------------------------------ safetensors
+
+ST_DTYPES = {  # name -> (numpy dtype used to view the bytes, element size)
+    "BOOL": (np.uint8, 1), "U8": (np.uint8, 1), "I8": (np.int8, 1),
+    "F8_E4M3": (np.uint8, 1), "F8_E5M2": (np.uint8, 1), "F8_E8M0": (np.uint8, 1),
+    "I16": (np.int16, 2), "U16": (np.uint16, 2), "F16": (np.float16, 2), "BF16": (np.uint16, 2),
+    "I32": (np.int32, 4), "U32": (np.uint32, 4), "F32": (np.float32, 4),
+    "I64": (np.int64, 8), "U64": (np.uint64, 8), "F64": (np.float64, 8),
+}
+FLOAT_DTYPES = ("BF16", "F16", "F32", "F64")
+
+
+def _no_dup_pairs(pairs):
+    d = {}
+    for k, v in pairs:
+        if k in d:
+            raise ValueError(f"duplicate key {k!r}")
+        d[k] = v
+    return d
+
+
+class SafeFile:
+    """One safetensors file, parsed by hand. `problems` lists what the reference library rejects."""
+
+    def __init__(self, path):
+        self.path = path
+        self.problems = []
+        self.tensors = {}  # name -> (dtype, shape, begin, end), in header order
+        self.metadata = None
+        self.data = np.zeros(0, np.uint8)
+        self.data_start = 0
+        size = os.path.getsize(path)
+        if size < 8:
+            self.problems.append("file shorter than 8 bytes")
+            return
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > size - 8:
+                self.problems.append(f"header length {n} exceeds file size {size}")
+                return
+            raw = f.read(n)
+        try:
+            text = raw.decode("utf-8")
+            if not text.startswith("{"):
+                raise ValueError("header does not start with '{'")
+            header = json.loads(text, object_pairs_hook=_no_dup_pairs)
+            if not isinstance(header, dict):
+                raise ValueError("header is not a JSON object")
+        except (UnicodeDecodeError, ValueError) as e:
+            self.problems.append(f"invalid header JSON: {e}")
+            return
+        self.data_start = 8 + n
+        if size > self.data_start:
+            self.data = np.memmap(path, dtype=np.uint8, mode="r", offset=self.data_start)
+        data_len = size - self.data_start
+        meta = header.pop("__metadata__", None)
+        if meta is not None and not (isinstance(meta, dict)
+                                     and all(isinstance(v, str) for v in meta.values())):
+            self.problems.append("__metadata__ is not a string-to-string map")
+        self.metadata = meta
+        spans = []
+        for name, info in header.items():
+            try:
+                dtype, shape, offs = info["dtype"], info["shape"], info["data_offsets"]
+                if dtype not in ST_DTYPES:
+                    raise ValueError(f"unknown dtype {dtype}")
+                if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
+                    raise ValueError(f"bad shape {shape}")
+                if not (isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) for o in offs)
+                        and 0 <= offs[0] <= offs[1]):
+                    raise ValueError(f"bad data_offsets {offs}")
+                nbytes = int(np.prod(shape, dtype=np.int64)) * ST_DTYPES[dtype][1]
+                if offs[1] - offs[0] != nbytes:
+                    raise ValueError(f"data_offsets span {offs[1] - offs[0]} bytes, shape/dtype need {nbytes}")
+                if offs[1] > data_len:
+                    raise ValueError(f"data_offsets end {offs[1]} beyond the data ({data_len} bytes)")
+            except (KeyError, TypeError, ValueError) as e:
+                self.problems.append(f"tensor {name}: {e}")
+                continue
+            self.tensors[name] = (dtype, tuple(shape), offs[0], offs[1])
+            spans.append((offs[0], offs[1], name))
+        # The library requires the data to be exactly covered: sorted by offset, no gaps, no overlap.
+        spans.sort()
+        pos = 0
+        for b, e, name in spans:
+            if b != pos:
+                self.problems.append(f"tensor {name} starts at {b}, expected {pos} "
+                                     f"({'gap' if b > pos else 'overlap'})")
+            pos = max(pos, e)
+        if pos != data_len:
+            self.problems.append(f"data section is {data_len} bytes, tensors cover {pos}")
+        if [s[2] for s in spans] != list(self.tensors):
+            # Not a library error, but the header's order should follow the data.
+            pass
+
+    def raw(self, name):
+        dtype, shape, b, e = self.tensors[name]
+        return bytes(self.data[b:e])
+
+    def array(self, name):
+        dtype, shape, b, e = self.tensors[name]
+        npdt = ST_DTYPES[dtype][0]
+        return np.frombuffer(self.raw(name), dtype=npdt).reshape(shape)
+
+
+# ------------------------------------------------------------------------------ number formats
+
+def bf16_bits_to_f32(u16):
+    return (np.asarray(u16, np.uint32) << 16).view(np.float32)
+
+
+def round_bf16(x):
+    """fp32 -> nearest bf16 (ties to even), returned as fp32."""
+    x = np.asarray(x, np.float32)
+    u = x.view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    out = (r & 0xFFFFFFFF).astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(x), x, out).astype(np.float32)
+
+
+def round_to(x, kind):
+    if kind == "bf16":
+        return round_bf16(x)
+    if kind == "f16":
+        return np.asarray(x, np.float32).astype(np.float16).astype(np.float32)
+    return np.asarray(x, np.float32)
+
+
+def _e4m3_table():
+    t = np.zeros(256, np.float32)
+    for b in range(256):
+        s, e, m = b >> 7, (b >> 3) & 15, b & 7
+        if e == 15 and m == 7:
+            v = np.nan
+        elif e == 0:
+            v = m * 2.0 ** -9
+        else:
+            v = (1 + m / 8.0) * 2.0 ** (e - 7)
+        t[b] = -v if s else v
+    return t
+
+
+E4M3_TABLE = _e4m3_table()
+
+
+def e4m3_encode(x):
+    """fp32 -> float8_e4m3fn bytes, round to nearest even, no saturation (> 464 or inf -> NaN 0x7F)."""
+    x = np.asarray(x, np.float32)
+    sign = np.signbit(x).astype(np.uint8) << 7
+    a = np.abs(x).astype(np.float64)
+    finite = np.isfinite(a)
+    a = np.where(finite, a, 0.0)
+    _, e = np.frexp(a)
+    ex = np.maximum(e - 1, -6)                    # floor(log2 a), at least the min normal exponent
+    q = np.ldexp(1.0, ex - 3)                     # spacing of e4m3 values in that binade
+    v = np.rint(a / q) * q                        # exact: a / q scales by a power of two
+    _, e2 = np.frexp(v)
+    ex2 = e2 - 1
+    sub = v < 2.0 ** -6
+    mant_sub = np.rint(v / 2.0 ** -9)
+    mant_norm = np.rint((np.ldexp(v, -np.where(sub, 0, ex2)) - 1.0) * 8.0)
+    code = np.where(sub, mant_sub, (ex2 + 7) * 8 + mant_norm)
+    code = np.where((v > 448.0) | ~finite, 0x7F, code).astype(np.uint8)
+    return code | sign
+
+
+def e2m1_codes(x):
+    """fp32 -> 4-bit e2m1 codes (format.md §1.5): RNE on {0,.5,1,1.5,2,3,4,6}, sign in bit 3."""
+    ax = np.abs(x)
+    c = ((ax > 0.25).astype(np.uint8) + (ax >= 0.75) + (ax > 1.25) + (ax >= 1.75)
+         + (ax > 2.5) + (ax >= 3.5) + (ax > 5.0)).astype(np.uint8)
+    c = np.where(np.isnan(x), 7, c).astype(np.uint8)
+    return c | ((x < 0).astype(np.uint8) << 3)
+
+
+def nvfp4_quantize(w32, g):
+    """Expected (packed U8 [out,in/2], block scale bytes [out,in/16]) given weight_scale_2 g."""
+    g = F32(g)
+    out, inn = w32.shape
+    blocks = w32.reshape(out, inn // 16, 16)
+    with np.errstate(all="ignore"):
+        a_b = np.abs(blocks).max(axis=-1).astype(F32)
+        s = (a_b / F32(F32(6.0) * g)).astype(F32)
+        s = np.where(s == 0, F32(1.0), s)
+        s = np.clip(s, F32(2.0 ** -9), F32(448.0)).astype(F32)
+        sb = e4m3_encode(s)
+        desc = (E4M3_TABLE[sb] * g).astype(F32)
+        x = (blocks / desc[..., None]).astype(F32)
+    codes = e2m1_codes(x).reshape(out, inn)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+    return packed, sb.reshape(out, inn // 16)
+
+
+def fp8_quantize(w32, scale, kind):
+    """Expected F8_E4M3 bytes given weight_scale (format.md §2: bf16 double rounding)."""
+    divisor = round_to(np.array([scale], F32), kind)[0]
+    with np.errstate(all="ignore"):
+        q = round_to((w32 / divisor).astype(F32), kind)
+    q = np.clip(q, F32(-448.0), F32(448.0))
+    return e4m3_encode(q)
+
+
+def mxfp8_quantize(w32):
+    """Expected (F8_E4M3 bytes [out,in], E8M0 scale bytes [out,in/32]) (format.md §7)."""
+    out, inn = w32.shape
+    blocks = w32.reshape(out, inn // 32, 32)
+    d = (np.abs(blocks).max(axis=-1) * INV_448).astype(F32)
+    mant, ex = np.frexp(d)
+    ceil_log2 = np.where(mant == 0.5, ex - 1, ex)
+    e = np.clip(np.where(d > 0, ceil_log2, -127), -127, 127).astype(np.int32)
+    q = np.clip(np.ldexp(blocks, -e[..., None]).astype(F32), F32(-448.0), F32(448.0))
+    return e4m3_encode(q).reshape(out, inn), (e + 127).astype(np.uint8)
+
+
+# ------------------------------------------------------------------------------------ checkpoint
+
+def load_dir_tensors(d, prefer_index=True):
+    """name -> SafeFile for the weight files of a checkpoint directory (not the sidecars)."""
+    idx = os.path.join(d, "model.safetensors.index.json")
+    files = []
+    if prefer_index and os.path.exists(idx):
+        try:
+            files = sorted(set(json.load(open(idx))["weight_map"].values()))
+        except (ValueError, KeyError):
+            files = []
+    if not files and os.path.exists(os.path.join(d, "model.safetensors")):
+        files = ["model.safetensors"]
+    if not files:
+        files = sorted(f for f in os.listdir(d) if f.endswith(".safetensors"))
+    out = {}
+    for f in files:
+        p = os.path.join(d, f)
+        if os.path.exists(p):
+            sf = SafeFile(p)
+            for n in sf.tensors:
+                out[n] = sf
+    return out
+
+
+WEIGHT_EXT = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack")
+EXPERT_RE = re.compile(r"^(.*\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)$")
+GATE_UP = {"gate_proj": "gate", "up_proj": "up", "w1": "gate", "w3": "up",
+           "down_proj": "down", "w2": "down"}
+FUSED_SIBLINGS = [  # (members, vLLM fused name)
+    (("q_proj", "k_proj", "v_proj"), "qkv_proj"),
+    (("gate_proj", "up_proj"), "gate_up_proj"),
+    (("w1", "w3"), "w13"),
+    (("q_a_proj", "kv_a_proj_with_mqa"), "fused_qkv_a_proj"),
+]
+
+
+def is_embedding(module):
+    leaf = module.rsplit(".", 1)[-1]
+    return "embed" in leaf or leaf in ("wte", "wpe")
+
+
+class Source:
+    """The source checkpoint's linear modules and their fp32 weights."""
+
+    def __init__(self, d):
+        self.dir = d
+        self.tensors = load_dir_tensors(d)
+        self.modules = {}  # module -> (getter, shape, kind)
+        self.replaced = {}  # source tensor name -> modules it feeds (when it is not kept as is)
+        for name, sf in self.tensors.items():
+            dtype, shape = sf.tensors[name][:2]
+            if name.endswith(".weight") and len(shape) == 2 and not is_embedding(name[:-7]):
+                m = name[:-7]
+                if dtype in FLOAT_DTYPES:
+                    kind = {"BF16": "bf16", "F16": "f16"}.get(dtype, "f32")
+                    self.modules[m] = (lambda n=name, s=sf: self._float(s, n), shape, kind)
+                elif dtype == "F8_E4M3" and (m + ".weight_scale_inv") in self.tensors:
+                    self.modules[m] = (lambda m=m: self._fp8_block(m), shape, "f32")
+            elif name.endswith(".weight_packed") and len(shape) == 2:
+                m = name[: -len(".weight_packed")]
+                ws = self.tensors.get(m + ".weight_shape")
+                if ws is not None:
+                    out_in = tuple(int(v) for v in ws.array(m + ".weight_shape").reshape(-1))
+                    self.modules[m] = (None, out_in, "int4")
+            elif (name.endswith("experts.gate_up_proj") or name.endswith("experts.down_proj")) \
+                    and len(shape) == 3 and dtype in FLOAT_DTYPES:
+                prefix, leaf = name.rsplit(".", 1)
+                kind = {"BF16": "bf16", "F16": "f16"}.get(dtype, "f32")
+                E = shape[0]
+                feeds = []
+                for e in range(E):
+                    if leaf == "gate_up_proj":
+                        half = shape[1] // 2
+                        for j, part in enumerate(("gate_proj", "up_proj")):
+                            m = f"{prefix}.{e}.{part}"
+                            self.modules[m] = (lambda n=name, s=sf, e=e, j=j, h=half:
+                                               self._float(s, n)[e, j * h:(j + 1) * h],
+                                               (half, shape[2]), kind)
+                            feeds.append(m)
+                    else:
+                        m = f"{prefix}.{e}.down_proj"
+                        self.modules[m] = (lambda n=name, s=sf, e=e: self._float(s, n)[e],
+                                           (shape[1], shape[2]), kind)
+                        feeds.append(m)
+                self.replaced[name] = feeds
+        self._cache = {}
+
+    def _float(self, sf, name):
+        key = (sf.path, name)
+        if key not in self._cache:
+            dtype = sf.tensors[name][0]
+            a = sf.array(name)
+            if dtype == "BF16":
+                a = bf16_bits_to_f32(a)
+            self._cache = {key: a.astype(F32)}  # keep one array: sources may be large
+        return self._cache[key]
+
+    def _fp8_block(self, m):
+        """DeepSeek FP8 source: W = W8 * S[r/128, c/128], evaluated in fp32 (format.md §8)."""
+        w8 = E4M3_TABLE[self.tensors[m + ".weight"].array(m + ".weight")]
+        s = self.tensors[m + ".weight_scale_inv"].array(m + ".weight_scale_inv").astype(F32)
+        s = np.repeat(np.repeat(s, 128, axis=0), 128, axis=1)[: w8.shape[0], : w8.shape[1]]
+        return (w8 * s).astype(F32)
+
+    def weight(self, m):
+        getter = self.modules[m][0]
+        return None if getter is None else getter()
+
+
+# ------------------------------------------------------------------------------- exclusion rules
+
+def vllm_expand(patterns):
+    """ModelOptQuantConfigBase.apply_vllm_mapper: `x*` (no dot before *) becomes `x` and `x.*`."""
+    out = []
+    for p in patterns:
+        if len(p) >= 2 and p[-1] == "*" and p[-2] != ".":
+            out += [p[:-1], p[:-1] + ".*"]
+        else:
+            out.append(p)
+    return out
+
+
+def vllm_excluded(prefix, shards, patterns):
+    """vLLM ModelOptQuantConfigBase.is_layer_excluded for a vLLM layer prefix.
+
+    The rule, learned from vLLM's modelopt.py and quant_utils.is_layer_skipped:
+      1. exact: a fused layer (qkv_proj, gate_up_proj, fused_qkv_a_proj) is skipped when every
+         shard's unfused name is listed exactly; some-but-not-all raises at load time. A prefix
+         containing "experts" is skipped when it is a substring of a listed name containing
+         "experts". Anything else: exact membership.
+      2. substring: any listed string (other than the prefix itself) occurring inside the prefix
+         (also after stripping a leading "language_model.").
+      3. fnmatch wildcards against the prefix.
+    Returns (excluded, error message or None).
+    """
+    if not patterns:
+        return False, None
+    err = None
+    if shards:
+        st = [s in patterns for s in shards]
+        if any(st) and not all(st):
+            err = f"vLLM raises 'Detected some but not all shards of {prefix} are quantized'"
+        skipped = all(st)
+    elif "experts" in prefix:
+        skipped = any(prefix in p for p in patterns if "experts" in p)
+    else:
+        skipped = prefix in patterns
+    if skipped:
+        return True, err
+    stripped = prefix[len("language_model."):] if prefix.startswith("language_model.") else None
+    for p in patterns:
+        if p != prefix and (p in prefix or (stripped is not None and p in stripped)):
+            return True, err
+    for p in patterns:
+        if fnmatch.fnmatchcase(prefix, p):
+            return True, err
+    return False, err
+
+
+def name_covered(name, patterns):
+    """The same substring + wildcard rule applied to an unfused checkpoint module name."""
+    return any(p == name or p in name or fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+# ------------------------------------------------------------------------------------ the checker
+
+class Checker:
+    def __init__(self, verbose=True):
+        self.passed = 0
+        self.failed = 0
+        self.messages = []
+        self.notes = []
+        self.verbose = verbose
+
+    def check(self, ok, msg):
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+            line = "FAIL " + msg
+            self.messages.append(line)
+            if self.verbose:
+                print(line, flush=True)
+        return ok
+
+    def note(self, msg):
+        self.notes.append(msg)
+        if self.verbose:
+            print("note " + msg, flush=True)
+
+
+def scalar_f32(out_t, name):
+    sf = out_t.get(name)
+    if sf is None:
+        return None
+    dtype, shape = sf.tensors[name][:2]
+    if dtype != "F32":
+        return None
+    return F32(sf.array(name).reshape(-1)[0]) if int(np.prod(shape)) == 1 else None
+
+
+def f32_bits(v):
+    return None if v is None else int(np.array([v], F32).view(np.uint32)[0])
+
+
+def fmt_f32(v):
+    return "missing" if v is None else f"{float(v):.9g} (0x{f32_bits(v):08x})"
+
+
+SHARD_RE = re.compile(r"^model-(\d{5})-of-(\d{5})\.safetensors$")
+ALGOS = ("FP8", "NVFP4", "W4A16_NVFP4", "MXFP8", "MIXED_PRECISION",
+         "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO")
+
+
+def check_files(C, src_dir, out_dir):
+    """§1: shards, index, sidecars. Returns name -> SafeFile of OUT."""
+    out_files = sorted(os.listdir(out_dir))
+    idx_path = os.path.join(out_dir, "model.safetensors.index.json")
+    out_t = {}
+    C.check(os.path.exists(idx_path), "[files] model.safetensors.index.json missing")
+    index = {}
+    if os.path.exists(idx_path):
+        try:
+            index = json.load(open(idx_path))
+        except ValueError as e:
+            C.check(False, f"[files] index is not valid JSON: {e}")
+    wmap = index.get("weight_map", {}) if isinstance(index, dict) else {}
+    C.check(isinstance(wmap, dict) and wmap, "[files] index has no weight_map")
+    shards = [f for f in out_files if f.endswith(".safetensors")]
+    named = [f for f in shards if SHARD_RE.match(f)]
+    for f in shards:
+        C.check(SHARD_RE.match(f) is not None,
+                f"[files] {f}: safetensors file not named model-0000k-of-0000n.safetensors "
+                "(glob-based loaders would read it)")
+    if named:
+        totals = {int(SHARD_RE.match(f).group(2)) for f in named}
+        ks = sorted(int(SHARD_RE.match(f).group(1)) for f in named)
+        C.check(len(totals) == 1 and ks == list(range(1, len(named) + 1)) and totals == {len(named)},
+                f"[files] shard names are not model-00001..n-of-n: {named}")
+    listed_files = set(wmap.values()) if isinstance(wmap, dict) else set()
+    for f in sorted(listed_files):
+        C.check(f in shards, f"[files] index lists {f}, which does not exist")
+    for f in named:
+        C.check(f in listed_files, f"[files] shard {f} is not listed in the index (vLLM ignores it)")
+    total = 0
+    for f in shards:
+        sf = SafeFile(os.path.join(out_dir, f))
+        for p in sf.problems:
+            C.check(False, f"[files] {f}: invalid safetensors: {p}")
+        for n in sf.tensors:
+            if f in listed_files:
+                C.check(n not in out_t, f"[files] tensor {n} appears in two shards")
+                out_t[n] = sf
+            total += sf.tensors[n][3] - sf.tensors[n][2]
+            C.check(wmap.get(n) == f, f"[files] index maps {n} to {wmap.get(n)}, it is in {f}")
+    for n, f in (wmap.items() if isinstance(wmap, dict) else []):
+        C.check(n in out_t, f"[files] index lists tensor {n} ({f}) that no shard holds")
+    ts = index.get("metadata", {}).get("total_size") if isinstance(index, dict) else None
+    if ts is not None:
+        C.check(ts == total, f"[files] index total_size {ts} != {total} bytes of tensor data")
+    # Sidecars: every non-weight file of SRC, byte-identical.
+    for root, dirs, files in os.walk(src_dir):
+        dirs[:] = [x for x in dirs if not x.startswith(".")]
+        for f in files:
+            rel = os.path.relpath(os.path.join(root, f), src_dir)
+            if (f.endswith(WEIGHT_EXT) or f.endswith(".safetensors.index.json")
+                    or rel in ("config.json", "hf_quant_config.json") or f.startswith(".")):
+                continue
+            o = os.path.join(out_dir, rel)
+            if not C.check(os.path.isfile(o), f"[files] sidecar {rel} of SRC not copied"):
+                continue
+            C.check(open(os.path.join(src_dir, rel), "rb").read() == open(o, "rb").read(),
+                    f"[files] sidecar {rel} differs from SRC")
+    return out_t
+
+
+def detect_format(out_t, m):
+    """Format of module m in OUT from its tensors, or None when its weight is unquantized."""
+    sf = out_t.get(m + ".weight")
+    if sf is None:
+        return None
+    dt = sf.tensors[m + ".weight"][0]
+    if dt == "U8":
+        return "NVFP4" if (m + ".input_scale") in out_t else "W4A16_NVFP4"
+    if dt == "F8_E4M3":
+        ws = out_t.get(m + ".weight_scale")
+        if ws is not None and ws.tensors[m + ".weight_scale"][0] == "U8":
+            return "MXFP8"
+        return "FP8"
+    return None
+
+
+def quant_tensor_names(m, fmt):
+    if fmt == "NVFP4":
+        return [m + s for s in (".weight", ".weight_scale", ".weight_scale_2", ".input_scale")]
+    if fmt == "W4A16_NVFP4":
+        return [m + s for s in (".weight", ".weight_scale", ".weight_scale_2")]
+    if fmt == "FP8":
+        return [m + s for s in (".weight", ".weight_scale", ".input_scale")]
+    if fmt == "MXFP8":
+        return [m + s for s in (".weight", ".weight_scale")]
+    return [m + ".weight"]
+
+
+def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
+    C = Checker(verbose)
+    src = Source(src_dir)
+    C.check(bool(src.tensors), f"[files] no source tensors found in {src_dir}")
+    out_t = check_files(C, src_dir, out_dir)
+
+    # ---------------------------------------------------------------- §5 config files
+    hq = {}
+    hq_path = os.path.join(out_dir, "hf_quant_config.json")
+    if C.check(os.path.exists(hq_path), "[config] hf_quant_config.json missing"):
+        try:
+            hq = json.load(open(hq_path))
+        except ValueError as e:
+            C.check(False, f"[config] hf_quant_config.json invalid JSON: {e}")
+    q = hq.get("quantization", {}) if isinstance(hq, dict) else {}
+    C.check(list(hq.keys()) == ["producer", "quantization"],
+            f"[config] hf_quant_config.json keys {list(hq.keys())}, want ['producer', 'quantization']")
+    prod = hq.get("producer", {})
+    C.check(isinstance(prod, dict) and list(prod.keys()) == ["name", "version"]
+            and prod.get("name") == "modelopt" and isinstance(prod.get("version"), str),
+            f"[config] producer must be {{'name': 'modelopt', 'version': str}}, got {prod}")
+    algo = q.get("quant_algo")
+    kv_algo = q.get("kv_cache_quant_algo", "absent")
+    C.check(isinstance(algo, str) and algo == algo.upper() and algo in ALGOS,
+            f"[config] quant_algo {algo!r} is not an upper-case algorithm vLLM accepts")
+    C.check(kv_algo in ("FP8", None), f"[config] kv_cache_quant_algo {kv_algo!r} must be 'FP8' or null")
+    keys = list(q.keys())
+    if algo == "NVFP4" or algo == "W4A16_NVFP4":
+        want = ["quant_algo", "kv_cache_quant_algo", "group_size", "exclude_modules"]
+        C.check(keys == want, f"[config] hf_quant_config quantization keys {keys}, want {want}")
+        C.check(q.get("group_size") == 16, f"[config] group_size {q.get('group_size')} != 16")
+    elif algo == "MIXED_PRECISION":
+        C.check(keys[:2] == ["quant_algo", "kv_cache_quant_algo"]
+                and set(keys) <= {"quant_algo", "kv_cache_quant_algo", "group_size",
+                                  "exclude_modules", "quantized_layers"}
+                and "quantized_layers" in keys and "exclude_modules" in keys,
+                f"[config] MIXED_PRECISION quantization keys {keys}")
+    else:
+        allowed = ["quant_algo", "kv_cache_quant_algo", "group_size", "exclude_modules"]
+        C.check([k for k in allowed if k in keys] == keys and "exclude_modules" in keys
+                and keys[:2] == ["quant_algo", "kv_cache_quant_algo"],
+                f"[config] hf_quant_config quantization keys {keys}, want order {allowed}")
+    excl = q.get("exclude_modules", [])
+    if not C.check(isinstance(excl, list) and all(isinstance(x, str) for x in excl),
+                   "[exclude] exclude_modules is not a list of strings"):
+        excl = []
+    C.check(excl == sorted(excl), "[exclude] exclude_modules not sorted lexicographically")
+    C.check(len(set(excl)) == len(excl), "[exclude] exclude_modules has duplicates")
+    qlayers = q.get("quantized_layers", {}) if algo == "MIXED_PRECISION" else {}
+
+    src_cfg, out_cfg = {}, {}
+    try:
+        src_cfg = json.load(open(os.path.join(src_dir, "config.json")))
+    except (OSError, ValueError):
+        C.note("SRC has no readable config.json")
+    try:
+        out_cfg = json.load(open(os.path.join(out_dir, "config.json")))
+    except (OSError, ValueError) as e:
+        C.check(False, f"[config] OUT config.json missing or invalid: {e}")
+    qc = out_cfg.get("quantization_config")
+    strip = lambda c: {k: v for k, v in c.items() if k != "quantization_config"}
+    if src_cfg and out_cfg:
+        C.check(strip(src_cfg) == strip(out_cfg),
+                "[config] config.json differs from SRC's outside quantization_config: "
+                + ", ".join(sorted(k for k in set(src_cfg) | set(out_cfg) if k != "quantization_config"
+                                   and src_cfg.get(k, "<absent>") != out_cfg.get(k, "<absent>"))))
+    for sub in ("text_config", "language_config", "llm_config"):
+        if isinstance(out_cfg.get(sub), dict):
+            C.check("quantization_config" not in out_cfg[sub],
+                    f"[config] stale quantization_config left in config.json[{sub!r}]")
+    if C.check(isinstance(qc, dict), "[config] config.json has no quantization_config"):
+        C.check(qc.get("quant_method") == "modelopt",
+                f"[config] quantization_config.quant_method {qc.get('quant_method')!r} != 'modelopt' "
+                "(a stale source quantization_config?)")
+        C.check(qc.get("quant_algo") == algo, f"[config] quantization_config.quant_algo "
+                f"{qc.get('quant_algo')!r} != hf_quant_config's {algo!r}")
+        C.check(qc.get("ignore") == excl, "[config] quantization_config.ignore != exclude_modules")
+        C.check(qc.get("producer") == prod, "[config] quantization_config.producer != hf_quant_config's")
+        kvs = {"dynamic": False, "num_bits": 8, "type": "float"}
+        if kv_algo == "FP8":
+            C.check(qc.get("kv_cache_scheme") == kvs, f"[config] kv_cache_scheme {qc.get('kv_cache_scheme')} != {kvs}")
+        else:
+            C.check(qc.get("kv_cache_scheme") is None, "[config] kv_cache_scheme set but KV cache not quantized")
+        nv = {"dynamic": False, "num_bits": 4, "type": "float", "group_size": 16}
+        f8 = {"dynamic": False, "num_bits": 8, "type": "float"}
+        groups = qc.get("config_groups")
+        if algo == "NVFP4":
+            want = {"group_0": {"input_activations": nv, "weights": nv, "targets": ["Linear"]}}
+            C.check(groups == want, f"[config] config_groups {groups} != {want}")
+            C.check(qc.get("group_size") == 16, "[config] quantization_config.group_size != 16")
+        elif algo == "FP8":
+            want = {"group_0": {"input_activations": f8, "weights": f8, "targets": ["Linear"]}}
+            C.check(groups == want, f"[config] config_groups {groups} != {want}")
+        elif algo == "MIXED_PRECISION":
+            C.check(qc.get("quantized_layers") == qlayers,
+                    "[config] quantization_config.quantized_layers != hf_quant_config's")
+            C.check(isinstance(groups, dict) and groups, "[config] MIXED_PRECISION without config_groups")
+            seen = []
+            for gname, g in (groups or {}).items():
+                seen += g.get("targets", [])
+            C.check(sorted(seen) == sorted(qlayers), "[config] config_groups targets != quantized_layers")
+
+    # ---------------------------------------------------------------- §2 quantized modules
+    modules = src.modules
+    fmt = {}
+    for m in modules:
+        f = detect_format(out_t, m)
+        if f:
+            fmt[m] = f
+    for n, sf in out_t.items():
+        if n.endswith(".weight") and sf.tensors[n][0] in ("U8", "F8_E4M3") and n[:-7] not in modules:
+            src_dt = src.tensors[n].tensors[n][0] if n in src.tensors else None
+            if src_dt != "F8_E4M3":
+                C.check(False, f"[quant] {n[:-7]}: quantized in OUT but no such linear weight in SRC")
+    for m, f in sorted(fmt.items()):
+        declared = algo
+        if algo == "MIXED_PRECISION":
+            entry = qlayers.get(m)
+            if entry is None:
+                entry = next((v for k, v in qlayers.items() if fnmatch.fnmatchcase(m, k)), None)
+            declared = entry.get("quant_algo") if isinstance(entry, dict) else None
+            if declared in ("NVFP4", "W4A16_NVFP4"):
+                C.check(entry.get("group_size") == 16, f"[config] quantized_layers[{m}] group_size != 16")
+        C.check(declared == f, f"[quant] {m}: tensors are {f} but the config declares {declared}")
+        out_f, in_f = modules[m][1]
+        shapes = {"NVFP4": {".weight": ("U8", (out_f, in_f // 2)), ".weight_scale": ("F8_E4M3", (out_f, in_f // 16)),
+                            ".weight_scale_2": ("F32", ()), ".input_scale": ("F32", ())},
+                  "FP8": {".weight": ("F8_E4M3", (out_f, in_f)), ".weight_scale": ("F32", ()),
+                          ".input_scale": ("F32", ())},
+                  "MXFP8": {".weight": ("F8_E4M3", (out_f, in_f)), ".weight_scale": ("U8", (out_f, in_f // 32))}}
+        shapes["W4A16_NVFP4"] = {k: v for k, v in shapes["NVFP4"].items() if k != ".input_scale"}
+        if f in ("NVFP4", "W4A16_NVFP4"):
+            C.check(in_f % 16 == 0, f"[quant] {m}: in_features {in_f} not a multiple of 16")
+        if f == "MXFP8":
+            C.check(in_f % 32 == 0, f"[quant] {m}: in_features {in_f} not a multiple of 32")
+        for suf, (dt, shp) in shapes[f].items():
+            n = m + suf
+            sf = out_t.get(n)
+            if not C.check(sf is not None, f"[quant] {n} missing ({f})"):
+                continue
+            got_dt, got_shp = sf.tensors[n][:2]
+            C.check(got_dt == dt and got_shp == shp,
+                    f"[quant] {n}: {got_dt} {list(got_shp)}, want {dt} {list(shp)}")
+            if dt == "F32" and got_dt == "F32":
+                v = sf.array(n).reshape(-1)
+                C.check(v.size == 1 and np.isfinite(v).all() and (v > 0).all(),
+                        f"[quant] {n} = {v.tolist()} is not a finite positive scalar")
+        if f == "NVFP4" and (m + ".weight_scale") in out_t and out_t[m + ".weight_scale"].tensors[m + ".weight_scale"][0] == "F8_E4M3":
+            sb = out_t[m + ".weight_scale"].array(m + ".weight_scale")
+            vals = E4M3_TABLE[sb]
+            C.check(np.isfinite(vals).all() and (vals > 0).all(),
+                    f"[quant] {m}.weight_scale has zero, negative or NaN block scales")
+        if f == "MXFP8" and (m + ".weight_scale") in out_t:
+            C.check(not (out_t[m + ".weight_scale"].array(m + ".weight_scale") == 255).any(),
+                    f"[quant] {m}.weight_scale has E8M0 NaN (0xFF)")
+        if f in ("W4A16_NVFP4", "MXFP8"):
+            C.check((m + ".input_scale") not in out_t or f != "MXFP8",
+                    f"[quant] {m}: MXFP8 carries an input_scale")
+
+    # ---------------------------------------------------------------- §3 fused groups, MoE
+    groups = []  # (label, [modules], vLLM prefix or None)
+    by_parent = {}
+    for m in modules:
+        if "." in m:
+            p, leaf = m.rsplit(".", 1)
+            by_parent.setdefault(p, set()).add(leaf)
+    for p, leaves in sorted(by_parent.items()):
+        for members, fused in FUSED_SIBLINGS:
+            if all(x in leaves for x in members):
+                groups.append((fused, [f"{p}.{x}" for x in members], f"{p}.{fused}"))
+    fused_of = {m: g for g in groups for m in g[1]}
+    moe = {}  # experts prefix -> {expert id -> {gate/up/down -> module}}
+    for m in modules:
+        mm = EXPERT_RE.match(m)
+        if mm:
+            moe.setdefault(mm.group(1), {}).setdefault(int(mm.group(2)), {})[GATE_UP[mm.group(3)]] = m
+    for label, members, _ in groups:
+        fs = [fmt.get(m) for m in members]
+        C.check(len(set(fs)) == 1, f"[group] {label} {members}: mixed status/format {fs}")
+        if fs[0] in ("NVFP4", "W4A16_NVFP4") and len(set(fs)) == 1:
+            g2 = [f32_bits(scalar_f32(out_t, m + ".weight_scale_2")) for m in members]
+            C.check(len(set(g2)) == 1, f"[group] {label} {members[0]}..: weight_scale_2 differ "
+                    + ", ".join(fmt_f32(scalar_f32(out_t, m + ".weight_scale_2")) for m in members))
+        if fs[0] == "NVFP4" and len(set(fs)) == 1:
+            ins = [f32_bits(scalar_f32(out_t, m + ".input_scale")) for m in members]
+            C.check(len(set(ins)) == 1, f"[group] {label} {members[0]}..: input_scale differ "
+                    + ", ".join(fmt_f32(scalar_f32(out_t, m + ".input_scale")) for m in members))
+    for pre, experts in sorted(moe.items()):
+        all_mods = [m for e in experts.values() for m in e.values()]
+        fs = {fmt.get(m) for m in all_mods}
+        C.check(len(fs) == 1, f"[moe] {pre}: experts not all in one format/status: {sorted(map(str, fs))} "
+                "(vLLM's FusedMoE is one layer)")
+        for e, parts in sorted(experts.items()):
+            C.check(set(parts) == {"gate", "up", "down"}, f"[moe] {pre}.{e}: SRC expert lacks {parts}")
+            for part, m in parts.items():
+                f = fmt.get(m)
+                for n in quant_tensor_names(m, f) if f else [m + ".weight"]:
+                    C.check(n in out_t, f"[moe] {pre}.{e}: {n} missing")
+        for which in (("gate", "up"), ("down",)):
+            mods = [p[w] for p in experts.values() for w in which if w in p]
+            if any(fmt.get(m) in ("NVFP4", "FP8") for m in mods):
+                vals = {f32_bits(scalar_f32(out_t, m + ".input_scale")) for m in mods}
+                C.check(len(vals) == 1 and None not in vals,
+                        f"[moe] {pre}: {'/'.join(which)} input_scale not one shared value over "
+                        f"all {len(experts)} experts ({len(vals)} distinct{', some missing' if None in vals else ''})")
+
+    # ---------------------------------------------------------------- §4 unquantized tensors
+    replaced = set()
+    for m, f in fmt.items():
+        replaced.add(m + ".weight")
+        if (m + ".weight_scale_inv") in src.tensors:
+            replaced.add(m + ".weight_scale_inv")
+    for n, feeds in src.replaced.items():
+        replaced.add(n)
+    for n, sf in sorted(src.tensors.items()):
+        if n in replaced:
+            continue
+        if n in src.replaced:
+            continue
+        o = out_t.get(n)
+        if not C.check(o is not None, f"[keep] SRC tensor {n} missing from OUT"):
+            continue
+        sdt, sshp = sf.tensors[n][:2]
+        odt, oshp = o.tensors[n][:2]
+        if sdt == "F8_E4M3" and odt in FLOAT_DTYPES:
+            C.note(f"{n}: FP8 source weight written unquantized as {odt}; values not compared")
+            continue
+        C.check(sdt == odt and sshp == oshp, f"[keep] {n}: {odt} {list(oshp)} in OUT, {sdt} {list(sshp)} in SRC")
+        C.check(sf.raw(n) == o.raw(n), f"[keep] {n}: bytes differ from SRC")
+    # Every OUT tensor must be accounted for.
+    expected = set(n for n in src.tensors if n not in replaced)
+    for n, feeds in src.replaced.items():
+        for m in feeds:
+            if m not in fmt:
+                expected.add(m + ".weight")
+                C.check((m + ".weight") in out_t, f"[keep] {m}.weight (split from SRC {n}) missing")
+    for m, f in fmt.items():
+        expected.update(quant_tensor_names(m, f))
+        if (m + ".bias") in src.tensors:
+            expected.add(m + ".bias")
+    attn = []  # attention prefixes with a KV cache
+    for m in modules:
+        if m.endswith(".o_proj") and ".self_attn" in m or m.endswith(".attn.o_proj"):
+            p = m[: -len(".o_proj")]
+            if not any(k.startswith(p + ".") and ("conv1d" in k or "A_log" in k or "dt_bias" in k)
+                       for k in src.tensors):
+                attn.append(p)
+    if kv_algo == "FP8":
+        for p in sorted(attn):
+            for n in (p + ".k_proj.k_scale", p + ".v_proj.v_scale"):
+                expected.add(n)
+                if C.check(n in out_t, f"[kv] {n} missing (kv_cache_quant_algo FP8)"):
+                    dt, shp = out_t[n].tensors[n][:2]
+                    v = out_t[n].array(n).reshape(-1) if dt == "F32" else np.array([np.nan])
+                    C.check(dt == "F32" and shp == () and np.isfinite(v).all() and (v > 0).all(),
+                            f"[kv] {n}: {dt} {list(shp)} {v.tolist()}, want a finite positive F32 []")
+    for n in sorted(out_t):
+        C.check(n in expected, f"[keep] OUT tensor {n} is neither a SRC tensor nor a quantization tensor "
+                "of a quantized module" + (" (k/v scale without kv_cache_quant_algo FP8?)"
+                                            if n.endswith(("k_scale", "v_scale")) else ""))
+
+    # ---------------------------------------------------------------- §5 exclude_modules
+    expanded = vllm_expand(excl)
+    unq = [m for m in modules if m not in fmt]
+    for m in sorted(unq):
+        C.check(name_covered(m, excl), f"[exclude] unquantized {m} not covered by exclude_modules")
+    for m in sorted(fmt):
+        hit = [p for p in excl if p == m or p in m or fnmatch.fnmatchcase(m, p)]
+        C.check(not hit, f"[exclude] quantized {m} is covered by exclude_modules entries {hit}")
+    # vLLM layers: fused groups, one FusedMoE per experts prefix, everything else on its own.
+    layers = []
+    for label, members, prefix in groups:
+        if not any(EXPERT_RE.match(x) for x in members):
+            layers.append((prefix, members, members))
+    for pre, experts in moe.items():
+        layers.append((pre, [m for e in experts.values() for m in e.values()], []))
+    grouped = {m for _, mem, _ in layers for m in mem}
+    for m in modules:
+        if m not in grouped:
+            layers.append((m, [m], []))
+    for prefix, members, shards in sorted(layers):
+        quant = [m in fmt for m in members]
+        if len(set(quant)) != 1:
+            continue  # reported under [group]/[moe]
+        for pats, tag in ((excl, "as listed"), (expanded, "after vLLM's x* -> x, x.* rewrite")):
+            ex, err = vllm_excluded(prefix, shards, pats)
+            C.check(err is None, f"[exclude] {prefix}: {err} ({tag})")
+            C.check(ex == (not quant[0]), f"[exclude] vLLM layer {prefix} is {'excluded' if ex else 'quantized'} "
+                    f"under vLLM's rule ({tag}) but its weights are {'quantized' if quant[0] else 'unquantized'}")
+
+    # ---------------------------------------------------------------- §6 numerics
+    group_of = {}
+    for label, members, _ in groups:
+        for m in members:
+            group_of[m] = members
+    for m, f in sorted(fmt.items()):
+        if modules[m][2] == "int4":
+            C.note(f"{m}: INT4 source, numerics not recomputed")
+            continue
+        if any(n not in out_t for n in quant_tensor_names(m, f)):
+            continue
+        w = src.weight(m)
+        out_f, in_f = w.shape
+        wq = out_t[m + ".weight"].array(m + ".weight")
+        amax = F32(np.abs(w).max()) if w.size else F32(0)
+        if f in ("NVFP4", "W4A16_NVFP4"):
+            g = scalar_f32(out_t, m + ".weight_scale_2")
+            if g is None or in_f % 16 or wq.shape != (out_f, in_f // 2):
+                continue
+            gam = amax
+            for o in group_of.get(m, [m]):
+                if o != m:
+                    gam = max(gam, F32(np.abs(src.weight(o)).max()))
+            want_g = F32(gam * INV_2688)
+            C.check(f32_bits(g) == f32_bits(want_g), f"[numerics] {m}.weight_scale_2 {fmt_f32(g)} != "
+                    f"group amax {float(gam):.9g} * fl32(1/2688) = {fmt_f32(want_g)}")
+            packed, sb = nvfp4_quantize(w, g)
+            got_sb = out_t[m + ".weight_scale"].array(m + ".weight_scale")
+            nbad = int((packed != wq).sum())
+            C.check(nbad == 0, f"[numerics] {m}.weight: {nbad} of {packed.size} bytes differ from the "
+                    "NVFP4 recomputation with the exported weight_scale_2")
+            if got_sb.shape == sb.shape:
+                nbad = int((sb != got_sb).sum())
+                C.check(nbad == 0, f"[numerics] {m}.weight_scale: {nbad} of {sb.size} block scales differ")
+        elif f == "FP8":
+            s = scalar_f32(out_t, m + ".weight_scale")
+            if s is None or wq.shape != (out_f, in_f):
+                continue
+            want_s = F32(amax * INV_448)
+            C.check(f32_bits(s) == f32_bits(want_s), f"[numerics] {m}.weight_scale {fmt_f32(s)} != "
+                    f"amax {float(amax):.9g} * fl32(1/448) = {fmt_f32(want_s)}")
+            q8 = fp8_quantize(w, s, modules[m][2])
+            nbad = int((q8 != wq).sum())
+            C.check(nbad == 0, f"[numerics] {m}.weight: {nbad} of {q8.size} bytes differ from the FP8 "
+                    "recomputation with the exported weight_scale")
+        elif f == "MXFP8":
+            if in_f % 32 or wq.shape != (out_f, in_f):
+                continue
+            q8, e8 = mxfp8_quantize(w)
+            got = out_t[m + ".weight_scale"].array(m + ".weight_scale")
+            C.check(int((q8 != wq).sum()) == 0, f"[numerics] {m}.weight: MXFP8 bytes differ")
+            C.check(got.shape == e8.shape and int((got != e8).sum()) == 0,
+                    f"[numerics] {m}.weight_scale: E8M0 exponents differ")
+
+    # ---------------------------------------------------------------- §7 calibration reference
+    if amax_path:
+        ref = SafeFile(amax_path)
+        for p in ref.problems:
+            C.check(False, f"[amax] reference file {amax_path}: {p}")
+        rv = {n: float(ref.array(n).reshape(-1)[0]) for n in ref.tensors if n.startswith("ref32.")}
+        sets = []  # (modules sharing one input scale)
+        done = set()
+        for pre, experts in moe.items():
+            for which in (("gate", "up"), ("down",)):
+                mods = [p[w] for p in experts.values() for w in which if w in p]
+                sets.append(mods)
+                done.update(mods)
+        for label, members, _ in groups:
+            if not (set(members) & done):
+                sets.append(members)
+                done.update(members)
+        sets += [[m] for m in fmt if m not in done]
+        for mods in sets:
+            qm = [m for m in mods if fmt.get(m) in ("NVFP4", "FP8") and (m + ".input_scale") in out_t]
+            if not qm:
+                continue
+            refs = [rv[f"ref32.amax.{m}"] for m in mods if f"ref32.amax.{m}" in rv]
+            if not refs:
+                C.note(f"{mods[0]}: no reference amax; input_scale not compared")
+                continue
+            a = F32(max(refs))
+            for m in qm:
+                inv = INV_2688 if fmt[m] == "NVFP4" else INV_448
+                want = F32(a * inv)
+                got = scalar_f32(out_t, m + ".input_scale")
+                C.check(got is not None and abs(float(got) - float(want)) <= 0.01 * float(want),
+                        f"[amax] {m}.input_scale {fmt_f32(got)} != reference amax {float(a):.7g} x "
+                        f"fl32(1/{2688 if fmt[m] == 'NVFP4' else 448}) = {float(want):.7g} within 1%")
+        if kv_algo == "FP8":
+            for p in sorted(attn):
+                mm = re.search(r"layers\.(\d+)\.", p)
+                if not mm:
+                    continue
+                for kv, n in (("k", p + ".k_proj.k_scale"), ("v", p + ".v_proj.v_scale")):
+                    key = f"ref32.kv_amax.{mm.group(1)}.{kv}"
+                    if key not in rv or n not in out_t:
+                        continue
+                    want = F32(F32(rv[key]) * INV_448)
+                    got = scalar_f32(out_t, n)
+                    C.check(got is not None and abs(float(got) - float(want)) <= 0.01 * float(want),
+                            f"[amax] {n} {fmt_f32(got)} != kv amax {rv[key]:.7g} x fl32(1/448) = "
+                            f"{float(want):.7g} within 1%")
+    return C
+
+
+# ------------------------------------------------------------------------------------ self-test
+
+def write_safetensors(path, tensors, gap_after=None):
+    """tensors: name -> (dtype, shape, bytes). Sorted names, header padded to 8, contiguous."""
+    header, blobs, off = {}, [], 0
+    for n in sorted(tensors):
+        dt, shp, raw = tensors[n]
+        header[n] = {"dtype": dt, "shape": list(shp), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+        if n == gap_after:  # self-test only: 8 stray bytes the header does not account for
+            blobs.append(b"\0" * 8)
+            off += 8
+    text = json.dumps({"__metadata__": {"format": "pt"}, **header}, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def bf16_tensor(a):
+    a = round_bf16(np.asarray(a, F32))
+    return ("BF16", a.shape, (a.view(np.uint32) >> 16).astype(np.uint16).tobytes())
+
+
+def f32_scalar(v):
+    return ("F32", (), np.array(v, F32).tobytes())
+
+
+def synth_source(d, rng, n_experts=4):
+    """A tiny two-layer model: GQA attention + dense SwiGLU, then MLA + routed/shared MoE."""
+    os.makedirs(d)
+    H = 32
+    t = {}
+    w = lambda o, i, s=0.05: bf16_tensor(rng.normal(0, s, (o, i)))
+    t["model.embed_tokens.weight"] = w(64, H, 1.0)
+    t["lm_head.weight"] = w(64, H)
+    t["model.norm.weight"] = bf16_tensor(1 + rng.normal(0, 0.1, H))
+    L0 = "model.layers.0."
+    for n, (o, i) in {"self_attn.q_proj": (32, H), "self_attn.k_proj": (16, H), "self_attn.v_proj": (16, H),
+                      "self_attn.o_proj": (H, 32), "mlp.gate_proj": (64, H), "mlp.up_proj": (64, H),
+                      "mlp.down_proj": (H, 64)}.items():
+        t[L0 + n + ".weight"] = w(o, i, 0.05 if "v_proj" not in n else 0.2)
+    L1 = "model.layers.1."
+    for n, (o, i) in {"self_attn.q_a_proj": (32, H), "self_attn.q_b_proj": (64, 32),
+                      "self_attn.kv_a_proj_with_mqa": (48, H), "self_attn.kv_b_proj": (64, 32),
+                      "self_attn.o_proj": (H, 32), "mlp.gate": (n_experts, H),
+                      "mlp.shared_experts.gate_proj": (32, H), "mlp.shared_experts.up_proj": (32, H),
+                      "mlp.shared_experts.down_proj": (H, 32)}.items():
+        t[L1 + n + ".weight"] = w(o, i)
+    for e in range(n_experts):
+        for n, (o, i) in {"gate_proj": (32, H), "up_proj": (32, H), "down_proj": (H, 32)}.items():
+            t[f"{L1}mlp.experts.{e}.{n}.weight"] = w(o, i, 0.03 * (e + 1))
+    t[L1 + "mlp.gate.e_score_correction_bias"] = ("F32", (n_experts,), rng.normal(0, 1, n_experts).astype(F32).tobytes())
+    t[L1 + "self_attn.q_a_layernorm.weight"] = bf16_tensor(np.ones(32))
+    t[L1 + "self_attn.kv_a_layernorm.weight"] = bf16_tensor(np.ones(32))
+    for L in (L0, L1):
+        t[L + "input_layernorm.weight"] = bf16_tensor(1 + rng.normal(0, 0.1, H))
+        t[L + "post_attention_layernorm.weight"] = bf16_tensor(1 + rng.normal(0, 0.1, H))
+    write_safetensors(os.path.join(d, "model.safetensors"), t)
+    cfg = {"architectures": ["SynthForCausalLM"], "model_type": "synth", "hidden_size": H,
+           "num_hidden_layers": 2, "quantization_config": {"quant_method": "fp8", "fmt": "e4m3"}}
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=2)
+    json.dump({"bos_token_id": 0, "eos_token_id": 1}, open(os.path.join(d, "generation_config.json"), "w"))
+    open(os.path.join(d, "tokenizer.json"), "w").write('{"model": {"type": "BPE"}}\n')
+    open(os.path.join(d, "chat_template.jinja"), "w").write("{{ messages }}\n")
+    # Reference activation amax (as make_fixtures.py writes it); experts 3 never reached.
+    ref = {}
+    names = [n[:-7] for n in t if n.endswith(".weight") and len(t[n][1]) == 2 and "embed" not in n]
+    for m in names:
+        if ".experts.3." in m:
+            continue
+        ref[f"ref32.amax.{m}"] = f32_scalar(F32(rng.uniform(1, 20)))
+    for L in (0, 1):
+        for kv in "kv":
+            ref[f"ref32.kv_amax.{L}.{kv}"] = f32_scalar(F32(rng.uniform(1, 30)))
+    write_safetensors(os.path.join(d, "reference.safetensors"), ref)
+    return t, ref
+
+
+def build_export(src_dir, out_dir, t, ref, scheme, n_shards=2):
+    """A correct export written with this file's own numerics. scheme: module -> format or None."""
+    os.makedirs(out_dir)
+    ra = {n[len("ref32.amax."):]: float(np.frombuffer(v[2], F32)[0]) for n, v in ref.items() if ".amax." in n}
+    modules = sorted(n[:-7] for n in t if n.endswith(".weight") and len(t[n][1]) == 2 and "embed" not in n)
+    w32 = {m: bf16_bits_to_f32(np.frombuffer(t[m + ".weight"][2], np.uint16)).reshape(t[m + ".weight"][1])
+           for m in modules}
+    groups = {}
+    for m in modules:
+        if "." not in m:
+            continue
+        p, leaf = m.rsplit(".", 1)
+        for members, _ in FUSED_SIBLINGS:
+            if leaf in members and all(f"{p}.{x}" in w32 for x in members):
+                groups[m] = [f"{p}.{x}" for x in members]
+    # shared input amax sets: fused groups, and MoE gate/up resp. down across experts
+    def in_amax(m):
+        mm = EXPERT_RE.match(m)
+        if mm:
+            part = GATE_UP[mm.group(3)]
+            mates = [x for x in modules if EXPERT_RE.match(x) and EXPERT_RE.match(x).group(1) == mm.group(1)
+                     and (GATE_UP[EXPERT_RE.match(x).group(3)] == "down") == (part == "down")]
+        else:
+            mates = groups.get(m, [m])
+        return F32(max(ra[x] for x in mates if x in ra))
+    out = {n: v for n, v in t.items()}
+    for m in modules:
+        f = scheme(m)
+        if f is None:
+            continue
+        del out[m + ".weight"]
+        w = w32[m]
+        if f in ("NVFP4", "W4A16_NVFP4"):
+            gam = max(F32(np.abs(w32[x]).max()) for x in groups.get(m, [m]))
+            g = F32(gam * INV_2688)
+            packed, sb = nvfp4_quantize(w, g)
+            out[m + ".weight"] = ("U8", packed.shape, packed.tobytes())
+            out[m + ".weight_scale"] = ("F8_E4M3", sb.shape, sb.tobytes())
+            out[m + ".weight_scale_2"] = f32_scalar(g)
+            if f == "NVFP4":
+                out[m + ".input_scale"] = f32_scalar(F32(in_amax(m) * INV_2688))
+        elif f == "FP8":
+            s = F32(F32(np.abs(w).max()) * INV_448)
+            q8 = fp8_quantize(w, s, "bf16")
+            out[m + ".weight"] = ("F8_E4M3", q8.shape, q8.tobytes())
+            out[m + ".weight_scale"] = f32_scalar(s)
+            out[m + ".input_scale"] = f32_scalar(F32(in_amax(m) * INV_448))
+    kv = {f"ref32.kv_amax.{L}.{k}": float(np.frombuffer(v[2], F32)[0]) for L in (0, 1) for k in "kv"
+          for v in [ref[f"ref32.kv_amax.{L}.{k}"]]}
+    for L in (0, 1):
+        out[f"model.layers.{L}.self_attn.k_proj.k_scale"] = f32_scalar(F32(F32(kv[f"ref32.kv_amax.{L}.k"]) * INV_448))
+        out[f"model.layers.{L}.self_attn.v_proj.v_scale"] = f32_scalar(F32(F32(kv[f"ref32.kv_amax.{L}.v"]) * INV_448))
+    names = sorted(out)
+    wmap = {}
+    for k in range(n_shards):
+        part = {n: out[n] for i, n in enumerate(names) if i * n_shards // len(names) == k}
+        fn = f"model-{k + 1:05d}-of-{n_shards:05d}.safetensors"
+        write_safetensors(os.path.join(out_dir, fn), part)
+        wmap.update({n: fn for n in part})
+    total = sum(len(v[2]) for v in out.values())
+    json.dump({"metadata": {"total_size": total}, "weight_map": wmap},
+              open(os.path.join(out_dir, "model.safetensors.index.json"), "w"), indent=2)
+    excl = sorted(m for m in modules if scheme(m) is None)
+    fmts = sorted({scheme(m) for m in modules} - {None})
+    algo = fmts[0] if len(fmts) == 1 else "MIXED_PRECISION"
+    prod = {"name": "modelopt", "version": "0.0.0-selftest"}
+    qd = {"quant_algo": algo, "kv_cache_quant_algo": "FP8"}
+    if algo in ("NVFP4", "W4A16_NVFP4"):
+        qd["group_size"] = 16
+    qd["exclude_modules"] = excl
+    ql = {}
+    if algo == "MIXED_PRECISION":
+        for m in modules:
+            f = scheme(m)
+            if f:
+                ql[m] = {"quant_algo": f, "group_size": 16} if "NVFP4" in f else {"quant_algo": f}
+        qd["quantized_layers"] = ql
+    json.dump({"producer": prod, "quantization": qd}, open(os.path.join(out_dir, "hf_quant_config.json"), "w"), indent=4)
+    cfg = json.load(open(os.path.join(src_dir, "config.json")))
+    nv = {"dynamic": False, "num_bits": 4, "type": "float", "group_size": 16}
+    f8 = {"dynamic": False, "num_bits": 8, "type": "float"}
+    qc = {}
+    if algo == "NVFP4":
+        qc["config_groups"] = {"group_0": {"input_activations": nv, "weights": nv, "targets": ["Linear"]}}
+    elif algo == "FP8":
+        qc["config_groups"] = {"group_0": {"input_activations": f8, "weights": f8, "targets": ["Linear"]}}
+    else:
+        cg = {}
+        for i, f in enumerate(fmts):
+            grp = {"input_activations": nv, "weights": nv} if f == "NVFP4" else {"input_activations": f8, "weights": f8}
+            grp["targets"] = sorted(m for m in ql if ql[m]["quant_algo"] == f)
+            cg[f"group_{i}"] = grp
+        qc["config_groups"] = cg
+        qc["quantized_layers"] = ql
+    qc.update({"ignore": excl, "quant_algo": algo, "kv_cache_scheme": f8, "producer": prod,
+               "quant_method": "modelopt"})
+    if algo == "NVFP4":
+        qc["group_size"] = 16
+    cfg["quantization_config"] = qc
+    json.dump(cfg, open(os.path.join(out_dir, "config.json"), "w"), indent=2)
+    for f in ("generation_config.json", "tokenizer.json", "chat_template.jinja"):
+        shutil.copy(os.path.join(src_dir, f), os.path.join(out_dir, f))
+
+
+def _edit_json(path, fn):
+    d = json.load(open(path))
+    r = fn(d)
+    d = r if isinstance(r, dict) else d
+    json.dump(d, open(path, "w"), indent=2)
+
+
+def _rewrite_tensors(out_dir, fn):
+    """Apply fn(dict name -> (dtype, shape, bytes)) to every shard's tensors and rewrite the shards."""
+    for f in sorted(os.listdir(out_dir)):
+        if not f.endswith(".safetensors"):
+            continue
+        p = os.path.join(out_dir, f)
+        sf = SafeFile(p)
+        t = {n: (sf.tensors[n][0], sf.tensors[n][1], sf.raw(n)) for n in sf.tensors}
+        del sf
+        t2 = fn(t)
+        write_safetensors(p, t if t2 is None else t2)
+
+
+def _set_scalar(name, value):
+    def fn(t):
+        if name in t:
+            t[name] = f32_scalar(value)
+    return fn
+
+
+def _scalar_of(out_dir, name):
+    return F32(load_dir_tensors(out_dir)[name].array(name).reshape(-1)[0])
+
+
+def mutations():
+    """(label, fn(out_dir)) pairs; each must make the checker fail."""
+    L0, L1 = "model.layers.0.", "model.layers.1."
+    idx = "model.safetensors.index.json"
+    hq = "hf_quant_config.json"
+
+    def drop(*names):
+        def fn(o):
+            _rewrite_tensors(o, lambda t: {n: v for n, v in t.items() if n not in names})
+            _edit_json(os.path.join(o, idx), lambda d: d.update(weight_map=
+                {n: f for n, f in d["weight_map"].items() if n not in names}))
+        return fn
+
+    def flip_byte(name, pos=0, bit=1):
+        def fn(o):
+            def g(t):
+                if name in t:
+                    dt, shp, raw = t[name]
+                    b = bytearray(raw)
+                    b[pos] ^= bit
+                    t[name] = (dt, shp, bytes(b))
+            _rewrite_tensors(o, g)
+        return fn
+
+    def scale_scalar(name, factor):
+        def fn(o):
+            v = _scalar_of(o, name)
+            _rewrite_tensors(o, _set_scalar(name, F32(v * F32(factor))))
+        return fn
+
+    def both_cfgs(edit):
+        def fn(o):
+            _edit_json(os.path.join(o, hq), lambda d: edit(d["quantization"], "exclude_modules"))
+            _edit_json(os.path.join(o, "config.json"), lambda d: edit(d["quantization_config"], "ignore"))
+        return fn
+
+    def gap(o):
+        shard = sorted(f for f in os.listdir(o) if f.endswith(".safetensors"))[0]
+        p = os.path.join(o, shard)
+        sf = SafeFile(p)
+        names = sorted(sf.tensors)
+        t = {n: (sf.tensors[n][0], sf.tensors[n][1], sf.raw(n)) for n in names}
+        del sf
+        write_safetensors(p, t, gap_after=names[0])
+
+    def rename_shard(o):
+        a = "model-00002-of-00002.safetensors"
+        os.rename(os.path.join(o, a), os.path.join(o, "model-2-of-2.safetensors"))
+        _edit_json(os.path.join(o, idx), lambda d: d["weight_map"].update(
+            {n: "model-2-of-2.safetensors" for n, f in d["weight_map"].items() if f == a}))
+
+    def overlap(o):
+        shard = sorted(f for f in os.listdir(o) if f.endswith(".safetensors"))[0]
+        p = os.path.join(o, shard)
+        raw = open(p, "rb").read()
+        (n,) = struct.unpack("<Q", raw[:8])
+        h = json.loads(raw[8:8 + n])
+        ks = [k for k in h if k != "__metadata__"]
+        b0, e0 = h[ks[0]]["data_offsets"]
+        b1, e1 = h[ks[1]]["data_offsets"]
+        h[ks[1]]["data_offsets"] = [b0, b0 + (e1 - b1)] if e1 - b1 <= e0 - b0 else [b1, e1]
+        h[ks[0]]["data_offsets"], h[ks[1]]["data_offsets"] = h[ks[1]]["data_offsets"], [b0, e0]
+        text = json.dumps(h).encode()
+        text += b" " * (-len(text) % 8)
+        open(p, "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+
+    def bad_header(o):
+        shard = sorted(f for f in os.listdir(o) if f.endswith(".safetensors"))[0]
+        p = os.path.join(o, shard)
+        raw = bytearray(open(p, "rb").read())
+        raw[9] = ord("#")
+        open(p, "wb").write(bytes(raw))
+
+    def requant_group_ws2(o):
+        # Consistent bytes for a wrong global scale: numerics pass, the amax rule must fail.
+        src = os.path.join(os.path.dirname(o), "src")
+        S = Source(src)
+        def g(t):
+            for m in (L0 + "self_attn.q_proj", L0 + "self_attn.k_proj", L0 + "self_attn.v_proj"):
+                gs = F32(np.frombuffer(t[m + ".weight_scale_2"][2], F32)[0] * F32(1.5))
+                packed, sb = nvfp4_quantize(S.weight(m), gs)
+                t[m + ".weight"] = ("U8", packed.shape, packed.tobytes())
+                t[m + ".weight_scale"] = ("F8_E4M3", sb.shape, sb.tobytes())
+                t[m + ".weight_scale_2"] = f32_scalar(gs)
+        # all of q/k/v sit in one of the shards or across both: rewrite with the union
+        allt = {}
+        for f in sorted(os.listdir(o)):
+            if f.endswith(".safetensors"):
+                sf = SafeFile(os.path.join(o, f))
+                allt.update({n: (sf.tensors[n][0], sf.tensors[n][1], sf.raw(n)) for n in sf.tensors})
+        g(allt)
+        _rewrite_tensors(o, lambda t: {n: allt[n] for n in t})
+
+    def stale_qc(o):
+        _edit_json(os.path.join(o, "config.json"), lambda d: d.update(
+            quantization_config={"quant_method": "fp8", "fmt": "e4m3"}))
+
+    def nested_stale(o):
+        _edit_json(os.path.join(o, "config.json"), lambda d: d.update(
+            text_config={"quantization_config": {"quant_method": "fp8"}}))
+
+    def key_order(o):
+        _edit_json(os.path.join(o, hq), lambda d: {"producer": d["producer"], "quantization": dict(
+            reversed(list(d["quantization"].items())))})
+
+    def lower_algo(o):
+        _edit_json(os.path.join(o, hq), lambda d: d["quantization"].update(quant_algo="nvfp4"))
+
+    def shape_1(name):
+        def fn(o):
+            def g(t):
+                if name in t:
+                    dt, shp, raw = t[name]
+                    t[name] = (dt, (1,), raw)
+            _rewrite_tensors(o, g)
+        return fn
+
+    def sidecar(o):
+        open(os.path.join(o, "tokenizer.json"), "a").write(" ")
+
+    def no_sidecar(o):
+        os.remove(os.path.join(o, "chat_template.jinja"))
+
+    def tweak_router(o):
+        flip_byte(L1 + "mlp.gate.weight", 3, 0x40)(o)
+
+    def tweak_bias(o):
+        flip_byte(L1 + "mlp.gate.e_score_correction_bias", 0, 0x01)(o)
+
+    def index_missing(o):
+        _edit_json(os.path.join(o, idx), lambda d: d["weight_map"].pop("model.norm.weight"))
+
+    def expert_input_scale_differs(o):
+        scale_scalar(L1 + "mlp.experts.2.up_proj.input_scale", 1.25)(o)
+        scale_scalar(L1 + "mlp.experts.2.gate_proj.input_scale", 1.25)(o)
+
+    def extra_tensor(o):
+        _rewrite_tensors(o, lambda t: t.update({"model.layers.0.mlp.down_proj.pre_quant_scale":
+                                                f32_scalar(1.0)}) if "model.norm.weight" in t else None)
+        _edit_json(os.path.join(o, idx), lambda d: d["weight_map"].update(
+            {"model.layers.0.mlp.down_proj.pre_quant_scale": d["weight_map"]["model.norm.weight"]}))
+
+    def unquantize_k(o):
+        # k_proj written as bf16 and listed as excluded: group status mismatch + vLLM shard error.
+        src = os.path.join(os.path.dirname(o), "src")
+        S = SafeFile(os.path.join(src, "model.safetensors"))
+        m = L0 + "self_attn.k_proj"
+        raw = S.raw(m + ".weight")
+        def g(t):
+            for suf in (".weight", ".weight_scale", ".weight_scale_2", ".input_scale"):
+                t.pop(m + suf, None)
+            if "model.norm.weight" in t:
+                t[m + ".weight"] = ("BF16", (16, 32), raw)
+        _rewrite_tensors(o, g)
+        def ix(d):
+            wm = d["weight_map"]
+            f = wm["model.norm.weight"]
+            for suf in (".weight_scale", ".weight_scale_2", ".input_scale"):
+                wm.pop(m + suf, None)
+            wm[m + ".weight"] = f
+        _edit_json(os.path.join(o, idx), ix)
+        both_cfgs(lambda q, k: q.__setitem__(k, sorted(q[k] + [m])))(o)
+
+    return [
+        ("drop an expert's input_scale", drop(L1 + "mlp.experts.1.gate_proj.input_scale")),
+        ("q/k/v weight_scale_2 mismatch", scale_scalar(L0 + "self_attn.k_proj.weight_scale_2", 1.01)),
+        ("q/k/v input_scale mismatch", scale_scalar(L0 + "self_attn.v_proj.input_scale", 1.001)),
+        ("gate/up weight_scale_2 mismatch in an expert", scale_scalar(L1 + "mlp.experts.0.up_proj.weight_scale_2", 0.99)),
+        ("MLA q_a/kv_a input_scale mismatch", scale_scalar(L1 + "self_attn.q_a_proj.input_scale", 2.0)),
+        ("flip a weight byte", flip_byte(L0 + "mlp.down_proj.weight", 5, 0x10)),
+        ("flip a block-scale byte", flip_byte(L1 + "self_attn.kv_b_proj.weight_scale", 2, 0x01)),
+        ("weight_scale_2 off the amax rule, bytes consistent", requant_group_ws2),
+        ("uncovered unquantized module (lm_head)", both_cfgs(lambda q, k: q.__setitem__(k, [x for x in q[k] if x != "lm_head"]))),
+        ("uncovered router", both_cfgs(lambda q, k: q.__setitem__(k, [x for x in q[k] if not x.endswith("mlp.gate")]))),
+        ("exclude entry covering quantized modules (substring)", both_cfgs(lambda q, k: q.__setitem__(k, sorted(q[k] + ["model.layers.0.mlp"])))),
+        ("one routed expert listed excluded (vLLM excludes the FusedMoE)", both_cfgs(lambda q, k: q.__setitem__(k, sorted(q[k] + ["model.layers.1.mlp.experts.0.down_proj"])))),
+        ("exclude_modules unsorted", both_cfgs(lambda q, k: q.__setitem__(k, list(reversed(q[k]))))),
+        ("ignore != exclude_modules", lambda o: _edit_json(os.path.join(o, "config.json"), lambda d: d["quantization_config"]["ignore"].pop())),
+        ("stale source quantization_config", stale_qc),
+        ("stale nested quantization_config", nested_stale),
+        ("hf_quant_config key order", key_order),
+        ("lower-case quant_algo", lower_algo),
+        ("kv_cache_quant_algo unset but k/v scales written", lambda o: _edit_json(os.path.join(o, hq), lambda d: d["quantization"].update(kv_cache_quant_algo=None))),
+        ("gap in a safetensors file", gap),
+        ("overlapping tensor offsets", overlap),
+        ("corrupt safetensors header", bad_header),
+        ("shard misnamed", rename_shard),
+        ("index misses a tensor", index_missing),
+        ("sidecar modified", sidecar),
+        ("sidecar missing", no_sidecar),
+        ("router weight changed", tweak_router),
+        ("e_score_correction_bias changed", tweak_bias),
+        ("a SRC norm dropped", drop("model.layers.1.post_attention_layernorm.weight")),
+        ("an expert missing all its down_proj tensors", drop(*[L1 + "mlp.experts.3.down_proj" + s for s in (".weight", ".weight_scale", ".weight_scale_2", ".input_scale")])),
+        ("k_scale missing", drop(L1 + "self_attn.k_proj.k_scale")),
+        ("weight_scale_2 shaped [1]", shape_1(L1 + "self_attn.o_proj.weight_scale_2")),
+        ("one expert's gate/up input_scale differs from the others", expert_input_scale_differs),
+        ("unexpected extra tensor", extra_tensor),
+        ("k_proj unquantized, q/v quantized", unquantize_k),
+        ("input_scale 5% off the reference amax (--amax)", scale_scalar(L0 + "mlp.down_proj.input_scale", 1.05)),
+        ("k_scale 5% off the reference kv amax (--amax)", scale_scalar(L0 + "self_attn.k_proj.k_scale", 0.95)),
+    ]
+
+
+def check_numerics_against_vectors(path):
+    """Compare this file's numpy numerics with tests/quant/fixtures/quant_vectors.bin."""
+    data = open(path, "rb").read()
+    if data[:8] != b"STQVEC01":
+        return ["bad magic"]
+    pos, rec = 8, {}
+    while pos < len(data):
+        (n,) = struct.unpack_from("<H", data, pos); pos += 2
+        name = data[pos:pos + n].decode(); pos += n
+        code, ndim = struct.unpack_from("<BB", data, pos); pos += 2
+        shape = struct.unpack_from("<%dI" % ndim, data, pos); pos += 4 * ndim
+        (nb,) = struct.unpack_from("<I", data, pos); pos += 4
+        rec[name] = (code, shape, data[pos:pos + nb]); pos += nb
+
+    def arr(name):
+        code, shape, raw = rec[name]
+        if code == 0:
+            return np.frombuffer(raw, np.uint8).reshape(shape)
+        if code == 1:
+            return bf16_bits_to_f32(np.frombuffer(raw, np.uint16)).reshape(shape)
+        if code == 3:
+            return np.frombuffer(raw, np.float16).astype(F32).reshape(shape)
+        return np.frombuffer(raw, F32).reshape(shape)
+    kinds = {0: "u8", 1: "bf16", 2: "f32", 3: "f16"}
+    bad, n = [], 0
+    for case in sorted({k.split("/")[1] for k in rec if k.startswith("nvfp4/")}):
+        w = arr(f"nvfp4/{case}/input")
+        w2 = w.reshape(-1, w.shape[-1])
+        g = arr(f"nvfp4/{case}/global_scale").reshape(-1)[0]
+        amax = arr(f"nvfp4/{case}/amax").reshape(-1)[0]
+        n += 1
+        if f32_bits(F32(amax * INV_2688)) != f32_bits(g):
+            bad.append(f"nvfp4/{case}: global scale")
+        p, s = nvfp4_quantize(w2, g)
+        if p.tobytes() != arr(f"nvfp4/{case}/packed").tobytes():
+            bad.append(f"nvfp4/{case}: packed")
+        if s.tobytes() != arr(f"nvfp4/{case}/block_scale").tobytes():
+            bad.append(f"nvfp4/{case}: block scales")
+        sc = arr(f"fp8/{case}/scale").reshape(-1)[0]
+        q = fp8_quantize(w2, sc, kinds[rec[f"fp8/{case}/input"][0]])
+        if q.tobytes() != arr(f"fp8/{case}/weight").tobytes():
+            bad.append(f"fp8/{case}: weight")
+        q, e = mxfp8_quantize(w2)
+        if q.tobytes() != arr(f"mxfp8/{case}/weight").tobytes() or e.tobytes() != arr(f"mxfp8/{case}/scale").tobytes():
+            bad.append(f"mxfp8/{case}")
+    a = arr("nvfp4_input_scale/all/amax")
+    if (a * INV_2688).astype(F32).tobytes() != arr("nvfp4_input_scale/all/scale").tobytes():
+        bad.append("nvfp4 input scales")
+    print(f"self-test: numerics vs {os.path.relpath(path)}: {n} cases x 3 formats, "
+          f"{'all bytes equal' if not bad else 'MISMATCH ' + ', '.join(bad)}")
+    return bad
+
+
+def self_test():
+    ok = True
+    here = os.path.dirname(os.path.abspath(__file__))
+    vec = os.path.join(here, "..", "quant", "fixtures", "quant_vectors.bin")
+    if os.path.exists(vec):
+        ok &= not check_numerics_against_vectors(vec)
+    else:
+        print("self-test: quant_vectors.bin not found, numerics cross-check skipped")
+    # Also the e4m3 encoder over every finite e4m3 value and the midpoints between them.
+    vals = E4M3_TABLE[np.isfinite(E4M3_TABLE)]
+    enc_ok = np.array_equal(E4M3_TABLE[e4m3_encode(vals)], vals)
+    print(f"self-test: e4m3 encoder round-trips all 254 finite values: {enc_ok}")
+    ok &= enc_ok
+    tmp = tempfile.mkdtemp(prefix="strata_export_check_")
+    try:
+        rng = np.random.default_rng(1234)
+        src = os.path.join(tmp, "src")
+        t, ref = synth_source(src, rng)
+        refpath = os.path.join(src, "reference.safetensors")
+
+        def nvfp4_scheme(m):
+            return None if (m == "lm_head" or m.endswith("mlp.gate")) else "NVFP4"
+
+        def mixed_scheme(m):
+            if m == "lm_head" or m.endswith("mlp.gate"):
+                return None
+            return "FP8" if ".self_attn." in m else "NVFP4"
+
+        def fp8_scheme(m):
+            return None if (m == "lm_head" or m.endswith("mlp.gate") or "kv_b_proj" in m) else "FP8"
+
+        for label, scheme in (("NVFP4", nvfp4_scheme), ("FP8", fp8_scheme), ("MIXED_PRECISION", mixed_scheme)):
+            out = os.path.join(tmp, "out_" + label)
+            build_export(src, out, t, ref, scheme)
+            C = run_checks(src, out, refpath, verbose=False)
+            good = C.failed == 0 and C.passed > 100
+            print(f"self-test: correct {label} export: {C.passed} passed, {C.failed} failed -> "
+                  f"{'ok' if good else 'UNEXPECTED'}")
+            for line in C.messages[:10]:
+                print("    " + line)
+            ok &= good
+        base = os.path.join(tmp, "out_NVFP4")
+        for label, fn in mutations():
+            out = os.path.join(tmp, "mut")
+            shutil.rmtree(out, ignore_errors=True)
+            shutil.copytree(base, out)
+            fn(out)
+            C = run_checks(src, out, refpath, verbose=False)
+            flagged = C.failed > 0
+            ok &= flagged
+            first = C.messages[0] if C.messages else ""
+            print(f"self-test: {'flagged' if flagged else 'MISSED '} {label}: {C.failed} failed"
+                  + (f"  e.g. {first[:150]}" if first else ""))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("self-test: " + ("PASS" if ok else "FAIL"))
+    return 0 if ok else 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("src", nargs="?", help="source Hugging Face checkpoint directory")
+    ap.add_argument("out", nargs="?", help="strata's ModelOpt export directory")
+    ap.add_argument("--amax", help="transformers reference (ref32.amax.*, ref32.kv_amax.*) to compare "
+                    "input/k/v scales with, when strata calibrated on exactly those tokens")
+    ap.add_argument("--self-test", action="store_true", help="check the checker on broken exports")
+    args = ap.parse_args()
+    if args.self_test:
+        return self_test()
+    if not args.src or not args.out:
+        ap.error("SRC_DIR and OUT_DIR are required (or --self-test)")
+    C = run_checks(args.src, args.out, args.amax)
+    print(f"{C.passed} passed, {C.failed} failed")
+    return 1 if C.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
