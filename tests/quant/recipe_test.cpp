@@ -1,0 +1,550 @@
+// Recipes (quant/recipe.h): the glob matcher on hand-worked cases, the decision of every built-in
+// recipe on hub names of every family (expected formats written by hand from each recipe's stated
+// intent, docs/RECIPES.md), rule semantics (later wins, enable re-enables, imports), and every
+// error case with the file and rule it must name.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "quant/recipe.h"
+
+namespace {
+
+using strata::glob_match;
+using strata::KvCacheFormat;
+using strata::QFormat;
+
+// ---- glob ---------------------------------------------------------------------------------------
+
+TEST(GlobMatch, StarCrossesDots) {
+  EXPECT_TRUE(glob_match("*", ""));
+  EXPECT_TRUE(glob_match("*", "model.layers.0.mlp.up_proj"));
+  EXPECT_TRUE(glob_match("**", "x"));
+  EXPECT_TRUE(glob_match("*.experts.*", "model.layers.1.mlp.experts.7.up_proj"));
+  EXPECT_TRUE(glob_match("*.experts.*", "model.layers.2.block_sparse_moe.experts.5.w1"));
+  EXPECT_TRUE(glob_match("*mlp*", "model.layers.0.mlp.down_proj"));
+  EXPECT_TRUE(glob_match("mtp.*", "mtp.layers.0.mlp.experts.0.gate_proj"));
+  EXPECT_FALSE(glob_match("mtp.*", "model.mtp.fc"));  // anchored at the start
+  EXPECT_FALSE(glob_match("*lm_head", "lm_head.x"));  // anchored at the end
+}
+
+TEST(GlobMatch, ExpertsIsNotSharedExperts) {
+  EXPECT_FALSE(glob_match("*.experts.*", "model.layers.3.mlp.shared_experts.up_proj"));
+  EXPECT_FALSE(glob_match("*.experts.*", "model.layers.3.mlp.shared_experts.down_proj."));
+  EXPECT_FALSE(glob_match("*.experts.*", "model.layers.1.mlp.shared_expert.gate_proj"));
+  EXPECT_TRUE(glob_match("*experts*", "model.layers.3.mlp.shared_experts.up_proj"));
+}
+
+TEST(GlobMatch, RouterPatternNeedsTheTrailingDot) {
+  // "*mlp.gate.*" is written for quantizer names; the module itself matches with a '.' appended.
+  EXPECT_FALSE(glob_match("*mlp.gate.*", "model.layers.1.mlp.gate"));
+  EXPECT_TRUE(glob_match("*mlp.gate.*", "model.layers.1.mlp.gate."));
+  EXPECT_FALSE(glob_match("*mlp.gate.*", "model.layers.1.mlp.gate_proj."));
+  EXPECT_FALSE(glob_match("*mlp.gate.*", "model.layers.1.mlp.shared_expert_gate."));
+}
+
+TEST(GlobMatch, CaseSensitive) {
+  EXPECT_FALSE(glob_match("*LM_HEAD*", "lm_head"));
+  EXPECT_FALSE(glob_match("*lm_head*", "LM_HEAD"));
+  EXPECT_FALSE(glob_match("[A-Z]", "a"));
+  EXPECT_TRUE(glob_match("*lm_head*", "language_model.lm_head"));
+}
+
+TEST(GlobMatch, QuestionMark) {
+  EXPECT_TRUE(glob_match("layer?", "layer1"));
+  EXPECT_FALSE(glob_match("layer?", "layer"));
+  EXPECT_FALSE(glob_match("layer?", "layer12"));
+  EXPECT_TRUE(glob_match("?", "."));
+}
+
+TEST(GlobMatch, Sets) {
+  EXPECT_TRUE(glob_match("[abc]x", "bx"));
+  EXPECT_FALSE(glob_match("[abc]x", "dx"));
+  EXPECT_FALSE(glob_match("[!abc]x", "bx"));
+  EXPECT_TRUE(glob_match("[!abc]x", "dx"));
+  EXPECT_FALSE(glob_match("[^abc]x", "ax"));
+  EXPECT_TRUE(glob_match("[^abc]x", "zx"));
+  EXPECT_TRUE(glob_match("[a-c]", "b"));
+  EXPECT_TRUE(glob_match("[a-c]", "c"));
+  EXPECT_FALSE(glob_match("[a-c]", "d"));
+  EXPECT_TRUE(glob_match("*.[qkv]_proj", "model.layers.0.self_attn.k_proj"));
+  EXPECT_FALSE(glob_match("*.[qkv]_proj", "model.layers.0.self_attn.o_proj"));
+  EXPECT_TRUE(glob_match("*.experts.[0-9].*", "model.layers.1.mlp.experts.7.up_proj"));
+  EXPECT_FALSE(glob_match("*.experts.[0-9].*", "model.layers.1.mlp.experts.17.up_proj"));
+  // ']' first in a set is a member; '-' first or last is a member.
+  EXPECT_TRUE(glob_match("[]]", "]"));
+  EXPECT_TRUE(glob_match("[!]]", "a"));
+  EXPECT_FALSE(glob_match("[!]]", "]"));
+  EXPECT_TRUE(glob_match("[a-]", "-"));
+  EXPECT_TRUE(glob_match("[-a]", "-"));
+  // An unclosed '[' is an ordinary character.
+  EXPECT_TRUE(glob_match("[", "["));
+  EXPECT_TRUE(glob_match("[ab", "[ab"));
+  EXPECT_FALSE(glob_match("[ab", "a"));
+  // A set matches exactly one character.
+  EXPECT_FALSE(glob_match("[ab]", ""));
+  EXPECT_FALSE(glob_match("[ab]", "ab"));
+}
+
+TEST(GlobMatch, BackslashEscapes) {
+  EXPECT_TRUE(glob_match("\\*", "*"));
+  EXPECT_FALSE(glob_match("\\*", "a"));
+  EXPECT_TRUE(glob_match("a\\?", "a?"));
+  EXPECT_FALSE(glob_match("a\\?", "ab"));
+}
+
+TEST(GlobMatch, Backtracking) {
+  EXPECT_TRUE(glob_match("*a*b*c", "xaybzc"));
+  EXPECT_TRUE(glob_match("*ab", "aab"));
+  EXPECT_TRUE(glob_match("a*b*c", "abcbc"));
+  EXPECT_FALSE(glob_match("a*b*c", "abcb"));
+  EXPECT_TRUE(glob_match("*.experts.*.w1", "model.layers.2.block_sparse_moe.experts.5.w1"));
+  EXPECT_FALSE(glob_match("*.experts.*.w1", "model.layers.2.block_sparse_moe.experts.5.w12"));
+  EXPECT_TRUE(glob_match("", ""));
+  EXPECT_FALSE(glob_match("", "a"));
+  // Many stars against a long non-match stays fast (no exponential backtracking).
+  EXPECT_FALSE(glob_match("a*a*a*a*a*a*a*a*b", std::string(200, 'a')));
+}
+
+// ---- built-in recipes on every family
+// ------------------------------------------------------------
+
+// What a module is, as the recipes' intent distinguishes it.
+enum class Cls {
+  kAttention,  // q/k/v/o, MLA o_proj, linear-attention projections: quantized by the "all" scopes
+  kMla,        // MLA q_a/q_b/kv_a_with_mqa/kv_b: never (hf_ptq disables MLA for DeepSeek)
+  kDenseMlp,   // quantized by all and mlp_only
+  kExpert,     // routed experts: quantized by every nvfp4/fp8/mxfp8 scope
+  kShared,     // shared experts: all and mlp_only
+  kNever,      // routers, gates, lm_head, embeddings, norms, vision, projector, MTP, in_proj_ba
+};
+
+struct Module {
+  const char* name;
+  Cls cls;
+};
+
+const std::vector<Module>& modules() {
+  static const std::vector<Module> m = {
+      // Llama / Qwen dense
+      {"model.layers.0.self_attn.q_proj", Cls::kAttention},
+      {"model.layers.0.self_attn.k_proj", Cls::kAttention},
+      {"model.layers.0.self_attn.v_proj", Cls::kAttention},
+      {"model.layers.0.self_attn.o_proj", Cls::kAttention},
+      {"model.layers.0.mlp.gate_proj", Cls::kDenseMlp},
+      {"model.layers.0.mlp.up_proj", Cls::kDenseMlp},
+      {"model.layers.0.mlp.down_proj", Cls::kDenseMlp},
+      {"lm_head", Cls::kNever},
+      {"model.embed_tokens", Cls::kNever},
+      {"model.norm", Cls::kNever},
+      {"model.layers.0.input_layernorm", Cls::kNever},
+      {"model.layers.0.self_attn.q_norm", Cls::kNever},
+      // Qwen3-MoE
+      {"model.layers.1.mlp.experts.7.gate_proj", Cls::kExpert},
+      {"model.layers.1.mlp.experts.7.up_proj", Cls::kExpert},
+      {"model.layers.1.mlp.experts.127.down_proj", Cls::kExpert},
+      {"model.layers.1.mlp.gate", Cls::kNever},
+      // Qwen2-MoE shared expert and its gate
+      {"model.layers.1.mlp.shared_expert.gate_proj", Cls::kShared},
+      {"model.layers.1.mlp.shared_expert.down_proj", Cls::kShared},
+      {"model.layers.1.mlp.shared_expert_gate", Cls::kNever},
+      // DeepSeek-V3 / Kimi-K2: MLA, first dense layers, router, shared and routed experts
+      {"model.layers.3.self_attn.q_a_proj", Cls::kMla},
+      {"model.layers.3.self_attn.q_b_proj", Cls::kMla},
+      {"model.layers.3.self_attn.kv_a_proj_with_mqa", Cls::kMla},
+      {"model.layers.3.self_attn.kv_b_proj", Cls::kMla},
+      {"model.layers.3.self_attn.o_proj", Cls::kAttention},
+      {"model.layers.3.self_attn.q_a_layernorm", Cls::kNever},
+      {"model.layers.3.self_attn.kv_a_layernorm", Cls::kNever},
+      {"model.layers.3.mlp.gate", Cls::kNever},
+      {"model.layers.3.mlp.shared_experts.gate_proj", Cls::kShared},
+      {"model.layers.3.mlp.shared_experts.up_proj", Cls::kShared},
+      {"model.layers.3.mlp.shared_experts.down_proj", Cls::kShared},
+      {"model.layers.3.mlp.experts.200.down_proj", Cls::kExpert},
+      {"model.layers.60.mlp.experts.0.gate_proj", Cls::kExpert},
+      // Mixtral
+      {"model.layers.2.block_sparse_moe.experts.5.w1", Cls::kExpert},
+      {"model.layers.2.block_sparse_moe.experts.5.w2", Cls::kExpert},
+      {"model.layers.2.block_sparse_moe.experts.5.w3", Cls::kExpert},
+      {"model.layers.2.block_sparse_moe.gate", Cls::kNever},
+      // Kimi Linear: KDA projections, MoE under block_sparse_moe with shared experts
+      {"model.layers.0.self_attn.f_a_proj", Cls::kAttention},
+      {"model.layers.0.self_attn.g_b_proj", Cls::kAttention},
+      {"model.layers.0.self_attn.o_norm", Cls::kNever},
+      {"model.layers.1.block_sparse_moe.shared_experts.gate_proj", Cls::kShared},
+      {"model.layers.1.block_sparse_moe.experts.3.w2", Cls::kExpert},
+      // Qwen3-Next: linear attention and MTP
+      {"model.layers.0.linear_attn.in_proj_qkvz", Cls::kAttention},
+      {"model.layers.0.linear_attn.out_proj", Cls::kAttention},
+      {"model.layers.0.linear_attn.in_proj_ba", Cls::kNever},
+      {"model.layers.0.linear_attn.norm", Cls::kNever},
+      {"mtp.layers.0.mlp.experts.0.gate_proj", Cls::kNever},
+      {"mtp.layers.0.self_attn.q_proj", Cls::kNever},
+      {"mtp.fc", Cls::kNever},
+      // Multimodal wrappers: the language model keeps its prefix
+      {"language_model.model.layers.0.self_attn.q_proj", Cls::kAttention},
+      {"language_model.model.layers.0.mlp.down_proj", Cls::kDenseMlp},
+      {"language_model.model.layers.1.mlp.experts.3.up_proj", Cls::kExpert},
+      {"language_model.model.layers.1.mlp.shared_experts.up_proj", Cls::kShared},
+      {"language_model.model.layers.1.mlp.gate", Cls::kNever},
+      {"language_model.model.layers.1.self_attn.kv_b_proj", Cls::kMla},
+      {"language_model.lm_head", Cls::kNever},
+      {"model.language_model.layers.0.mlp.up_proj", Cls::kDenseMlp},
+      {"vision_tower.encoder.blocks.0.mlp.fc0", Cls::kNever},
+      {"vision_tower.encoder.blocks.0.wqkv", Cls::kNever},
+      {"multi_modal_projector.linear_1", Cls::kNever},
+      {"mm_projector.proj.0", Cls::kNever},
+  };
+  return m;
+}
+
+enum class Scope { kAll, kExpertsOnly, kMlpOnly };
+
+QFormat expected(Scope scope, QFormat f, Cls c) {
+  switch (c) {
+    case Cls::kAttention:
+      return scope == Scope::kAll ? f : QFormat::kNone;
+    case Cls::kMla:
+      return QFormat::kNone;
+    case Cls::kDenseMlp:
+    case Cls::kShared:
+      return scope == Scope::kExpertsOnly ? QFormat::kNone : f;
+    case Cls::kExpert:
+      return f;
+    case Cls::kNever:
+      return QFormat::kNone;
+  }
+  return QFormat::kNone;
+}
+
+struct Builtin {
+  const char* name;
+  Scope scope;
+  QFormat format;
+  KvCacheFormat kv;
+};
+
+const std::vector<Builtin>& builtins() {
+  static const std::vector<Builtin> b = {
+      {"fp8-kv_fp8", Scope::kAll, QFormat::kFp8, KvCacheFormat::kFp8},
+      {"fp8-kv_none", Scope::kAll, QFormat::kFp8, KvCacheFormat::kNone},
+      {"mxfp8-kv_fp8", Scope::kAll, QFormat::kMxfp8, KvCacheFormat::kFp8},
+      {"mxfp8-kv_none", Scope::kAll, QFormat::kMxfp8, KvCacheFormat::kNone},
+      {"nvfp4-kv_fp8", Scope::kAll, QFormat::kNvfp4, KvCacheFormat::kFp8},
+      {"nvfp4-kv_none", Scope::kAll, QFormat::kNvfp4, KvCacheFormat::kNone},
+      {"nvfp4_experts_only-kv_fp8", Scope::kExpertsOnly, QFormat::kNvfp4, KvCacheFormat::kFp8},
+      {"nvfp4_experts_only-kv_none", Scope::kExpertsOnly, QFormat::kNvfp4, KvCacheFormat::kNone},
+      {"nvfp4_mlp_only-kv_fp8", Scope::kMlpOnly, QFormat::kNvfp4, KvCacheFormat::kFp8},
+      {"nvfp4_mlp_only-kv_none", Scope::kMlpOnly, QFormat::kNvfp4, KvCacheFormat::kNone},
+      {"w4a16_nvfp4-kv_fp8", Scope::kAll, QFormat::kW4A16Nvfp4, KvCacheFormat::kFp8},
+      {"w4a16_nvfp4-kv_none", Scope::kAll, QFormat::kW4A16Nvfp4, KvCacheFormat::kNone},
+  };
+  return b;
+}
+
+TEST(BuiltinRecipes, ListIsExactlyTheExpectedSet) {
+  const std::vector<strata::RecipeInfo> all = strata::builtin_recipes();
+  ASSERT_EQ(all.size(), builtins().size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(all[i].name, builtins()[i].name);  // sorted by name
+    EXPECT_FALSE(all[i].description.empty()) << all[i].name;
+    EXPECT_EQ(all[i].description.find('\n'), std::string::npos) << all[i].name;
+  }
+}
+
+TEST(BuiltinRecipes, DecisionsOnEveryFamily) {
+  for (const Builtin& b : builtins()) {
+    const strata::Recipe r = strata::load_recipe(b.name);
+    EXPECT_EQ(r.name, b.name);
+    EXPECT_EQ(r.kv_cache, b.kv) << b.name;
+    for (const Module& m : modules()) {
+      const strata::RuleDecision d = strata::recipe_decide(r, m.name);
+      EXPECT_EQ(d.format, expected(b.scope, b.format, m.cls))
+          << b.name << " on " << m.name << ": got " << strata::qformat_name(d.format);
+    }
+  }
+}
+
+TEST(BuiltinRecipes, DecidingRuleAndOrigin) {
+  const strata::Recipe r = strata::load_recipe("nvfp4-kv_fp8");
+  // Rule 1 of the recipe gives "*" nvfp4; then default_disabled's rules follow in order.
+  ASSERT_GE(r.rules.size(), 6u);
+  EXPECT_EQ(r.rules[0].pattern, "*");
+  EXPECT_EQ(r.rules[0].origin, "recipes/nvfp4-kv_fp8.yaml rule 1");
+  EXPECT_FALSE(r.rules[0].imported);
+  EXPECT_EQ(r.rules[1].pattern, "*mlp.gate.*");
+  EXPECT_EQ(r.rules[1].origin, "recipes/units/default_disabled.yaml rule 1");
+  EXPECT_TRUE(r.rules[1].imported);
+
+  strata::RuleDecision d = strata::recipe_decide(r, "model.layers.0.self_attn.q_proj");
+  EXPECT_EQ(d.rule, 0);
+  d = strata::recipe_decide(r, "model.layers.1.mlp.gate");
+  EXPECT_EQ(d.rule, 1);
+  d = strata::recipe_decide(r, "lm_head");
+  ASSERT_GE(d.rule, 0);
+  EXPECT_EQ(r.rules[d.rule].pattern, "*lm_head*");
+  EXPECT_EQ(r.rules[d.rule].origin, "recipes/units/default_disabled.yaml rule 5");
+
+  // experts_only: a dense module matches no rule at all.
+  const strata::Recipe e = strata::load_recipe("nvfp4_experts_only-kv_none");
+  d = strata::recipe_decide(e, "model.layers.0.self_attn.q_proj");
+  EXPECT_EQ(d.rule, -1);
+  EXPECT_EQ(d.format, QFormat::kNone);
+}
+
+TEST(BuiltinRecipes, NameForHfPtqFlags) {
+  EXPECT_EQ(strata::recipe_name_for("nvfp4", "fp8"), "nvfp4-kv_fp8");
+  EXPECT_EQ(strata::recipe_name_for("nvfp4_experts_only", "none"), "nvfp4_experts_only-kv_none");
+  EXPECT_EQ(strata::recipe_name_for("nvfp4_mlp_only", "fp8"), "nvfp4_mlp_only-kv_fp8");
+  EXPECT_EQ(strata::recipe_name_for("w4a16_nvfp4", "none"), "w4a16_nvfp4-kv_none");
+  EXPECT_EQ(strata::recipe_name_for("fp8", "fp8"), "fp8-kv_fp8");
+  EXPECT_EQ(strata::recipe_name_for("mxfp8", "none"), "mxfp8-kv_none");
+  for (const auto& [q, kv] : std::vector<std::pair<const char*, const char*>>{
+           {"int4_awq", "fp8"}, {"nvfp4", "fp8_cast"}, {"nvfp4", "nvfp4"}, {"", ""}}) {
+    try {
+      strata::recipe_name_for(q, kv);
+      ADD_FAILURE() << q << " + " << kv << " should be refused";
+    } catch (const strata::Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(std::string("--qformat ") + q), std::string::npos) << msg;
+      EXPECT_NE(msg.find("nvfp4_experts_only + fp8"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("w4a16_nvfp4 + none"), std::string::npos) << msg;
+    }
+  }
+}
+
+// ---- rule semantics
+// -------------------------------------------------------------------------------
+
+TEST(RecipeRules, LaterRuleWins) {
+  const strata::Recipe r = strata::parse_recipe(R"(
+kv_cache: none
+rules:
+  - {pattern: "*", format: nvfp4}
+  - {pattern: "*mlp*", format: fp8}
+  - {pattern: "*down_proj", enable: false}
+)",
+                                                "t.yaml");
+  EXPECT_EQ(r.kv_cache, KvCacheFormat::kNone);
+  EXPECT_EQ(r.rules[1].origin, "t.yaml rule 2");
+  EXPECT_EQ(strata::recipe_decide(r, "model.layers.0.self_attn.q_proj").format, QFormat::kNvfp4);
+  strata::RuleDecision d = strata::recipe_decide(r, "model.layers.0.mlp.up_proj");
+  EXPECT_EQ(d.format, QFormat::kFp8);
+  EXPECT_EQ(d.rule, 1);
+  d = strata::recipe_decide(r, "model.layers.0.mlp.down_proj");
+  EXPECT_EQ(d.format, QFormat::kNone);
+  EXPECT_EQ(d.rule, 2);
+}
+
+TEST(RecipeRules, EnableTrueBringsBackTheEarlierFormat) {
+  const strata::Recipe r = strata::parse_recipe(R"(
+rules:
+  - {pattern: "*", format: fp8}
+  - {pattern: "*.experts.*", format: nvfp4}
+  - {pattern: "*.experts.*", enable: false}
+  - {pattern: "*.experts.0.*", enable: true}
+  - {pattern: "*self_attn*", enable: true}
+)",
+                                                "t.yaml");
+  strata::RuleDecision d = strata::recipe_decide(r, "model.layers.1.mlp.experts.0.up_proj");
+  EXPECT_EQ(d.format, QFormat::kNvfp4);  // the last format given, not the first
+  EXPECT_EQ(d.rule, 3);
+  d = strata::recipe_decide(r, "model.layers.1.mlp.experts.1.up_proj");
+  EXPECT_EQ(d.format, QFormat::kNone);
+  EXPECT_EQ(d.rule, 2);
+  d = strata::recipe_decide(r, "model.layers.1.self_attn.q_proj");  // already on: stays fp8
+  EXPECT_EQ(d.format, QFormat::kFp8);
+  EXPECT_EQ(d.rule, 4);
+}
+
+TEST(RecipeRules, EnableTrueWithoutAFormatForThisModuleHasNoEffect) {
+  const strata::Recipe r = strata::parse_recipe(R"(
+rules:
+  - {pattern: "*mlp*", format: fp8}
+  - {pattern: "*self_attn*", enable: true}
+)",
+                                                "t.yaml");
+  const strata::RuleDecision d = strata::recipe_decide(r, "model.layers.0.self_attn.q_proj");
+  EXPECT_EQ(d.format, QFormat::kNone);
+  EXPECT_EQ(d.rule, -1);
+}
+
+TEST(RecipeRules, TopLevelImportsGoFirstRuleImportsInPlace) {
+  // Top-level imports precede the recipe's rules, so "*" below wins over default_disabled.
+  const strata::Recipe first = strata::parse_recipe(R"(
+imports: [default_disabled]
+kv_cache: fp8
+rules:
+  - {pattern: "*", format: fp8}
+)",
+                                                    "t.yaml");
+  EXPECT_EQ(first.kv_cache, KvCacheFormat::kFp8);
+  EXPECT_EQ(first.rules.front().origin, "recipes/units/default_disabled.yaml rule 1");
+  EXPECT_EQ(first.rules.back().origin, "t.yaml rule 1");
+  EXPECT_EQ(strata::recipe_decide(first, "lm_head").format, QFormat::kFp8);
+
+  // A rule-level import splices the unit where it stands: here last, so it wins.
+  const strata::Recipe last = strata::parse_recipe(R"(
+rules:
+  - {pattern: "*", format: fp8}
+  - import: default_disabled
+  - {pattern: "*lm_head*", format: nvfp4}
+)",
+                                                   "t.yaml");
+  EXPECT_EQ(strata::recipe_decide(last, "model.layers.0.mlp.gate").format, QFormat::kNone);
+  EXPECT_EQ(strata::recipe_decide(last, "lm_head").format, QFormat::kNvfp4);
+  EXPECT_EQ(last.rules.back().origin, "t.yaml rule 3");
+}
+
+TEST(RecipeRules, UserRecipeFromAPath) {
+  const std::filesystem::path p =
+      std::filesystem::temp_directory_path() / ("strata_recipe_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(p);
+  const std::string file = (p / "mine.yaml").string();
+  {
+    std::ofstream f(file);
+    f << "description: mine\nkv_cache: fp8\nrules:\n  - {pattern: \"*.experts.*\", format: "
+         "mxfp8}\n  - import: default_disabled\n";
+  }
+  const strata::Recipe r = strata::load_recipe(file);
+  EXPECT_EQ(r.name, file);
+  EXPECT_EQ(r.description, "mine");
+  EXPECT_EQ(r.kv_cache, KvCacheFormat::kFp8);
+  EXPECT_EQ(r.rules.front().origin, file + " rule 1");
+  EXPECT_EQ(strata::recipe_decide(r, "model.layers.2.block_sparse_moe.experts.5.w1").format,
+            QFormat::kMxfp8);
+  std::filesystem::remove_all(p);
+}
+
+TEST(RecipeFormats, NamesAndBlocks) {
+  for (QFormat f :
+       {QFormat::kNone, QFormat::kNvfp4, QFormat::kW4A16Nvfp4, QFormat::kFp8, QFormat::kMxfp8}) {
+    EXPECT_EQ(strata::qformat_from_name(strata::qformat_name(f)), f);
+  }
+  EXPECT_EQ(strata::qformat_name(QFormat::kW4A16Nvfp4), "w4a16_nvfp4");
+  EXPECT_EQ(strata::qformat_quant_algo(QFormat::kNvfp4), "NVFP4");
+  EXPECT_EQ(strata::qformat_quant_algo(QFormat::kW4A16Nvfp4), "W4A16_NVFP4");
+  EXPECT_EQ(strata::qformat_quant_algo(QFormat::kFp8), "FP8");
+  EXPECT_EQ(strata::qformat_quant_algo(QFormat::kMxfp8), "MXFP8");
+  EXPECT_EQ(strata::qformat_quant_algo(QFormat::kNone), "");
+  EXPECT_EQ(strata::qformat_block(QFormat::kNvfp4), 16);
+  EXPECT_EQ(strata::qformat_block(QFormat::kW4A16Nvfp4), 16);
+  EXPECT_EQ(strata::qformat_block(QFormat::kMxfp8), 32);
+  EXPECT_EQ(strata::qformat_block(QFormat::kFp8), 1);
+  EXPECT_FALSE(strata::qformat_from_name("NVFP4").has_value());
+  EXPECT_EQ(strata::kv_cache_format_from_name("fp8"), KvCacheFormat::kFp8);
+  EXPECT_EQ(strata::kv_cache_format_from_name("none"), KvCacheFormat::kNone);
+  EXPECT_FALSE(strata::kv_cache_format_from_name("fp8_cast").has_value());
+}
+
+// ---- errors
+// ---------------------------------------------------------------------------------------
+
+// The message parse_recipe throws for `yaml`; fails the test when it does not throw.
+std::string error_of(const std::string& yaml) {
+  try {
+    strata::parse_recipe(yaml, "bad.yaml");
+  } catch (const strata::Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error for:\n" << yaml;
+  return "";
+}
+
+#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
+
+TEST(RecipeErrors, UnknownRuleKey) {
+  const std::string m =
+      error_of("rules:\n  - {pattern: \"*\", format: nvfp4}\n  - {pattern: \"x\", formt: fp8}\n");
+  EXPECT_HAS(m, "bad.yaml rule 2: unknown key 'formt'");
+}
+
+TEST(RecipeErrors, UnknownTopLevelKey) {
+  EXPECT_HAS(error_of("rule:\n  - {pattern: \"*\", format: nvfp4}\n"),
+             "bad.yaml: unknown key 'rule'");
+}
+
+TEST(RecipeErrors, UnknownFormat) {
+  EXPECT_HAS(error_of("rules:\n  - {pattern: \"*\", format: int4}\n"),
+             "bad.yaml rule 1: unknown format 'int4'");
+  EXPECT_HAS(error_of("rules:\n  - {pattern: \"*\", format: none}\n"),
+             "bad.yaml rule 1: unknown format 'none'");
+}
+
+TEST(RecipeErrors, BothFormatAndEnable) {
+  EXPECT_HAS(error_of("rules:\n  - {pattern: \"*\", format: fp8}\n  - {pattern: \"*mlp*\", "
+                      "format: fp8, enable: false}\n"),
+             "bad.yaml rule 2 ('*mlp*'): give either format or enable, not both");
+}
+
+TEST(RecipeErrors, NeitherFormatNorEnable) {
+  EXPECT_HAS(error_of("rules:\n  - {pattern: \"*\"}\n"),
+             "bad.yaml rule 1 ('*'): give a format or enable");
+}
+
+TEST(RecipeErrors, EnableTrueWithNothingToReenable) {
+  EXPECT_HAS(error_of("rules:\n  - {pattern: \"*\", enable: false}\n  - {pattern: \"*mlp*\", "
+                      "enable: true}\n"),
+             "bad.yaml rule 2: enable: true re-enables");
+}
+
+TEST(RecipeErrors, EnableNotABool) {
+  EXPECT_HAS(error_of("rules:\n  - {pattern: \"*\", enable: maybe}\n"),
+             "bad.yaml rule 1: enable must be true or false");
+}
+
+TEST(RecipeErrors, MissingPattern) {
+  EXPECT_HAS(error_of("rules:\n  - {format: fp8}\n"), "bad.yaml rule 1: missing 'pattern'");
+}
+
+TEST(RecipeErrors, UnknownImport) {
+  const std::string m =
+      error_of("rules:\n  - {pattern: \"*\", format: fp8}\n  - import: default_disable\n");
+  EXPECT_HAS(m, "bad.yaml rule 2: unknown unit 'default_disable'");
+  EXPECT_HAS(m, "default_disabled");  // lists the units there are
+  EXPECT_HAS(error_of("imports: [nope]\nrules:\n  - {pattern: \"*\", format: fp8}\n"),
+             "bad.yaml imports entry 1: unknown unit 'nope'");
+  EXPECT_HAS(error_of("rules:\n  - {import: default_disabled, pattern: \"*\"}\n"),
+             "bad.yaml rule 1: an import rule has the single key 'import'");
+}
+
+TEST(RecipeErrors, YamlSyntaxError) {
+  const std::string m = error_of("rules:\n  - {pattern: \"*\", format: nvfp4\n");
+  EXPECT_HAS(m, "bad.yaml: YAML syntax error at line ");
+  // An unquoted '*' is a YAML alias: also a syntax error, not a silent empty pattern.
+  EXPECT_HAS(error_of("rules:\n  - {pattern: *, format: nvfp4}\n"), "bad.yaml: YAML syntax error");
+}
+
+TEST(RecipeErrors, BadShapes) {
+  EXPECT_HAS(error_of("- a\n- b\n"), "bad.yaml: a recipe is a mapping");
+  EXPECT_HAS(error_of("kv_cache: none\n"), "bad.yaml: 'rules' must be a non-empty list");
+  EXPECT_HAS(error_of("rules: []\n"), "bad.yaml: 'rules' must be a non-empty list");
+  EXPECT_HAS(error_of("rules:\n  - just a string\n"), "bad.yaml rule 1: a rule must be a mapping");
+  EXPECT_HAS(error_of("kv_cache: fp4\nrules:\n  - {pattern: \"*\", format: fp8}\n"),
+             "bad.yaml: unknown kv_cache 'fp4'");
+}
+
+TEST(RecipeErrors, UnknownBuiltinAndMissingFile) {
+  try {
+    strata::load_recipe("nvfp4-kv_fp16");
+    ADD_FAILURE();
+  } catch (const strata::Error& e) {
+    const std::string m = e.what();
+    EXPECT_HAS(m, "unknown recipe 'nvfp4-kv_fp16'");
+    EXPECT_HAS(m, "nvfp4-kv_fp8");
+  }
+  try {
+    strata::load_recipe("/nonexistent/dir/r.yaml");
+    ADD_FAILURE();
+  } catch (const strata::Error& e) {
+    EXPECT_HAS(std::string(e.what()), "/nonexistent/dir/r.yaml: cannot open");
+  }
+}
+
+}  // namespace
