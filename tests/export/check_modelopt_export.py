@@ -836,11 +836,11 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
             layers.append((m, [m], []))
     for prefix, members, shards in sorted(layers):
         quant = [m in fmt for m in members]
-        if len(set(quant)) != 1:
-            continue  # reported under [group]/[moe]
         for pats, tag in ((excl, "as listed"), (expanded, "after vLLM's x* -> x, x.* rewrite")):
             ex, err = vllm_excluded(prefix, shards, pats)
             C.check(err is None, f"[exclude] {prefix}: {err} ({tag})")
+            if len(set(quant)) != 1:
+                continue  # the status mismatch itself is reported under [group]/[moe]
             C.check(ex == (not quant[0]), f"[exclude] vLLM layer {prefix} is {'excluded' if ex else 'quantized'} "
                     f"under vLLM's rule ({tag}) but its weights are {'quantized' if quant[0] else 'unquantized'}")
 
@@ -1150,6 +1150,16 @@ def _rewrite_tensors(out_dir, fn):
         del sf
         t2 = fn(t)
         write_safetensors(p, t if t2 is None else t2)
+    _refresh_total_size(out_dir)
+
+
+def _refresh_total_size(out_dir):
+    """Keep the index's total_size right, so a mutation is flagged for what it breaks."""
+    p = os.path.join(out_dir, "model.safetensors.index.json")
+    if os.path.exists(p):
+        tot = sum(e - b for f in os.listdir(out_dir) if f.endswith(".safetensors")
+                  for (_, _, b, e) in SafeFile(os.path.join(out_dir, f)).tensors.values())
+        _edit_json(p, lambda d: d["metadata"].update(total_size=tot))
 
 
 def _set_scalar(name, value):
@@ -1326,44 +1336,48 @@ def mutations():
         _edit_json(os.path.join(o, idx), ix)
         both_cfgs(lambda q, k: q.__setitem__(k, sorted(q[k] + [m])))(o)
 
-    return [
-        ("drop an expert's input_scale", drop(L1 + "mlp.experts.1.gate_proj.input_scale")),
-        ("q/k/v weight_scale_2 mismatch", scale_scalar(L0 + "self_attn.k_proj.weight_scale_2", 1.01)),
-        ("q/k/v input_scale mismatch", scale_scalar(L0 + "self_attn.v_proj.input_scale", 1.001)),
-        ("gate/up weight_scale_2 mismatch in an expert", scale_scalar(L1 + "mlp.experts.0.up_proj.weight_scale_2", 0.99)),
-        ("MLA q_a/kv_a input_scale mismatch", scale_scalar(L1 + "self_attn.q_a_proj.input_scale", 2.0)),
-        ("flip a weight byte", flip_byte(L0 + "mlp.down_proj.weight", 5, 0x10)),
-        ("flip a block-scale byte", flip_byte(L1 + "self_attn.kv_b_proj.weight_scale", 2, 0x01)),
-        ("weight_scale_2 off the amax rule, bytes consistent", requant_group_ws2),
-        ("uncovered unquantized module (lm_head)", both_cfgs(lambda q, k: q.__setitem__(k, [x for x in q[k] if x != "lm_head"]))),
-        ("uncovered router", both_cfgs(lambda q, k: q.__setitem__(k, [x for x in q[k] if not x.endswith("mlp.gate")]))),
-        ("exclude entry covering quantized modules (substring)", both_cfgs(lambda q, k: q.__setitem__(k, sorted(q[k] + ["model.layers.0.mlp"])))),
-        ("one routed expert listed excluded (vLLM excludes the FusedMoE)", both_cfgs(lambda q, k: q.__setitem__(k, sorted(q[k] + ["model.layers.1.mlp.experts.0.down_proj"])))),
-        ("exclude_modules unsorted", both_cfgs(lambda q, k: q.__setitem__(k, list(reversed(q[k]))))),
-        ("ignore != exclude_modules", lambda o: _edit_json(os.path.join(o, "config.json"), lambda d: d["quantization_config"]["ignore"].pop())),
-        ("stale source quantization_config", stale_qc),
-        ("stale nested quantization_config", nested_stale),
-        ("hf_quant_config key order", key_order),
-        ("lower-case quant_algo", lower_algo),
-        ("kv_cache_quant_algo unset but k/v scales written", lambda o: _edit_json(os.path.join(o, hq), lambda d: d["quantization"].update(kv_cache_quant_algo=None))),
-        ("gap in a safetensors file", gap),
-        ("overlapping tensor offsets", overlap),
-        ("corrupt safetensors header", bad_header),
-        ("shard misnamed", rename_shard),
-        ("index misses a tensor", index_missing),
-        ("sidecar modified", sidecar),
-        ("sidecar missing", no_sidecar),
-        ("router weight changed", tweak_router),
-        ("e_score_correction_bias changed", tweak_bias),
-        ("a SRC norm dropped", drop("model.layers.1.post_attention_layernorm.weight")),
-        ("an expert missing all its down_proj tensors", drop(*[L1 + "mlp.experts.3.down_proj" + s for s in (".weight", ".weight_scale", ".weight_scale_2", ".input_scale")])),
-        ("k_scale missing", drop(L1 + "self_attn.k_proj.k_scale")),
-        ("weight_scale_2 shaped [1]", shape_1(L1 + "self_attn.o_proj.weight_scale_2")),
-        ("one expert's gate/up input_scale differs from the others", expert_input_scale_differs),
-        ("unexpected extra tensor", extra_tensor),
-        ("k_proj unquantized, q/v quantized", unquantize_k),
-        ("input_scale 5% off the reference amax (--amax)", scale_scalar(L0 + "mlp.down_proj.input_scale", 1.05)),
-        ("k_scale 5% off the reference kv amax (--amax)", scale_scalar(L0 + "self_attn.k_proj.k_scale", 0.95)),
+    E = "model.layers.1.mlp.experts."
+    return [  # (label, text a failure line must contain, mutation)
+        ("drop an expert's input_scale", "some missing", drop(E + "1.gate_proj.input_scale")),
+        ("q/k/v weight_scale_2 mismatch", "[group] qkv_proj", scale_scalar(L0 + "self_attn.k_proj.weight_scale_2", 1.01)),
+        ("q/k/v input_scale mismatch", "input_scale differ", scale_scalar(L0 + "self_attn.v_proj.input_scale", 1.001)),
+        ("gate/up weight_scale_2 mismatch in an expert", "weight_scale_2 differ", scale_scalar(E + "0.up_proj.weight_scale_2", 0.99)),
+        ("MLA q_a/kv_a input_scale mismatch", "[group] fused_qkv_a_proj", scale_scalar(L1 + "self_attn.q_a_proj.input_scale", 2.0)),
+        ("dense gate/up input_scale mismatch", "[group] gate_up_proj model.layers.0", scale_scalar(L0 + "mlp.up_proj.input_scale", 1.5)),
+        ("flip a weight byte", "[numerics] model.layers.0.mlp.down_proj.weight", flip_byte(L0 + "mlp.down_proj.weight", 5, 0x10)),
+        ("flip a block-scale byte", "block scales differ", flip_byte(L1 + "self_attn.kv_b_proj.weight_scale", 2, 0x01)),
+        ("weight_scale_2 off the amax rule, bytes consistent", "fl32(1/2688)", requant_group_ws2),
+        ("uncovered unquantized module (lm_head)", "unquantized lm_head not covered", both_cfgs(lambda q, k: q.__setitem__(k, [x for x in q[k] if x != "lm_head"]))),
+        ("uncovered router", "vLLM layer model.layers.1.mlp.gate is quantized", both_cfgs(lambda q, k: q.__setitem__(k, [x for x in q[k] if not x.endswith("mlp.gate")]))),
+        ("exclude entry covering quantized modules (substring)", "vLLM layer model.layers.0.mlp.gate_up_proj is excluded", both_cfgs(lambda q, k: q.__setitem__(k, sorted(q[k] + ["model.layers.0.mlp"])))),
+        ("bare layer prefix hits other layers", "is excluded under vLLM", both_cfgs(lambda q, k: q.__setitem__(k, sorted(q[k] + ["model.layers.1*"])))),
+        ("one routed expert listed excluded (vLLM excludes the FusedMoE)", "vLLM layer model.layers.1.mlp.experts is excluded", both_cfgs(lambda q, k: q.__setitem__(k, sorted(q[k] + [E + "0.down_proj"])))),
+        ("exclude_modules unsorted", "not sorted", both_cfgs(lambda q, k: q.__setitem__(k, list(reversed(q[k]))))),
+        ("ignore != exclude_modules", "ignore != exclude_modules", lambda o: _edit_json(os.path.join(o, "config.json"), lambda d: d["quantization_config"]["ignore"].pop())),
+        ("stale source quantization_config", "stale source quantization_config", stale_qc),
+        ("stale nested quantization_config", "stale quantization_config left", nested_stale),
+        ("hf_quant_config key order", "quantization keys", key_order),
+        ("lower-case quant_algo", "not an upper-case", lower_algo),
+        ("kv_cache_quant_algo unset but k/v scales written", "k/v scale without", lambda o: _edit_json(os.path.join(o, hq), lambda d: d["quantization"].update(kv_cache_quant_algo=None))),
+        ("gap in a safetensors file", "(gap)", gap),
+        ("overlapping tensor offsets", "invalid safetensors", overlap),
+        ("corrupt safetensors header", "invalid header JSON", bad_header),
+        ("shard misnamed", "not named model-0000k", rename_shard),
+        ("index misses a tensor", "index maps model.norm.weight to None", index_missing),
+        ("sidecar modified", "sidecar tokenizer.json differs", sidecar),
+        ("sidecar missing", "sidecar chat_template.jinja", no_sidecar),
+        ("router weight changed", "mlp.gate.weight: bytes differ", tweak_router),
+        ("e_score_correction_bias changed", "e_score_correction_bias: bytes differ", tweak_bias),
+        ("a SRC norm dropped", "post_attention_layernorm.weight missing", drop("model.layers.1.post_attention_layernorm.weight")),
+        ("an expert missing all its down_proj tensors", "experts.3: model.layers.1.mlp.experts.3.down_proj", drop(*[E + "3.down_proj" + s for s in (".weight", ".weight_scale", ".weight_scale_2", ".input_scale")])),
+        ("k_scale missing", "k_scale missing", drop(L1 + "self_attn.k_proj.k_scale")),
+        ("weight_scale_2 shaped [1]", "want F32 []", shape_1(L1 + "self_attn.o_proj.weight_scale_2")),
+        ("one expert's gate/up input_scale differs from the others", "not one shared value", expert_input_scale_differs),
+        ("unexpected extra tensor", "pre_quant_scale is neither", extra_tensor),
+        ("k_proj unquantized, q/v quantized", "some but not all shards", unquantize_k),
+        ("input_scale 5% off the reference amax (--amax)", "[amax] model.layers.0.mlp.down_proj", scale_scalar(L0 + "mlp.down_proj.input_scale", 1.05)),
+        ("k_scale 5% off the reference kv amax (--amax)", "[amax] model.layers.0.self_attn.k_proj.k_scale", scale_scalar(L0 + "self_attn.k_proj.k_scale", 0.95)),
+        ("total_size wrong", "total_size", lambda o: _edit_json(os.path.join(o, idx), lambda d: d["metadata"].update(total_size=1))),
     ]
 
 
@@ -1462,17 +1476,25 @@ def self_test():
                 print("    " + line)
             ok &= good
         base = os.path.join(tmp, "out_NVFP4")
-        for label, fn in mutations():
+        muts = mutations()
+        caught = 0
+        for label, tag, fn in muts:
             out = os.path.join(tmp, "mut")
             shutil.rmtree(out, ignore_errors=True)
             shutil.copytree(base, out)
             fn(out)
             C = run_checks(src, out, refpath, verbose=False)
-            flagged = C.failed > 0
+            hit = [x for x in C.messages if tag in x]
+            flagged = C.failed > 0 and bool(hit)
+            caught += flagged
             ok &= flagged
-            first = C.messages[0] if C.messages else ""
+            shown = (hit or C.messages or [""])[0]
             print(f"self-test: {'flagged' if flagged else 'MISSED '} {label}: {C.failed} failed"
-                  + (f"  e.g. {first[:150]}" if first else ""))
+                  + (f"\n      {shown[:160]}" if shown else ""))
+            if not flagged:
+                for line in C.messages[:8]:
+                    print("      other: " + line[:160])
+        print(f"self-test: {caught} of {len(muts)} broken exports flagged for the intended rule")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("self-test: " + ("PASS" if ok else "FAIL"))
