@@ -1075,11 +1075,12 @@ def build_export(src_dir, out_dir, t, ref, scheme, n_shards=2):
             out[m + ".weight"] = ("F8_E4M3", q8.shape, q8.tobytes())
             out[m + ".weight_scale"] = f32_scalar(s)
             out[m + ".input_scale"] = f32_scalar(F32(in_amax(m) * INV_448))
-    kv = {f"ref32.kv_amax.{L}.{k}": float(np.frombuffer(v[2], F32)[0]) for L in (0, 1) for k in "kv"
-          for v in [ref[f"ref32.kv_amax.{L}.{k}"]]}
-    for L in (0, 1):
-        out[f"model.layers.{L}.self_attn.k_proj.k_scale"] = f32_scalar(F32(F32(kv[f"ref32.kv_amax.{L}.k"]) * INV_448))
-        out[f"model.layers.{L}.self_attn.v_proj.v_scale"] = f32_scalar(F32(F32(kv[f"ref32.kv_amax.{L}.v"]) * INV_448))
+    for m in modules:
+        mm = re.match(r"^(.*layers\.(\d+)\.self_attn)\.o_proj$", m)
+        if mm:
+            for k, proj in (("k", "k_proj"), ("v", "v_proj")):
+                a = F32(np.frombuffer(ref[f"ref32.kv_amax.{mm.group(2)}.{k}"][2], F32)[0])
+                out[f"{mm.group(1)}.{proj}.{k}_scale"] = f32_scalar(F32(a * INV_448))
     names = sorted(out)
     wmap = {}
     for k in range(n_shards):
@@ -1128,8 +1129,9 @@ def build_export(src_dir, out_dir, t, ref, scheme, n_shards=2):
         qc["group_size"] = 16
     cfg["quantization_config"] = qc
     json.dump(cfg, open(os.path.join(out_dir, "config.json"), "w"), indent=2)
-    for f in ("generation_config.json", "tokenizer.json", "chat_template.jinja"):
-        shutil.copy(os.path.join(src_dir, f), os.path.join(out_dir, f))
+    for f in os.listdir(src_dir):
+        if not f.endswith(WEIGHT_EXT) and f not in ("config.json", "model.safetensors.index.json"):
+            shutil.copy(os.path.join(src_dir, f), os.path.join(out_dir, f))
 
 
 def _edit_json(path, fn):
