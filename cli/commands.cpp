@@ -8,6 +8,7 @@ const std::vector<Command>& commands() {
       {"inspect", "describe a checkpoint and estimate its quantized size", cmd_inspect},
       {"eval", "run a checkpoint over token-id sequences: mean NLL, perplexity, logits", cmd_eval},
       {"tokenize", "print the token ids of text read on stdin, as the model's tokenizer gives them", cmd_tokenize},
+      {"recipes", "list the built-in quantization recipes, or show one recipe's rules", cmd_recipes},
   };
   return table;
 }

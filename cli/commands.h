@@ -22,5 +22,6 @@ int cmd_version(const std::vector<std::string>& argv);
 int cmd_eval(const std::vector<std::string>& argv);
 int cmd_inspect(const std::vector<std::string>& argv);
 int cmd_tokenize(const std::vector<std::string>& argv);
+int cmd_recipes(const std::vector<std::string>& argv);
 
 }  // namespace strata::cli
