@@ -217,8 +217,21 @@ std::string CalibReport::summary() const {
 }
 
 Calibration load_calibration(const CalibOptions& options, const Tokenizer& tok) {
-  const std::vector<int32_t>& prefix = tok.special_prefix();
-  const std::vector<int32_t>& suffix = tok.special_suffix();
+  return load_calibration(options, &tok, tok.vocab_size());
+}
+
+Calibration load_calibration(const CalibOptions& options, const Tokenizer* tokp,
+                             int64_t vocab_size) {
+  static const std::vector<int32_t> kNone;
+  const std::vector<int32_t>& prefix = tokp ? tokp->special_prefix() : kNone;
+  const std::vector<int32_t>& suffix = tokp ? tokp->special_suffix() : kNone;
+  auto need_tokenizer = [&](const std::string& path) -> const Tokenizer& {
+    STRATA_CHECK(tokp, path,
+                 ": text calibration data needs the model's tokenizer, and the model directory has "
+                 "none (tokenizer.json or tiktoken.model); give token-id JSONL (one list of ids "
+                 "per line) instead");
+    return *tokp;
+  };
   const int64_t n_special =
       options.add_special_tokens ? static_cast<int64_t>(prefix.size() + suffix.size()) : 0;
   STRATA_CHECK(options.seq_len > n_special, "--calib_seq ", options.seq_len,
@@ -239,8 +252,9 @@ Calibration load_calibration(const CalibOptions& options, const Tokenizer& tok) 
                  ": calibration data not found; check --calib_data");
     const bool jsonl = !fs::is_directory(src.path) && ends_with(src.path, ".jsonl");
     rep.format = jsonl ? "jsonl" : "text";
-    std::vector<Record> records = jsonl ? read_jsonl(src.path, options.text_field, tok.vocab_size())
-                                        : read_text_windows(src.path, tok, content_len);
+    std::vector<Record> records =
+        jsonl ? read_jsonl(src.path, options.text_field, vocab_size)
+              : read_text_windows(src.path, need_tokenizer(src.path), content_len);
     rep.records = static_cast<int64_t>(records.size());
 
     const uint64_t seed = options.seed ^ (0x9E3779B97F4A7C15ull * (si + 1));
@@ -251,7 +265,7 @@ Calibration load_calibration(const CalibOptions& options, const Tokenizer& tok) 
       if (r.is_ids) {
         content = std::move(r.ids);
       } else if (!blank(r.text)) {
-        content = tok.encode(r.text, false);
+        content = need_tokenizer(src.path).encode(r.text, false);
       }
       const bool wrap = r.add_specials && options.add_special_tokens;
       const int64_t limit = wrap ? content_len : options.seq_len;

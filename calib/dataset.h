@@ -74,5 +74,9 @@ std::vector<CalibSource> parse_calib_sources(const std::string& data, const std:
 std::string bundled_calib_path();
 
 Calibration load_calibration(const CalibOptions& options, const Tokenizer& tokenizer);
+// The same for a model without a tokenizer (tokenizer == nullptr): token-id records only, ids
+// checked against vocab_size; text sources are an error saying so.
+Calibration load_calibration(const CalibOptions& options, const Tokenizer* tokenizer,
+                             int64_t vocab_size);
 
 }  // namespace strata

@@ -3,18 +3,65 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "quant/fp8.h"
+#include "quant/mxfp8.h"
+#include "quant/nvfp4.h"
 
 namespace strata::model {
 
-bool has_tensor(const Checkpoint& ckpt, const std::string& name) { return ckpt.has(name); }
+bool has_tensor(const Checkpoint& ckpt, const std::string& name) {
+  return ckpt.has(name);
+}
 
-std::vector<float> load_weight(const Checkpoint& ckpt, const std::string& name, const Shape& shape) {
-  STRATA_CHECK(ckpt.has(name), ckpt.dir(), ": tensor '", name, "' is missing; the checkpoint does not match its config.json");
+namespace {
+
+// A ModelOpt-quantized weight (strata's own exports, spec/format.md §1, §2, §7), dequantized to
+// fp32 [out, in]; an undefined tensor when `name` is not such a weight.
+Tensor dequantize_modelopt(const Checkpoint& ckpt, const std::string& name, const Shape& shape) {
+  if (!name.ends_with(".weight") || shape.size() != 2) return {};
+  const std::string m = name.substr(0, name.size() - 7);
+  const Tensor w = ckpt.tensor(name);
+  if (!ckpt.has(m + ".weight_scale")) return {};
+  const Tensor scale = ckpt.tensor(m + ".weight_scale");
+  auto expect = [&](bool ok, const char* what) {
+    STRATA_CHECK(ok, ckpt.dir(), ": '", m, "' looks ModelOpt-quantized but ", what,
+                 "; the export is damaged");
+  };
+  if (w.dtype() == DType::kU8) {  // NVFP4: packed E2M1 + E4M3 block scales + fp32 global scale
+    expect(w.shape() == Shape{shape[0], shape[1] / 2} && scale.dtype() == DType::kF8E4M3 &&
+               scale.shape() == Shape{shape[0], shape[1] / 16} && ckpt.has(m + ".weight_scale_2"),
+           "its NVFP4 tensors have unexpected shapes or dtypes");
+    Nvfp4Weight q{w, scale, ckpt.tensor(m + ".weight_scale_2")};
+    return nvfp4_dequantize(q);
+  }
+  if (w.dtype() == DType::kF8E4M3 && scale.dtype() == DType::kF32) {  // FP8 per tensor
+    expect(w.shape() == shape && scale.numel() == 1, "its FP8 tensors have unexpected shapes");
+    return fp8_dequantize(Fp8Weight{w, scale});
+  }
+  if (w.dtype() == DType::kF8E4M3 && scale.dtype() == DType::kU8) {  // MXFP8
+    expect(w.shape() == shape && scale.shape() == Shape{shape[0], shape[1] / 32},
+           "its MXFP8 tensors have unexpected shapes");
+    return mxfp8_dequantize(Mxfp8Weight{w, scale});
+  }
+  return {};
+}
+
+}  // namespace
+
+std::vector<float> load_weight(const Checkpoint& ckpt, const std::string& name,
+                               const Shape& shape) {
+  STRATA_CHECK(ckpt.has(name), ckpt.dir(), ": tensor '", name,
+               "' is missing; the checkpoint does not match its config.json");
+  if (Tensor dq = dequantize_modelopt(ckpt, name, shape); dq.defined()) {
+    STRATA_ASSERT(dq.dtype() == DType::kF32 && dq.numel() == shape_numel(shape));
+    return ops::weight_f32(dq);
+  }
   Tensor t = ckpt.tensor(name);
-  STRATA_CHECK(t.shape() == shape, ckpt.dir(), ": tensor '", name, "' has shape ", shape_str(t.shape()),
-               " but config.json implies ", shape_str(shape));
-  STRATA_CHECK(dtype_is_floating(t.dtype()) && t.dtype() != DType::kE2M1, ckpt.dir(), ": tensor '", name,
-               "' has dtype ", dtype_name(t.dtype()), ", which the forward cannot read as a weight");
+  STRATA_CHECK(t.shape() == shape, ckpt.dir(), ": tensor '", name, "' has shape ",
+               shape_str(t.shape()), " but config.json implies ", shape_str(shape));
+  STRATA_CHECK(dtype_is_floating(t.dtype()) && t.dtype() != DType::kE2M1, ckpt.dir(), ": tensor '",
+               name, "' has dtype ", dtype_name(t.dtype()),
+               ", which the forward cannot read as a weight");
   return ops::weight_f32(t);
 }
 
@@ -38,7 +85,8 @@ ops::RopeParams rope_params(const ModelConfig& config) {
                  ": llama3 rope scaling needs original_max_position_embeddings");
   } else if (r.type == "yarn") {
     p.kind = ops::RopeParams::Kind::kYarn;
-    STRATA_CHECK(p.original_max_position > 0, config.path, ": yarn rope scaling needs original_max_position_embeddings");
+    STRATA_CHECK(p.original_max_position > 0, config.path,
+                 ": yarn rope scaling needs original_max_position_embeddings");
     // cos/sin are scaled by attention_factor; by default 0.1·ln(s) + 1 (or the mscale ratio
     // for DeepSeek-style configs, which is 1 when mscale == mscale_all_dim).
     auto m = [](double s, double ms) { return s <= 1.0 ? 1.0 : 0.1 * ms * std::log(s) + 1.0; };
@@ -51,7 +99,8 @@ ops::RopeParams rope_params(const ModelConfig& config) {
     }
   } else {
     fail(config.path, ": rope type '", r.type,
-         "' is not supported (supported: default, linear, llama3, yarn); it changes the math, so strata stops");
+         "' is not supported (supported: default, linear, llama3, yarn); it changes the math, so "
+         "strata stops");
   }
   return p;
 }
@@ -62,8 +111,9 @@ Prefixes find_prefixes(const ModelConfig& config, const Checkpoint& ckpt) {
       Prefixes out;
       out.model = p;
       std::string head = std::string(p) == "model." ? "lm_head.weight"
-                         : std::string(p) == "language_model.model." ? "language_model.lm_head.weight"
-                                                                     : "lm_head.weight";
+                         : std::string(p) == "language_model.model."
+                             ? "language_model.lm_head.weight"
+                             : "lm_head.weight";
       if (!ckpt.has(head)) {
         STRATA_CHECK(config.tie_word_embeddings, ckpt.dir(), ": '", head,
                      "' is missing and tie_word_embeddings is false in config.json");
@@ -73,7 +123,9 @@ Prefixes find_prefixes(const ModelConfig& config, const Checkpoint& ckpt) {
       return out;
     }
   }
-  fail(ckpt.dir(), ": no embed_tokens.weight found (looked for model., language_model.model., model.language_model.)");
+  fail(ckpt.dir(),
+       ": no embed_tokens.weight found (looked for model., language_model.model., "
+       "model.language_model.)");
 }
 
 Ends::Ends(const ModelConfig& config, const Checkpoint& ckpt, const Prefixes& prefixes)
@@ -87,12 +139,14 @@ Ends::Ends(const ModelConfig& config, const Checkpoint& ckpt, const Prefixes& pr
 
 void Ends::embed(const Batch& batch, float* hidden, bool round) const {
   Tensor e = ckpt_.tensor(embed_name_);
-  STRATA_CHECK(e.ndim() == 2 && e.dim(1) == hidden_, ckpt_.dir(), ": '", embed_name_, "' has shape ",
-               shape_str(e.shape()), ", expected [vocab, ", hidden_, "]");
+  STRATA_CHECK(e.ndim() == 2 && e.dim(1) == hidden_, ckpt_.dir(), ": '", embed_name_,
+               "' has shape ", shape_str(e.shape()), ", expected [vocab, ", hidden_, "]");
   for (int64_t t = 0; t < batch.n_tokens(); ++t) {
     const int32_t id = batch.tokens[t];
-    STRATA_CHECK(id >= 0 && id < e.dim(0), "token id ", id, " is outside the vocabulary [0, ", e.dim(0), ")");
-    for (int64_t c = 0; c < hidden_; ++c) hidden[t * hidden_ + c] = e.item_f32(id * hidden_ + c);
+    STRATA_CHECK(id >= 0 && id < e.dim(0), "token id ", id, " is outside the vocabulary [0, ",
+                 e.dim(0), ")");
+    for (int64_t c = 0; c < hidden_; ++c)
+      hidden[t * hidden_ + c] = e.item_f32(id * hidden_ + c);
   }
   if (round) ops::round_bf16(hidden, batch.n_tokens() * hidden_);
 }
@@ -136,7 +190,8 @@ void swiglu_mlp(const SwigluWeights& w, const float* x, int64_t rows, int64_t hi
 
 namespace strata::model {
 
-GqaAttention GqaAttention::load(const ModelConfig& c, const Checkpoint& ckpt, const std::string& prefix) {
+GqaAttention GqaAttention::load(const ModelConfig& c, const Checkpoint& ckpt,
+                                const std::string& prefix) {
   GqaAttention a;
   a.prefix = prefix;
   a.hidden = c.hidden_size;
@@ -165,11 +220,13 @@ GqaAttention GqaAttention::load(const ModelConfig& c, const Checkpoint& ckpt, co
   return a;
 }
 
-void GqaAttention::forward(const Batch& batch, const float* x, float* out, Observer* observer) const {
+void GqaAttention::forward(const Batch& batch, const float* x, float* out,
+                           Observer* observer) const {
   const int64_t T = batch.n_tokens(), d = head_dim;
   const int64_t qd = n_heads * d, kd = n_kv * d;
   if (observer) {
-    for (const char* m : {"q_proj", "k_proj", "v_proj"}) observer->observe(prefix + m, x, T, hidden);
+    for (const char* m : {"q_proj", "k_proj", "v_proj"})
+      observer->observe(prefix + m, x, T, hidden);
   }
   std::vector<float> q(T * qd), k(T * kd), v(T * kd);  // [T, nH, d], [T, nKV, d], [T, nKV, d]
   ops::linear(x, T, hidden, wq.data(), qd, q.data(), bq.empty() ? nullptr : bq.data());
@@ -179,8 +236,10 @@ void GqaAttention::forward(const Batch& batch, const float* x, float* out, Obser
     ops::rms_norm(q.data(), T * n_heads, d, q_norm.data(), qk_norm_eps, q.data());
     ops::rms_norm(k.data(), T * n_kv, d, k_norm.data(), qk_norm_eps, k.data());
   }
-  ops::rope(q.data(), T, n_heads, d, 0, d, batch.positions.data(), inv_freq, rope.attention_factor, false);
-  ops::rope(k.data(), T, n_kv, d, 0, d, batch.positions.data(), inv_freq, rope.attention_factor, false);
+  ops::rope(q.data(), T, n_heads, d, 0, d, batch.positions.data(), inv_freq, rope.attention_factor,
+            false);
+  ops::rope(k.data(), T, n_kv, d, 0, d, batch.positions.data(), inv_freq, rope.attention_factor,
+            false);
   const std::string layer_prefix = prefix;  // "model.layers.N.self_attn."
   if (observer) {
     observer->observe(layer_prefix + "k_cache", k.data(), T, kd);
@@ -190,8 +249,8 @@ void GqaAttention::forward(const Batch& batch, const float* x, float* out, Obser
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   for (int64_t s = 0; s < batch.n_seqs(); ++s) {
     const int64_t b = batch.seq_offsets[s], len = batch.seq_offsets[s + 1] - b;
-    ops::attention_causal(q.data() + b * qd, qd, k.data() + b * kd, kd, v.data() + b * kd, kd, len, n_heads,
-                          n_kv, d, d, scale, attn.data() + b * qd);
+    ops::attention_causal(q.data() + b * qd, qd, k.data() + b * kd, kd, v.data() + b * kd, kd, len,
+                          n_heads, n_kv, d, d, scale, attn.data() + b * qd);
   }
   if (observer) observer->observe(prefix + "o_proj", attn.data(), T, qd);
   ops::linear(attn.data(), T, qd, wo.data(), hidden, out);

@@ -1,0 +1,27 @@
+#include "calib/max_calib.h"
+
+#include <cmath>
+
+#include "ops/ops.h"
+
+namespace strata {
+
+void MaxCalibrator::observe(std::string_view name, const float* x, int64_t rows, int64_t cols) {
+  auto it = stats_.find(name);
+  if (it == stats_.end()) it = stats_.emplace(std::string(name), Stat{}).first;
+  Stat& s = it->second;
+  s.rows += rows;
+  const float m = ops::amax(x, rows * cols);
+  if (std::isnan(m) || std::isnan(s.amax)) {
+    s.amax = NAN;
+  } else if (m > s.amax) {
+    s.amax = m;
+  }
+}
+
+const MaxCalibrator::Stat* MaxCalibrator::find(std::string_view name) const {
+  auto it = stats_.find(name);
+  return it == stats_.end() ? nullptr : &it->second;
+}
+
+}  // namespace strata

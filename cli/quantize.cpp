@@ -1,0 +1,112 @@
+// strata quantize: the main job. Flags follow ModelOpt's hf_ptq.py where they exist.
+#include <algorithm>
+#include <cstdio>
+
+#include "calib/dataset.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/quantize.h"
+#include "io/checkpoint.h"
+#include "io/hf_config.h"
+
+namespace strata::cli {
+
+int cmd_quantize(const std::vector<std::string>& argv) {
+  Args args("quantize",
+            "Quantizes a Hugging Face checkpoint into NVIDIA ModelOpt's format (NVFP4, FP8, MXFP8 "
+            "weights,\n"
+            "calibrated activation scales, FP8 KV cache), one decoder layer at a time, for vLLM, "
+            "SGLang and\n"
+            "TensorRT-LLM. Calibration is max calibration over the calibration tokens "
+            "(docs/QUANTIZE.md).\n"
+            "The format comes from --recipe, or from --qformat and --kv_cache_qformat as hf_ptq.py "
+            "names them.");
+  args.option("--model,--pyt_ckpt_path", "DIR", "the Hugging Face checkpoint to quantize");
+  args.option("--export_path", "DIR",
+              "where to write the quantized checkpoint (created; must be empty)");
+  args.option("--qformat", "FORMAT",
+              "nvfp4, nvfp4_experts_only, nvfp4_mlp_only, w4a16_nvfp4, fp8 or mxfp8 (ignored with "
+              "--recipe)",
+              "nvfp4");
+  args.option("--kv_cache_qformat", "FORMAT", "fp8 or none (ignored with --recipe)", "fp8");
+  args.option("--recipe", "NAME|PATH",
+              "a built-in recipe (strata recipes lists them) or a recipe YAML file");
+  args.option(
+      "--calib_data", "A[,B...]",
+      "calibration data: token-id JSONL, JSONL with a text field, or text files; default: the "
+      "bundled corpus (needs the model's tokenizer)");
+  args.option("--calib_size", "N[,M...]", "sequences to take from each --calib_data source", "256");
+  args.option("--calib_seq", "N", "tokens per calibration sequence at most", "512");
+  args.option("--calib_text_field", "NAME", "the text field of JSONL records", "text");
+  args.option("--calib_min_tokens", "N", "skip (and count) calibration sequences shorter than this",
+              "16");
+  args.option("--batch_size", "N", "calibration sequences per micro-batch", "8");
+  args.option("--seed", "N", "seed of the calibration sampling", "1234");
+  args.option("--max_shard_size_gb", "GB", "largest output shard", "5");
+  args.flag("--dry-run", "print the plan (formats per module kind, output size, memory) and stop");
+  args.flag("--quiet,-q", "only warnings and errors");
+  if (!args.parse(argv)) return 0;
+  if (args.flag_set("--quiet")) log_set_level(LogLevel::kWarn);
+
+  QuantizeJob job;
+  job.model_dir = args.get("--model");
+  const std::string recipe_name =
+      args.get_optional("--recipe")
+          .value_or(recipe_name_for(args.get("--qformat"), args.get("--kv_cache_qformat")));
+  job.recipe = load_recipe(recipe_name);
+  const int64_t calib_seq = args.get_int("--calib_seq");
+  STRATA_CHECK(calib_seq > 0, "--calib_seq must be positive");
+  job.calib.seq_len = calib_seq;
+  job.calib.min_tokens = std::min<int64_t>(args.get_int("--calib_min_tokens"), calib_seq);
+  job.calib.text_field = args.get("--calib_text_field");
+  job.calib.seed = static_cast<uint64_t>(args.get_int("--seed"));
+  if (auto data = args.get_optional("--calib_data")) {
+    job.calib.sources = parse_calib_sources(*data, args.get("--calib_size"));
+  } else {
+    job.calib.default_count = args.get_int("--calib_size");
+  }
+  job.batch_size = args.get_int("--batch_size");
+  STRATA_CHECK(job.batch_size > 0, "--batch_size must be positive");
+  const double shard_gb = args.get_double("--max_shard_size_gb");
+  STRATA_CHECK(shard_gb > 0, "--max_shard_size_gb must be positive");
+  job.max_shard_bytes = static_cast<uint64_t>(shard_gb * 1024.0 * 1024.0 * 1024.0);
+  job.version = STRATA_VERSION;
+
+  if (args.flag_set("--dry-run")) {
+    ModelConfig config = read_model_config(job.model_dir);
+    Checkpoint ckpt = Checkpoint::open(job.model_dir);
+    QuantPlan plan = make_plan(config, ckpt, job.recipe);
+    std::fputs(describe_plan(plan, ckpt, job.calib, config.hidden_size, job.batch_size).c_str(),
+               stdout);
+    return 0;
+  }
+  job.export_path = args.get("--export_path");
+  QuantizeResult r = run_quantize(job);
+
+  std::printf("quantized %s -> %s with %s in %.1f s\n", job.model_dir.c_str(),
+              job.export_path.c_str(), r.plan.recipe.name.c_str(), r.seconds);
+  if (r.calibrated) {
+    std::printf("calibration: %lld sequences, %lld tokens\n",
+                static_cast<long long>(r.calib.sequences), static_cast<long long>(r.calib.tokens));
+  } else {
+    std::printf("calibration: none needed (weight-only formats, no KV cache)\n");
+  }
+  bool any_experts = false;
+  for (const LayerReport& l : r.layers)
+    any_experts |= l.experts > 0;
+  if (any_experts) {
+    std::printf("experts without calibration tokens, per MoE layer:\n");
+    for (const LayerReport& l : r.layers) {
+      if (l.experts == 0) continue;
+      std::printf("  layer %3lld: %lld of %lld\n", static_cast<long long>(l.layer),
+                  static_cast<long long>(l.experts_without_tokens),
+                  static_cast<long long>(l.experts));
+    }
+  }
+  std::printf("wrote %zu files\n", r.files.size());
+  return 0;
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,45 @@
+// The quantization plan: every linear module of the checkpoint with the format its recipe gives
+// it, checked before any work (formats a shape cannot take, fused groups split across formats,
+// rules that match nothing).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/checkpoint.h"
+#include "io/hf_config.h"
+#include "model/arch.h"
+#include "quant/recipe.h"
+
+namespace strata {
+
+struct PlannedModule {
+  std::string module;  // hub name, e.g. "model.layers.0.self_attn.q_proj"
+  QFormat format = QFormat::kNone;
+  int rule = -1;       // deciding rule in Recipe::rules, -1 when none matched
+  int64_t layer = -1;  // decoder layer, -1 outside
+  TensorKind kind = TensorKind::kUnrecognized;
+  DType dtype = DType::kBF16;
+  Shape shape;  // of the weight, [out, in]
+};
+
+struct QuantPlan {
+  Recipe recipe;
+  std::vector<PlannedModule> modules;  // sorted by name
+  std::vector<int64_t> kv_layers;      // decoder layers that get FP8 k/v scales
+  int64_t num_layers = 0;
+  std::vector<std::string> warnings;  // rules that matched nothing, ...
+
+  const PlannedModule* find(std::string_view module) const;
+  // "NVFP4", "FP8", ... or "MIXED_PRECISION"; "" when nothing is quantized.
+  std::string quant_algo() const;
+};
+
+// Builds and checks the plan. Throws strata::Error naming the rule and module when the recipe
+// cannot apply (an input width the format cannot take, a fused group given two formats, a
+// weight that is not 2-D floating).
+QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Recipe& recipe);
+
+}  // namespace strata

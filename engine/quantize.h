@@ -1,0 +1,49 @@
+// The quantize run, one decoder layer at a time:
+//   plan (recipe x checkpoint, checked before any work)
+//   -> calibration sequences -> embed
+//   -> per layer: load its weights, run every micro-batch through it with a MaxCalibrator
+//      watching, quantize and write its tensors, keep its outputs as the next layer's inputs
+//      (full-precision outputs, as ModelOpt's max calibration does)
+//   -> the remaining tensors, index, config files, sidecar files.
+// Formats that need no activation statistics (w4a16_nvfp4, mxfp8, no KV cache) skip the
+// forward entirely: a streaming conversion.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "calib/dataset.h"
+#include "engine/plan.h"
+#include "export/modelopt.h"
+
+namespace strata {
+
+struct QuantizeJob {
+  std::string model_dir;
+  std::string export_path;
+  Recipe recipe;
+  CalibOptions calib;
+  int64_t batch_size = 8;  // sequences per micro-batch; the grouping depends only on sequence index
+  uint64_t max_shard_bytes = 5ull << 30;
+  bool progress = true;
+  std::string version;  // producer version written to the config files
+};
+
+struct QuantizeResult {
+  QuantPlan plan;
+  CalibReport calib;
+  std::vector<LayerReport> layers;
+  std::vector<std::string> files;
+  bool calibrated = false;  // false for weight-only streaming conversions
+  double seconds = 0.0;
+};
+
+// Everything `--dry-run` prints: formats per kind, which rule decided, estimated output size and
+// memory. Reads only headers.
+std::string describe_plan(const QuantPlan& plan, const Checkpoint& ckpt, const CalibOptions& calib,
+                          int64_t hidden_size, int64_t batch_size);
+
+QuantizeResult run_quantize(const QuantizeJob& job);
+
+}  // namespace strata

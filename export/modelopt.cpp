@@ -1,0 +1,343 @@
+#include "export/modelopt.h"
+
+#include <fnmatch.h>
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "io/json.h"
+#include "model/groups.h"
+#include "quant/fp8.h"
+#include "quant/mxfp8.h"
+#include "quant/nvfp4.h"
+
+namespace fs = std::filesystem;
+
+namespace strata {
+namespace {
+
+float weight_amax_of(const Tensor& w) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    const float a = std::fabs(w.item_f32(i));
+    if (std::isnan(a)) return NAN;
+    m = std::max(m, a);
+  }
+  return m;
+}
+
+// "model.layers.3.self_attn.q_proj" -> "model.layers.3.self_attn."
+std::string attention_prefix(const QuantPlan& plan, int64_t layer) {
+  for (const PlannedModule& m : plan.modules) {
+    if (m.layer != layer) continue;
+    const size_t at = m.module.find(".self_attn.");
+    if (at != std::string::npos) return m.module.substr(0, at) + ".self_attn.";
+  }
+  return {};
+}
+
+// vLLM treats a module as excluded when an entry is a substring of its name, or when the name
+// matches an entry as a wildcard (fnmatch).
+bool vllm_excludes(const std::string& entry, const std::string& module) {
+  if (module.find(entry) != std::string::npos) return true;
+  return fnmatch(entry.c_str(), module.c_str(), 0) == 0;
+}
+
+Json quant_scheme(QFormat f) {
+  Json s = Json::object();
+  s["dynamic"] = false;
+  s["num_bits"] = (f == QFormat::kNvfp4 || f == QFormat::kW4A16Nvfp4) ? 4 : 8;
+  s["type"] = "float";
+  if (qformat_block(f) > 1) s["group_size"] = qformat_block(f);
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> ModeloptExporter::exclude_modules(const QuantPlan& plan) {
+  std::vector<std::string> quantized;
+  for (const PlannedModule& m : plan.modules) {
+    if (m.format != QFormat::kNone) quantized.push_back(m.module);
+  }
+  auto covers_quantized = [&](const std::string& entry) {
+    for (const std::string& q : quantized) {
+      if (vllm_excludes(entry, q)) return true;
+    }
+    return false;
+  };
+  std::set<std::string> out;
+  for (const PlannedModule& m : plan.modules) {
+    if (m.format != QFormat::kNone) continue;
+    std::string chosen;
+    for (size_t dot = m.module.find('.'); dot != std::string::npos;
+         dot = m.module.find('.', dot + 1)) {
+      const std::string candidate = m.module.substr(0, dot + 1) + "*";
+      if (!covers_quantized(candidate)) {
+        chosen = candidate;
+        break;
+      }
+    }
+    if (chosen.empty()) {
+      chosen = m.module;
+      STRATA_CHECK(!covers_quantized(chosen), "cannot exclude '", m.module,
+                   "' without also excluding a quantized module under vLLM's substring rule; "
+                   "quantize it too or "
+                   "exclude the module whose name contains it");
+    }
+    out.insert(chosen);
+  }
+  return {out.begin(), out.end()};
+}
+
+ModeloptExporter::ModeloptExporter(const QuantPlan& plan, const ModelConfig& config,
+                                   const Checkpoint& ckpt, std::string out_dir,
+                                   ExportOptions options)
+    : plan_(plan),
+      config_(config),
+      ckpt_(ckpt),
+      out_dir_(std::move(out_dir)),
+      options_(std::move(options)) {
+  arch_ = resolve_arch(config_);
+  for (const std::string& name : ckpt_.tensor_names()) {
+    const TensorClass c = classify_tensor(arch_, name);
+    if (c.layer >= 0 && c.layer < plan_.num_layers && c.kind != TensorKind::kMtp) {
+      layer_tensors_[c.layer].push_back(name);
+    } else if (c.kind == TensorKind::kEmbedding) {
+      head_tensors_.push_back(name);
+    } else {
+      tail_tensors_.push_back(name);
+    }
+  }
+  ShardedWriterOptions w;
+  w.max_shard_bytes = options_.max_shard_bytes;
+  writer_ = std::make_unique<ShardedWriter>(out_dir_, w);
+}
+
+ModeloptExporter::~ModeloptExporter() = default;
+
+void ModeloptExporter::write_head() {
+  write_tensors(head_tensors_, nullptr);
+}
+
+void ModeloptExporter::write_tail(const MaxCalibrator& calib) {
+  write_tensors(tail_tensors_, &calib);
+}
+
+LayerReport ModeloptExporter::write_layer(int64_t layer, const MaxCalibrator& calib) {
+  LayerReport report;
+  report.layer = layer;
+  write_tensors(layer_tensors_[layer], &calib);
+  for (const PlannedModule& m : plan_.modules) {
+    if (m.layer != layer || routed_expert_index(m.module) < 0) continue;
+    if (!(m.module.ends_with(".gate_proj") || m.module.ends_with(".w1"))) continue;
+    ++report.experts;
+    const MaxCalibrator::Stat* s = calib.find(m.module);
+    if (!s || s->rows == 0) ++report.experts_without_tokens;
+  }
+  if (std::find(plan_.kv_layers.begin(), plan_.kv_layers.end(), layer) != plan_.kv_layers.end()) {
+    const std::string p = attention_prefix(plan_, layer);
+    STRATA_CHECK(!p.empty(), "layer ", layer,
+                 " has no self_attn module to attach k/v cache scales to");
+    for (const char* kv : {"k", "v"}) {
+      const std::string observed = p + kv + "_cache";
+      const MaxCalibrator::Stat* s = calib.find(observed);
+      STRATA_CHECK(s && s->rows > 0, "no calibration data reached ", observed);
+      const std::string name = p + kv + "_proj." + kv + "_scale";
+      writer_->add(name, Tensor::scalar_f32(fp8_kv_cache_scale(s->amax, name)));
+    }
+  }
+  return report;
+}
+
+void ModeloptExporter::write_tensors(const std::vector<std::string>& names,
+                                     const MaxCalibrator* calib) {
+  for (const std::string& name : names) {
+    if (name.ends_with(".weight")) {
+      const PlannedModule* m = plan_.find(std::string_view(name).substr(0, name.size() - 7));
+      if (m && m->format != QFormat::kNone) {
+        STRATA_ASSERT(
+            calib != nullptr || m->format == QFormat::kW4A16Nvfp4 || m->format == QFormat::kMxfp8,
+            "quantized module outside a calibrated step: ", m->module);
+        write_module(*m, calib);
+        continue;
+      }
+    }
+    writer_->add(name, ckpt_.tensor(name));
+  }
+}
+
+void ModeloptExporter::write_module(const PlannedModule& m, const MaxCalibrator* calib) {
+  const Tensor w = ckpt_.tensor(m.module + ".weight");
+  // Weight amax of the fused group (NVFP4 shares weight_scale_2 within it).
+  auto group_weight_amax = [&]() {
+    float a = 0.0f;
+    const std::string key = fused_group_key(m.module);
+    for (const PlannedModule& o : plan_.modules) {
+      if (o.layer != m.layer || fused_group_key(o.module) != key) continue;
+      const float x = o.module == m.module ? weight_amax_of(w)
+                                           : weight_amax_of(ckpt_.tensor(o.module + ".weight"));
+      if (std::isnan(x)) return x;
+      a = std::max(a, x);
+    }
+    return a;
+  };
+  // Activation amax shared by the input-scale group (fused group, or all experts of the layer).
+  auto group_input_amax = [&](bool fused) {
+    float a = 0.0f;
+    const std::string key = fused ? input_scale_group_key(m.module) : m.module;
+    bool seen = false;
+    for (const PlannedModule& o : plan_.modules) {
+      if (o.layer != m.layer) continue;
+      if ((fused ? input_scale_group_key(o.module) : o.module) != key) continue;
+      const MaxCalibrator::Stat* s = calib->find(o.module);
+      if (!s || s->rows == 0) continue;
+      seen = true;
+      if (std::isnan(s->amax)) return s->amax;
+      a = std::max(a, s->amax);
+    }
+    STRATA_CHECK(seen, "no calibration token reached '", m.module,
+                 "' (nor any module sharing its input scale); ",
+                 "use more or different calibration data, or exclude it in the recipe");
+    return a;
+  };
+  const std::string& M = m.module;
+  switch (m.format) {
+    case QFormat::kNvfp4:
+    case QFormat::kW4A16Nvfp4: {
+      Nvfp4Weight q = nvfp4_quantize(w, group_weight_amax(), M);
+      writer_->add(M + ".weight", std::move(q.packed));
+      writer_->add(M + ".weight_scale", std::move(q.block_scale));
+      writer_->add(M + ".weight_scale_2", std::move(q.global_scale));
+      if (m.format == QFormat::kNvfp4) {
+        writer_->add(M + ".input_scale",
+                     Tensor::scalar_f32(nvfp4_input_scale(group_input_amax(true), M)));
+      }
+      break;
+    }
+    case QFormat::kFp8: {
+      // ModelOpt keeps FP8 weight and input scales per module (vLLM takes the max when it
+      // fuses); routed experts share the layer's input scale.
+      Fp8Weight q = fp8_quantize(w, weight_amax_of(w), M);
+      writer_->add(M + ".weight", std::move(q.weight));
+      writer_->add(M + ".weight_scale", std::move(q.scale));
+      const bool expert = routed_expert_index(M) >= 0;
+      writer_->add(M + ".input_scale",
+                   Tensor::scalar_f32(fp8_input_scale(group_input_amax(expert))));
+      break;
+    }
+    case QFormat::kMxfp8: {
+      Mxfp8Weight q = mxfp8_quantize(w, M);
+      writer_->add(M + ".weight", std::move(q.weight));
+      writer_->add(M + ".weight_scale", std::move(q.scale));
+      break;
+    }
+    case QFormat::kNone:
+      STRATA_ASSERT(false, "write_module on an unquantized module");
+  }
+}
+
+std::vector<std::string> ModeloptExporter::finish() {
+  std::vector<std::string> files = writer_->finish();
+  files.push_back("model.safetensors.index.json");
+  const std::string algo = plan_.quant_algo();
+  const std::vector<std::string> exclude = exclude_modules(plan_);
+  const bool kv = plan_.recipe.kv_cache == KvCacheFormat::kFp8;
+  Json producer = Json::object();
+  producer["name"] = "modelopt";
+  producer["version"] = options_.producer_version;
+
+  // hf_quant_config.json (format.md §5, key order as there).
+  Json q = Json::object();
+  q["quant_algo"] = algo.empty() ? Json(nullptr) : Json(algo);
+  q["kv_cache_quant_algo"] = kv ? Json("FP8") : Json(nullptr);
+  std::set<QFormat> formats;
+  for (const PlannedModule& m : plan_.modules) {
+    if (m.format != QFormat::kNone) formats.insert(m.format);
+  }
+  if (formats.size() == 1 && qformat_block(*formats.begin()) > 1)
+    q["group_size"] = qformat_block(*formats.begin());
+  q["exclude_modules"] = exclude;
+  if (algo == "MIXED_PRECISION") {
+    Json layers = Json::object();
+    for (const PlannedModule& m : plan_.modules) {
+      if (m.format == QFormat::kNone) continue;
+      Json l = Json::object();
+      l["quant_algo"] = std::string(qformat_quant_algo(m.format));
+      if (qformat_block(m.format) > 1) l["group_size"] = qformat_block(m.format);
+      layers[m.module] = l;
+    }
+    q["quantized_layers"] = layers;
+  }
+  Json hf = Json::object();
+  hf["producer"] = producer;
+  hf["quantization"] = q;
+  write_file_atomic((fs::path(out_dir_) / "hf_quant_config.json").string(), hf.dump(4) + "\n");
+  files.push_back("hf_quant_config.json");
+
+  // config.json: the source's, any stale quantization_config removed, ours at top level.
+  Json config = config_.raw;
+  config.erase("quantization_config");
+  for (const char* nested : {"text_config", "language_config"}) {
+    if (config.contains(nested) && config[nested].is_object())
+      config[nested].erase("quantization_config");
+  }
+  Json qc = Json::object();
+  Json groups = Json::object();
+  int g = 0;
+  for (QFormat f : formats) {
+    Json group = Json::object();
+    if (f == QFormat::kNvfp4 || f == QFormat::kFp8) group["input_activations"] = quant_scheme(f);
+    group["weights"] = quant_scheme(f);
+    group["targets"] = Json::array({"Linear"});
+    groups["group_" + std::to_string(g++)] = group;
+  }
+  qc["config_groups"] = groups;
+  qc["ignore"] = exclude;
+  qc["quant_algo"] = algo.empty() ? Json(nullptr) : Json(algo);
+  if (kv) {
+    Json s = Json::object();
+    s["dynamic"] = false;
+    s["num_bits"] = 8;
+    s["type"] = "float";
+    qc["kv_cache_scheme"] = s;
+  }
+  qc["producer"] = producer;
+  qc["quant_method"] = "modelopt";
+  if (q.contains("group_size")) qc["group_size"] = q["group_size"];
+  if (algo == "MIXED_PRECISION") qc["quantized_layers"] = q["quantized_layers"];
+  config["quantization_config"] = qc;
+  write_file_atomic((fs::path(out_dir_) / "config.json").string(), config.dump(2) + "\n");
+  files.push_back("config.json");
+
+  // Every other source file, byte for byte (tokenizer, generation config, chat template ...).
+  std::vector<fs::path> sidecars;
+  for (const auto& e : fs::directory_iterator(ckpt_.dir())) {
+    if (!e.is_regular_file()) continue;
+    const std::string n = e.path().filename().string();
+    if (n.ends_with(".safetensors") || n == "model.safetensors.index.json" || n == "config.json" ||
+        n == "hf_quant_config.json")
+      continue;
+    if (n.ends_with(".bin") || n.ends_with(".pt") || n.ends_with(".pth") || n.ends_with(".gguf")) {
+      log_warn(ckpt_.dir(), "/", n, ": weights in another format are not copied to the export");
+      continue;
+    }
+    sidecars.push_back(e.path());
+  }
+  std::sort(sidecars.begin(), sidecars.end());
+  for (const fs::path& p : sidecars) {
+    std::ifstream in(p, std::ios::binary);
+    STRATA_CHECK(in, p.string(), ": cannot open for reading");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    write_file_atomic((fs::path(out_dir_) / p.filename()).string(), ss.str());
+    files.push_back(p.filename().string());
+  }
+  return files;
+}
+
+}  // namespace strata

@@ -1,0 +1,79 @@
+// The ModelOpt Hugging Face writer (spec/format.md is the contract).
+//
+// Per decoder layer, after calibration, write_layer() turns the layer's checkpoint tensors into
+// output tensors and streams them to the shards:
+//   quantized module M (NVFP4):  M.weight U8 [out, in/2], M.weight_scale F8_E4M3 [out, in/16],
+//                                M.weight_scale_2 F32 [], M.input_scale F32 [] (W4A4 only)
+//   quantized module M (FP8):    M.weight F8_E4M3 [out, in], M.weight_scale F32 [], M.input_scale
+//   F32 [] quantized module M (MXFP8):  M.weight F8_E4M3 [out, in], M.weight_scale U8 [out, in/32]
+//   FP8 KV cache:                <layer>.self_attn.k_proj.k_scale, <layer>.self_attn.v_proj.v_scale
+//   everything else:             unchanged bytes under the same name
+// Scales: NVFP4 weight_scale_2 from the max weight amax of the module's fused group; input scales
+// from the max activation amax of the fused group, or for routed experts of all experts of the
+// layer for that projection (an expert no token reached gets the shared scale).
+// finish() writes the index, config.json (quantization_config replaced), hf_quant_config.json
+// and copies every other source file (tokenizer, generation_config.json, chat template, ...).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "calib/max_calib.h"
+#include "engine/plan.h"
+#include "io/checkpoint.h"
+#include "io/hf_config.h"
+#include "io/safetensors_writer.h"
+
+namespace strata {
+
+struct ExportOptions {
+  uint64_t max_shard_bytes = 5ull << 30;
+  std::string producer_version;  // written as the producer's version
+};
+
+// Per-layer summary for the end-of-run report.
+struct LayerReport {
+  int64_t layer = -1;
+  int64_t experts = 0;  // routed experts in the layer
+  int64_t experts_without_tokens = 0;
+};
+
+class ModeloptExporter {
+ public:
+  ModeloptExporter(const QuantPlan& plan, const ModelConfig& config, const Checkpoint& ckpt,
+                   std::string out_dir, ExportOptions options);
+  ~ModeloptExporter();
+
+  // Tensors outside the decoder layers that come first (the embeddings).
+  void write_head();
+  // Every tensor of decoder layer `layer`, quantized per the plan with `calib`'s statistics.
+  LayerReport write_layer(int64_t layer, const MaxCalibrator& calib);
+  // The remaining tensors outside decoder layers (final norm, lm_head, vision tower, MTP ...).
+  void write_tail(const MaxCalibrator& calib);
+  // Index, config files, sidecar files. Returns the output file names written.
+  std::vector<std::string> finish();
+
+  // The exclude list (format.md §5) for this plan, summarised with trailing-* prefixes that
+  // cover no quantized module under vLLM's matching (substring or fnmatch). Sorted.
+  static std::vector<std::string> exclude_modules(const QuantPlan& plan);
+
+ private:
+  void write_tensors(const std::vector<std::string>& names, const MaxCalibrator* calib);
+  void write_module(const PlannedModule& m, const MaxCalibrator* calib);
+
+  const QuantPlan& plan_;
+  const ModelConfig& config_;
+  const Checkpoint& ckpt_;
+  std::string out_dir_;
+  ExportOptions options_;
+  ArchInfo arch_;
+  std::unique_ptr<ShardedWriter> writer_;
+  std::map<int64_t, std::vector<std::string>> layer_tensors_;  // layer -> checkpoint names
+  std::vector<std::string> head_tensors_, tail_tensors_;
+  std::vector<std::string> written_;  // shard names after finish
+};
+
+}  // namespace strata

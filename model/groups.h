@@ -1,0 +1,29 @@
+// Which linear modules consumers fuse, and so must share formats and scales
+// (spec/format.md §4), by hub module name:
+//   <p>.q_proj, k_proj, v_proj                       -> "<p>.{q,k,v}_proj"      (qkv_proj)
+//   <p>.gate_proj, up_proj                           -> "<p>.{gate,up}_proj"    (gate_up_proj;
+//   dense,
+//                                                       shared experts, each routed expert)
+//   <p>.w1, w3                                       -> "<p>.{w1,w3}"           (Mixtral w13)
+//   <p>.q_a_proj, kv_a_proj_with_mqa                 -> "<p>.{q_a_proj,kv_a_proj_with_mqa}"
+// Any other module is its own group (the key is its name).
+//
+// Routed experts also share the input scale of each projection across the experts of a layer:
+//   <p>.experts.E.{gate_proj,up_proj,w1,w3}          -> "<p>.experts.*.gate_up"
+//   <p>.experts.E.{down_proj,w2}                     -> "<p>.experts.*.down"
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace strata {
+
+// The fused group a module belongs to (weights share NVFP4 weight_scale_2 in a group).
+std::string fused_group_key(std::string_view module);
+// The group whose members share one input scale: the MoE layer-wide key for routed experts,
+// else the fused group.
+std::string input_scale_group_key(std::string_view module);
+// Index of a routed expert ("...experts.17.down_proj" -> 17), or -1.
+int64_t routed_expert_index(std::string_view module);
+
+}  // namespace strata
