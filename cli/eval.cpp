@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
 #include "io/json.h"
@@ -54,7 +55,9 @@ int cmd_eval(const std::vector<std::string>& argv) {
   args.option("--tokens", "FILE.jsonl", "token-id sequences, one JSON list per line");
   args.option("--dump-logits", "OUT.safetensors", "also write each sequence's logits as fp32 logits_<i> [len, vocab]");
   args.flag("--fp32", "keep hidden states in fp32 between layers instead of rounding to bf16");
+  args.flag("--quiet,-q", "no progress, only warnings and errors");
   if (!args.parse(argv)) return 0;
+  if (args.flag_set("--quiet")) log_set_level(LogLevel::kWarn);
 
   const std::string dir = args.get("--model");
   ModelConfig config = read_model_config(dir);
@@ -72,10 +75,12 @@ int cmd_eval(const std::vector<std::string>& argv) {
   const int64_t T = batch.n_tokens(), H = fwd->hidden_size(), V = fwd->vocab_size();
   std::vector<float> hidden(T * H);
   fwd->embed(batch, hidden.data());
+  Progress progress("eval", fwd->num_layers(), "layers");
   for (int64_t l = 0; l < fwd->num_layers(); ++l) {
-    log_info("layer ", l + 1, "/", fwd->num_layers());
     fwd->layer(l)->forward(batch, hidden.data(), nullptr);
+    progress.step();
   }
+  progress.finish();
   std::vector<float> logits(T * V);
   fwd->logits(batch, hidden.data(), logits.data());
 

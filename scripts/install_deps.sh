@@ -2,6 +2,7 @@
 # Installs what strata needs to build and test, from Debian's packages. Idempotent: packages
 # already present are skipped, so a machine that has them all needs no network.
 # The CUDA toolkit is not a Debian package here; when nvcc is on PATH the CUDA backend builds too.
+# The export tests run an independent checker written in Python with numpy (from PyPI).
 set -euo pipefail
 
 packages=(
@@ -20,12 +21,16 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install_deps: all ${#packages[@]} packages present"
-  exit 0
+else
+  echo "install_deps: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "install_deps: installing ${missing[*]}"
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if ! python3 -c "import numpy" 2>/dev/null; then
+  echo "install_deps: installing numpy for the test scripts"
+  python3 -m pip install --quiet numpy || python3 -m pip install --quiet --break-system-packages numpy
+fi
