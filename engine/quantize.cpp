@@ -55,7 +55,8 @@ std::string human_bytes(double b) {
   return os.str();
 }
 
-void prepare_output_dir(const std::string& out, const std::string& src) {
+// Refuses an export path that would lose data; called before any work.
+void check_output_dir(const std::string& out, const std::string& src) {
   std::error_code ec;
   STRATA_CHECK(fs::weakly_canonical(out, ec) != fs::weakly_canonical(src, ec), "--export_path ",
                out, " is the source checkpoint; choose another directory");
@@ -64,10 +65,13 @@ void prepare_output_dir(const std::string& out, const std::string& src) {
     STRATA_CHECK(
         fs::is_empty(out), "--export_path ", out,
         " is not empty; remove it or choose another directory (strata does not overwrite files)");
-  } else {
-    fs::create_directories(out, ec);
-    STRATA_CHECK(!ec, "--export_path ", out, ": cannot create the directory: ", ec.message());
   }
+}
+
+void create_output_dir(const std::string& out) {
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  STRATA_CHECK(!ec, "--export_path ", out, ": cannot create the directory: ", ec.message());
 }
 
 }  // namespace
@@ -158,6 +162,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
                  "exclude it");
   }
   result.calibrated = needs_activations(plan);
+  check_output_dir(job.export_path, job.model_dir);
 
   std::unique_ptr<ModelForward> fwd;
   Calibration calibration;
@@ -175,7 +180,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
              calibration.report.tokens, " tokens");
   }
 
-  prepare_output_dir(job.export_path, job.model_dir);
+  create_output_dir(job.export_path);
   ExportOptions eo;
   eo.max_shard_bytes = job.max_shard_bytes;
   eo.producer_version = job.version;

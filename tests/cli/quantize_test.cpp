@@ -1,0 +1,98 @@
+// `strata quantize` as a user runs it: the plan printed by --dry-run (counted here from the
+// fixture's config), the end-of-run report, and the refusals that must come before any work.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "tests/cli/cli_util.h"
+
+namespace {
+
+using namespace strata_cli_test;
+const std::string kFixtures = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/";
+
+// Token ids below the fixtures' vocabulary (384), one sequence per line.
+void write_tokens(const fs::path& p) {
+  write_file(p, "[1, 2, 3, 4, 5, 6, 7, 8]\n[9, 10, 11, 12, 13]\n[200, 201, 202]\n");
+}
+
+TEST(Quantize, DryRunCountsModulesPerKindAndFormat) {
+  TempDir tmp;
+  // qwen3_moe: 3 layers, layer 1 dense (mlp_only_layers), 8 experts in layers 0 and 2.
+  RunResult r = run_strata(
+      "quantize --model '" + kFixtures + "qwen3_moe' --qformat nvfp4_experts_only --dry-run",
+      tmp.path());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  // 2 MoE layers x 8 experts x 3 projections; attention 3 x 4; dense MLP 1 x 3; routers 2;
+  // lm_head 1.
+  EXPECT_NE(r.out.find("routed_experts  48 nvfp4"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("attention       12 none"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("dense_mlp       3 none"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("router          2 none"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("k/v scales for 3 attention layers"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(tmp.path() / "out"));
+}
+
+TEST(Quantize, ReportsExpertsWithoutTokens) {
+  TempDir tmp;
+  write_tokens(tmp.path() / "t.jsonl");
+  RunResult r =
+      run_strata("quantize --model '" + kFixtures + "qwen3_moe' --qformat nvfp4 --calib_data '" +
+                     (tmp.path() / "t.jsonl").string() +
+                     "' --calib_size 3 --calib_min_tokens 1 --export_path '" +
+                     (tmp.path() / "out").string() + "'",
+                 tmp.path());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("calibration: 3 sequences, 16 tokens"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("experts without calibration tokens, per MoE layer:"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("layer   0:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("layer   2:"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("layer   1:"), std::string::npos) << r.out;  // dense
+  EXPECT_TRUE(fs::exists(tmp.path() / "out" / "hf_quant_config.json"));
+}
+
+TEST(Quantize, RefusalsComeBeforeAnyWork) {
+  TempDir tmp;
+  write_tokens(tmp.path() / "t.jsonl");
+  fs::create_directories(tmp.path() / "full");
+  write_file(tmp.path() / "full" / "keep.txt", "user data");
+  const std::string base = "quantize --model '" + kFixtures + "llama' --calib_data '" +
+                           (tmp.path() / "t.jsonl").string() +
+                           "' --calib_size 3 --calib_min_tokens 1 ";
+  struct Case {
+    std::string args, needle;
+  } cases[] = {
+      {base + "--export_path '" + (tmp.path() / "full").string() + "'", "is not empty"},
+      {base + "--qformat int4_awq --export_path x", "int4_awq"},
+      {base + "--recipe no_such_recipe --export_path x", "no_such_recipe"},
+      {"quantize --model '" + kFixtures + "llama' --export_path '" + (tmp.path() / "o").string() +
+           "'",
+       "needs the model's tokenizer"},
+      {base + "--export_path '" + kFixtures + "llama'", "is the source checkpoint"},
+  };
+  for (const Case& c : cases) {
+    RunResult r = run_strata(c.args, tmp.path());
+    EXPECT_EQ(r.rc, 1) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  EXPECT_EQ(read_file(tmp.path() / "full" / "keep.txt"), "user data");
+  EXPECT_FALSE(fs::exists(tmp.path() / "o"));
+}
+
+TEST(Quantize, UnmatchedRecipeRuleWarns) {
+  TempDir tmp;
+  write_file(tmp.path() / "r.yaml",
+             "description: test\nkv_cache: none\nrules:\n  - {pattern: \"*.mlp.*\", format: fp8}\n"
+             "  - {pattern: \"*.experts.*\", format: nvfp4}\n");
+  RunResult r = run_strata("quantize --model '" + kFixtures + "llama' --recipe '" +
+                               (tmp.path() / "r.yaml").string() + "' --dry-run",
+                           tmp.path());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("rule 2: pattern '*.experts.*' matches no linear module"), std::string::npos)
+      << r.out;
+}
+
+}  // namespace
