@@ -186,6 +186,47 @@ void swiglu_mlp(const SwigluWeights& w, const float* x, int64_t rows, int64_t hi
   ops::linear(g.data(), rows, w.inter, w.down.data(), hidden, out);
 }
 
+void residual_layer(int64_t T, int64_t H, float eps, const std::vector<float>& in_norm,
+                    const std::vector<float>& post_norm, float* x, const SubLayer& mixer,
+                    const SubLayer& ffn) {
+  std::vector<float> n(T * H), y(T * H);  // [T, H]
+  ops::rms_norm(x, T, H, in_norm.data(), eps, n.data());
+  mixer(n.data(), y.data());
+  for (int64_t i = 0; i < T * H; ++i)
+    x[i] += y[i];
+  ops::rms_norm(x, T, H, post_norm.data(), eps, n.data());
+  ffn(n.data(), y.data());
+  for (int64_t i = 0; i < T * H; ++i)
+    x[i] += y[i];
+}
+
+void moe_dispatch_combine(const std::vector<SwigluWeights>& experts, const float* n, int64_t T,
+                          int64_t H, int64_t K, const std::vector<int32_t>& chosen,
+                          const std::vector<float>& weight, float* y, Observer* observer) {
+  std::vector<float> slot_out(T * K * H);  // [T, K, H]
+  for (int64_t e = 0; e < static_cast<int64_t>(experts.size()); ++e) {
+    std::vector<int64_t> slots;  // t*K + j routed to e
+    for (int64_t s = 0; s < T * K; ++s) {
+      if (chosen[s] == e) slots.push_back(s);
+    }
+    const int64_t rows = static_cast<int64_t>(slots.size());
+    std::vector<float> in(rows * H), out(rows * H);  // [rows, H]
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(n + (slots[r] / K) * H, H, &in[r * H]);
+    swiglu_mlp(experts[e], in.data(), rows, H, out.data(), observer);
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(&out[r * H], H, &slot_out[slots[r] * H]);
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t c = 0; c < H; ++c) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < K; ++j)
+        acc += weight[t * K + j] * slot_out[(t * K + j) * H + c];
+      y[t * H + c] = acc;
+    }
+  }
+}
+
 }  // namespace strata::model
 
 namespace strata::model {

@@ -2,6 +2,7 @@
 // norm and lm_head, the SwiGLU MLP, RoPE parameters from the config.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,21 @@ SwigluWeights load_swiglu(const Checkpoint& ckpt, const std::string& gate, const
 void swiglu_mlp(const SwigluWeights& w, const float* x, int64_t rows, int64_t hidden, float* out,
                 Observer* observer);
 
+// The decoder layer every family shares, in place on x[T, H]:
+//   x += mixer(RMSNorm(x; in_norm));  x += ffn(RMSNorm(x; post_norm))
+// mixer and ffn read n[T, H] and write y[T, H].
+using SubLayer = std::function<void(const float* n, float* y)>;
+void residual_layer(int64_t T, int64_t H, float eps, const std::vector<float>& in_norm,
+                    const std::vector<float>& post_norm, float* x, const SubLayer& mixer,
+                    const SubLayer& ffn);
+
+// Routed experts: token t goes to experts chosen[t*K + j] with weights weight[t*K + j]. Each
+// expert runs on the rows routed to it (observers see exactly those rows); y[t] is the weighted
+// sum over j in slot order (a fixed order, whatever the expert order).
+void moe_dispatch_combine(const std::vector<SwigluWeights>& experts, const float* n, int64_t T,
+                          int64_t H, int64_t K, const std::vector<int32_t>& chosen,
+                          const std::vector<float>& weight, float* y, Observer* observer);
+
 }  // namespace strata::model
 
 namespace strata::model {
@@ -65,13 +81,14 @@ struct GqaAttention {
   std::string prefix;  // "model.layers.N.self_attn."
   int64_t hidden = 0, n_heads = 0, n_kv = 0, head_dim = 0;
   float qk_norm_eps = 0.0f;
-  std::vector<float> wq, wk, wv, wo;   // [nH·d, H], [nKV·d, H], [nKV·d, H], [H, nH·d]
-  std::vector<float> bq, bk, bv;       // empty when there are no biases
-  std::vector<float> q_norm, k_norm;   // [d], empty when absent
+  std::vector<float> wq, wk, wv, wo;  // [nH·d, H], [nKV·d, H], [nKV·d, H], [H, nH·d]
+  std::vector<float> bq, bk, bv;      // empty when there are no biases
+  std::vector<float> q_norm, k_norm;  // [d], empty when absent
   ops::RopeParams rope;
   std::vector<double> inv_freq;
 
-  static GqaAttention load(const ModelConfig& config, const Checkpoint& ckpt, const std::string& prefix);
+  static GqaAttention load(const ModelConfig& config, const Checkpoint& ckpt,
+                           const std::string& prefix);
   // out[T, H] = attention(x[T, H]) (x already normalised).
   void forward(const Batch& batch, const float* x, float* out, Observer* observer) const;
 };

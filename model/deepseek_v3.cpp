@@ -65,7 +65,8 @@ struct MlaAttention {
     inv_freq = ops::rope_inv_freq(rp, dr);
     attention_factor = rp.attention_factor;
     const Json& t = c.text;
-    interleaved = !t.contains("rope_interleave") || t["rope_interleave"].is_null() || t["rope_interleave"].get<bool>();
+    interleaved = !t.contains("rope_interleave") || t["rope_interleave"].is_null() ||
+                  t["rope_interleave"].get<bool>();
     double s = 1.0 / std::sqrt(static_cast<double>(dq));
     if (c.rope.type == "yarn" && c.rope.mscale_all_dim > 0.0 && c.rope.factor > 1.0) {
       const double m = 0.1 * c.rope.mscale_all_dim * std::log(c.rope.factor) + 1.0;
@@ -100,8 +101,10 @@ struct MlaAttention {
     if (obs) obs->observe(prefix + "kv_b_proj", c.data(), T, kv_rank);
     std::vector<float> kv(T * nH * (dn + dv));  // [T, nH, dn + dv]
     ops::linear(c.data(), T, kv_rank, wkvb.data(), nH * (dn + dv), kv.data());
-    ops::rope(q.data(), T, nH, dq, dn, dr, batch.positions.data(), inv_freq, attention_factor, interleaved);
-    ops::rope(kr.data(), T, 1, dr, 0, dr, batch.positions.data(), inv_freq, attention_factor, interleaved);
+    ops::rope(q.data(), T, nH, dq, dn, dr, batch.positions.data(), inv_freq, attention_factor,
+              interleaved);
+    ops::rope(kr.data(), T, 1, dr, 0, dr, batch.positions.data(), inv_freq, attention_factor,
+              interleaved);
     // Full K and V per head: k [T, nH, dn + dr], v [T, nH, dv].
     std::vector<float> k(T * nH * dq), v(T * nH * dv);
     for (int64_t t = 0; t < T; ++t) {
@@ -119,8 +122,8 @@ struct MlaAttention {
     std::vector<float> attn(T * nH * dv);  // [T, nH, dv]
     for (int64_t s = 0; s < batch.n_seqs(); ++s) {
       const int64_t b = batch.seq_offsets[s], len = batch.seq_offsets[s + 1] - b;
-      ops::attention_causal(&q[b * nH * dq], nH * dq, &k[b * nH * dq], nH * dq, &v[b * nH * dv], nH * dv, len,
-                            nH, nH, dq, dv, scale, &attn[b * nH * dv]);
+      ops::attention_causal(&q[b * nH * dq], nH * dq, &k[b * nH * dq], nH * dq, &v[b * nH * dv],
+                            nH * dv, len, nH, nH, dq, dv, scale, &attn[b * nH * dv]);
     }
     if (obs) obs->observe(prefix + "o_proj", attn.data(), T, nH * dv);
     ops::linear(attn.data(), T, nH * dv, wo.data(), H, out);
@@ -137,7 +140,8 @@ class DeepseekV3Layer : public DecoderLayer {
     const std::string m = ctx.prefix + "mlp.";
     moe_ = layer_is_moe(resolve_arch(c_), c_, ctx.index);
     if (!moe_) {
-      dense_ = load_swiglu(ctx.ckpt, m + "gate_proj", m + "up_proj", m + "down_proj", H, c_.intermediate_size);
+      dense_ = load_swiglu(ctx.ckpt, m + "gate_proj", m + "up_proj", m + "down_proj", H,
+                           c_.intermediate_size);
       return;
     }
     const Json& t = c_.text;
@@ -146,11 +150,11 @@ class DeepseekV3Layer : public DecoderLayer {
     n_group_ = static_cast<int64_t>(number_or(t, "n_group", 1));
     topk_group_ = static_cast<int64_t>(number_or(t, "topk_group", 1));
     scaling_ = static_cast<float>(number_or(t, "routed_scaling_factor", 1.0));
-    STRATA_CHECK(n_group_ > 0 && E_ % n_group_ == 0 && topk_group_ >= 1 && topk_group_ <= n_group_, c_.path,
-                 ": n_group (", n_group_, ") must divide n_routed_experts (", E_, ") and topk_group (", topk_group_,
-                 ") must be in [1, n_group]");
-    STRATA_CHECK(K_ >= 1 && K_ <= topk_group_ * (E_ / n_group_), c_.path, ": num_experts_per_tok (", K_,
-                 ") exceeds the experts in topk_group groups");
+    STRATA_CHECK(n_group_ > 0 && E_ % n_group_ == 0 && topk_group_ >= 1 && topk_group_ <= n_group_,
+                 c_.path, ": n_group (", n_group_, ") must divide n_routed_experts (", E_,
+                 ") and topk_group (", topk_group_, ") must be in [1, n_group]");
+    STRATA_CHECK(K_ >= 1 && K_ <= topk_group_ * (E_ / n_group_), c_.path, ": num_experts_per_tok (",
+                 K_, ") exceeds the experts in topk_group groups");
     const int64_t I = c_.moe_intermediate_size;
     router_ = load_weight(ctx.ckpt, m + "gate.weight", {E_, H});
     bias_ = ctx.ckpt.has(m + "gate.e_score_correction_bias")
@@ -158,7 +162,8 @@ class DeepseekV3Layer : public DecoderLayer {
                 : std::vector<float>(static_cast<size_t>(E_), 0.0f);
     for (int64_t e = 0; e < E_; ++e) {
       const std::string p = m + "experts." + std::to_string(e) + ".";
-      experts_.push_back(load_swiglu(ctx.ckpt, p + "gate_proj", p + "up_proj", p + "down_proj", H, I));
+      experts_.push_back(
+          load_swiglu(ctx.ckpt, p + "gate_proj", p + "up_proj", p + "down_proj", H, I));
     }
     if (c_.n_shared_experts > 0) {
       shared_ = load_swiglu(ctx.ckpt, m + "shared_experts.gate_proj", m + "shared_experts.up_proj",
@@ -168,39 +173,41 @@ class DeepseekV3Layer : public DecoderLayer {
 
   void forward(const Batch& batch, float* x, Observer* obs) override {
     const int64_t T = batch.n_tokens(), H = c_.hidden_size;
-    const float eps = static_cast<float>(c_.rms_norm_eps);
-    std::vector<float> n(T * H), y(T * H);  // [T, H]
-    ops::rms_norm(x, T, H, in_norm_.data(), eps, n.data());
-    attn_.forward(batch, n.data(), y.data(), obs);
-    for (int64_t i = 0; i < T * H; ++i) x[i] += y[i];
-    ops::rms_norm(x, T, H, post_norm_.data(), eps, n.data());
-    if (moe_) {
-      moe(n.data(), T, y.data(), obs);
-    } else {
-      swiglu_mlp(dense_, n.data(), T, H, y.data(), obs);
-    }
-    for (int64_t i = 0; i < T * H; ++i) x[i] += y[i];
+    residual_layer(
+        T, H, static_cast<float>(c_.rms_norm_eps), in_norm_, post_norm_, x,
+        [&](const float* n, float* y) { attn_.forward(batch, n, y, obs); },
+        [&](const float* n, float* y) {
+          if (moe_) {
+            moe(n, T, y, obs);
+          } else {
+            swiglu_mlp(dense_, n, T, H, y, obs);
+          }
+        });
   }
 
  private:
   // Chosen experts and weights of one token from its router scores s[E].
   void route(const float* s, int32_t* chosen, float* weight) const {
     std::vector<float> choice(E_);
-    for (int64_t e = 0; e < E_; ++e) choice[e] = s[e] + bias_[e];
+    for (int64_t e = 0; e < E_; ++e)
+      choice[e] = s[e] + bias_[e];
     const int64_t per = E_ / n_group_;
     std::vector<float> group_score(n_group_);
     for (int64_t g = 0; g < n_group_; ++g) {
       auto top = ops::top_k(&choice[g * per], per, std::min<int64_t>(2, per));
       float sum = 0.0f;
-      for (int32_t i : top) sum += choice[g * per + i];
+      for (int32_t i : top)
+        sum += choice[g * per + i];
       group_score[g] = sum;
     }
     auto keep = ops::top_k(group_score.data(), n_group_, topk_group_);
     std::vector<float> masked(E_, -INFINITY);
-    for (int32_t g : keep) std::copy_n(&choice[g * per], per, &masked[g * per]);
+    for (int32_t g : keep)
+      std::copy_n(&choice[g * per], per, &masked[g * per]);
     auto idx = ops::top_k(masked.data(), E_, K_);
     float sum = 0.0f;
-    for (int64_t j = 0; j < K_; ++j) sum += s[idx[j]];
+    for (int64_t j = 0; j < K_; ++j)
+      sum += s[idx[j]];
     for (int64_t j = 0; j < K_; ++j) {
       chosen[j] = idx[j];
       float w = s[idx[j]];
@@ -213,33 +220,18 @@ class DeepseekV3Layer : public DecoderLayer {
     const int64_t H = c_.hidden_size;
     std::vector<float> s(T * E_);  // [T, E] sigmoid scores, fp32
     ops::linear(n, T, H, router_.data(), E_, s.data());
-    for (float& v : s) v = ops::sigmoid(v);
+    for (float& v : s)
+      v = ops::sigmoid(v);
     std::vector<int32_t> chosen(T * K_);
     std::vector<float> weight(T * K_);
-    for (int64_t t = 0; t < T; ++t) route(&s[t * E_], &chosen[t * K_], &weight[t * K_]);
-    std::vector<float> slot_out(T * K_ * H);  // [T, K, H]
-    for (int64_t e = 0; e < E_; ++e) {
-      std::vector<int64_t> slots;
-      for (int64_t i = 0; i < T * K_; ++i) {
-        if (chosen[i] == e) slots.push_back(i);
-      }
-      const int64_t rows = static_cast<int64_t>(slots.size());
-      std::vector<float> in(rows * H), out(rows * H);
-      for (int64_t r = 0; r < rows; ++r) std::copy_n(n + (slots[r] / K_) * H, H, &in[r * H]);
-      swiglu_mlp(experts_[e], in.data(), rows, H, out.data(), obs);
-      for (int64_t r = 0; r < rows; ++r) std::copy_n(&out[r * H], H, &slot_out[slots[r] * H]);
-    }
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t c = 0; c < H; ++c) {
-        float acc = 0.0f;
-        for (int64_t j = 0; j < K_; ++j) acc += weight[t * K_ + j] * slot_out[(t * K_ + j) * H + c];
-        y[t * H + c] = acc;
-      }
-    }
+    for (int64_t t = 0; t < T; ++t)
+      route(&s[t * E_], &chosen[t * K_], &weight[t * K_]);
+    moe_dispatch_combine(experts_, n, T, H, K_, chosen, weight, y, obs);
     if (c_.n_shared_experts > 0) {
       std::vector<float> sh(T * H);
       swiglu_mlp(shared_, n, T, H, sh.data(), obs);
-      for (int64_t i = 0; i < T * H; ++i) y[i] += sh[i];
+      for (int64_t i = 0; i < T * H; ++i)
+        y[i] += sh[i];
     }
   }
 

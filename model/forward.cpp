@@ -26,7 +26,8 @@ using LayerFactory = std::unique_ptr<DecoderLayer> (*)(const model::LayerContext
 
 class DecoderModel : public ModelForward {
  public:
-  DecoderModel(const ModelConfig& config, const Checkpoint& ckpt, ForwardOptions options, LayerFactory factory)
+  DecoderModel(const ModelConfig& config, const Checkpoint& ckpt, ForwardOptions options,
+               LayerFactory factory)
       : config_(config),
         ckpt_(ckpt),
         options_(options),
@@ -44,7 +45,8 @@ class DecoderModel : public ModelForward {
 
   std::unique_ptr<DecoderLayer> layer(int64_t i) const override {
     STRATA_ASSERT(i >= 0 && i < num_layers());
-    model::LayerContext ctx{config_, ckpt_, prefixes_.model + "layers." + std::to_string(i) + ".", i};
+    model::LayerContext ctx{config_, ckpt_, prefixes_.model + "layers." + std::to_string(i) + ".",
+                            i};
     auto inner = factory_(ctx);
     if (!options_.bf16_between_layers) return inner;
     return std::make_unique<RoundingLayer>(std::move(inner), config_.hidden_size);
@@ -58,7 +60,8 @@ class DecoderModel : public ModelForward {
   // Rounds the layer's output to bf16, as the hidden states between HF decoder layers are.
   class RoundingLayer : public DecoderLayer {
    public:
-    RoundingLayer(std::unique_ptr<DecoderLayer> inner, int64_t hidden) : inner_(std::move(inner)), hidden_(hidden) {}
+    RoundingLayer(std::unique_ptr<DecoderLayer> inner, int64_t hidden)
+        : inner_(std::move(inner)), hidden_(hidden) {}
     void forward(const Batch& batch, float* x, Observer* observer) override {
       inner_->forward(batch, x, observer);
       ops::round_bf16(x, batch.n_tokens() * hidden_);
@@ -79,8 +82,8 @@ class DecoderModel : public ModelForward {
 
 }  // namespace
 
-std::unique_ptr<ModelForward> ModelForward::create(const ModelConfig& config, const Checkpoint& ckpt,
-                                                   ForwardOptions options) {
+std::unique_ptr<ModelForward> ModelForward::create(const ModelConfig& config,
+                                                   const Checkpoint& ckpt, ForwardOptions options) {
   ArchInfo arch = resolve_arch(config);
   LayerFactory factory = nullptr;
   switch (arch.family) {
@@ -99,8 +102,9 @@ std::unique_ptr<ModelForward> ModelForward::create(const ModelConfig& config, co
     case ArchFamily::kMixtral:
     case ArchFamily::kKimiLinear:
     case ArchFamily::kQwen3Next:
-      fail(config.path, ": the forward pass for model_type '", config.text_model_type,
-           "' (family ", arch_family_name(arch.family), ") is not implemented yet; supported: llama, mistral, qwen2, qwen3, "
+      fail(config.path, ": the forward pass for model_type '", config.text_model_type, "' (family ",
+           arch_family_name(arch.family),
+           ") is not implemented yet; supported: llama, mistral, qwen2, qwen3, "
            "qwen2_moe, qwen3_moe, deepseek_v3, kimi_k2");
   }
   return std::make_unique<DecoderModel>(config, ckpt, options, factory);

@@ -21,8 +21,9 @@ void check_llama_config(const ModelConfig& c) {
     STRATA_CHECK(!t["mlp_bias"].get<bool>(), c.path, ": mlp_bias true is not supported");
   }
   if (t.contains("use_sliding_window") && t["use_sliding_window"].is_boolean()) {
-    STRATA_CHECK(!t["use_sliding_window"].get<bool>(), c.path,
-                 ": use_sliding_window true is not supported (sliding-window attention changes the math)");
+    STRATA_CHECK(
+        !t["use_sliding_window"].get<bool>(), c.path,
+        ": use_sliding_window true is not supported (sliding-window attention changes the math)");
   }
   if (t.contains("sliding_window") && t["sliding_window"].is_number_integer() &&
       !(t.contains("use_sliding_window") && t["use_sliding_window"].is_boolean())) {
@@ -41,19 +42,16 @@ class LlamaLayer : public DecoderLayer {
     post_norm_ = load_weight(ctx.ckpt, ctx.prefix + "post_attention_layernorm.weight", {H});
     attn_ = GqaAttention::load(c_, ctx.ckpt, ctx.prefix + "self_attn.");
     const std::string m = ctx.prefix + "mlp.";
-    mlp_ = load_swiglu(ctx.ckpt, m + "gate_proj", m + "up_proj", m + "down_proj", H, c_.intermediate_size);
+    mlp_ = load_swiglu(ctx.ckpt, m + "gate_proj", m + "up_proj", m + "down_proj", H,
+                       c_.intermediate_size);
   }
 
   void forward(const Batch& batch, float* x, Observer* observer) override {
     const int64_t T = batch.n_tokens(), H = c_.hidden_size;
-    const float eps = static_cast<float>(c_.rms_norm_eps);
-    std::vector<float> n(T * H), y(T * H);  // [T, H]
-    ops::rms_norm(x, T, H, in_norm_.data(), eps, n.data());
-    attn_.forward(batch, n.data(), y.data(), observer);
-    for (int64_t i = 0; i < T * H; ++i) x[i] += y[i];
-    ops::rms_norm(x, T, H, post_norm_.data(), eps, n.data());
-    swiglu_mlp(mlp_, n.data(), T, H, y.data(), observer);
-    for (int64_t i = 0; i < T * H; ++i) x[i] += y[i];
+    residual_layer(
+        T, H, static_cast<float>(c_.rms_norm_eps), in_norm_, post_norm_, x,
+        [&](const float* n, float* y) { attn_.forward(batch, n, y, observer); },
+        [&](const float* n, float* y) { swiglu_mlp(mlp_, n, T, H, y, observer); });
   }
 
  private:
@@ -65,6 +63,8 @@ class LlamaLayer : public DecoderLayer {
 
 }  // namespace
 
-std::unique_ptr<DecoderLayer> make_llama_layer(const LayerContext& ctx) { return std::make_unique<LlamaLayer>(ctx); }
+std::unique_ptr<DecoderLayer> make_llama_layer(const LayerContext& ctx) {
+  return std::make_unique<LlamaLayer>(ctx);
+}
 
 }  // namespace strata::model

@@ -25,17 +25,20 @@ class QwenMoeLayer : public DecoderLayer {
     ArchInfo arch = resolve_arch(c_);
     moe_ = layer_is_moe(arch, c_, ctx.index);
     if (!moe_) {
-      dense_ = load_swiglu(ctx.ckpt, m + "gate_proj", m + "up_proj", m + "down_proj", H, c_.intermediate_size);
+      dense_ = load_swiglu(ctx.ckpt, m + "gate_proj", m + "up_proj", m + "down_proj", H,
+                           c_.intermediate_size);
       return;
     }
     const int64_t E = c_.num_experts, I = c_.moe_intermediate_size;
-    STRATA_CHECK(c_.num_experts_per_tok > 0 && c_.num_experts_per_tok <= E, c_.path, ": num_experts_per_tok (",
-                 c_.num_experts_per_tok, ") must be in [1, num_experts = ", E, "]");
+    STRATA_CHECK(c_.num_experts_per_tok > 0 && c_.num_experts_per_tok <= E, c_.path,
+                 ": num_experts_per_tok (", c_.num_experts_per_tok,
+                 ") must be in [1, num_experts = ", E, "]");
     router_ = load_weight(ctx.ckpt, m + "gate.weight", {E, H});
     experts_.reserve(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e) {
       const std::string p = m + "experts." + std::to_string(e) + ".";
-      experts_.push_back(load_swiglu(ctx.ckpt, p + "gate_proj", p + "up_proj", p + "down_proj", H, I));
+      experts_.push_back(
+          load_swiglu(ctx.ckpt, p + "gate_proj", p + "up_proj", p + "down_proj", H, I));
     }
     if (ctx.ckpt.has(m + "shared_expert.gate_proj.weight")) {
       const int64_t Is = ctx.ckpt.entry(m + "shared_expert.gate_proj.weight").shape[0];
@@ -47,18 +50,16 @@ class QwenMoeLayer : public DecoderLayer {
 
   void forward(const Batch& batch, float* x, Observer* observer) override {
     const int64_t T = batch.n_tokens(), H = c_.hidden_size;
-    const float eps = static_cast<float>(c_.rms_norm_eps);
-    std::vector<float> n(T * H), y(T * H);  // [T, H]
-    ops::rms_norm(x, T, H, in_norm_.data(), eps, n.data());
-    attn_.forward(batch, n.data(), y.data(), observer);
-    for (int64_t i = 0; i < T * H; ++i) x[i] += y[i];
-    ops::rms_norm(x, T, H, post_norm_.data(), eps, n.data());
-    if (moe_) {
-      moe(n.data(), T, y.data(), observer);
-    } else {
-      swiglu_mlp(dense_, n.data(), T, H, y.data(), observer);
-    }
-    for (int64_t i = 0; i < T * H; ++i) x[i] += y[i];
+    residual_layer(
+        T, H, static_cast<float>(c_.rms_norm_eps), in_norm_, post_norm_, x,
+        [&](const float* n, float* y) { attn_.forward(batch, n, y, observer); },
+        [&](const float* n, float* y) {
+          if (moe_) {
+            moe(n, T, y, observer);
+          } else {
+            swiglu_mlp(dense_, n, T, H, y, observer);
+          }
+        });
   }
 
  private:
@@ -72,40 +73,22 @@ class QwenMoeLayer : public DecoderLayer {
     for (int64_t t = 0; t < T; ++t) {
       auto idx = ops::top_k(&probs[t * E], E, K);
       float sum = 0.0f;
-      for (int64_t j = 0; j < K; ++j) sum += probs[t * E + idx[j]];
+      for (int64_t j = 0; j < K; ++j)
+        sum += probs[t * E + idx[j]];
       for (int64_t j = 0; j < K; ++j) {
         chosen[t * K + j] = idx[j];
         weight[t * K + j] = probs[t * E + idx[j]] / (c_.norm_topk_prob ? sum : 1.0f);
       }
     }
-    // Dispatch: each expert runs on the rows routed to it; results land in slot (t, j).
-    std::vector<float> slot_out(T * K * H);  // [T, K, H]
-    for (int64_t e = 0; e < E; ++e) {
-      std::vector<int64_t> slots;  // t*K + j
-      for (int64_t s = 0; s < T * K; ++s) {
-        if (chosen[s] == e) slots.push_back(s);
-      }
-      const int64_t rows = static_cast<int64_t>(slots.size());
-      std::vector<float> in(rows * H), out(rows * H);  // [rows, H]
-      for (int64_t r = 0; r < rows; ++r) std::copy_n(n + (slots[r] / K) * H, H, &in[r * H]);
-      swiglu_mlp(experts_[e], in.data(), rows, H, out.data(), observer);
-      for (int64_t r = 0; r < rows; ++r) std::copy_n(&out[r * H], H, &slot_out[slots[r] * H]);
-    }
-    // Combine in slot order (fixed), then the shared expert.
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t c = 0; c < H; ++c) {
-        float acc = 0.0f;
-        for (int64_t j = 0; j < K; ++j) acc += weight[t * K + j] * slot_out[(t * K + j) * H + c];
-        y[t * H + c] = acc;
-      }
-    }
+    moe_dispatch_combine(experts_, n, T, H, K, chosen, weight, y, observer);
     if (!shared_gate_.empty()) {
       std::vector<float> s(T * H), g(T);
       swiglu_mlp(shared_, n, T, H, s.data(), observer);
       ops::linear(n, T, H, shared_gate_.data(), 1, g.data());
       for (int64_t t = 0; t < T; ++t) {
         const float w = ops::sigmoid(g[t]);
-        for (int64_t c = 0; c < H; ++c) y[t * H + c] += w * s[t * H + c];
+        for (int64_t c = 0; c < H; ++c)
+          y[t * H + c] += w * s[t * H + c];
       }
     }
   }
