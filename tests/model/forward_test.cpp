@@ -157,7 +157,9 @@ void check_model(const std::string& name, bool bf16, double tol) {
                 name.c_str(), static_cast<long long>(ours), static_cast<long long>(tokens_checked / 2), tol,
                 static_cast<long long>(hf_over));
     EXPECT_LE(ours, hf_over + std::max<int64_t>(2, hf_over / 4)) << name;
-    if (f.config.num_experts == 0) EXPECT_EQ(ours, 0) << name;
+    if (f.config.num_experts == 0) {
+      EXPECT_EQ(ours, 0) << name;
+    }
     return;
   }
   // Every linear amax transformers recorded must be observed with the same value, and K/V.
