@@ -25,7 +25,13 @@ int cmd_quantize(const std::vector<std::string>& argv) {
             "names them.");
   args.option("--model,--pyt_ckpt_path", "DIR", "the Hugging Face checkpoint to quantize");
   args.option("--export_path", "DIR",
-              "where to write the quantized checkpoint (created; must be empty)");
+              "where to write the quantized checkpoint (created; must be empty unless it holds an "
+              "interrupted run of the same command, which is resumed)");
+  args.option("--resume_dir", "DIR",
+              "where an interrupted run keeps its manifest and the next layer's inputs (default: "
+              "<export_path>.strata_resume; removed when the run completes)");
+  args.flag("--overwrite",
+            "start over: replace the contents of --export_path and drop any resume state");
   args.option("--qformat", "FORMAT",
               "nvfp4, nvfp4_experts_only, nvfp4_mlp_only, w4a16_nvfp4, fp8 or mxfp8 (ignored with "
               "--recipe)",
@@ -83,10 +89,13 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     return 0;
   }
   job.export_path = args.get("--export_path");
+  job.resume_dir = args.get_optional("--resume_dir").value_or("");
+  job.overwrite = args.flag_set("--overwrite");
   QuantizeResult r = run_quantize(job);
 
-  std::printf("quantized %s -> %s with %s in %.1f s\n", job.model_dir.c_str(),
-              job.export_path.c_str(), r.plan.recipe.name.c_str(), r.seconds);
+  std::printf("quantized %s -> %s with %s in %.1f s%s\n", job.model_dir.c_str(),
+              job.export_path.c_str(), r.plan.recipe.name.c_str(), r.seconds,
+              r.resumed_at_step > 0 ? " (resumed an interrupted run)" : "");
   if (r.calibrated) {
     std::printf("calibration: %lld sequences, %lld tokens\n",
                 static_cast<long long>(r.calib.sequences), static_cast<long long>(r.calib.tokens));

@@ -7,6 +7,10 @@
 //   -> the remaining tensors, index, config files, sidecar files.
 // Formats that need no activation statistics (w4a16_nvfp4, mxfp8, no KV cache) skip the
 // forward entirely: a streaming conversion.
+//
+// Every finished step (head, each decoder layer, tail) is synced and recorded in a resume
+// manifest (engine/resume.h); running the same job again continues after the last recorded step
+// and gives byte-identical output. A manifest of another job is refused, naming what changed.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +31,8 @@ struct QuantizeJob {
   int64_t batch_size = 8;  // sequences per micro-batch; the grouping depends only on sequence index
   uint64_t max_shard_bytes = 5ull << 30;
   bool progress = true;
+  bool overwrite = false;  // start over: empty export_path and drop any resume state
+  std::string resume_dir;  // "" = <export_path>.strata_resume
   std::string version;  // producer version written to the config files
 };
 
@@ -36,6 +42,7 @@ struct QuantizeResult {
   std::vector<LayerReport> layers;
   std::vector<std::string> files;
   bool calibrated = false;  // false for weight-only streaming conversions
+  int64_t resumed_at_step = 0;  // 0 for a fresh run; else the first step this run did
   double seconds = 0.0;
 };
 
