@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -177,6 +178,34 @@ int64_t test_slow_step_ms() {
 
 }  // namespace
 
+std::string MemoryEstimate::describe() const {
+  return str(human_bytes(static_cast<double>(total())), " (2 x largest layer ",
+             human_bytes(static_cast<double>(layer_weights)),
+             " in fp32, the one computing and the one prefetched",
+             activations
+                 ? str(" + hidden states ", human_bytes(static_cast<double>(activations)),
+                       " + micro-batch working set ", human_bytes(static_cast<double>(working)))
+                 : std::string("; weight-only: no calibration forward"),
+             ")");
+}
+
+MemoryEstimate estimate_memory(const QuantPlan& plan, uint64_t tokens, int64_t seq_len,
+                               int64_t hidden_size, int64_t batch_size) {
+  MemoryEstimate m;
+  std::map<int64_t, uint64_t> layer_params;
+  for (const PlannedModule& p : plan.modules) {
+    if (p.layer >= 0) layer_params[p.layer] += static_cast<uint64_t>(p.shape[0] * p.shape[1]);
+  }
+  for (const auto& [l, p] : layer_params)
+    m.layer_weights = std::max(m.layer_weights, p * 4);
+  if (needs_activations(plan)) {
+    const uint64_t h = static_cast<uint64_t>(hidden_size);
+    m.activations = tokens * h * 4;
+    m.working = static_cast<uint64_t>(batch_size * seq_len) * h * 4 * 16;
+  }
+  return m;
+}
+
 std::string describe_plan(const QuantPlan& plan, const Checkpoint& ckpt, const CalibOptions& calib,
                           int64_t hidden_size, int64_t batch_size) {
   std::ostringstream os;
@@ -214,31 +243,13 @@ std::string describe_plan(const QuantPlan& plan, const Checkpoint& ckpt, const C
      << str(static_cast<double>(estimate) / static_cast<double>(std::max<uint64_t>(total_src, 1)))
             .substr(0, 5)
      << "x)\n";
-  // Memory: the largest layer's weights in fp32, the hidden states of every calibration token
-  // (fp32), and one micro-batch's temporaries.
-  std::map<int64_t, uint64_t> layer_params;
-  uint64_t max_layer = 0;
-  for (const PlannedModule& m : plan.modules) {
-    if (m.layer >= 0) layer_params[m.layer] += static_cast<uint64_t>(m.shape[0] * m.shape[1]);
-  }
-  for (const auto& [l, p] : layer_params)
-    max_layer = std::max(max_layer, p);
   int64_t sequences = 0;
   for (const CalibSource& s : calib.sources)
     sequences += s.count;
   if (calib.sources.empty()) sequences = calib.default_count;
-  const uint64_t tokens = static_cast<uint64_t>(sequences * calib.seq_len);
-  const uint64_t activations = tokens * static_cast<uint64_t>(hidden_size) * 4;
-  const uint64_t working = static_cast<uint64_t>(batch_size * calib.seq_len) *
-                           static_cast<uint64_t>(hidden_size) * 4 * 16;
-  const bool act = needs_activations(plan);
-  os << "memory      about "
-     << human_bytes(static_cast<double>(max_layer * 4 + (act ? activations + working : 0)))
-     << " (largest layer " << human_bytes(static_cast<double>(max_layer * 4)) << " in fp32"
-     << (act ? str(" + hidden states of up to ", tokens, " calibration tokens ",
-                   human_bytes(static_cast<double>(activations)))
-             : std::string(" ; weight-only: no calibration forward"))
-     << ")\n";
+  const MemoryEstimate mem = estimate_memory(plan, static_cast<uint64_t>(sequences * calib.seq_len),
+                                             calib.seq_len, hidden_size, batch_size);
+  os << "memory      about " << mem.describe() << "\n";
   for (const std::string& w : plan.warnings)
     os << "warning     " << w << "\n";
   return os.str();
@@ -280,6 +291,18 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
              calibration.report.tokens, " tokens");
   }
 
+  {
+    int64_t longest = 0;
+    for (const auto& seq : calibration.sequences)
+      longest = std::max<int64_t>(longest, static_cast<int64_t>(seq.size()));
+    result.memory = estimate_memory(plan, static_cast<uint64_t>(calibration.report.tokens), longest,
+                                    config.hidden_size, job.batch_size);
+    STRATA_CHECK(job.max_cpu_memory_bytes == 0 || result.memory.total() <= job.max_cpu_memory_bytes,
+                 "--max_cpu_memory_gb ",
+                 static_cast<double>(job.max_cpu_memory_bytes) / (1024.0 * 1024.0 * 1024.0),
+                 " is below what this run needs: about ", result.memory.describe(),
+                 "; raise it, or lower --calib_size, --calib_seq or --batch_size");
+  }
   const std::string resume_dir =
       job.resume_dir.empty() ? job.export_path + ".strata_resume" : job.resume_dir;
   const std::string manifest = (fs::path(resume_dir) / "manifest.json").string();
@@ -353,13 +376,23 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   MaxCalibrator calib;
   const int64_t first_layer = std::min(std::max<int64_t>(state.next_step - 1, 0), plan.num_layers);
   Progress progress("quantize", plan.num_layers - first_layer, "layers", job.progress);
+  // Layer l + 1's weights load in the background while layer l computes. Loading is a pure
+  // function of the checkpoint, so the results do not depend on the overlap.
+  std::future<std::unique_ptr<DecoderLayer>> prefetch;
+  auto fetch = [&](int64_t l) {
+    return std::async(std::launch::async, [&fwd, l]() { return fwd->layer(l); });
+  };
+  if (result.calibrated && first_layer < plan.num_layers) prefetch = fetch(first_layer);
+  uint64_t bytes_read = 0;
   for (int64_t l = first_layer; l < plan.num_layers; ++l) {
     calib.clear();
     if (result.calibrated) {
-      auto layer = fwd->layer(l);
+      std::unique_ptr<DecoderLayer> layer = prefetch.get();
+      if (l + 1 < plan.num_layers) prefetch = fetch(l + 1);
       for (size_t b = 0; b < batches.size(); ++b)
         layer->forward(batches[b], hidden[b].data(), &calib);
     }
+    bytes_read += exporter.source_bytes(l + 1);
     LayerReport r = exporter.write_layer(l, calib);
     result.layers.push_back(r);
     const bool last = l + 1 == plan.num_layers;

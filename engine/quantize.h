@@ -33,8 +33,24 @@ struct QuantizeJob {
   bool progress = true;
   bool overwrite = false;  // start over: empty export_path and drop any resume state
   std::string resume_dir;  // "" = <export_path>.strata_resume
+  uint64_t max_cpu_memory_bytes =
+      0;                // 0: no cap; else refused up front when the estimate exceeds it
   std::string version;  // producer version written to the config files
 };
+
+// Host memory a run needs besides the program itself (docs/QUANTIZE.md "Memory"):
+//   2 x the largest decoder layer's weights in fp32 (the layer computing, the one prefetched)
+//   + hidden states of every calibration token, fp32 (tokens x hidden x 4)
+//   + one micro-batch's working set (batch_size x longest sequence x hidden x 4 x 16)
+struct MemoryEstimate {
+  uint64_t layer_weights = 0;  // one layer, fp32
+  uint64_t activations = 0;
+  uint64_t working = 0;
+  uint64_t total() const { return 2 * layer_weights + activations + working; }
+  std::string describe() const;
+};
+MemoryEstimate estimate_memory(const QuantPlan& plan, uint64_t tokens, int64_t seq_len,
+                               int64_t hidden_size, int64_t batch_size);
 
 struct QuantizeResult {
   QuantPlan plan;
@@ -42,7 +58,8 @@ struct QuantizeResult {
   std::vector<LayerReport> layers;
   std::vector<std::string> files;
   bool calibrated = false;  // false for weight-only streaming conversions
-  int64_t resumed_at_step = 0;  // 0 for a fresh run; else the first step this run did
+  int64_t resumed_at_step = 0;
+  MemoryEstimate memory;  // 0 for a fresh run; else the first step this run did
   double seconds = 0.0;
 };
 

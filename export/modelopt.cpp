@@ -186,6 +186,22 @@ void ModeloptExporter::resume(int64_t next_step) {
   writer_->resume(next_step == 0 ? 0 : step_end_[static_cast<size_t>(next_step - 1)]);
 }
 
+uint64_t ModeloptExporter::source_bytes(int64_t step) const {
+  const std::vector<std::string>* names = &head_tensors_;
+  if (step == plan_.num_layers + 1) names = &tail_tensors_;
+  std::vector<std::string> none;
+  if (step >= 1 && step <= plan_.num_layers) {
+    auto it = layer_tensors_.find(step - 1);
+    names = it == layer_tensors_.end() ? &none : &it->second;
+  }
+  uint64_t n = 0;
+  for (const std::string& name : *names) {
+    const TensorEntry& e = ckpt_.entry(name);
+    n += e.end - e.begin;
+  }
+  return n;
+}
+
 uint64_t ModeloptExporter::output_bytes() const {
   uint64_t n = 0;
   for (const TensorSpec& t : outputs_)

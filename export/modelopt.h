@@ -61,7 +61,8 @@ class ModeloptExporter {
   // Files of the output directory that hold the work synced so far.
   std::vector<std::string> vouched_files() const { return writer_->vouched_files(); }
   uint64_t bytes_written() const { return writer_->bytes_written(); }
-  uint64_t output_bytes() const;  // of every planned tensor
+  uint64_t output_bytes() const;              // of every planned tensor
+  uint64_t source_bytes(int64_t step) const;  // of the checkpoint tensors step `step` reads
 
   // Tensors outside the decoder layers that come first (the embeddings).
   void write_head();
