@@ -347,6 +347,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     state.layers = result.layers;
     write_resume_manifest(manifest, state);
     exporter.publish();
+    exporter.release_source(next - 1);
     std::error_code ec;
     if (!old_hidden.empty()) fs::remove(fs::path(resume_dir) / old_hidden, ec);
   };

@@ -186,6 +186,18 @@ void ModeloptExporter::resume(int64_t next_step) {
   writer_->resume(next_step == 0 ? 0 : step_end_[static_cast<size_t>(next_step - 1)]);
 }
 
+void ModeloptExporter::release_source(int64_t step) const {
+  const std::vector<std::string>* names = &head_tensors_;
+  if (step == plan_.num_layers + 1) names = &tail_tensors_;
+  if (step >= 1 && step <= plan_.num_layers) {
+    auto it = layer_tensors_.find(step - 1);
+    if (it == layer_tensors_.end()) return;
+    names = &it->second;
+  }
+  for (const std::string& name : *names)
+    ckpt_.release(name);
+}
+
 uint64_t ModeloptExporter::source_bytes(int64_t step) const {
   const std::vector<std::string>* names = &head_tensors_;
   if (step == plan_.num_layers + 1) names = &tail_tensors_;

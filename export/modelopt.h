@@ -63,6 +63,7 @@ class ModeloptExporter {
   uint64_t bytes_written() const { return writer_->bytes_written(); }
   uint64_t output_bytes() const;              // of every planned tensor
   uint64_t source_bytes(int64_t step) const;  // of the checkpoint tensors step `step` reads
+  void release_source(int64_t step) const;    // drops them from the resident set
 
   // Tensors outside the decoder layers that come first (the embeddings).
   void write_head();
