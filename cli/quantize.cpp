@@ -1,4 +1,6 @@
 // strata quantize: the main job. Flags follow ModelOpt's hf_ptq.py where they exist.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -25,7 +27,13 @@ int cmd_quantize(const std::vector<std::string>& argv) {
             "names them.");
   args.option("--model,--pyt_ckpt_path", "DIR", "the Hugging Face checkpoint to quantize");
   args.option("--export_path", "DIR",
-              "where to write the quantized checkpoint (created; must be empty)");
+              "where to write the quantized checkpoint (created; must be empty unless it holds an "
+              "interrupted run of the same command, which is resumed)");
+  args.option("--resume_dir", "DIR",
+              "where an interrupted run keeps its manifest and the next layer's inputs (default: "
+              "<export_path>.strata_resume; removed when the run completes)");
+  args.flag("--overwrite",
+            "start over: replace the contents of --export_path and drop any resume state");
   args.option("--qformat", "FORMAT",
               "nvfp4, nvfp4_experts_only, nvfp4_mlp_only, w4a16_nvfp4, fp8 or mxfp8 (ignored with "
               "--recipe)",
@@ -45,6 +53,10 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   args.option("--batch_size", "N", "calibration sequences per micro-batch", "8");
   args.option("--seed", "N", "seed of the calibration sampling", "1234");
   args.option("--max_shard_size_gb", "GB", "largest output shard", "5");
+  args.option("--max_cpu_memory_gb", "GB",
+              "host memory the run may use; a run whose estimate exceeds it is refused before it "
+              "starts (0: no cap)",
+              "0");
   args.flag("--dry-run", "print the plan (formats per module kind, output size, memory) and stop");
   args.flag("--quiet,-q", "only warnings and errors");
   if (!args.parse(argv)) return 0;
@@ -83,10 +95,16 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     return 0;
   }
   job.export_path = args.get("--export_path");
+  job.resume_dir = args.get_optional("--resume_dir").value_or("");
+  job.overwrite = args.flag_set("--overwrite");
+  const double mem_gb = args.get_double("--max_cpu_memory_gb");
+  STRATA_CHECK(mem_gb >= 0, "--max_cpu_memory_gb must not be negative");
+  job.max_cpu_memory_bytes = static_cast<uint64_t>(mem_gb * 1024.0 * 1024.0 * 1024.0);
   QuantizeResult r = run_quantize(job);
 
-  std::printf("quantized %s -> %s with %s in %.1f s\n", job.model_dir.c_str(),
-              job.export_path.c_str(), r.plan.recipe.name.c_str(), r.seconds);
+  std::printf("quantized %s -> %s with %s in %.1f s%s\n", job.model_dir.c_str(),
+              job.export_path.c_str(), r.plan.recipe.name.c_str(), r.seconds,
+              r.resumed_at_step > 0 ? " (resumed an interrupted run)" : "");
   if (r.calibrated) {
     std::printf("calibration: %lld sequences, %lld tokens\n",
                 static_cast<long long>(r.calib.sequences), static_cast<long long>(r.calib.tokens));
@@ -106,6 +124,11 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     }
   }
   std::printf("wrote %zu files\n", r.files.size());
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  std::printf("peak RSS %.1f MiB; estimated need %.1f MiB\n",
+              static_cast<double>(ru.ru_maxrss) / 1024.0,
+              static_cast<double>(r.memory.total()) / (1024.0 * 1024.0));
   return 0;
 }
 

@@ -113,9 +113,112 @@ ModeloptExporter::ModeloptExporter(const QuantPlan& plan, const ModelConfig& con
       tail_tensors_.push_back(name);
     }
   }
+  auto append = [&](std::vector<TensorSpec> specs) {
+    for (TensorSpec& t : specs)
+      outputs_.push_back(std::move(t));
+    step_end_.push_back(outputs_.size());
+  };
+  append(outputs_of(head_tensors_));
+  for (int64_t l = 0; l < plan_.num_layers; ++l) {
+    std::vector<TensorSpec> specs = outputs_of(layer_tensors_[l]);
+    for (TensorSpec& t : kv_outputs(l))
+      specs.push_back(std::move(t));
+    append(std::move(specs));
+  }
+  append(outputs_of(tail_tensors_));
   ShardedWriterOptions w;
   w.max_shard_bytes = options_.max_shard_bytes;
-  writer_ = std::make_unique<ShardedWriter>(out_dir_, w);
+  writer_ = std::make_unique<PlannedShardWriter>(out_dir_, outputs_, w);
+}
+
+// What write_tensors writes for `names`, in the same order (write_module for quantized ones).
+std::vector<TensorSpec> ModeloptExporter::outputs_of(const std::vector<std::string>& names) const {
+  std::vector<TensorSpec> out;
+  for (const std::string& name : names) {
+    const PlannedModule* m = name.ends_with(".weight")
+                                 ? plan_.find(std::string_view(name).substr(0, name.size() - 7))
+                                 : nullptr;
+    if (!m || m->format == QFormat::kNone) {
+      const TensorEntry& e = ckpt_.entry(name);
+      out.push_back({name, e.dtype, e.shape});
+      continue;
+    }
+    const std::string& M = m->module;
+    const int64_t rows = m->shape[0], cols = m->shape[1];
+    switch (m->format) {
+      case QFormat::kNvfp4:
+      case QFormat::kW4A16Nvfp4:
+        out.push_back({M + ".weight", DType::kU8, {rows, cols / 2}});
+        out.push_back({M + ".weight_scale", DType::kF8E4M3, {rows, cols / 16}});
+        out.push_back({M + ".weight_scale_2", DType::kF32, {}});
+        if (m->format == QFormat::kNvfp4) out.push_back({M + ".input_scale", DType::kF32, {}});
+        break;
+      case QFormat::kFp8:
+        out.push_back({M + ".weight", DType::kF8E4M3, {rows, cols}});
+        out.push_back({M + ".weight_scale", DType::kF32, {}});
+        out.push_back({M + ".input_scale", DType::kF32, {}});
+        break;
+      case QFormat::kMxfp8:
+        out.push_back({M + ".weight", DType::kF8E4M3, {rows, cols}});
+        out.push_back({M + ".weight_scale", DType::kU8, {rows, cols / 32}});
+        break;
+      case QFormat::kNone:
+        break;
+    }
+  }
+  return out;
+}
+
+std::vector<TensorSpec> ModeloptExporter::kv_outputs(int64_t layer) const {
+  std::vector<TensorSpec> out;
+  if (std::find(plan_.kv_layers.begin(), plan_.kv_layers.end(), layer) == plan_.kv_layers.end())
+    return out;
+  const std::string p = attention_prefix(plan_, layer);
+  STRATA_CHECK(!p.empty(), "layer ", layer,
+               " has no self_attn module to attach k/v cache scales to");
+  for (const char* kv : {"k", "v"})
+    out.push_back({p + kv + "_proj." + kv + "_scale", DType::kF32, {}});
+  return out;
+}
+
+void ModeloptExporter::resume(int64_t next_step) {
+  STRATA_ASSERT(next_step >= 0 && next_step <= steps(), "resume at step ", next_step);
+  writer_->resume(next_step == 0 ? 0 : step_end_[static_cast<size_t>(next_step - 1)]);
+}
+
+void ModeloptExporter::release_source(int64_t step) const {
+  const std::vector<std::string>* names = &head_tensors_;
+  if (step == plan_.num_layers + 1) names = &tail_tensors_;
+  if (step >= 1 && step <= plan_.num_layers) {
+    auto it = layer_tensors_.find(step - 1);
+    if (it == layer_tensors_.end()) return;
+    names = &it->second;
+  }
+  for (const std::string& name : *names)
+    ckpt_.release(name);
+}
+
+uint64_t ModeloptExporter::source_bytes(int64_t step) const {
+  const std::vector<std::string>* names = &head_tensors_;
+  if (step == plan_.num_layers + 1) names = &tail_tensors_;
+  std::vector<std::string> none;
+  if (step >= 1 && step <= plan_.num_layers) {
+    auto it = layer_tensors_.find(step - 1);
+    names = it == layer_tensors_.end() ? &none : &it->second;
+  }
+  uint64_t n = 0;
+  for (const std::string& name : *names) {
+    const TensorEntry& e = ckpt_.entry(name);
+    n += e.end - e.begin;
+  }
+  return n;
+}
+
+uint64_t ModeloptExporter::output_bytes() const {
+  uint64_t n = 0;
+  for (const TensorSpec& t : outputs_)
+    n += t.nbytes();
+  return n;
 }
 
 ModeloptExporter::~ModeloptExporter() = default;
@@ -167,7 +270,7 @@ void ModeloptExporter::write_tensors(const std::vector<std::string>& names,
         continue;
       }
     }
-    writer_->add(name, ckpt_.tensor(name));
+    writer_->add(name, ckpt_.tensor(name));  // a view: read from the mapping as it is written
   }
 }
 

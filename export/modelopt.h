@@ -11,6 +11,10 @@
 // Scales: NVFP4 weight_scale_2 from the max weight amax of the module's fused group; input scales
 // from the max activation amax of the fused group, or for routed experts of all experts of the
 // layer for that projection (an expert no token reached gets the shared scale).
+// Every output tensor is known from the plan before any work (output_plan()): the shards are
+// laid out up front and written in place (io/safetensors_writer.h, PlannedShardWriter), so a
+// killed run resumes at a step boundary. Steps: 0 the head, 1..num_layers the decoder layers,
+// num_layers + 1 the tail.
 // finish() writes the index, config.json (quantization_config replaced), hf_quant_config.json
 // and copies every other source file (tokenizer, generation_config.json, chat template, ...).
 #pragma once
@@ -47,6 +51,20 @@ class ModeloptExporter {
                    std::string out_dir, ExportOptions options);
   ~ModeloptExporter();
 
+  int64_t steps() const { return plan_.num_layers + 2; }
+  // Takes steps [0, next_step) as written by an earlier run of the same plan (see
+  // PlannedShardWriter::resume).
+  void resume(int64_t next_step);
+  // Makes everything written so far durable; then publish() renames the complete shards.
+  void sync() { writer_->sync(); }
+  void publish() { writer_->publish(); }
+  // Files of the output directory that hold the work synced so far.
+  std::vector<std::string> vouched_files() const { return writer_->vouched_files(); }
+  uint64_t bytes_written() const { return writer_->bytes_written(); }
+  uint64_t output_bytes() const;              // of every planned tensor
+  uint64_t source_bytes(int64_t step) const;  // of the checkpoint tensors step `step` reads
+  void release_source(int64_t step) const;    // drops them from the resident set
+
   // Tensors outside the decoder layers that come first (the embeddings).
   void write_head();
   // Every tensor of decoder layer `layer`, quantized per the plan with `calib`'s statistics.
@@ -61,6 +79,8 @@ class ModeloptExporter {
   static std::vector<std::string> exclude_modules(const QuantPlan& plan);
 
  private:
+  std::vector<TensorSpec> outputs_of(const std::vector<std::string>& names) const;
+  std::vector<TensorSpec> kv_outputs(int64_t layer) const;
   void write_tensors(const std::vector<std::string>& names, const MaxCalibrator* calib);
   void write_module(const PlannedModule& m, const MaxCalibrator* calib);
 
@@ -70,7 +90,9 @@ class ModeloptExporter {
   std::string out_dir_;
   ExportOptions options_;
   ArchInfo arch_;
-  std::unique_ptr<ShardedWriter> writer_;
+  std::unique_ptr<PlannedShardWriter> writer_;
+  std::vector<TensorSpec> outputs_;  // every output tensor, in write order
+  std::vector<size_t> step_end_;     // step s writes outputs_ [step_end_[s-1], step_end_[s])
   std::map<int64_t, std::vector<std::string>> layer_tensors_;  // layer -> checkpoint names
   std::vector<std::string> head_tensors_, tail_tensors_;
   std::vector<std::string> written_;  // shard names after finish

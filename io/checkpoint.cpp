@@ -1,5 +1,8 @@
 #include "io/checkpoint.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <set>
@@ -161,6 +164,18 @@ const SafetensorsFile& Checkpoint::shard_of(std::string_view name) const {
 
 Tensor Checkpoint::tensor(std::string_view name) const {
   return shard_of(name).tensor(entry(name));
+}
+
+void Checkpoint::release(std::string_view name) const {
+  const SafetensorsFile& f = shard_of(name);
+  const TensorEntry& e = entry(name);
+  const uint8_t* base = f.mapping()->data();
+  if (base == nullptr) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t a =
+      reinterpret_cast<uintptr_t>(base + f.header().data_offset + e.begin) / page * page;
+  const uintptr_t z = reinterpret_cast<uintptr_t>(base + f.header().data_offset + e.end);
+  if (z > a) (void)::madvise(reinterpret_cast<void*>(a), z - a, MADV_DONTNEED);  // advice only
 }
 
 uint64_t Checkpoint::bytes_on_disk() const {

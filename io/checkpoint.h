@@ -38,6 +38,9 @@ class Checkpoint {
   const SafetensorsFile& shard_of(std::string_view name) const;  // throws when absent
   Tensor tensor(std::string_view name) const;  // zero-copy view; throws when absent
   const std::vector<SafetensorsFile>& shards() const { return shards_; }
+  // Drops the tensor's pages from this process's resident set (they stay in the page cache and
+  // fault back in if read again): what keeps RSS at one layer while the whole file is mapped.
+  void release(std::string_view name) const;
   // Sum of the shard files' sizes.
   uint64_t bytes_on_disk() const;
 

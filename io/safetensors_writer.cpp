@@ -125,63 +125,24 @@ uint64_t round_up(uint64_t x, uint64_t a) {
   return (x + a - 1) / a * a;
 }
 
-// Writes the safetensors bytes of `tensors` to `out`:
-//   [0, 8)          header length N (u64, little-endian), N a multiple of 8
-//   [8, 8+N)        JSON header: __metadata__ first (when there is any), then each tensor in
-//                   data order as {"dtype", "shape", "data_offsets"}; padded with spaces
-//   [8+N, ...)      data, contiguous (the reference safetensors library rejects gaps between
-//                   tensors). Data order: tensors with the widest elements first (8-, 4-, 2-,
-//                   then 1-byte and packed), the given order within each width, so that every
-//                   tensor starts at a multiple of its element size.
+// Writes the safetensors bytes of `tensors` to `out` (layout: safetensors_layout).
 void write_safetensors_to(AtomicFile& out, const std::string& path, const NamedTensors& tensors,
                           const std::map<std::string, std::string>& metadata) {
-  Json header = Json::object();
-  if (!metadata.empty()) {
-    Json m = Json::object();
-    for (const auto& [k, v] : metadata)
-      m[k] = v;
-    header["__metadata__"] = std::move(m);
-  }
-  std::vector<size_t> order(tensors.size());
-  for (size_t i = 0; i < order.size(); ++i)
-    order[i] = i;
-  auto width = [&](size_t i) { return dtype_bits(tensors[i].second.dtype()); };
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return width(a) > width(b); });
-  std::set<std::string_view> seen;
-  uint64_t offset = 0;
-  for (size_t i : order) {
-    const auto& [name, t] = tensors[i];
-    STRATA_CHECK(!name.empty(), path, ": a tensor has an empty name");
-    STRATA_CHECK(name != "__metadata__", path, ": a tensor may not be named __metadata__");
-    STRATA_CHECK(seen.insert(name).second, path, ": tensor '", name, "' given twice");
+  std::vector<TensorSpec> specs;
+  for (const auto& [name, t] : tensors) {
     STRATA_CHECK(t.defined(), path, ": tensor '", name, "' is undefined");
     STRATA_CHECK(t.device() == Device::kCPU, path, ": tensor '", name,
                  "' is not in host memory; copy it to the CPU before writing");
-    Json shape = Json::array();
-    for (int64_t d : t.shape())
-      shape.push_back(d);
-    Json entry = Json::object();
-    entry["dtype"] = std::string(dtype_safetensors_name(t.dtype()));
-    entry["shape"] = std::move(shape);
-    entry["data_offsets"] = Json::array({offset, offset + t.nbytes()});
-    header[name] = std::move(entry);
-    offset += t.nbytes();
+    specs.push_back({name, t.dtype(), t.shape()});
   }
-  std::string text;
-  try {
-    text = header.dump();
-  } catch (const nlohmann::json::exception& e) {
-    fail(path,
-         ": cannot encode the header (a tensor or metadata name is not valid UTF-8): ", e.what());
-  }
-  text.resize(round_up(text.size(), kAlign), ' ');
-
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i)
-    len[i] = static_cast<uint8_t>(uint64_t{text.size()} >> (8 * i));
-  out.write(len, 8);
-  out.write(text.data(), text.size());
+  const SafetensorsLayout layout = safetensors_layout(specs, metadata, path);
+  out.write(layout.head.data(), layout.head.size());
+  // Data is contiguous, so writing the tensors in offset order writes the file front to back.
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return layout.offsets[a] < layout.offsets[b]; });
   for (size_t i : order)
     out.write(tensors[i].second.bytes(), tensors[i].second.nbytes());
 }
@@ -192,7 +153,93 @@ std::string shard_name(const std::string& prefix, size_t k, size_t n) {
   return prefix + buf;
 }
 
+// {"metadata": {"total_size": N}, "weight_map": {...}}, as transformers writes it (indent 2, keys
+// sorted, trailing newline). Written last: its presence means complete.
+void write_shard_index(const std::string& out_dir, const std::string& prefix,
+                       const std::vector<std::string>& finals,
+                       const std::vector<std::vector<std::string>>& names, uint64_t total_bytes) {
+  std::map<std::string, std::string> sorted;  // tensor name -> shard file, sorted by name
+  for (size_t i = 0; i < finals.size(); ++i) {
+    for (const std::string& t : names[i])
+      sorted.emplace(t, finals[i]);
+  }
+  Json weight_map = Json::object();
+  for (const auto& [t, shard] : sorted)
+    weight_map[t] = shard;
+  Json index = Json::object();
+  index["metadata"] = Json::object({{"total_size", total_bytes}});
+  index["weight_map"] = std::move(weight_map);
+  write_file_atomic((fs::path(out_dir) / (prefix + ".safetensors.index.json")).string(),
+                    index.dump(2) + "\n");
+}
+
 }  // namespace
+
+uint64_t TensorSpec::nbytes() const {
+  return dtype_bytes(dtype, shape_numel(shape));
+}
+
+// The layout of a safetensors file:
+//   [0, 8)          header length N (u64, little-endian), N a multiple of 8
+//   [8, 8+N)        JSON header: __metadata__ first (when there is any), then each tensor in
+//                   data order as {"dtype", "shape", "data_offsets"}; padded with spaces
+//   [8+N, ...)      data, contiguous (the reference safetensors library rejects gaps between
+//                   tensors). Data order: tensors with the widest elements first (8-, 4-, 2-,
+//                   then 1-byte and packed), the given order within each width, so that every
+//                   tensor starts at a multiple of its element size.
+SafetensorsLayout safetensors_layout(const std::vector<TensorSpec>& tensors,
+                                     const std::map<std::string, std::string>& metadata,
+                                     const std::string& path) {
+  Json header = Json::object();
+  if (!metadata.empty()) {
+    Json m = Json::object();
+    for (const auto& [k, v] : metadata)
+      m[k] = v;
+    header["__metadata__"] = std::move(m);
+  }
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  auto width = [&](size_t i) { return dtype_bits(tensors[i].dtype); };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return width(a) > width(b); });
+  std::set<std::string_view> seen;
+  SafetensorsLayout layout;
+  layout.offsets.resize(tensors.size());
+  uint64_t offset = 0;
+  for (size_t i : order) {
+    const TensorSpec& t = tensors[i];
+    STRATA_CHECK(!t.name.empty(), path, ": a tensor has an empty name");
+    STRATA_CHECK(t.name != "__metadata__", path, ": a tensor may not be named __metadata__");
+    STRATA_CHECK(seen.insert(t.name).second, path, ": tensor '", t.name, "' given twice");
+    Json shape = Json::array();
+    for (int64_t d : t.shape)
+      shape.push_back(d);
+    Json entry = Json::object();
+    entry["dtype"] = std::string(dtype_safetensors_name(t.dtype));
+    entry["shape"] = std::move(shape);
+    entry["data_offsets"] = Json::array({offset, offset + t.nbytes()});
+    header[t.name] = std::move(entry);
+    layout.offsets[i] = offset;
+    offset += t.nbytes();
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception& e) {
+    fail(path,
+         ": cannot encode the header (a tensor or metadata name is not valid UTF-8): ", e.what());
+  }
+  text.resize(round_up(text.size(), kAlign), ' ');
+  layout.head.resize(8);
+  for (int i = 0; i < 8; ++i)
+    layout.head[static_cast<size_t>(i)] = static_cast<char>(uint64_t{text.size()} >> (8 * i));
+  layout.head += text;
+  for (uint64_t& o : layout.offsets)
+    o += layout.head.size();
+  layout.file_size = layout.head.size() + offset;
+  return layout;
+}
 
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata) {
@@ -259,13 +306,8 @@ std::vector<std::string> ShardedWriter::finish() {
   STRATA_CHECK(!temp_shards_.empty(), out_dir_, ": no tensors to write");
   const size_t n = temp_shards_.size();
   std::vector<std::string> finals;
-  Json weight_map = Json::object();
-  std::map<std::string, std::string> sorted;  // tensor name -> shard file, sorted by name
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < n; ++i)
     finals.push_back(shard_name(options_.prefix, i + 1, n));
-    for (const std::string& t : shard_names_[i])
-      sorted.emplace(t, finals.back());
-  }
   for (size_t i = 0; i < n; ++i) {
     const std::string final_path = (fs::path(out_dir_) / finals[i]).string();
     if (::rename(temp_shards_[i].c_str(), final_path.c_str()) != 0) {
@@ -274,16 +316,194 @@ std::vector<std::string> ShardedWriter::finish() {
     temp_shards_[i].clear();  // now owned by its final name
   }
   fsync_dir(out_dir_);
-  for (const auto& [t, shard] : sorted)
-    weight_map[t] = shard;
-  // {"metadata": {"total_size": N}, "weight_map": {...}}, as transformers writes it
-  // (indent 2, keys sorted, trailing newline). Written last: its presence means complete.
-  Json index = Json::object();
-  index["metadata"] = Json::object({{"total_size", total_bytes_}});
-  index["weight_map"] = std::move(weight_map);
-  write_file_atomic((fs::path(out_dir_) / (options_.prefix + ".safetensors.index.json")).string(),
-                    index.dump(2) + "\n");
+  write_shard_index(out_dir_, options_.prefix, finals, shard_names_, total_bytes_);
   finished_ = true;
+  return finals;
+}
+
+// ---- PlannedShardWriter ------------------------------------------------------------------
+
+namespace {
+
+void pwrite_all(int fd, const void* data, size_t n, uint64_t offset, const std::string& path) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const size_t chunk = n < (size_t{1} << 30) ? n : (size_t{1} << 30);
+    const ssize_t w = ::pwrite(fd, p, chunk, static_cast<off_t>(offset));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int err = w < 0 ? errno : EIO;
+      fail(path, ": write failed: ", std::strerror(err),
+           err == ENOSPC ? " (the disk is full; free space and run the same command again)" : "");
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+    offset += static_cast<uint64_t>(w);
+  }
+}
+
+}  // namespace
+
+PlannedShardWriter::PlannedShardWriter(std::string out_dir, std::vector<TensorSpec> plan,
+                                       ShardedWriterOptions options)
+    : out_dir_(std::move(out_dir)), options_(std::move(options)), plan_(std::move(plan)) {
+  std::error_code ec;
+  STRATA_CHECK(fs::is_directory(out_dir_, ec), out_dir_,
+               ": output directory does not exist (create it first)");
+  STRATA_CHECK(!options_.prefix.empty() && options_.prefix.find('/') == std::string::npos, out_dir_,
+               ": shard prefix \"", options_.prefix, "\" must be a plain file name");
+  STRATA_CHECK(options_.max_shard_bytes > 0, out_dir_, ": max_shard_bytes must be positive");
+  STRATA_CHECK(!plan_.empty(), out_dir_, ": no tensors to write");
+  // The same boundaries as ShardedWriter::add.
+  std::vector<std::pair<size_t, size_t>> ranges;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < plan_.size(); ++i) {
+    const uint64_t n = plan_[i].nbytes();
+    if (ranges.empty() || (i > ranges.back().first && bytes + n > options_.max_shard_bytes)) {
+      ranges.emplace_back(i, i);
+      bytes = 0;
+    }
+    ranges.back().second = i + 1;
+    bytes += n;
+    shard_of_.push_back(ranges.size() - 1);
+  }
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    Shard s;
+    s.final_name = shard_name(options_.prefix, k + 1, ranges.size());
+    s.partial_name = "." + s.final_name + ".partial";
+    s.begin = ranges[k].first;
+    s.end = ranges[k].second;
+    s.layout = safetensors_layout({plan_.begin() + static_cast<int64_t>(s.begin),
+                                   plan_.begin() + static_cast<int64_t>(s.end)},
+                                  options_.metadata, path_of(s.final_name));
+    shards_.push_back(std::move(s));
+  }
+}
+
+PlannedShardWriter::~PlannedShardWriter() {
+  for (Shard& s : shards_) {
+    if (s.fd >= 0) ::close(s.fd);
+  }
+}
+
+std::string PlannedShardWriter::path_of(const std::string& name) const {
+  return (fs::path(out_dir_) / name).string();
+}
+
+void PlannedShardWriter::open_shard(Shard& s, bool create) {
+  const std::string path = path_of(s.partial_name);
+  s.fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | (create ? O_CREAT | O_TRUNC : 0), 0644);
+  if (s.fd < 0) fail(path, ": cannot open for writing: ", std::strerror(errno));
+  if (!create) return;
+  // Reserve the whole file now, so that a full disk stops the run here rather than mid-shard.
+  const int rc = ::posix_fallocate(s.fd, 0, static_cast<off_t>(s.layout.file_size));
+  if (rc == ENOSPC) {
+    fail(path, ": cannot reserve ", s.layout.file_size,
+         " bytes: the disk is full; free space and run the same command again");
+  }
+  if (rc != 0 && ::ftruncate(s.fd, static_cast<off_t>(s.layout.file_size)) != 0) {
+    fail(path, ": cannot size the file: ", std::strerror(errno));
+  }
+  pwrite_all(s.fd, s.layout.head.data(), s.layout.head.size(), 0, path);
+  s.dirty = true;
+}
+
+std::vector<std::string> PlannedShardWriter::vouched_files() const {
+  std::vector<std::string> files;
+  for (const Shard& s : shards_) {
+    if (s.end <= synced_) files.push_back(s.published ? s.final_name : s.partial_name);
+    if (s.begin < synced_ && synced_ < s.end) files.push_back(s.partial_name);
+  }
+  return files;
+}
+
+void PlannedShardWriter::resume(size_t n) {
+  STRATA_ASSERT(next_ == 0 && n <= plan_.size(), "resume(", n, ") after writing ", next_);
+  for (Shard& s : shards_) {
+    if (s.begin >= n) break;
+    const std::string partial = path_of(s.partial_name), final_path = path_of(s.final_name);
+    std::error_code ec;
+    if (s.end <= n && fs::exists(final_path, ec)) {
+      STRATA_CHECK(fs::file_size(final_path, ec) == s.layout.file_size, final_path,
+                   " has the wrong size for the run being resumed; run again with --overwrite");
+      s.published = true;
+      continue;
+    }
+    STRATA_CHECK(fs::exists(partial, ec) && fs::file_size(partial, ec) == s.layout.file_size,
+                 partial,
+                 " is missing or has the wrong size, but the resume manifest says it "
+                 "holds finished work; run again with --overwrite to start over");
+    if (s.begin < n && n < s.end) open_shard(s, false);  // continue writing it
+  }
+  for (size_t i = 0; i < n; ++i)
+    bytes_written_ += plan_[i].nbytes();
+  next_ = synced_ = n;
+  publish();  // shards complete before a kill that came ahead of their rename
+}
+
+void PlannedShardWriter::add(const std::string& name, const Tensor& tensor) {
+  STRATA_ASSERT(next_ < plan_.size(), "tensor '", name, "' beyond the planned ", plan_.size());
+  const TensorSpec& want = plan_[next_];
+  STRATA_ASSERT(name == want.name && tensor.dtype() == want.dtype && tensor.shape() == want.shape,
+                "tensor '", name, "' ", dtype_name(tensor.dtype()), " ", shape_str(tensor.shape()),
+                " written where the plan has '", want.name, "' ", dtype_name(want.dtype), " ",
+                shape_str(want.shape));
+  STRATA_CHECK(tensor.device() == Device::kCPU, out_dir_, ": tensor '", name,
+               "' is not in host memory; copy it to the CPU before writing");
+  Shard& s = shards_[shard_of_[next_]];
+  if (s.fd < 0) open_shard(s, next_ == s.begin);
+  pwrite_all(s.fd, tensor.bytes(), tensor.nbytes(), s.layout.offsets[next_ - s.begin],
+             path_of(s.partial_name));
+  s.dirty = true;
+  bytes_written_ += tensor.nbytes();
+  ++next_;
+}
+
+void PlannedShardWriter::sync() {
+  for (Shard& s : shards_) {
+    if (!s.dirty) continue;
+    const std::string path = path_of(s.partial_name);
+    if (::fsync(s.fd) != 0) fail(path, ": fsync failed: ", std::strerror(errno));
+    s.dirty = false;
+    if (s.end <= next_) {
+      const int rc = ::close(s.fd);
+      s.fd = -1;
+      if (rc != 0) fail(path, ": close failed: ", std::strerror(errno));
+    }
+  }
+  fsync_dir(out_dir_);
+  synced_ = next_;
+}
+
+void PlannedShardWriter::publish() {
+  bool renamed = false;
+  for (Shard& s : shards_) {
+    if (s.published || s.end > synced_) continue;
+    const std::string partial = path_of(s.partial_name), final_path = path_of(s.final_name);
+    if (::rename(partial.c_str(), final_path.c_str()) != 0) {
+      fail(final_path, ": cannot rename ", partial, " into place: ", std::strerror(errno));
+    }
+    s.published = renamed = true;
+  }
+  if (renamed) fsync_dir(out_dir_);
+}
+
+std::vector<std::string> PlannedShardWriter::finish() {
+  STRATA_ASSERT(next_ == plan_.size(), "finish after ", next_, " of ", plan_.size(), " tensors");
+  sync();
+  publish();
+  std::vector<std::string> finals;
+  std::vector<std::vector<std::string>> names;
+  uint64_t total = 0;
+  for (const Shard& s : shards_) {
+    finals.push_back(s.final_name);
+    names.emplace_back();
+    for (size_t i = s.begin; i < s.end; ++i) {
+      names.back().push_back(plan_[i].name);
+      total += plan_[i].nbytes();
+    }
+  }
+  write_shard_index(out_dir_, options_.prefix, finals, names, total);
   return finals;
 }
 

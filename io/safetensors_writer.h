@@ -56,6 +56,82 @@ class ShardedWriter {
   bool finished_ = false;
 };
 
+// The output tensors of a run, known before any of them is computed: enough to lay out every
+// shard (names, header, offsets) up front.
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::kU8;
+  Shape shape;
+  uint64_t nbytes() const;
+};
+
+// The bytes before the data section of a safetensors file holding `tensors` (in that order),
+// and where each tensor's data lies in the file: the layout write_safetensors writes.
+struct SafetensorsLayout {
+  std::string head;               // 8-byte length + the padded JSON header
+  std::vector<uint64_t> offsets;  // file offset of each tensor's data, in the given order
+  uint64_t file_size = 0;
+};
+SafetensorsLayout safetensors_layout(const std::vector<TensorSpec>& tensors,
+                                     const std::map<std::string, std::string>& metadata,
+                                     const std::string& path);
+
+// Writes a sharded checkpoint whose every tensor is declared up front (`plan`, in write order),
+// so that shard names, headers and offsets are fixed before any work and a killed run can
+// continue where it stopped. Shard boundaries are ShardedWriter's: a shard closes before a
+// tensor that would take it past max_shard_bytes, so both writers give the same bytes.
+//
+// A shard is written in place under `.<final name>.partial` (created at full size with its
+// header; each tensor pwritten at its offset) and renamed to its final name by publish() once
+// every one of its tensors is written and synced. resume(n) takes the first n planned tensors as
+// already written by an earlier run of the same plan (the caller vouches for that, e.g. through
+// a manifest): it checks their shards are there, reopens a partly written one, and renames
+// complete ones that a kill left under their partial name.
+class PlannedShardWriter {
+ public:
+  PlannedShardWriter(std::string out_dir, std::vector<TensorSpec> plan,
+                     ShardedWriterOptions options = {});
+  ~PlannedShardWriter();  // closes files; partial shards stay for a later resume
+  PlannedShardWriter(const PlannedShardWriter&) = delete;
+  PlannedShardWriter& operator=(const PlannedShardWriter&) = delete;
+
+  size_t shard_count() const { return shards_.size(); }
+  size_t written() const { return next_; }  // planned tensors written (or resumed) so far
+  uint64_t bytes_written() const { return bytes_written_; }
+  // The files of out_dir that hold work up to written(): complete shards under their final
+  // names, the partly written shard under its partial name.
+  std::vector<std::string> vouched_files() const;
+
+  void resume(size_t n);
+  // Must be the next planned tensor, with the planned dtype and shape.
+  void add(const std::string& name, const Tensor& tensor);
+  // Makes every tensor added so far durable (fsync of the shards written to since last time).
+  void sync();
+  // Renames every shard whose tensors are all written and synced to its final name.
+  void publish();
+  // After every planned tensor is written: publishes, writes <prefix>.safetensors.index.json
+  // and returns the shard file names.
+  std::vector<std::string> finish();
+
+ private:
+  struct Shard {
+    std::string final_name, partial_name;
+    size_t begin = 0, end = 0;  // planned tensors [begin, end)
+    SafetensorsLayout layout;
+    int fd = -1;
+    bool dirty = false, published = false;
+  };
+  void open_shard(Shard& s, bool create);
+  std::string path_of(const std::string& name) const;
+  std::string out_dir_;
+  ShardedWriterOptions options_;
+  std::vector<TensorSpec> plan_;
+  std::vector<size_t> shard_of_;  // planned tensor -> shard
+  std::vector<Shard> shards_;
+  size_t next_ = 0, synced_ = 0;
+  uint64_t bytes_written_ = 0;
+};
+
 // Writes `contents` to `path` atomically (temp name in the same directory, fsync, rename).
 // A full disk or any write error is a strata::Error naming the file; the temp file is removed.
 void write_file_atomic(const std::string& path, std::string_view contents);

@@ -1,0 +1,127 @@
+#include "engine/resume.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "io/json.h"
+#include "io/safetensors_writer.h"
+
+namespace fs = std::filesystem;
+
+namespace strata {
+
+void Fnv64::add(const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h_ ^= p[i];
+    h_ *= 0x100000001b3ull;
+  }
+}
+
+std::string Fnv64::hex() const {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h_));
+  return buf;
+}
+
+std::map<std::string, std::string> run_identity(const ModelConfig& config, const Checkpoint& ckpt,
+                                                const QuantPlan& plan,
+                                                const std::vector<std::vector<int32_t>>& tokens,
+                                                const std::string& options,
+                                                const std::string& version) {
+  std::map<std::string, std::string> id;
+  Fnv64 source;
+  {
+    std::ifstream in(config.path, std::ios::binary);
+    STRATA_CHECK(in, config.path, ": cannot open for reading");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    source.add(ss.str());
+  }
+  for (const SafetensorsFile& f : ckpt.shards()) {
+    source.add(fs::path(f.path()).filename().string());
+    source.add_u64(f.file_size());
+    source.add(f.mapping()->data(), f.header().data_offset);
+  }
+  id["source"] = source.hex();
+  Fnv64 recipe;
+  for (const PlannedModule& m : plan.modules) {
+    recipe.add(m.module);
+    recipe.add(qformat_name(m.format));
+  }
+  recipe.add(kv_cache_format_name(plan.recipe.kv_cache));
+  id["recipe"] = recipe.hex();
+  Fnv64 calib;
+  for (const std::vector<int32_t>& s : tokens) {
+    calib.add_u64(s.size());
+    calib.add(s.data(), s.size() * sizeof(int32_t));
+  }
+  id["calibration"] = calib.hex();
+  Fnv64 opt;
+  opt.add(options);
+  id["options"] = opt.hex();
+  id["version"] = version;
+  return id;
+}
+
+std::string identity_changes(const std::map<std::string, std::string>& have,
+                             const std::map<std::string, std::string>& want) {
+  std::string changed;
+  for (const char* part : {"source", "recipe", "calibration", "options", "version"}) {
+    auto a = have.find(part), b = want.find(part);
+    const bool same = a != have.end() && b != want.end() && a->second == b->second;
+    if (!same) changed += (changed.empty() ? "" : ", ") + std::string(part);
+  }
+  return changed;
+}
+
+std::optional<ResumeState> read_resume_manifest(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  const Json j = json_read_file(path);
+  ResumeState s;
+  try {
+    STRATA_CHECK(j.at("format").get<std::string>() == "strata-resume-1", path,
+                 ": not a strata resume manifest of this version; run with --overwrite");
+    for (const auto& [k, v] : j.at("identity").items())
+      s.identity[k] = v.get<std::string>();
+    s.steps = j.at("steps").get<int64_t>();
+    s.next_step = j.at("next_step").get<int64_t>();
+    s.hidden_file = j.at("hidden_file").get<std::string>();
+    for (const Json& l : j.at("layers")) {
+      LayerReport r;
+      r.layer = l.at(0).get<int64_t>();
+      r.experts = l.at(1).get<int64_t>();
+      r.experts_without_tokens = l.at(2).get<int64_t>();
+      s.layers.push_back(r);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": malformed resume manifest (", e.what(), "); run with --overwrite to start over");
+  }
+  STRATA_CHECK(
+      s.next_step >= 0 && s.next_step <= s.steps && s.hidden_file.find('/') == std::string::npos,
+      path, ": malformed resume manifest; run with --overwrite to start over");
+  return s;
+}
+
+void write_resume_manifest(const std::string& path, const ResumeState& s) {
+  Json j = Json::object();
+  j["format"] = "strata-resume-1";
+  Json id = Json::object();
+  for (const auto& [k, v] : s.identity)
+    id[k] = v;
+  j["identity"] = id;
+  j["steps"] = s.steps;
+  j["next_step"] = s.next_step;
+  j["hidden_file"] = s.hidden_file;
+  Json layers = Json::array();
+  for (const LayerReport& r : s.layers)
+    layers.push_back(Json::array({r.layer, r.experts, r.experts_without_tokens}));
+  j["layers"] = layers;
+  write_file_atomic(path, j.dump(2) + "\n");
+}
+
+}  // namespace strata

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Kills `strata quantize` with SIGKILL at random moments and resumes it until it completes; every
+# resumed output must equal an uninterrupted run's, file for file (sha256 of every file, hidden
+# ones included), with no resume folder left behind. Then: a changed recipe or calibration is
+# refused naming the change, a non-empty directory without a manifest is refused, and
+# --overwrite starts over.
+#   tests/engine/kill_resume_test.sh STRATA [MODEL] [TRIALS] [SEED]
+# STRATA_TEST_SLOW_LAYER_MS (a test hook of engine/quantize.cpp) makes every step sleep after its
+# tensors are written and before it is committed, so that kills land mid-run on tiny fixtures.
+set -euo pipefail
+strata=$1 model=${2:-qwen3_moe} trials=${3:-24} seed=${4:-20240601}
+src=tests/fixtures/models/$model
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+python3 - "$src/reference.safetensors" > "$work/tokens.jsonl" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+s = 0
+while f"tokens.{s}" in header:
+    a, z = header[f"tokens.{s}"]["data_offsets"]
+    data = raw[8 + n + a:8 + n + z]
+    print(json.dumps(list(struct.unpack(f"<{len(data) // 4}i", data))))
+    s += 1
+PY
+count=$(wc -l < "$work/tokens.jsonl")
+# Shards of ~52 KiB: several shards, some spanning two layers, so partly written shards are hit.
+common=(quantize --model "$src" --calib_data "$work/tokens.jsonl" --calib_size "$count"
+        --calib_min_tokens 1 --batch_size 2 --max_shard_size_gb 0.00005)
+args=("${common[@]}" --recipe nvfp4-kv_fp8)
+
+sums() { (cd "$1" && find . -type f | sort | xargs sha256sum); }
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$strata" "${args[@]}" -q --export_path "$work/ref" > /dev/null
+sums "$work/ref" > "$work/ref.sums"
+[ "$(wc -l < "$work/ref.sums")" -ge 5 ] || fail "reference export has too few files"
+[ ! -e "$work/ref.strata_resume" ] || fail "reference run left its resume folder"
+
+RANDOM=$seed
+resumed=0 kills=0
+for ((t = 0; t < trials; t++)); do
+  out=$work/t$t log=$work/t$t.log
+  : > "$log"
+  # One to three killed attempts, each after a random delay, then one left to finish.
+  rounds=$((1 + RANDOM % 3))
+  for ((r = 0; r < rounds; r++)); do
+    STRATA_TEST_SLOW_LAYER_MS=25 "$strata" "${args[@]}" --export_path "$out" >> "$log" 2>&1 &
+    pid=$!
+    sleep "$(printf '0.%03d' $((RANDOM % 220)))"
+    if kill -9 "$pid" 2> /dev/null; then kills=$((kills + 1)); fi
+    wait "$pid" 2> /dev/null || true
+  done
+  # A kill after the manifest was removed left a complete export: nothing to resume.
+  if [ -f "$out/model.safetensors.index.json" ] && [ ! -e "$out.strata_resume/manifest.json" ]; then
+    rm -rf "$out.strata_resume"
+  else
+    "$strata" "${args[@]}" --export_path "$out" >> "$log" 2>&1 || { cat "$log"; fail "trial $t: resumed run failed"; }
+  fi
+  grep -q "resuming at" "$log" && resumed=$((resumed + 1))
+  sums "$out" > "$work/t$t.sums"
+  diff "$work/ref.sums" "$work/t$t.sums" > /dev/null || { diff "$work/ref.sums" "$work/t$t.sums"; cat "$log"; fail "trial $t: output differs from the uninterrupted run"; }
+  [ ! -e "$out.strata_resume" ] || fail "trial $t: resume folder left behind"
+  rm -rf "$out"
+done
+echo "$trials trials, $kills kills, $resumed trials resumed an interrupted run; every output identical"
+[ "$resumed" -ge $((trials / 2)) ] || fail "only $resumed of $trials trials resumed: kills missed the run"
+
+# A manifest exists from the first moment of a run: kill one once it is there.
+STRATA_TEST_SLOW_LAYER_MS=2000 "$strata" "${args[@]}" --export_path "$work/x" > /dev/null 2>&1 &
+pid=$!
+for _ in $(seq 100); do [ -f "$work/x.strata_resume/manifest.json" ] && break; sleep 0.05; done
+kill -9 "$pid"; wait "$pid" 2> /dev/null || true
+[ -f "$work/x.strata_resume/manifest.json" ] || fail "no manifest after starting a run"
+
+expect_refused() {  # expected-substring, args...
+  local want=$1; shift
+  if "$strata" "$@" -q > "$work/r.out" 2> "$work/r.err"; then fail "accepted: $*"; fi
+  grep -qF -- "$want" "$work/r.err" || { cat "$work/r.err"; fail "stderr lacks: $want"; }
+  [ "$(wc -l < "$work/r.err")" -eq 1 ] || { cat "$work/r.err"; fail "expected one line on stderr"; }
+}
+expect_refused "another job (changed: recipe)" "${common[@]}" --recipe fp8-kv_fp8 --export_path "$work/x"
+expect_refused "--overwrite" "${common[@]}" --recipe fp8-kv_fp8 --export_path "$work/x"
+expect_refused "(changed: calibration)" "${args[@]}" --calib_size 2 --export_path "$work/x"
+mkdir "$work/y" && echo keep > "$work/y/notes.txt"
+expect_refused "is not empty and holds no interrupted strata run" "${args[@]}" --export_path "$work/y"
+[ -f "$work/y/notes.txt" ] || fail "a refused run touched the directory"
+
+# --overwrite starts over: the result equals a fresh fp8 run.
+"$strata" "${common[@]}" --recipe fp8-kv_fp8 -q --export_path "$work/x" --overwrite > /dev/null
+"$strata" "${common[@]}" --recipe fp8-kv_fp8 -q --export_path "$work/fp8" > /dev/null
+sums "$work/fp8" > "$work/fp8.sums"
+sums "$work/x" > "$work/x.sums"
+diff "$work/fp8.sums" "$work/x.sums" || fail "--overwrite output differs from a fresh run"
+[ ! -e "$work/x.strata_resume" ] || fail "--overwrite run left its resume folder"
+"$strata" "${args[@]}" -q --export_path "$work/y" --overwrite > /dev/null
+diff "$work/ref.sums" <(sums "$work/y") || fail "--overwrite of a foreign directory differs"
+echo ok
