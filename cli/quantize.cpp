@@ -130,9 +130,13 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   std::printf("wrote %zu files\n", r.files.size());
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
-  std::printf("peak RSS %.1f MiB; bound %.1f MiB%s\n", static_cast<double>(ru.ru_maxrss) / 1024.0,
-              static_cast<double>(r.memory.total()) / (1024.0 * 1024.0),
-              r.memory.spilled ? " (activation store spilled)" : "");
+  const double to_mib = 1.0 / (1024.0 * 1024.0);
+  std::printf("peak RSS %.1f MiB; bound %.1f MiB%s; least %.1f MiB\n",
+              static_cast<double>(ru.ru_maxrss) / 1024.0,
+              static_cast<double>(r.memory.total()) * to_mib,
+              r.memory.spilled ? " (activation store spilled)" : "",
+              static_cast<double>(r.memory.minimum()) * to_mib);
+  std::printf("memory bound: %s\n", r.memory.describe().c_str());
   return 0;
 }
 

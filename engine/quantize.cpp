@@ -211,7 +211,8 @@ MemoryEstimate estimate_memory(const QuantPlan& plan, const Checkpoint& ckpt,
   std::map<int64_t, std::pair<uint64_t, uint64_t>> layer;  // layer -> (params, source bytes)
   for (const PlannedModule& p : plan.modules) {
     const uint64_t n = static_cast<uint64_t>(p.shape[0] * p.shape[1]);
-    m.quantizer = std::max(m.quantizer, 3 * n * 4);  // fp32 weight, scaled copy, codes
+    if (p.format != QFormat::kNone)  // fp32 weight, scaled copy, codes
+      m.quantizer = std::max(m.quantizer, 3 * n * 4);
     if (p.layer < 0 || p.layer >= plan.num_layers) continue;
     layer[p.layer].first += n;
     layer[p.layer].second += n * static_cast<uint64_t>(dtype_bits(p.dtype)) / 8;
