@@ -190,15 +190,17 @@ uint64_t MemoryEstimate::total() const {
 
 std::string MemoryEstimate::describe() const {
   const std::string two = calibrated ? "2 x " : "";
-  return str(mib(total()), " = ", two, "layer weights ", mib(layer_weights), " fp32 + ", two,
-             "layer source pages ", mib(layer_source), " + quantizer temporaries ", mib(quantizer),
-             " + embedding/lm_head pages ", mib(outside_pages),
+  return str(mib(total()), " = ",
+             calibrated ? str("2 x layer weights ", mib(layer_weights), " fp32 + ")
+                        : std::string("weight-only, no calibration forward: "),
+             two, "layer source pages ", mib(layer_source), " + quantizer temporaries ",
+             mib(quantizer), " + embedding/lm_head pages ", mib(outside_pages),
              calibrated
                  ? str(" + activation store ", mib(activations),
                        spilled ? str(" (one micro-batch; all ", mib(activations_all), " spilled)")
                                : std::string(""),
                        " + micro-batch working set ", mib(working))
-                 : std::string(" (weight-only: no calibration forward)"),
+                 : std::string(""),
              " + fixed overhead ", mib(overhead));
 }
 
