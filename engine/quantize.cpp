@@ -376,7 +376,10 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   const std::string resume_dir =
       job.resume_dir.empty() ? job.export_path + ".strata_resume" : job.resume_dir;
   const std::string manifest = (fs::path(resume_dir) / "manifest.json").string();
-  const std::string offload = job.offload_folder.empty() ? resume_dir : job.offload_folder;
+  // Absolute, so that the manifest names a spill file outside the resume folder unambiguously.
+  const std::string offload = job.offload_folder.empty()
+                                  ? resume_dir
+                                  : fs::absolute(job.offload_folder).lexically_normal().string();
   const std::map<std::string, std::string> identity =
       run_identity(config, ckpt, plan, calibration.sequences,
                    str("batch_size=", result.calibrated ? job.batch_size : 0,

@@ -2,14 +2,14 @@
 # The activation store spilled to files gives the same bytes as held in memory: a run whose store
 # budget (STRATA_TEST_ACTIVATION_BUDGET, a test hook of engine/quantize.cpp) is one byte spills
 # every micro-batch, into the resume folder or into --offload_folder, and every output file
-# must equal an in-memory run's (sha256). Then --max_cpu_memory_gb below the least a run needs is
+# must equal an in-memory run's (sha256), also when killed and resumed. Then --max_cpu_memory_gb below the least a run needs is
 # refused before anything is written, on one line that gives the numbers.
 #   tests/engine/spill_test.sh STRATA [MODEL]
 set -euo pipefail
-strata=$1 model=${2:-qwen3_moe}
-src=tests/fixtures/models/$model
+strata=$(realpath "$1") model=${2:-qwen3_moe}
+src=$PWD/tests/fixtures/models/$model
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 python3 - "$src/reference.safetensors" > "$work/tokens.jsonl" <<'PY'
 import json, struct, sys
 raw = open(sys.argv[1], "rb").read()
@@ -42,6 +42,23 @@ STRATA_TEST_ACTIVATION_BUDGET=1 "$strata" "${args[@]}" --offload_folder "$work/o
 grep -q "spilled to $work/off" "$work/spill2.log" || { cat "$work/spill2.log"; fail "did not spill to --offload_folder"; }
 diff "$work/mem.sums" <(sums "$work/spill2") || fail "--offload_folder output differs from the in-memory run"
 [ -z "$(ls -A "$work/off")" ] || { ls -la "$work/off"; fail "spill files left in --offload_folder"; }
+
+# Killed while its resume file is a spill file in a relative --offload_folder, then resumed.
+mkdir "$work/off3"
+(cd "$work" && STRATA_TEST_ACTIVATION_BUDGET=1 STRATA_TEST_SLOW_LAYER_MS=300 "$strata" "${args[@]}" \
+  --offload_folder off3 --export_path spill3 > spill3.log 2>&1) &
+pid=$!
+for _ in $(seq 200); do
+  grep -q '"hidden_file": "/.*/off3/hidden-' "$work/spill3.strata_resume/manifest.json" 2> /dev/null && break
+  sleep 0.05
+done
+kill -9 "$pid" 2> /dev/null || true; wait "$pid" 2> /dev/null || true
+grep -q '"hidden_file": "/.*/off3/hidden-' "$work/spill3.strata_resume/manifest.json" || fail "no manifest naming a spill file"
+(cd "$work" && STRATA_TEST_ACTIVATION_BUDGET=1 "$strata" "${args[@]}" --offload_folder off3 \
+  --export_path spill3 > spill3b.log 2>&1) || { cat "$work/spill3b.log"; fail "resuming a spilled run failed"; }
+grep -q "resuming at layer" "$work/spill3b.log" || { cat "$work/spill3b.log"; fail "did not resume"; }
+diff "$work/mem.sums" <(sums "$work/spill3") || fail "resumed spilled output differs from the in-memory run"
+[ -z "$(ls -A "$work/off3")" ] || { ls -la "$work/off3"; fail "spill files left in --offload_folder"; }
 
 # Refused up front, with the numbers, before the export directory exists.
 if "$strata" "${args[@]}" -q --max_cpu_memory_gb 0.01 --export_path "$work/refused" > /dev/null 2> "$work/r.err"; then
