@@ -54,9 +54,12 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   args.option("--seed", "N", "seed of the calibration sampling", "1234");
   args.option("--max_shard_size_gb", "GB", "largest output shard", "5");
   args.option("--max_cpu_memory_gb", "GB",
-              "host memory the run may use; a run whose estimate exceeds it is refused before it "
-              "starts (0: no cap)",
+              "host memory the run may use: the calibration hidden states spill to "
+              "--offload_folder when they do not fit beside one layer; a run that cannot fit "
+              "even so is refused before it starts (0: no cap)",
               "0");
+  args.option("--offload_folder", "DIR",
+              "where spilled calibration hidden states go (default: the resume folder)");
   args.flag("--dry-run", "print the plan (formats per module kind, output size, memory) and stop");
   args.flag("--quiet,-q", "only warnings and errors");
   if (!args.parse(argv)) return 0;
@@ -97,6 +100,7 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   job.export_path = args.get("--export_path");
   job.resume_dir = args.get_optional("--resume_dir").value_or("");
   job.overwrite = args.flag_set("--overwrite");
+  job.offload_folder = args.get_optional("--offload_folder").value_or("");
   const double mem_gb = args.get_double("--max_cpu_memory_gb");
   STRATA_CHECK(mem_gb >= 0, "--max_cpu_memory_gb must not be negative");
   job.max_cpu_memory_bytes = static_cast<uint64_t>(mem_gb * 1024.0 * 1024.0 * 1024.0);
@@ -126,9 +130,13 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   std::printf("wrote %zu files\n", r.files.size());
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
-  std::printf("peak RSS %.1f MiB; estimated need %.1f MiB\n",
+  const double to_mib = 1.0 / (1024.0 * 1024.0);
+  std::printf("peak RSS %.1f MiB; bound %.1f MiB%s; least %.1f MiB\n",
               static_cast<double>(ru.ru_maxrss) / 1024.0,
-              static_cast<double>(r.memory.total()) / (1024.0 * 1024.0));
+              static_cast<double>(r.memory.total()) * to_mib,
+              r.memory.spilled ? " (activation store spilled)" : "",
+              static_cast<double>(r.memory.minimum()) * to_mib);
+  std::printf("memory bound: %s\n", r.memory.describe().c_str());
   return 0;
 }
 

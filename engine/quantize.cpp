@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/progress.h"
+#include "engine/activation_store.h"
 #include "engine/resume.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
@@ -157,31 +158,16 @@ void remove_except(const std::string& dir, const std::vector<std::string>& keep)
   }
 }
 
-// The next layer's inputs: one F32 [T_b, H] tensor per micro-batch.
-void save_hidden(const std::string& path, const std::vector<std::vector<float>>& hidden,
-                 int64_t hidden_size) {
-  NamedTensors t;
-  for (size_t b = 0; b < hidden.size(); ++b) {
-    const int64_t rows = static_cast<int64_t>(hidden[b].size()) / hidden_size;
-    t.emplace_back("hidden." + std::to_string(b),
-                   Tensor::view(DType::kF32, {rows, hidden_size}, hidden[b].data(),
-                                hidden[b].size() * sizeof(float),
-                                std::shared_ptr<const void>(hidden[b].data(), [](const void*) {})));
-  }
-  write_safetensors(path, t);
+// Test hook (tests/engine/spill_test.sh): the activation store's budget in bytes, in place of
+// the one --max_cpu_memory_gb leaves, so that tiny fixtures spill.
+std::optional<uint64_t> test_activation_budget() {
+  const char* v = std::getenv("STRATA_TEST_ACTIVATION_BUDGET");
+  if (!v) return std::nullopt;
+  return static_cast<uint64_t>(std::atoll(v));
 }
 
-void load_hidden(const std::string& path, std::vector<std::vector<float>>& hidden) {
-  std::error_code ec;
-  STRATA_CHECK(fs::exists(path, ec), path,
-               ": missing, but the resume manifest needs it; run with --overwrite to start over");
-  SafetensorsFile f = SafetensorsFile::open(path);
-  for (size_t b = 0; b < hidden.size(); ++b) {
-    const TensorEntry* e = f.find("hidden." + std::to_string(b));
-    STRATA_CHECK(e && e->dtype == DType::kF32 && e->end - e->begin == hidden[b].size() * 4, path,
-                 ": hidden.", b, " is missing or has the wrong size; run with --overwrite");
-    std::memcpy(hidden[b].data(), f.tensor(*e).bytes(), hidden[b].size() * 4);
-  }
+std::string mib(uint64_t b) {
+  return human_bytes(static_cast<double>(b));
 }
 
 // Test hook (tests/engine/kill_resume_test.sh): sleep this many milliseconds in every step after
@@ -193,30 +179,67 @@ int64_t test_slow_step_ms() {
 
 }  // namespace
 
-std::string MemoryEstimate::describe() const {
-  return str(human_bytes(static_cast<double>(total())), " (2 x largest layer ",
-             human_bytes(static_cast<double>(layer_weights)),
-             " in fp32, the one computing and the one prefetched",
-             activations
-                 ? str(" + hidden states ", human_bytes(static_cast<double>(activations)),
-                       " + micro-batch working set ", human_bytes(static_cast<double>(working)))
-                 : std::string("; weight-only: no calibration forward"),
-             ")");
+uint64_t MemoryEstimate::fixed() const {
+  const uint64_t copies = calibrated ? 2 : 1;
+  return copies * (layer_weights + layer_source) + quantizer + outside_pages + working + overhead;
 }
 
-MemoryEstimate estimate_memory(const QuantPlan& plan, uint64_t tokens, int64_t seq_len,
-                               int64_t hidden_size, int64_t batch_size) {
+uint64_t MemoryEstimate::total() const {
+  return fixed() + activations;
+}
+
+std::string MemoryEstimate::describe() const {
+  const std::string two = calibrated ? "2 x " : "";
+  return str(mib(total()), " = ",
+             calibrated ? str("2 x layer weights ", mib(layer_weights), " fp32 + ")
+                        : std::string("weight-only, no calibration forward: "),
+             two, "layer source pages ", mib(layer_source), " + quantizer temporaries ",
+             mib(quantizer), " + embedding/lm_head pages ", mib(outside_pages),
+             calibrated
+                 ? str(" + activation store ", mib(activations),
+                       spilled ? str(" (one micro-batch; all ", mib(activations_all), " spilled)")
+                               : std::string(""),
+                       " + micro-batch working set ", mib(working))
+                 : std::string(""),
+             " + fixed overhead ", mib(overhead));
+}
+
+MemoryEstimate estimate_memory(const QuantPlan& plan, const Checkpoint& ckpt,
+                               const std::vector<int64_t>& micro_batch_tokens, int64_t seq_len,
+                               int64_t hidden_size, bool bf16_store) {
   MemoryEstimate m;
-  std::map<int64_t, uint64_t> layer_params;
+  m.calibrated = needs_activations(plan);
+  m.overhead = kMemoryOverheadBytes;
+  std::map<int64_t, std::pair<uint64_t, uint64_t>> layer;  // layer -> (params, source bytes)
   for (const PlannedModule& p : plan.modules) {
-    if (p.layer >= 0) layer_params[p.layer] += static_cast<uint64_t>(p.shape[0] * p.shape[1]);
+    const uint64_t n = static_cast<uint64_t>(p.shape[0] * p.shape[1]);
+    if (p.format != QFormat::kNone)  // fp32 weight, scaled copy, codes
+      m.quantizer = std::max(m.quantizer, 3 * n * 4);
+    if (p.layer < 0 || p.layer >= plan.num_layers) continue;
+    layer[p.layer].first += n;
+    layer[p.layer].second += n * static_cast<uint64_t>(dtype_bits(p.dtype)) / 8;
   }
-  for (const auto& [l, p] : layer_params)
-    m.layer_weights = std::max(m.layer_weights, p * 4);
-  if (needs_activations(plan)) {
-    const uint64_t h = static_cast<uint64_t>(hidden_size);
-    m.activations = tokens * h * 4;
-    m.working = static_cast<uint64_t>(batch_size * seq_len) * h * 4 * 16;
+  for (const auto& [l, ps] : layer) {
+    if (m.calibrated) m.layer_weights = std::max(m.layer_weights, ps.first * 4);
+    m.layer_source = std::max(m.layer_source, ps.second);
+  }
+  for (const std::string& name : ckpt.tensor_names()) {
+    if (name.find(".layers.") != std::string::npos) continue;
+    const TensorEntry& e = ckpt.entry(name);
+    m.outside_pages = std::max(m.outside_pages, e.end - e.begin);
+  }
+  if (m.calibrated) {
+    const DType d = bf16_store ? DType::kBF16 : DType::kF32;
+    m.activations_all = ActivationStore::bytes_for(micro_batch_tokens, hidden_size, d);
+    m.activations_one = ActivationStore::largest_batch_bytes(micro_batch_tokens, hidden_size, d);
+    m.activations = m.activations_all;
+    int64_t tokens = 0;
+    for (int64_t t : micro_batch_tokens)
+      tokens = std::max(tokens, t);
+    // fp32 buffer and ~16 fp32 intermediates per token, plus one sequence's attention scores
+    // for 64 heads.
+    m.working = static_cast<uint64_t>(tokens) * static_cast<uint64_t>(hidden_size) * 4 * 17 +
+                static_cast<uint64_t>(seq_len * seq_len) * 4 * 64;
   }
   return m;
 }
@@ -262,9 +285,14 @@ std::string describe_plan(const QuantPlan& plan, const Checkpoint& ckpt, const C
   for (const CalibSource& s : calib.sources)
     sequences += s.count;
   if (calib.sources.empty()) sequences = calib.default_count;
-  const MemoryEstimate mem = estimate_memory(plan, static_cast<uint64_t>(sequences * calib.seq_len),
-                                             calib.seq_len, hidden_size, batch_size);
-  os << "memory      about " << mem.describe() << "\n";
+  std::vector<int64_t> micro_batches;
+  for (int64_t s = 0; s < sequences; s += batch_size)
+    micro_batches.push_back(std::min(batch_size, sequences - s) * calib.seq_len);
+  const MemoryEstimate mem =
+      estimate_memory(plan, ckpt, micro_batches, calib.seq_len, hidden_size, true);
+  os << "memory      at most " << mem.describe() << "\n";
+  if (mem.calibrated)
+    os << "            least with the activation store spilled: " << mib(mem.minimum()) << "\n";
   for (const std::string& w : plan.warnings)
     os << "warning     " << w << "\n";
   return os.str();
@@ -293,9 +321,10 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
                      job.resume_dir.empty() ? job.export_path + ".strata_resume" : job.resume_dir);
 
   std::unique_ptr<ModelForward> fwd;
+  const ForwardOptions fopts;
   Calibration calibration;
   if (result.calibrated) {
-    fwd = ModelForward::create(config, ckpt);  // refuses unsupported math before any work
+    fwd = ModelForward::create(config, ckpt, fopts);  // refuses unsupported math before any work
     std::unique_ptr<Tokenizer> tok;
     const bool has_tokenizer = fs::exists(fs::path(job.model_dir) / "tokenizer.json") ||
                                fs::exists(fs::path(job.model_dir) / "tiktoken.model");
@@ -308,21 +337,49 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
              calibration.report.tokens, " tokens");
   }
 
-  {
-    int64_t longest = 0;
-    for (const auto& seq : calibration.sequences)
+  // Micro-batches: consecutive sequences by index, batch_size at a time.
+  const int64_t bs = std::max<int64_t>(job.batch_size, 1);
+  std::vector<std::vector<std::vector<int32_t>>> groups;
+  std::vector<int64_t> batch_tokens;
+  int64_t longest = 0;
+  for (size_t i = 0; i < calibration.sequences.size(); i += static_cast<size_t>(bs)) {
+    const size_t end = std::min(calibration.sequences.size(), i + static_cast<size_t>(bs));
+    groups.emplace_back(calibration.sequences.begin() + static_cast<int64_t>(i),
+                        calibration.sequences.begin() + static_cast<int64_t>(end));
+    int64_t t = 0;
+    for (const auto& seq : groups.back()) {
+      t += static_cast<int64_t>(seq.size());
       longest = std::max<int64_t>(longest, static_cast<int64_t>(seq.size()));
-    result.memory = estimate_memory(plan, static_cast<uint64_t>(calibration.report.tokens), longest,
-                                    config.hidden_size, job.batch_size);
-    STRATA_CHECK(job.max_cpu_memory_bytes == 0 || result.memory.total() <= job.max_cpu_memory_bytes,
-                 "--max_cpu_memory_gb ",
-                 static_cast<double>(job.max_cpu_memory_bytes) / (1024.0 * 1024.0 * 1024.0),
-                 " is below what this run needs: about ", result.memory.describe(),
-                 "; raise it, or lower --calib_size, --calib_seq or --batch_size");
+    }
+    batch_tokens.push_back(t);
+  }
+  result.memory = estimate_memory(plan, ckpt, batch_tokens, longest, config.hidden_size,
+                                  fopts.bf16_between_layers);
+  {
+    const uint64_t cap = job.max_cpu_memory_bytes;
+    const std::optional<uint64_t> test_budget = test_activation_budget();
+    MemoryEstimate least = result.memory;
+    least.spilled = least.calibrated;
+    least.activations = least.activations_one;
+    STRATA_CHECK(cap == 0 || least.total() <= cap, "--max_cpu_memory_gb ",
+                 static_cast<double>(cap) / (1024.0 * 1024.0 * 1024.0), " (", mib(cap),
+                 ") is below the least this run needs, ", mib(least.total()),
+                 least.calibrated ? " with the activation store spilled" : "", ": ",
+                 least.describe(), "; raise it, or lower --batch_size or --calib_seq");
+    const uint64_t budget =
+        test_budget ? *test_budget : (cap == 0 ? UINT64_MAX : cap - result.memory.fixed());
+    if (result.memory.calibrated && result.memory.activations_all > budget) {
+      result.memory.spilled = true;
+      result.memory.activations = result.memory.activations_one;
+    }
   }
   const std::string resume_dir =
       job.resume_dir.empty() ? job.export_path + ".strata_resume" : job.resume_dir;
   const std::string manifest = (fs::path(resume_dir) / "manifest.json").string();
+  // Absolute, so that the manifest names a spill file outside the resume folder unambiguously.
+  const std::string offload = job.offload_folder.empty()
+                                  ? resume_dir
+                                  : fs::absolute(job.offload_folder).lexically_normal().string();
   const std::map<std::string, std::string> identity =
       run_identity(config, ckpt, plan, calibration.sequences,
                    str("batch_size=", result.calibrated ? job.batch_size : 0,
@@ -339,6 +396,16 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   exporter.resume(state.next_step);
   remove_except(job.export_path, exporter.vouched_files());
   remove_except(resume_dir, {"manifest.json", state.hidden_file});
+  std::error_code ec;
+  if (offload != resume_dir && fs::is_directory(offload, ec)) {
+    // Spilled hidden states an interrupted run left; the one the manifest names stays.
+    for (const auto& e : fs::directory_iterator(offload)) {
+      const std::string n = e.path().filename().string();
+      if (n.starts_with("hidden-") && n.ends_with(".safetensors") &&
+          e.path() != fs::path(state.hidden_file))
+        fs::remove(e.path(), ec);
+    }
+  }
   result.resumed_at_step = state.next_step;
   result.layers = state.layers;
   if (state.next_step > 0) {
@@ -350,16 +417,19 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
              " (", manifest, ")");
   }
   const int64_t slow_ms = test_slow_step_ms();
-  // Step `done` is written: make it durable, then record it (with the next layer's inputs).
-  auto commit = [&](int64_t next, const std::vector<std::vector<float>>* hidden, int64_t h) {
+  // The file holding the inputs of the next layer, as the manifest names it: relative to the
+  // resume folder when it lies there.
+  auto manifest_name = [&](const std::string& path) {
+    return fs::path(path).parent_path() == fs::path(resume_dir) ? fs::path(path).filename().string()
+                                                                : path;
+  };
+  // Step `done` is written: make it durable, then record it with the file holding the next
+  // layer's inputs ("" when none); the previous inputs' file goes once the manifest is written.
+  auto commit = [&](int64_t next, const std::string& hidden_path, const std::string& old_input) {
     if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
     exporter.sync();
     const std::string old_hidden = state.hidden_file;
-    state.hidden_file = "";
-    if (hidden) {
-      state.hidden_file = str("hidden-", next, ".safetensors");
-      save_hidden((fs::path(resume_dir) / state.hidden_file).string(), *hidden, h);
-    }
+    state.hidden_file = hidden_path.empty() ? "" : manifest_name(hidden_path);
     state.next_step = next;
     state.layers = result.layers;
     write_resume_manifest(manifest, state);
@@ -367,28 +437,42 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     exporter.release_source(next - 1);
     std::error_code ec;
     if (!old_hidden.empty()) fs::remove(fs::path(resume_dir) / old_hidden, ec);
+    if (!old_input.empty()) fs::remove(old_input, ec);
   };
 
   if (state.next_step == 0) {
     exporter.write_head();
-    commit(1, nullptr, 0);
+    commit(1, "", "");
   }
 
-  // Micro-batches: consecutive sequences by index, batch_size at a time.
   std::vector<Batch> batches;
-  std::vector<std::vector<float>> hidden;
+  std::unique_ptr<ActivationStore> store;
+  std::vector<float> buf;  // one micro-batch, fp32 [T_b, H]
   if (result.calibrated && state.next_step <= plan.num_layers) {
-    const int64_t bs = std::max<int64_t>(job.batch_size, 1);
-    for (size_t i = 0; i < calibration.sequences.size(); i += static_cast<size_t>(bs)) {
-      const size_t end = std::min(calibration.sequences.size(), i + static_cast<size_t>(bs));
-      batches.push_back(
-          Batch::from_sequences({calibration.sequences.begin() + static_cast<int64_t>(i),
-                                 calibration.sequences.begin() + static_cast<int64_t>(end)}));
-      hidden.emplace_back(static_cast<size_t>(batches.back().n_tokens() * fwd->hidden_size()));
-      if (state.hidden_file.empty()) fwd->embed(batches.back(), hidden.back().data());
+    if (result.memory.spilled) {
+      create_dir(offload, "--offload_folder");
+      log_info("activation store: ", mib(result.memory.activations_all), " spilled to ", offload,
+               " (", groups.size(), " micro-batches)");
     }
-    if (!state.hidden_file.empty())
-      load_hidden((fs::path(resume_dir) / state.hidden_file).string(), hidden);
+    store = std::make_unique<ActivationStore>(
+        batch_tokens, fwd->hidden_size(), fopts.bf16_between_layers ? DType::kBF16 : DType::kF32,
+        result.memory.spilled, offload);
+    int64_t most = 0;
+    for (size_t b = 0; b < groups.size(); ++b) {
+      batches.push_back(Batch::from_sequences(groups[b]));
+      most = std::max(most, batches.back().n_tokens());
+    }
+    buf.resize(static_cast<size_t>(most * fwd->hidden_size()));
+    if (state.hidden_file.empty()) {
+      store->begin(1);
+      for (size_t b = 0; b < batches.size(); ++b) {
+        fwd->embed(batches[b], buf.data());
+        store->write(b, buf.data());
+      }
+      store->commit(resume_dir, false);
+    } else {
+      store->load((fs::path(resume_dir) / state.hidden_file).string());
+    }
   }
 
   MaxCalibrator calib;
@@ -404,18 +488,24 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   uint64_t bytes_read = 0;
   for (int64_t l = first_layer; l < plan.num_layers; ++l) {
     calib.clear();
+    const bool last = l + 1 == plan.num_layers;
+    std::string hidden_path, old_input;
     if (result.calibrated) {
       std::unique_ptr<DecoderLayer> layer = prefetch.get();
       if (l + 1 < plan.num_layers) prefetch = fetch(l + 1);
-      for (size_t b = 0; b < batches.size(); ++b)
-        layer->forward(batches[b], hidden[b].data(), &calib);
+      if (!last) store->begin(l + 2);
+      for (size_t b = 0; b < batches.size(); ++b) {
+        store->read(b, buf.data());
+        layer->forward(batches[b], buf.data(), &calib);
+        if (!last) store->write(b, buf.data());
+      }
+      old_input = store->spilled() ? store->input_path() : "";
+      if (!last) hidden_path = store->commit(resume_dir, true);
     }
     bytes_read += exporter.source_bytes(l + 1);
     LayerReport r = exporter.write_layer(l, calib);
     result.layers.push_back(r);
-    const bool last = l + 1 == plan.num_layers;
-    commit(l + 2, result.calibrated && !last ? &hidden : nullptr,
-           result.calibrated ? fwd->hidden_size() : 0);
+    commit(l + 2, hidden_path, old_input);
     progress.step(str(
         "layer ", l, ", wrote ", human_bytes(static_cast<double>(exporter.bytes_written())), " of ",
         human_bytes(static_cast<double>(exporter.output_bytes())),
@@ -426,11 +516,10 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   if (state.next_step == plan.num_layers + 1) {
     calib.clear();
     exporter.write_tail(calib);
-    commit(plan.num_layers + 2, nullptr, 0);
+    commit(plan.num_layers + 2, "", "");
   }
   result.files = exporter.finish();
   // The manifest goes first: once it is gone the export is complete.
-  std::error_code ec;
   fs::remove(manifest, ec);
   fs::remove_all(resume_dir, ec);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -31,26 +31,49 @@ struct QuantizeJob {
   int64_t batch_size = 8;  // sequences per micro-batch; the grouping depends only on sequence index
   uint64_t max_shard_bytes = 5ull << 30;
   bool progress = true;
-  bool overwrite = false;  // start over: empty export_path and drop any resume state
-  std::string resume_dir;  // "" = <export_path>.strata_resume
-  uint64_t max_cpu_memory_bytes =
-      0;                // 0: no cap; else refused up front when the estimate exceeds it
+  bool overwrite = false;      // start over: empty export_path and drop any resume state
+  std::string resume_dir;      // "" = <export_path>.strata_resume
+  std::string offload_folder;  // spilled hidden states; "" = the resume folder
+  // 0: no cap. Else the activation store spills when it does not fit beside the rest, and a run
+  // whose minimum (MemoryEstimate::minimum) exceeds it is refused up front.
+  uint64_t max_cpu_memory_bytes = 0;
   std::string version;  // producer version written to the config files
 };
 
-// Host memory a run needs besides the program itself (docs/QUANTIZE.md "Memory"):
-//   2 x the largest decoder layer's weights in fp32 (the layer computing, the one prefetched)
-//   + hidden states of every calibration token, fp32 (tokens x hidden x 4)
-//   + one micro-batch's working set (batch_size x longest sequence x hidden x 4 x 16)
+// Host memory a run needs, an upper bound on its peak RSS (docs/QUANTIZE.md "Memory and
+// progress"); each term is the largest of its kind:
+//   layer_weights   one decoder layer's weights in fp32, x2 when calibrating (the layer computing
+//                   and the one prefetched)
+//   layer_source    one layer's source pages while they are read (mapped), x2 likewise
+//   quantizer       fp32 temporaries of the largest module while it is quantized
+//   outside_pages   the largest tensor outside the decoder layers (embedding, lm_head) while read
+//   activations     the activation store in memory: every micro-batch, or one when spilled
+//   working         one micro-batch's working set (fp32 buffer, layer intermediates, attention)
+//   overhead        the program itself, fixed (measured on the tiny fixtures)
 struct MemoryEstimate {
-  uint64_t layer_weights = 0;  // one layer, fp32
-  uint64_t activations = 0;
+  uint64_t layer_weights = 0;
+  uint64_t layer_source = 0;
+  uint64_t quantizer = 0;
+  uint64_t outside_pages = 0;
+  uint64_t activations = 0;      // as held: all micro-batches in memory, or one when spilled
+  uint64_t activations_all = 0;  // every micro-batch, in the store's dtype
+  uint64_t activations_one = 0;  // the largest micro-batch
   uint64_t working = 0;
-  uint64_t total() const { return 2 * layer_weights + activations + working; }
+  uint64_t overhead = 0;
+  bool calibrated = false;
+  bool spilled = false;
+  uint64_t total() const;
+  // Everything but the activation store.
+  uint64_t fixed() const;
+  // The least a run can take: the store spilled (one micro-batch resident).
+  uint64_t minimum() const { return fixed() + activations_one; }
   std::string describe() const;
 };
-MemoryEstimate estimate_memory(const QuantPlan& plan, uint64_t tokens, int64_t seq_len,
-                               int64_t hidden_size, int64_t batch_size);
+inline constexpr uint64_t kMemoryOverheadBytes = 48ull << 20;
+// micro_batch_tokens: tokens per micro-batch (empty when weight-only).
+MemoryEstimate estimate_memory(const QuantPlan& plan, const Checkpoint& ckpt,
+                               const std::vector<int64_t>& micro_batch_tokens, int64_t seq_len,
+                               int64_t hidden_size, bool bf16_store);
 
 struct QuantizeResult {
   QuantPlan plan;
@@ -59,7 +82,7 @@ struct QuantizeResult {
   std::vector<std::string> files;
   bool calibrated = false;  // false for weight-only streaming conversions
   int64_t resumed_at_step = 0;
-  MemoryEstimate memory;  // 0 for a fresh run; else the first step this run did
+  MemoryEstimate memory;
   double seconds = 0.0;
 };
 

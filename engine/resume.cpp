@@ -101,9 +101,14 @@ std::optional<ResumeState> read_resume_manifest(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     fail(path, ": malformed resume manifest (", e.what(), "); run with --overwrite to start over");
   }
-  STRATA_CHECK(
-      s.next_step >= 0 && s.next_step <= s.steps && s.hidden_file.find('/') == std::string::npos,
-      path, ": malformed resume manifest; run with --overwrite to start over");
+  // A file name in the resume folder, or an absolute path to a spill file in --offload_folder.
+  const std::string name = s.hidden_file.substr(s.hidden_file.rfind('/') + 1);
+  const bool hidden_ok =
+      s.hidden_file.find('/') == std::string::npos ||
+      (s.hidden_file.starts_with("/") && s.hidden_file.find("/../") == std::string::npos &&
+       name.starts_with("hidden-") && name.ends_with(".safetensors"));
+  STRATA_CHECK(s.next_step >= 0 && s.next_step <= s.steps && hidden_ok, path,
+               ": malformed resume manifest; run with --overwrite to start over");
   return s;
 }
 

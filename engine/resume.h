@@ -2,8 +2,10 @@
 //
 // A run keeps a folder beside its output (default `<export_path>.strata_resume`) holding
 //   manifest.json            this state, rewritten atomically after every finished step
-//   hidden-<step>.safetensors the inputs of the next decoder layer ("hidden.<b>" F32 [T_b, H] per
-//                            micro-batch b), written before the manifest that names it
+//   hidden-<step>.safetensors the inputs of the next decoder layer ("hidden.<b>" BF16 or F32
+//                            [T_b, H] per micro-batch b, engine/activation_store.h), written
+//                            before the manifest that names it; a spilled run keeps it in
+//                            --offload_folder and the manifest names it by full path
 // The manifest vouches for the output directory: the shards of steps [0, next_step) are on disk
 // and synced (export/modelopt.h: step 0 the head, 1..N the decoder layers, N + 1 the tail).
 //

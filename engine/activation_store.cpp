@@ -1,0 +1,219 @@
+#include "engine/activation_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/safetensors_writer.h"
+
+namespace fs = std::filesystem;
+
+namespace strata {
+namespace {
+
+size_t elem_bytes(DType d) {
+  return d == DType::kBF16 ? 2 : 4;
+}
+
+void pwrite_all(int fd, const void* data, size_t n, uint64_t off, const std::string& path) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(off));
+    if (w < 0 && errno == EINTR) continue;
+    STRATA_CHECK(w > 0, path, ": cannot write the spilled hidden states: ", std::strerror(errno));
+    p += w;
+    n -= static_cast<size_t>(w);
+    off += static_cast<uint64_t>(w);
+  }
+}
+
+void pread_all(int fd, void* data, size_t n, uint64_t off, const std::string& path) {
+  auto* p = static_cast<uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
+    if (r < 0 && errno == EINTR) continue;
+    STRATA_CHECK(r > 0, path, ": cannot read the hidden states (",
+                 r == 0 ? "file too short" : std::strerror(errno),
+                 "); run with --overwrite to start over");
+    p += r;
+    n -= static_cast<size_t>(r);
+    off += static_cast<uint64_t>(r);
+  }
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+}  // namespace
+
+ActivationStore::ActivationStore(std::vector<int64_t> rows, int64_t hidden, DType dtype, bool spill,
+                                 std::string spill_dir)
+    : rows_(std::move(rows)),
+      hidden_(hidden),
+      dtype_(dtype),
+      spill_(spill),
+      spill_dir_(std::move(spill_dir)) {
+  STRATA_ASSERT(dtype_ == DType::kBF16 || dtype_ == DType::kF32, "activation store dtype");
+  if (!spill_) {
+    mem_.resize(rows_.size());
+    for (size_t b = 0; b < rows_.size(); ++b)
+      mem_[b].resize(static_cast<size_t>(rows_[b] * hidden_) * elem_bytes(dtype_));
+  }
+}
+
+ActivationStore::~ActivationStore() {
+  close_fd(in_fd_);
+  close_fd(out_fd_);
+}
+
+uint64_t ActivationStore::bytes_for(const std::vector<int64_t>& rows, int64_t hidden, DType dtype) {
+  uint64_t n = 0;
+  for (int64_t r : rows)
+    n += static_cast<uint64_t>(r * hidden) * elem_bytes(dtype);
+  return n;
+}
+
+uint64_t ActivationStore::largest_batch_bytes(const std::vector<int64_t>& rows, int64_t hidden,
+                                              DType dtype) {
+  uint64_t n = 0;
+  for (int64_t r : rows)
+    n = std::max<uint64_t>(n, static_cast<uint64_t>(r * hidden) * elem_bytes(dtype));
+  return n;
+}
+
+std::string ActivationStore::layout_head(const std::string& path,
+                                         std::vector<uint64_t>* offsets) const {
+  std::vector<TensorSpec> specs;
+  for (size_t b = 0; b < rows_.size(); ++b)
+    specs.push_back({"hidden." + std::to_string(b), dtype_, Shape{rows_[b], hidden_}});
+  SafetensorsLayout layout = safetensors_layout(specs, {}, path);
+  if (offsets) *offsets = layout.offsets;
+  return layout.head;
+}
+
+void ActivationStore::begin(int64_t next) {
+  next_ = next;
+  if (!spill_) return;
+  close_fd(out_fd_);
+  out_path_ = (fs::path(spill_dir_) / ("hidden-" + std::to_string(next) + ".safetensors")).string();
+  const std::string head = layout_head(out_path_, &offsets_);
+  out_fd_ = ::open(out_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  STRATA_CHECK(out_fd_ >= 0, out_path_, ": cannot create the spilled hidden states (",
+               std::strerror(errno), "); check --offload_folder");
+  pwrite_all(out_fd_, head.data(), head.size(), 0, out_path_);
+}
+
+void ActivationStore::read(size_t b, float* out) const {
+  const size_t n = static_cast<size_t>(rows_[b] * hidden_);
+  if (dtype_ == DType::kF32) {
+    if (spill_) {
+      pread_all(in_fd_, out, n * 4, offsets_[b], in_path_);
+    } else {
+      std::memcpy(out, mem_[b].data(), n * 4);
+    }
+    return;
+  }
+  // bf16 -> fp32 in place: read the 2-byte values into the upper half of `out`, widen forwards.
+  uint16_t* half = reinterpret_cast<uint16_t*>(out) + n;
+  if (spill_) {
+    pread_all(in_fd_, half, n * 2, offsets_[b], in_path_);
+  } else {
+    std::memcpy(half, mem_[b].data(), n * 2);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(half[i]) << 16;
+    std::memcpy(out + i, &bits, 4);
+  }
+}
+
+void ActivationStore::write(size_t b, const float* in) {
+  const size_t n = static_cast<size_t>(rows_[b] * hidden_);
+  const void* src = in;
+  std::vector<uint16_t> half;
+  if (dtype_ == DType::kBF16) {
+    half.resize(n);
+    uint32_t low = 0;
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, in + i, 4);
+      low |= bits & 0xffffu;
+      half[i] = static_cast<uint16_t>(bits >> 16);
+    }
+    STRATA_ASSERT(low == 0, "hidden states of micro-batch ", b, " are not bf16-exact");
+    src = half.data();
+  }
+  const size_t nbytes = n * elem_bytes(dtype_);
+  if (spill_) {
+    pwrite_all(out_fd_, src, nbytes, offsets_[b], out_path_);
+  } else {
+    std::memcpy(mem_[b].data(), src, nbytes);
+  }
+}
+
+std::string ActivationStore::commit(const std::string& resume_dir, bool durable) {
+  if (spill_) {
+    STRATA_CHECK(!durable || ::fsync(out_fd_) == 0, out_path_,
+                 ": fsync failed: ", std::strerror(errno));
+    close_fd(in_fd_);
+    in_fd_ = out_fd_;
+    out_fd_ = -1;
+    in_path_ = out_path_;
+    return durable ? in_path_ : "";
+  }
+  if (!durable) return "";
+  const std::string path =
+      (fs::path(resume_dir) / ("hidden-" + std::to_string(next_) + ".safetensors")).string();
+  std::vector<uint64_t> offsets;
+  const std::string head = layout_head(path, &offsets);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  STRATA_CHECK(fd >= 0, path, ": cannot create: ", std::strerror(errno));
+  pwrite_all(fd, head.data(), head.size(), 0, path);
+  for (size_t b = 0; b < mem_.size(); ++b)
+    pwrite_all(fd, mem_[b].data(), mem_[b].size(), offsets[b], path);
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  STRATA_CHECK(synced, path, ": fsync failed: ", std::strerror(errno));
+  return path;
+}
+
+void ActivationStore::load(const std::string& path) {
+  std::error_code ec;
+  STRATA_CHECK(fs::exists(path, ec), path,
+               ": missing, but the resume manifest needs it; run with --overwrite to start over");
+  std::vector<uint64_t> offsets;
+  const std::string head = layout_head(path, &offsets);
+  const uint64_t size = fs::file_size(path, ec);
+  const uint64_t want =
+      offsets.empty()
+          ? head.size()
+          : offsets.back() + static_cast<uint64_t>(rows_.back() * hidden_) * elem_bytes(dtype_);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  STRATA_CHECK(fd >= 0, path, ": cannot open: ", std::strerror(errno));
+  std::string have(head.size(), '\0');
+  if (size >= head.size()) pread_all(fd, have.data(), have.size(), 0, path);
+  if (size != want || have != head) {
+    ::close(fd);
+    fail(path,
+         ": not the hidden states this run expects (micro-batch shapes or dtype differ); run "
+         "with --overwrite to start over");
+  }
+  if (spill_) {
+    close_fd(in_fd_);
+    in_fd_ = fd;
+    in_path_ = path;
+    offsets_ = offsets;
+    return;
+  }
+  for (size_t b = 0; b < mem_.size(); ++b)
+    pread_all(fd, mem_[b].data(), mem_[b].size(), offsets[b], path);
+  ::close(fd);
+}
+
+}  // namespace strata
