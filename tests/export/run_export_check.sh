@@ -8,18 +8,7 @@ strata=$1 model=$2 recipe=$3
 src=tests/fixtures/models/$model
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-python3 - "$src/reference.safetensors" > "$work/tokens.jsonl" <<'PY'
-import json, struct, sys
-raw = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-header = json.loads(raw[8:8 + n])
-s = 0
-while f"tokens.{s}" in header:
-    a, z = header[f"tokens.{s}"]["data_offsets"]
-    data = raw[8 + n + a:8 + n + z]
-    print(json.dumps(list(struct.unpack(f"<{len(data) // 4}i", data))))
-    s += 1
-PY
+python3 tests/fixtures/tokens_jsonl.py "$src/reference.safetensors" > "$work/tokens.jsonl"
 count=$(wc -l < "$work/tokens.jsonl")
 "$strata" quantize -q --model "$src" --recipe "$recipe" --calib_data "$work/tokens.jsonl" --calib_size "$count" \
   --calib_min_tokens 1 --batch_size 2 --export_path "$work/out"
