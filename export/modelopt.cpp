@@ -103,6 +103,8 @@ ModeloptExporter::ModeloptExporter(const QuantPlan& plan, const ModelConfig& con
       out_dir_(std::move(out_dir)),
       options_(std::move(options)) {
   arch_ = resolve_arch(config_);
+  for (const PlannedModule& m : plan_.modules)
+    layer_modules_[m.layer].push_back(&m);
   for (const std::string& name : ckpt_.tensor_names()) {
     const TensorClass c = classify_tensor(arch_, name);
     if (c.layer >= 0 && c.layer < plan_.num_layers && c.kind != TensorKind::kMtp) {
@@ -234,12 +236,14 @@ void ModeloptExporter::write_tail(const MaxCalibrator& calib) {
 LayerReport ModeloptExporter::write_layer(int64_t layer, const MaxCalibrator& calib) {
   LayerReport report;
   report.layer = layer;
+  group_weight_amax_.clear();
+  group_input_amax_.clear();
   write_tensors(layer_tensors_[layer], &calib);
-  for (const PlannedModule& m : plan_.modules) {
-    if (m.layer != layer || routed_expert_index(m.module) < 0) continue;
-    if (!(m.module.ends_with(".gate_proj") || m.module.ends_with(".w1"))) continue;
+  for (const PlannedModule* m : layer_modules_[layer]) {
+    if (routed_expert_index(m->module) < 0) continue;
+    if (!(m->module.ends_with(".gate_proj") || m->module.ends_with(".w1"))) continue;
     ++report.experts;
-    const MaxCalibrator::Stat* s = calib.find(m.module);
+    const MaxCalibrator::Stat* s = calib.find(m->module);
     if (!s || s->rows == 0) ++report.experts_without_tokens;
   }
   if (std::find(plan_.kv_layers.begin(), plan_.kv_layers.end(), layer) != plan_.kv_layers.end()) {
@@ -277,35 +281,37 @@ void ModeloptExporter::write_tensors(const std::vector<std::string>& names,
 void ModeloptExporter::write_module(const PlannedModule& m, const MaxCalibrator* calib) {
   const Tensor w = ckpt_.tensor(m.module + ".weight");
   // Weight amax of the fused group (NVFP4 shares weight_scale_2 within it).
+  const std::vector<const PlannedModule*>& layer_modules = layer_modules_[m.layer];
   auto group_weight_amax = [&]() {
-    float a = 0.0f;
     const std::string key = fused_group_key(m.module);
-    for (const PlannedModule& o : plan_.modules) {
-      if (o.layer != m.layer || fused_group_key(o.module) != key) continue;
-      const float x = o.module == m.module ? weight_amax_of(w)
-                                           : weight_amax_of(ckpt_.tensor(o.module + ".weight"));
-      if (std::isnan(x)) return x;
-      a = std::max(a, x);
+    if (auto it = group_weight_amax_.find(key); it != group_weight_amax_.end()) return it->second;
+    float a = 0.0f;
+    for (const PlannedModule* o : layer_modules) {
+      if (fused_group_key(o->module) != key) continue;
+      const float x = o->module == m.module ? weight_amax_of(w)
+                                            : weight_amax_of(ckpt_.tensor(o->module + ".weight"));
+      a = std::isnan(x) || std::isnan(a) ? NAN : std::max(a, x);
     }
+    group_weight_amax_[key] = a;
     return a;
   };
   // Activation amax shared by the input-scale group (fused group, or all experts of the layer).
   auto group_input_amax = [&](bool fused) {
-    float a = 0.0f;
     const std::string key = fused ? input_scale_group_key(m.module) : m.module;
+    if (auto it = group_input_amax_.find(key); it != group_input_amax_.end()) return it->second;
+    float a = 0.0f;
     bool seen = false;
-    for (const PlannedModule& o : plan_.modules) {
-      if (o.layer != m.layer) continue;
-      if ((fused ? input_scale_group_key(o.module) : o.module) != key) continue;
-      const MaxCalibrator::Stat* s = calib->find(o.module);
+    for (const PlannedModule* o : layer_modules) {
+      if ((fused ? input_scale_group_key(o->module) : o->module) != key) continue;
+      const MaxCalibrator::Stat* s = calib->find(o->module);
       if (!s || s->rows == 0) continue;
       seen = true;
-      if (std::isnan(s->amax)) return s->amax;
-      a = std::max(a, s->amax);
+      a = std::isnan(s->amax) || std::isnan(a) ? NAN : std::max(a, s->amax);
     }
     STRATA_CHECK(seen, "no calibration token reached '", m.module,
                  "' (nor any module sharing its input scale); ",
                  "use more or different calibration data, or exclude it in the recipe");
+    group_input_amax_[key] = a;
     return a;
   };
   const std::string& M = m.module;

@@ -93,7 +93,11 @@ class ModeloptExporter {
   std::unique_ptr<PlannedShardWriter> writer_;
   std::vector<TensorSpec> outputs_;  // every output tensor, in write order
   std::vector<size_t> step_end_;     // step s writes outputs_ [step_end_[s-1], step_end_[s])
-  std::map<int64_t, std::vector<std::string>> layer_tensors_;  // layer -> checkpoint names
+  std::map<int64_t, std::vector<std::string>> layer_tensors_;           // layer -> checkpoint names
+  std::map<int64_t, std::vector<const PlannedModule*>> layer_modules_;  // layer -> its modules
+  // Per-layer memos, keyed by group (the key names the layer): each fused group's weight amax and
+  // each input-scale group's activation amax are computed once, not once per member.
+  std::map<std::string, float> group_weight_amax_, group_input_amax_;
   std::vector<std::string> head_tensors_, tail_tensors_;
   std::vector<std::string> written_;  // shard names after finish
 };
