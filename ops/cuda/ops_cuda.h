@@ -106,7 +106,8 @@ void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t 
 // ---- routing and expert dispatch --------------------------------------------------------------
 
 // Top-k of each row of x fp32 [rows, n]: idx int32 [rows, k], largest first, ties to the lower
-// index (ops::top_k). NaNs are never chosen unless a row has fewer than k non-NaN values.
+// index (ops::top_k). A row with NaNs gets its non-NaN values first; the remaining picks (when
+// fewer than k values are not NaN) are unspecified in-range indices.
 void top_k(const float* x, int64_t rows, int64_t n, int64_t k, int32_t* idx, Stream& stream);
 
 // Softmax routing (Qwen MoE, Mixtral): p = softmax_fp32(logits[t]); chosen = top-k of p;
