@@ -8,7 +8,9 @@
 
 namespace strata {
 
-bool cuda_compiled() { return true; }
+bool cuda_compiled() {
+  return true;
+}
 
 int cuda_device_count() {
   int n = 0;
@@ -62,11 +64,17 @@ Stream::~Stream() {
   cudaStreamDestroy(impl_->stream);
 }
 
-void Stream::synchronize() { check(cudaStreamSynchronize(impl_->stream), "a kernel on the stream"); }
+void Stream::synchronize() {
+  check(cudaStreamSynchronize(impl_->stream), "a kernel on the stream");
+}
 
-int Stream::device() const { return impl_->device; }
+int Stream::device() const {
+  return impl_->device;
+}
 
-void* Stream::native() const { return impl_->stream; }
+void* Stream::native() const {
+  return impl_->stream;
+}
 
 void* Stream::scratch(size_t bytes) {
   if (bytes <= impl_->scratch_bytes) return impl_->scratch;

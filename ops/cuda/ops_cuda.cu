@@ -22,13 +22,17 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("CUDA error in ", what, ": ", cudaGetErrorString(e));
 }
 
-void check_launch(const char* what) { check(cudaGetLastError(), what); }
+void check_launch(const char* what) {
+  check(cudaGetLastError(), what);
+}
 
 void check_blas(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) fail("cuBLASLt error ", static_cast<int>(s), " in ", what);
 }
 
-cudaStream_t native(Stream& s) { return static_cast<cudaStream_t>(s.native()); }
+cudaStream_t native(Stream& s) {
+  return static_cast<cudaStream_t>(s.native());
+}
 
 unsigned blocks_for(int64_t n, int threads = kThreads) {
   const int64_t b = (n + threads - 1) / threads;
@@ -49,7 +53,9 @@ __device__ __forceinline__ float bf16_value(uint16_t b) {
 
 // |x| as ordered bits: for non-negative floats (and NaN above +inf) the integer order is the
 // float order, so atomicMax on the bits is an exact max that lets NaN win.
-__device__ __forceinline__ unsigned abs_bits(float x) { return __float_as_uint(x) & 0x7FFFFFFFu; }
+__device__ __forceinline__ unsigned abs_bits(float x) {
+  return __float_as_uint(x) & 0x7FFFFFFFu;
+}
 
 __device__ __forceinline__ unsigned warp_max(unsigned v) {
   for (int o = 16; o > 0; o /= 2)
@@ -171,8 +177,8 @@ __global__ void add_sigmoid_gated_kernel(float* y, const float* x, const float* 
   }
 }
 
-__global__ void copy_cols_kernel(const float* src, int64_t ss, float* dst, int64_t ds,
-                                 int64_t rows, int64_t cols) {
+__global__ void copy_cols_kernel(const float* src, int64_t ss, float* dst, int64_t ds, int64_t rows,
+                                 int64_t cols) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < rows * cols;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = i / cols, c = i % cols;
@@ -216,8 +222,8 @@ __global__ void softmax_kernel(float* x, int64_t dim) {
 // ---- RoPE: one thread per (token, head, pair) --------------------------------------------------
 
 __global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride,
-                            int64_t offset, int64_t half, const int64_t* pos,
-                            const float* inv_freq, double attention_factor, bool interleaved) {
+                            int64_t offset, int64_t half, const int64_t* pos, const float* inv_freq,
+                            double attention_factor, bool interleaved) {
   const int64_t total = n_tokens * n_heads * half;
   for (int64_t g = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; g < total;
        g += int64_t{gridDim.x} * blockDim.x) {
@@ -246,11 +252,10 @@ __global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t
 constexpr int kMaxHeadDim = 512;
 constexpr int kPerLane = kMaxHeadDim / 32;
 
-__global__ void attention_kernel(const float* q, int64_t q_stride, const float* k,
-                                 int64_t k_stride, const float* v, int64_t v_stride,
-                                 const int64_t* seq_offsets, int64_t n_seq, int64_t T,
-                                 int64_t n_heads, int64_t group, int64_t dq, int64_t dv,
-                                 float scale, float* out) {
+__global__ void attention_kernel(const float* q, int64_t q_stride, const float* k, int64_t k_stride,
+                                 const float* v, int64_t v_stride, const int64_t* seq_offsets,
+                                 int64_t n_seq, int64_t T, int64_t n_heads, int64_t group,
+                                 int64_t dq, int64_t dv, float scale, float* out) {
   const int lane = threadIdx.x % 32;
   const int64_t item = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32;
   if (item >= T * n_heads) return;
@@ -409,7 +414,8 @@ __global__ void route_sigmoid_kernel(const float* logits, int64_t T, int64_t E, 
   float pv = 0.0f;
   int pi = -1;
   for (int j = 0; j < topk_group; ++j) {
-    const int g = next_best(static_cast<int>(n_group), pv, pi, [&](int i) { return group_score[i]; });
+    const int g =
+        next_best(static_cast<int>(n_group), pv, pi, [&](int i) { return group_score[i]; });
     if (g < 0) break;
     keep |= uint64_t{1} << g;
     pv = group_score[g];
@@ -435,7 +441,8 @@ __global__ void route_sigmoid_kernel(const float* logits, int64_t T, int64_t E, 
   }
 }
 
-// ---- expert sort: one block per expert -----------------------------------------------------------
+// ---- expert sort: one block per expert
+// -----------------------------------------------------------
 
 __global__ void moe_count_kernel(const int32_t* chosen, int64_t S, int64_t* counts) {
   const int e = blockIdx.x;
@@ -490,8 +497,7 @@ __global__ void moe_gather_kernel(const float* x, int64_t H, const int32_t* sort
 }
 
 __global__ void moe_combine_kernel(const float* expert_out, const int32_t* row_of_slot,
-                                   const float* weight, int64_t T, int64_t K, int64_t H,
-                                   float* y) {
+                                   const float* weight, int64_t T, int64_t K, int64_t H, float* y) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < T * H;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / H, c = i % H;
@@ -606,9 +612,9 @@ void gemm_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64
   LtHandle<cublasLtMatmulPreference_t> pref{nullptr, cublasLtMatmulPreferenceDestroy};
   check_blas(cublasLtMatmulDescCreate(&op.h, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
   const cublasOperation_t trans = CUBLAS_OP_T, no_trans = CUBLAS_OP_N;
-  check_blas(cublasLtMatmulDescSetAttribute(op.h, CUBLASLT_MATMUL_DESC_TRANSA, &trans,
-                                            sizeof(trans)),
-             "transa");
+  check_blas(
+      cublasLtMatmulDescSetAttribute(op.h, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)),
+      "transa");
   check_blas(cublasLtMatmulDescSetAttribute(op.h, CUBLASLT_MATMUL_DESC_TRANSB, &no_trans,
                                             sizeof(no_trans)),
              "transb");
@@ -616,27 +622,26 @@ void gemm_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64
   check_blas(cublasLtMatrixLayoutCreate(&b.h, CUDA_R_16BF, k, m, k), "layout B");
   check_blas(cublasLtMatrixLayoutCreate(&d.h, CUDA_R_32F, n, m, n), "layout D");
   check_blas(cublasLtMatmulPreferenceCreate(&pref.h), "preference");
-  check_blas(cublasLtMatmulPreferenceSetAttribute(pref.h,
-                                                  CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+  check_blas(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                   &workspace_bytes, sizeof(workspace_bytes)),
              "workspace preference");
   const uint32_t align_a = alignment_of(w), align_b = alignment_of(x), align_d = alignment_of(y);
-  cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                       &align_a, sizeof(align_a));
-  cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                       &align_b, sizeof(align_b));
-  cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                       &align_d, sizeof(align_d));
-  cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                       &align_d, sizeof(align_d));
+  cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                       sizeof(align_a));
+  cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                       sizeof(align_b));
+  cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
+                                       sizeof(align_d));
+  cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+                                       sizeof(align_d));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt, op.h, a.h, b.h, d.h, d.h, pref.h,
-                                                           1, &result, &found);
+  const cublasStatus_t hs =
+      cublasLtMatmulAlgoGetHeuristic(lt, op.h, a.h, b.h, d.h, d.h, pref.h, 1, &result, &found);
   const float alpha = 1.0f, beta = 0.0f;
   if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
-    check_blas(cublasLtMatmul(lt, op.h, &alpha, w, a.h, x, b.h, &beta, y, d.h, y, d.h,
-                              &result.algo, workspace, workspace_bytes, native(stream)),
+    check_blas(cublasLtMatmul(lt, op.h, &alpha, w, a.h, x, b.h, &beta, y, d.h, y, d.h, &result.algo,
+                              workspace, workspace_bytes, native(stream)),
                "cublasLtMatmul");
     return;
   }
@@ -791,15 +796,15 @@ void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t 
   STRATA_CHECK(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "cuda attention_causal: ", n_heads,
                " heads are not a multiple of ", n_kv_heads, " kv heads");
   STRATA_CHECK(dq > 0 && dq <= kMaxHeadDim && dv > 0 && dv <= kMaxHeadDim,
-               "cuda attention_causal: head dims (", dq, ", ", dv, ") must be in [1, ",
-               kMaxHeadDim, "]");
+               "cuda attention_causal: head dims (", dq, ", ", dv, ") must be in [1, ", kMaxHeadDim,
+               "]");
   if (T == 0 || n_seq == 0) return;
   const int64_t warps = T * n_heads;
   const int threads = 128;
   const int64_t blocks = (warps * 32 + threads - 1) / threads;
   attention_kernel<<<static_cast<unsigned>(blocks), threads, 0, native(stream)>>>(
-      q, q_stride, k, k_stride, v, v_stride, seq_offsets, n_seq, T, n_heads,
-      n_heads / n_kv_heads, dq, dv, scale, out);
+      q, q_stride, k, k_stride, v, v_stride, seq_offsets, n_seq, T, n_heads, n_heads / n_kv_heads,
+      dq, dv, scale, out);
   check_launch("attention_causal");
 }
 
@@ -816,24 +821,21 @@ void route_softmax_topk(const float* logits, int64_t T, int64_t E, int64_t K, bo
   check_sizes(T, E, "route_softmax_topk");
   STRATA_CHECK(K >= 1 && K <= E, "cuda route_softmax_topk: K = ", K, " must be in [1, ", E, "]");
   if (T == 0) return;
-  route_softmax_kernel<<<blocks_for(T, 128), 128, 0, native(stream)>>>(logits, T, E, K,
-                                                                          renormalize, chosen,
-                                                                          weight);
+  route_softmax_kernel<<<blocks_for(T, 128), 128, 0, native(stream)>>>(logits, T, E, K, renormalize,
+                                                                       chosen, weight);
   check_launch("route_softmax_topk");
 }
 
-void route_sigmoid_grouped(const float* logits, int64_t T, int64_t E, int64_t K,
-                           const float* bias, int64_t n_group, int64_t topk_group,
-                           bool renormalize, float scaling, int32_t* chosen, float* weight,
-                           Stream& stream) {
+void route_sigmoid_grouped(const float* logits, int64_t T, int64_t E, int64_t K, const float* bias,
+                           int64_t n_group, int64_t topk_group, bool renormalize, float scaling,
+                           int32_t* chosen, float* weight, Stream& stream) {
   check_sizes(T, E, "route_sigmoid_grouped");
   STRATA_CHECK(n_group >= 1 && n_group <= kMaxGroups && E % n_group == 0,
                "cuda route_sigmoid_grouped: n_group ", n_group, " must divide ", E,
                " experts and be at most ", kMaxGroups);
   STRATA_CHECK(topk_group >= 1 && topk_group <= n_group, "cuda route_sigmoid_grouped: topk_group ",
                topk_group, " must be in [1, n_group = ", n_group, "]");
-  STRATA_CHECK(K >= 1 && K <= E, "cuda route_sigmoid_grouped: K = ", K, " must be in [1, ", E,
-               "]");
+  STRATA_CHECK(K >= 1 && K <= E, "cuda route_sigmoid_grouped: K = ", K, " must be in [1, ", E, "]");
   if (T == 0) return;
   route_sigmoid_kernel<<<blocks_for(T, 128), 128, 0, native(stream)>>>(
       logits, T, E, K, bias, n_group, topk_group, renormalize, scaling, chosen, weight);
@@ -866,7 +868,7 @@ void moe_gather(const float* x, int64_t H, const int32_t* sorted_slot, int64_t R
   STRATA_CHECK(K >= 1, "cuda moe_gather: K must be positive");
   if (H * R == 0) return;
   moe_gather_kernel<<<blocks_for(R * H), kThreads, 0, native(stream)>>>(x, H, sorted_slot, R, K,
-                                                                         out);
+                                                                        out);
   check_launch("moe_gather");
 }
 
@@ -876,7 +878,7 @@ void moe_combine(const float* expert_out, const int32_t* row_of_slot, const floa
   check_sizes(H, 0, "moe_combine");
   if (T * H == 0) return;
   moe_combine_kernel<<<blocks_for(T * H), kThreads, 0, native(stream)>>>(expert_out, row_of_slot,
-                                                                          weight, T, K, H, y);
+                                                                         weight, T, K, H, y);
   check_launch("moe_combine");
 }
 

@@ -121,10 +121,9 @@ void route_softmax_topk(const float* logits, int64_t T, int64_t E, int64_t K, bo
 // the sum of their top-2 choices (top-1 when a group has one expert); keep the topk_group best
 // groups; chosen = top-K of choice among kept experts; weight = s_chosen (/ (Σ s_chosen + 1e-20)
 // when `renormalize`) * scaling. Ties to the lower index throughout. n_group <= 64.
-void route_sigmoid_grouped(const float* logits, int64_t T, int64_t E, int64_t K,
-                           const float* bias, int64_t n_group, int64_t topk_group,
-                           bool renormalize, float scaling, int32_t* chosen, float* weight,
-                           Stream& stream);
+void route_sigmoid_grouped(const float* logits, int64_t T, int64_t E, int64_t K, const float* bias,
+                           int64_t n_group, int64_t topk_group, bool renormalize, float scaling,
+                           int32_t* chosen, float* weight, Stream& stream);
 
 // Sorts the T*K routing slots (slot s = t*K + j, expert chosen[s]) by expert, stably (slots of
 // one expert in increasing s, as the CPU moe_dispatch_combine visits them):

@@ -43,7 +43,9 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("CUDA error in ", what, ": ", cudaGetErrorString(e));
 }
 
-cudaStream_t native(Stream& s) { return static_cast<cudaStream_t>(s.native()); }
+cudaStream_t native(Stream& s) {
+  return static_cast<cudaStream_t>(s.native());
+}
 
 unsigned blocks_for(int64_t n) {
   const int64_t b = (n + kThreads - 1) / kThreads;
@@ -133,8 +135,8 @@ __device__ __forceinline__ bool finite(float x) {
 using Err = unsigned long long;
 
 template <int kSrc>
-__global__ void nvfp4_kernel(const void* w, int64_t n_blocks, float weight_amax,
-                             float global_scale, uint8_t* packed, uint8_t* scales, Err* err) {
+__global__ void nvfp4_kernel(const void* w, int64_t n_blocks, float weight_amax, float global_scale,
+                             uint8_t* packed, uint8_t* scales, Err* err) {
   const float six_global = __fmul_rn(6.0f, global_scale);
   for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < n_blocks;
        b += int64_t{gridDim.x} * blockDim.x) {
@@ -161,8 +163,8 @@ __global__ void nvfp4_kernel(const void* w, int64_t n_blocks, float weight_amax,
 }
 
 template <int kSrc>
-__global__ void fp8_kernel(const void* w, int64_t n, float weight_amax, float divisor,
-                           uint8_t* out, Err* err) {
+__global__ void fp8_kernel(const void* w, int64_t n, float weight_amax, float divisor, uint8_t* out,
+                           Err* err) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float x = load<kSrc>(w, i);
@@ -213,7 +215,8 @@ __global__ void mxfp8_kernel(const void* w, int64_t n_blocks, uint8_t* out, uint
     const float inv_scale =
         -e >= -126 ? __uint_as_float(static_cast<uint32_t>(-e + 127) << 23) : 0x1p-127f;
     for (int i = 0; i < 32; ++i) {
-      const float q = fminf(fmaxf(__fmul_rn(load<kSrc>(w, b * 32 + i), inv_scale), -448.0f), 448.0f);
+      const float q =
+          fminf(fmaxf(__fmul_rn(load<kSrc>(w, b * 32 + i), inv_scale), -448.0f), 448.0f);
       out[b * 32 + i] = to_e4m3(q);
     }
   }
@@ -287,8 +290,7 @@ void weight_amax(const void* w, DType dtype, int64_t n, float* out, Stream& stre
 }
 
 float nvfp4_quantize(const void* w, DType dtype, int64_t rows, int64_t cols, float weight_amax,
-                     uint8_t* packed, uint8_t* block_scale, std::string_view name,
-                     Stream& stream) {
+                     uint8_t* packed, uint8_t* block_scale, std::string_view name, Stream& stream) {
   const Src src = src_of(dtype, name, "nvfp4");
   check_shape(rows, cols, kNvfp4BlockSize, name, "nvfp4");
   STRATA_CHECK(std::isfinite(weight_amax) && weight_amax > 0.0f, "nvfp4: weight amax ", weight_amax,
@@ -329,8 +331,8 @@ float fp8_quantize(const void* w, DType dtype, int64_t n, float weight_amax, uin
                name, " gives a scale that is 0 or infinite in ", dtype_name(dtype));
   Err* err = error_slots(stream);
   dispatch(src, [&](auto s) {
-    fp8_kernel<decltype(s)::value><<<blocks_for(n), kThreads, 0, native(stream)>>>(
-        w, n, weight_amax, divisor, out, err);
+    fp8_kernel<decltype(s)::value>
+        <<<blocks_for(n), kThreads, 0, native(stream)>>>(w, n, weight_amax, divisor, out, err);
   });
   Err host[2];
   read_errors(err, host, stream);
@@ -349,8 +351,8 @@ void mxfp8_quantize(const void* w, DType dtype, int64_t rows, int64_t cols, uint
   const int64_t n_blocks = rows * cols / kMxfp8BlockSize;
   Err* err = error_slots(stream);
   dispatch(src, [&](auto s) {
-    mxfp8_kernel<decltype(s)::value><<<blocks_for(n_blocks), kThreads, 0, native(stream)>>>(
-        w, n_blocks, out, scale, err);
+    mxfp8_kernel<decltype(s)::value>
+        <<<blocks_for(n_blocks), kThreads, 0, native(stream)>>>(w, n_blocks, out, scale, err);
   });
   Err host[2];
   read_errors(err, host, stream);

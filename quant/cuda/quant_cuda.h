@@ -29,8 +29,7 @@ void weight_amax(const void* w, DType dtype, int64_t n, float* out, Stream& stre
 // NVFP4: packed U8 [rows, cols/2], block_scale F8_E4M3 bytes [rows, cols/16]. weight_amax (host
 // value) as for nvfp4_quantize. Returns weight_scale_2 = nvfp4_global_scale(weight_amax).
 float nvfp4_quantize(const void* w, DType dtype, int64_t rows, int64_t cols, float weight_amax,
-                     uint8_t* packed, uint8_t* block_scale, std::string_view name,
-                     Stream& stream);
+                     uint8_t* packed, uint8_t* block_scale, std::string_view name, Stream& stream);
 
 // FP8 per tensor: out F8_E4M3 bytes [n]. Returns weight_scale = fp8_weight_scale(weight_amax).
 float fp8_quantize(const void* w, DType dtype, int64_t n, float weight_amax, uint8_t* out,

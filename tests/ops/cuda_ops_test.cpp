@@ -122,8 +122,8 @@ void expect_gemm_close(const std::vector<float>& got, const std::vector<float>& 
       for (int64_t d = 0; d < k; ++d)
         mag += std::fabs(static_cast<double>(x[r * k + d]) * w[c * k + d]);
       const double tol = 4.0 * static_cast<double>(k) * 0x1p-24 * mag + 1e-30;
-      ASSERT_NEAR(got[r * n + c], want[r * n + c], tol) << what << " m=" << m << " k=" << k
-                                                        << " n=" << n << " at " << r << "," << c;
+      ASSERT_NEAR(got[r * n + c], want[r * n + c], tol)
+          << what << " m=" << m << " k=" << k << " n=" << n << " at " << r << "," << c;
     }
   }
 }
@@ -137,8 +137,7 @@ TEST_F(CudaOps, LinearMatchesCpuWithinAccumulationBound) {
     const std::vector<float> w = f32_of(wb);
     const std::vector<float> bias = normal(n);
     DeviceBuffer dx = up(x), dw = up(wb), dbias = up(bias), dy(m * n * 4), dxb(m * k * 2);
-    gpu::linear(dx.as<float>(), m, k, dw.as<uint16_t>(), n, dy.as<float>(), s(),
-                dbias.as<float>());
+    gpu::linear(dx.as<float>(), m, k, dw.as<uint16_t>(), n, dy.as<float>(), s(), dbias.as<float>());
     const auto y = down<float>(dy, m * n);
     // The GPU rounds x to bf16 first; the CPU reference gets the same rounded x.
     std::vector<float> xr = x;
@@ -279,8 +278,8 @@ TEST_F(CudaOps, RopeVariantsMatchCpu) {
     int64_t head_stride, offset, rot_dim;
     bool interleaved;
   };
-  const Case cases[] = {{def, 64, 0, 64, false},   {lin, 32, 0, 16, false},
-                        {l3, 128, 0, 128, false},  {yarn, 192, 128, 64, true},
+  const Case cases[] = {{def, 64, 0, 64, false},     {lin, 32, 0, 16, false},
+                        {l3, 128, 0, 128, false},    {yarn, 192, 128, 64, true},
                         {yarn, 192, 128, 64, false}, {def, 10, 2, 6, true}};
   const int64_t T = 37, nH = 3;
   std::vector<int64_t> pos(T);
@@ -328,8 +327,8 @@ TEST_F(CudaOps, RaggedCausalAttentionMatchesCpuPerSequence) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.dq));
     DeviceBuffer dq = up(q), dk = up(k), dv = up(v), dout(T * c.nH * c.dv * 4);
     gpu::attention_causal(dq.as<float>(), c.q_stride, dk.as<float>(), c.k_stride, dv.as<float>(),
-                          c.v_stride, doff.as<int64_t>(), n_seq, T, c.nH, c.nKV, c.dq, c.dv,
-                          scale, dout.as<float>(), s());
+                          c.v_stride, doff.as<int64_t>(), n_seq, T, c.nH, c.nKV, c.dq, c.dv, scale,
+                          dout.as<float>(), s());
     const auto out = down<float>(dout, T * c.nH * c.dv);
     for (int64_t sq = 0; sq < n_seq; ++sq) {
       const int64_t t0 = off[sq], L = lens[sq];
@@ -380,8 +379,7 @@ TEST_F(CudaOps, SoftmaxRoutingMatchesQwenMoeFormula) {
   for (bool renorm : {true, false}) {
     const auto logits = normal(T * E, 2.0f);
     DeviceBuffer dl = up(logits), dc(T * K * 4), dw(T * K * 4);
-    gpu::route_softmax_topk(dl.as<float>(), T, E, K, renorm, dc.as<int32_t>(), dw.as<float>(),
-                            s());
+    gpu::route_softmax_topk(dl.as<float>(), T, E, K, renorm, dc.as<int32_t>(), dw.as<float>(), s());
     const auto chosen = down<int32_t>(dc, T * K);
     const auto weight = down<float>(dw, T * K);
     // spec/architectures.md §2: p = softmax_fp32(logits); top-k; w = p_top (/ Σ p_top).
@@ -412,8 +410,9 @@ TEST_F(CudaOps, SigmoidGroupedRoutingMatchesDeepseekFormula) {
     bool renorm, bias;
     float scaling;
   };
-  const Case cases[] = {
-      {64, 6, 8, 3, true, true, 2.5f}, {16, 2, 1, 1, false, true, 1.0f}, {12, 3, 4, 2, true, false, 1.5f}};
+  const Case cases[] = {{64, 6, 8, 3, true, true, 2.5f},
+                        {16, 2, 1, 1, false, true, 1.0f},
+                        {12, 3, 4, 2, true, false, 1.5f}};
   const int64_t T = 40;
   for (const Case& c : cases) {
     const auto logits = normal(T * c.E, 2.0f);
@@ -445,8 +444,7 @@ TEST_F(CudaOps, SigmoidGroupedRoutingMatchesDeepseekFormula) {
       std::vector<float> masked(c.E, -INFINITY);
       for (int32_t g : keep)
         std::copy_n(&choice[g * per], per, &masked[g * per]);
-      if (!clear_cut(group_score, c.topk_group, 1e-5f) || !clear_cut(masked, c.K, 1e-5f))
-        continue;
+      if (!clear_cut(group_score, c.topk_group, 1e-5f) || !clear_cut(masked, c.K, 1e-5f)) continue;
       ++checked;
       auto idx = ops::top_k(masked.data(), c.E, c.K);
       float sum = 0.0f;
@@ -535,8 +533,8 @@ TEST_F(CudaOps, MoeSortGatherCombineMatchCpuDispatch) {
 
   chosen[5] = static_cast<int32_t>(E);  // out of range
   DeviceBuffer dbad = up(chosen);
-  EXPECT_THROW(gpu::moe_sort(dbad.as<int32_t>(), T, K, E, dsorted.as<int32_t>(),
-                             dinv.as<int32_t>(), doff.as<int64_t>(), off.data(), s()),
+  EXPECT_THROW(gpu::moe_sort(dbad.as<int32_t>(), T, K, E, dsorted.as<int32_t>(), dinv.as<int32_t>(),
+                             doff.as<int64_t>(), off.data(), s()),
                Error);
 }
 

@@ -164,12 +164,11 @@ TEST_F(CudaQuant, BadWeightsThrowLikeCpu) {
                                    scales.as<uint8_t>(), "w", s()),
                Error);
   DeviceBuffer out8(4 * 64);
-  EXPECT_THROW(gpu::fp8_quantize(dw.data(), DType::kF32, 4 * 64, amax * 0.5f, out8.as<uint8_t>(),
-                                 "w", s()),
-               Error);
-  EXPECT_THROW(gpu::fp8_quantize(dw.data(), DType::kF32, 4 * 64, 0.0f, out8.as<uint8_t>(), "w",
-                                 s()),
-               Error);
+  EXPECT_THROW(
+      gpu::fp8_quantize(dw.data(), DType::kF32, 4 * 64, amax * 0.5f, out8.as<uint8_t>(), "w", s()),
+      Error);
+  EXPECT_THROW(
+      gpu::fp8_quantize(dw.data(), DType::kF32, 4 * 64, 0.0f, out8.as<uint8_t>(), "w", s()), Error);
   // A NaN element.
   v[77] = NAN;
   const Tensor bad = make_weight(DType::kF32, {4, 64}, v);
