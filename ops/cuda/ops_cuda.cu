@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -570,6 +571,8 @@ __global__ void gemm_fallback_kernel(const uint16_t* x, int64_t m, int64_t k, co
 
 // ---- cuBLASLt ----------------------------------------------------------------------------------
 
+std::atomic<int64_t> g_fallback_gemms{0};
+
 cublasLtHandle_t blas_handle() {
   static std::once_flag once;
   static cublasLtHandle_t handle = nullptr;
@@ -639,12 +642,12 @@ void gemm_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64
   const cublasStatus_t hs =
       cublasLtMatmulAlgoGetHeuristic(lt, op.h, a.h, b.h, d.h, d.h, pref.h, 1, &result, &found);
   const float alpha = 1.0f, beta = 0.0f;
-  if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
-    check_blas(cublasLtMatmul(lt, op.h, &alpha, w, a.h, x, b.h, &beta, y, d.h, y, d.h, &result.algo,
-                              workspace, workspace_bytes, native(stream)),
-               "cublasLtMatmul");
+  if (hs == CUBLAS_STATUS_SUCCESS && found > 0 &&
+      cublasLtMatmul(lt, op.h, &alpha, w, a.h, x, b.h, &beta, y, d.h, y, d.h, &result.algo,
+                     workspace, workspace_bytes, native(stream)) == CUBLAS_STATUS_SUCCESS) {
     return;
   }
+  g_fallback_gemms.fetch_add(1);
   gemm_fallback_kernel<<<blocks_for(m * n), kThreads, 0, native(stream)>>>(x, m, k, w, n, y);
   check_launch("linear (fallback GEMM)");
 }
@@ -676,6 +679,10 @@ void round_bf16(float* x, int64_t n, Stream& stream) {
   if (n == 0) return;
   round_bf16_kernel<<<blocks_for(n), kThreads, 0, native(stream)>>>(x, n);
   check_launch("round_bf16");
+}
+
+int64_t gemm_fallback_count() {
+  return g_fallback_gemms.load();
 }
 
 void linear_bf16(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, float* y,

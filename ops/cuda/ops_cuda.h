@@ -56,6 +56,10 @@ void linear(const float* x, int64_t m, int64_t k, const uint16_t* w, int64_t n, 
 void linear_grouped(const float* x, const int64_t* offsets, int64_t n_groups, int64_t k,
                     const uint16_t* const* w, int64_t n, float* y, Stream& stream);
 
+// How many GEMMs (since the process started) ran on the plain fallback kernel because cuBLASLt
+// offered no algorithm for their shape or alignment (diagnostics and tests).
+int64_t gemm_fallback_count();
+
 // ---- element-wise and row-wise ----------------------------------------------------------------
 
 // Per row of x fp32 [rows, dim]: y = x / sqrt(mean(x^2) + eps) * w (w fp32 [dim], or null for

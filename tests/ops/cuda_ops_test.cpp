@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -112,7 +114,7 @@ TEST_F(CudaOps, Bf16ConversionsMatchCoreBitForBit) {
 // Both sides multiply the same bf16 values exactly and accumulate k products in fp32 in
 // different orders: each result lies within k * u * Σ|x_i w_i| of the exact sum (u = 2^-24 for
 // round-to-nearest; tensor-core accumulation may truncate, 2u), so the two differ by at most
-// 2 * k * 2u * Σ|x_i w_i|.
+// 2 * k * 2u * Σ|x_i w_i|; adding the bias rounds once more (one ulp of the result).
 void expect_gemm_close(const std::vector<float>& got, const std::vector<float>& want,
                        const std::vector<float>& x, const std::vector<float>& w, int64_t m,
                        int64_t k, int64_t n, const char* what) {
@@ -121,7 +123,8 @@ void expect_gemm_close(const std::vector<float>& got, const std::vector<float>& 
       double mag = 0.0;
       for (int64_t d = 0; d < k; ++d)
         mag += std::fabs(static_cast<double>(x[r * k + d]) * w[c * k + d]);
-      const double tol = 4.0 * static_cast<double>(k) * 0x1p-24 * mag + 1e-30;
+      const double tol = 4.0 * static_cast<double>(k) * 0x1p-24 * mag +
+                         0x1p-23 * std::fabs(want[r * n + c]) + 1e-30;
       ASSERT_NEAR(got[r * n + c], want[r * n + c], tol)
           << what << " m=" << m << " k=" << k << " n=" << n << " at " << r << "," << c;
     }
@@ -129,9 +132,10 @@ void expect_gemm_close(const std::vector<float>& got, const std::vector<float>& 
 }
 
 TEST_F(CudaOps, LinearMatchesCpuWithinAccumulationBound) {
-  const int64_t shapes[][3] = {{1, 16, 8}, {7, 37, 13}, {33, 128, 65}, {64, 256, 384}, {3, 1, 5}};
+  const int64_t shapes[][3] = {{64, 256, 384}, {1, 16, 8}, {7, 37, 13}, {33, 128, 65}, {3, 1, 5}};
   for (const auto& sh : shapes) {
     const int64_t m = sh[0], k = sh[1], n = sh[2];
+    const int64_t fallbacks = gpu::gemm_fallback_count();
     std::vector<float> x = normal(m * k);
     const std::vector<uint16_t> wb = bf16_of(normal(n * k, 0.05f));
     const std::vector<float> w = f32_of(wb);
@@ -152,6 +156,8 @@ TEST_F(CudaOps, LinearMatchesCpuWithinAccumulationBound) {
     const auto y2 = down<float>(dy, m * n);
     ops::linear(xr.data(), m, k, w.data(), n, want.data());
     expect_gemm_close(y2, want, xr, w, m, k, n, "linear_bf16");
+    // Aligned shapes must run on cuBLASLt, not on the fallback kernel.
+    if (k % 8 == 0 && n % 8 == 0) EXPECT_EQ(gpu::gemm_fallback_count(), fallbacks) << m << "x" << k;
   }
 }
 
@@ -206,7 +212,7 @@ TEST_F(CudaOps, RmsNormMatchesCpu) {
       // Same fp32 steps; only the fp64 sum of squares is added in another order, which can move
       // the fp32 mean by one ulp: a few ulps on the result.
       for (int64_t i = 0; i < rows * dim; ++i)
-        ASSERT_NEAR(y[i], want[i], 4e-7f * std::fabs(want[i]) + 1e-37f) << i;
+        ASSERT_NEAR(y[i], want[i], 1e-6f * std::fabs(want[i]) + 1e-37f) << i;
     }
   }
 }
@@ -562,6 +568,44 @@ TEST_F(CudaOps, AmaxIsExactAndPropagatesNan) {
     gpu::amax(dn.as<float>(), n, dout.as<float>(), s());
     ASSERT_TRUE(std::isnan(down<float>(dout, 1)[0]));
   }
+}
+
+// Rough timings on the GPU machine (not a test; run with --gtest_also_run_disabled_tests).
+TEST_F(CudaOps, DISABLED_Timings) {
+  auto time_ms = [&](auto&& f) {
+    f();
+    s().synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    const int reps = 5;
+    for (int i = 0; i < reps; ++i)
+      f();
+    s().synchronize();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+               .count() /
+           reps;
+  };
+  const int64_t T = 4096, H = 4096, I = 14336;
+  DeviceBuffer x(T * I * 4), w(I * H * 2), y(T * I * 4);
+  strata::cuda::fill_zero(x.data(), T * I * 4, s());
+  strata::cuda::fill_zero(w.data(), I * H * 2, s());
+  const double gemm =
+      time_ms([&] { gpu::linear(x.as<float>(), T, H, w.as<uint16_t>(), I, y.as<float>(), s()); });
+  std::printf("linear %ldx%ld · %ldx%ld: %.3f ms, %.1f TFLOP/s\n", T, H, I, H, gemm,
+              2.0 * T * H * I / gemm * 1e-9);
+  const int64_t nH = 32, nKV = 8, hd = 128;
+  std::vector<int64_t> off = {0, T};
+  DeviceBuffer doff = up(off), q(T * nH * hd * 4), k(T * nKV * hd * 4), o(T * nH * hd * 4);
+  strata::cuda::fill_zero(q.data(), T * nH * hd * 4, s());
+  strata::cuda::fill_zero(k.data(), T * nKV * hd * 4, s());
+  const double att = time_ms([&] {
+    gpu::attention_causal(q.as<float>(), nH * hd, k.as<float>(), nKV * hd, k.as<float>(), nKV * hd,
+                          doff.as<int64_t>(), 1, T, nH, nKV, hd, hd, 0.088f, o.as<float>(), s());
+  });
+  std::printf("attention T=%ld nH=%ld nKV=%ld d=%ld (one sequence): %.3f ms\n", T, nH, nKV, hd,
+              att);
+  DeviceBuffer dm(4);
+  const double am = time_ms([&] { gpu::amax(y.as<float>(), T * I, dm.as<float>(), s()); });
+  std::printf("amax over %ld fp32: %.3f ms\n", T * I, am);
 }
 
 }  // namespace

@@ -158,7 +158,7 @@ TEST_F(CudaQuant, BadWeightsThrowLikeCpu) {
   std::vector<float> v = weights(4, 64);
   const Tensor good = make_weight(DType::kF32, {4, 64}, v);
   const float amax = cpu_amax(good);
-  DeviceBuffer buf(64), scales(64), dw = up(good);
+  DeviceBuffer buf(4 * 64), scales(64), dw = up(good);
   // amax below max|W|
   EXPECT_THROW(gpu::nvfp4_quantize(dw.data(), DType::kF32, 4, 64, amax * 0.5f, buf.as<uint8_t>(),
                                    scales.as<uint8_t>(), "w", s()),
