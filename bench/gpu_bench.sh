@@ -13,7 +13,8 @@
 #                      [--skip strata,hf,read,peak] [--deadline SECONDS] [--keep] [--small]
 #
 # --bin: where strata and make_synthetic are (default: the directory of `strata` on PATH).
-# --work: checkpoint and outputs (default /tmp/strata_gpu_bench; needs checkpoint + ~40%).
+# --work: checkpoint and outputs (default: strata_gpu_bench in the disk-backed one of /var/tmp,
+#   /tmp, $HOME, . with the most room; needs the checkpoint + ~40%).
 # --out: results (default $OUT when set, else ./gpu_bench_out).
 # --small: a tiny checkpoint and 16 x 64 tokens, to check the harness on any machine (CPU too).
 # --deadline: start no further step once this many seconds have passed (the table still prints).
@@ -29,7 +30,7 @@ export PYTHONUNBUFFERED=1
 t_start=$EPOCHREALTIME
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 
-bin="" work=/tmp/strata_gpu_bench out="${OUT:-$PWD/gpu_bench_out}" layers=17 seqs=512 seq_len=512
+bin="" work="" out="${OUT:-$PWD/gpu_bench_out}" layers=17 seqs=512 seq_len=512
 micro_batch=16 batch_size="" cap_gb="" skip="" deadline=0 keep=0 small=0
 py=${PYTHON:-python3}
 while [ $# -gt 0 ]; do
@@ -47,7 +48,7 @@ while [ $# -gt 0 ]; do
     --deadline) deadline=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     --small) small=1; shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
     *) echo "gpu_bench: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -63,6 +64,16 @@ if [ -z "$bin" ]; then
   bin=$(dirname "$s")
 fi
 strata=$bin/strata
+if [ -z "$work" ]; then  # the disk-backed folder with the most room (never tmpfs: RAM is no disk)
+  best=0
+  for d in /var/tmp /tmp "$HOME" "$PWD"; do
+    [ -d "$d" ] && [ -w "$d" ] || continue
+    [ "$(stat -f -c %T "$d")" = tmpfs ] && continue
+    a=$(df -B1 --output=avail "$d" | tail -1 | tr -d ' ')
+    [ "$a" -gt "$best" ] && best=$a work=$d/strata_gpu_bench
+  done
+  [ -n "$work" ] || { echo "gpu_bench: no disk-backed folder found; pass --work DIR" >&2; exit 2; }
+fi
 [ -x "$bin/make_synthetic" ] || { echo "gpu_bench: $bin/make_synthetic missing" >&2; exit 2; }
 
 mkdir -p "$work" "$out"
@@ -95,11 +106,11 @@ gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,nohea
 R[gpu]=${gpu:-none}
 R[cpus]=$(nproc)
 R[ram]=$(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)
-R[disk]=$(df -h --output=avail "$work" | tail -1 | tr -d ' ')
+R[disk]="$(df -h --output=avail "$work" | tail -1 | tr -d ' ') free on $(df --output=source "$work" | tail -1) ($(stat -f -c %T "$work"))"
 R[os]=$(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-?}")
 R[pyver]=$("$py" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>/dev/null || echo "no torch")
 R[strata]=$("$strata" --version 2>/dev/null | head -1)
-say "machine: ${R[gpu]}; ${R[cpus]} CPUs, ${R[ram]}, ${R[disk]} free at $work; ${R[os]}; ${R[pyver]}; ${R[strata]}"
+say "machine: ${R[gpu]}; ${R[cpus]} CPUs, ${R[ram]}, ${R[disk]} at $work; ${R[os]}; ${R[pyver]}; ${R[strata]}"
 
 # ---- cache control -----------------------------------------------------------------------------
 # Decided once: a root shell that may write drop_caches drops the whole page cache; otherwise
@@ -136,8 +147,13 @@ gpu_poll_stop() {  # prints the peak MiB seen
 secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", b - a}'; }
 
 # ---- 1. the checkpoint -----------------------------------------------------------------------
+rm -rf "$ckpt" "$work/out_"*
+if [ "$small" = 0 ]; then  # 1.246 GB a layer + 1.245 GB outside, and ~45% more for an export
+  need=$(awk -v l="$layers" 'BEGIN {printf "%.0f", (l * 1.246 + 1.245) * 1.45 + 1}')
+  avail=$(df -B1000000000 --output=avail "$work" | tail -1 | tr -d ' ')
+  [ "$avail" -ge "$need" ] || { echo "gpu_bench: $work has $avail GB free; the checkpoint and an export need about $need GB (lower --layers)" >&2; exit 1; }
+fi
 say "generating the checkpoint"
-rm -rf "$ckpt"
 t0=$EPOCHREALTIME
 "$bin/make_synthetic" "$ckpt" --arch qwen3_moe --layers "$layers" "${synth_extra[@]}" 2>&1 | tee "$logs/make_synthetic.log" ||
   { echo "gpu_bench: make_synthetic failed" >&2; exit 1; }
@@ -149,9 +165,6 @@ R[ckpt_gb]=$(awk -v b="${R[ckpt_bytes]}" 'BEGIN {printf "%.2f", b / 1e9}')
 R[ckpt_files]=$(ls "$ckpt"/*.safetensors | wc -l)
 R[ckpt_desc]=$(sed -n 's/^[^:]*: //p' "$logs/make_synthetic.log" | tail -1)
 say "checkpoint: ${R[ckpt_desc]}; ${R[ckpt_gb]} GB in ${R[ckpt_files]} files, written in ${R[gen_s]} s"
-need=$(awk -v b="${R[ckpt_bytes]}" 'BEGIN {printf "%.0f", b * 0.45 / 1e9 + 1}')
-avail=$(df -B1000000000 --output=avail "$work" | tail -1 | tr -d ' ')
-[ "$avail" -ge "$need" ] || notes+=("only $avail GB free beside the checkpoint; an export needs about $need GB")
 
 # ---- 2. calibration tokens (seeded), JSONL of token ids --------------------------------------
 vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$ckpt/config.json")
@@ -282,7 +295,7 @@ frac() {  # flops, seconds -> percent of the measured bf16 matmul rate
 {
   echo "## GPU benchmark: strata quantize against reading the checkpoint once"
   echo
-  echo "machine: ${R[gpu]}; ${R[cpus]} CPUs, ${R[ram]} RAM; ${R[os]}; ${R[pyver]}; ${R[strata]:-strata ?}"
+  echo "machine: ${R[gpu]}; ${R[cpus]} CPUs, ${R[ram]} RAM; disk ${R[disk]}; ${R[os]}; ${R[pyver]}; ${R[strata]:-strata ?}"
   echo "checkpoint: synthetic ${R[ckpt_desc]}; ${R[ckpt_gb]} GB on disk in ${R[ckpt_files]} files; written in ${R[gen_s]} s ($(ratio "${R[ckpt_gb]}" "${R[gen_s]}") GB/s)"
   echo "calibration: $seqs sequences of $seq_len token ids (seeded), ${R[tokens]} tokens; recipe nvfp4_experts_only-kv_fp8"
   echo "cold cache: ${cache_method:-not needed}"

@@ -4,11 +4,12 @@
 #   bash .xfer/bundle/run.sh ['commands']
 #
 # Unpacks payload.tar.xz to /tmp/strata-bundle/build, links /tmp/strata-bundle/src to the
-# checkout this bundle was carried into (two folders above it), puts the binaries on PATH, and
-# runs the commands with bash in the checkout's root. Without commands: the whole ctest suite.
+# checkout this bundle was carried into (two folders above it, or $STRATA_BUNDLE_SRC), puts the
+# binaries on PATH and the CUDA libraries on LD_LIBRARY_PATH, and runs the commands with bash in
+# the checkout's root. Without commands: the whole ctest suite.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
-checkout=$(cd "$here/../.." && pwd -P)
+checkout=$(cd "${STRATA_BUNDLE_SRC:-$here/../..}" && pwd -P)  # the tests' source tree
 fixed=/tmp/strata-bundle
 
 if [ ! -x "$fixed/build/bin/strata" ]; then
@@ -33,6 +34,18 @@ if [ -f "$fixed/build/.cmake/GoogleTestAddTests.path" ]; then
   fi
 fi
 
+# The CUDA runtime (and cuBLAS, NCCL) come from that machine: the toolkit's library folders
+# first, then the ones PyTorch's wheels carry, for whatever `ldd` still cannot find.
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib; do
+  [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+done
+if ldd "$fixed/build/bin/strata" | grep -q "not found"; then
+  for d in $(python3 -c 'import nvidia, os; [print(os.path.join(p, s, "lib")) for p in nvidia.__path__ for s in os.listdir(p)]' 2>/dev/null); do
+    [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+  done
+  missing=$(ldd "$fixed/build/bin/strata" | grep "not found" || true)
+  [ -z "$missing" ] || echo "strata bundle: still missing: $missing" >&2
+fi
 export PATH="$fixed/build/bin:$PATH"
 echo "strata bundle: $(head -1 "$here/BUILD_INFO"); source $fixed/src -> $checkout" >&2
 cd "$checkout"
