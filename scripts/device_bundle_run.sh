@@ -12,7 +12,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 checkout=$(cd "${STRATA_BUNDLE_SRC:-$here/../..}" && pwd -P)  # the tests' source tree
 fixed=/tmp/strata-bundle
 
-if [ ! -x "$fixed/build/bin/strata" ]; then
+# Unpacked once per bundle: another bundle unpacked earlier on the same machine is replaced.
+if ! cmp -s "$here/BUILD_INFO" "$fixed/build/.BUILD_INFO"; then
   rm -rf "$fixed/build"
   mkdir -p "$fixed/build"
   if command -v xz >/dev/null; then
@@ -21,6 +22,7 @@ if [ ! -x "$fixed/build/bin/strata" ]; then
     python3 -c 'import lzma,sys,shutil; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' \
       "$here/payload.tar.xz" | tar -C "$fixed/build" -xf -
   fi
+  cp "$here/BUILD_INFO" "$fixed/build/.BUILD_INFO"
 fi
 ln -sfn "$checkout" "$fixed/src"
 
