@@ -45,6 +45,7 @@ exec 9>"$fixed.lock"
 flock -n 9 || { echo "device_bundle: another bundle build holds $fixed.lock; wait for it" >&2; exit 1; }
 
 mkdir -p "$build_real"
+[ -L "$fixed/build" ] || rm -rf "$fixed/build"  # a bundle run.sh unpacked here
 ln -sfn "$root" "$fixed/src"
 ln -sfn "$build_real" "$fixed/build"
 
