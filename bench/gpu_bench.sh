@@ -10,7 +10,7 @@
 #
 #   bench/gpu_bench.sh [--bin DIR] [--work DIR] [--out DIR] [--layers 17] [--seqs 512]
 #                      [--seq_len 512] [--micro_batch 16] [--batch_size N] [--cap_gb X]
-#                      [--skip strata,hf,read,peak] [--deadline SECONDS] [--keep] [--small]
+#                      [--skip strata,hf,read,write,peak] [--deadline SECONDS] [--keep] [--small]
 #
 # --bin: where strata and make_synthetic are (default: the directory of `strata` on PATH).
 # --work: checkpoint and outputs (default: strata_gpu_bench in the disk-backed one of /var/tmp,
@@ -129,8 +129,8 @@ drop_cache() {  # then prints the resident share of the checkpoint
   if command -v fincore >/dev/null; then
     fincore -b -n -o RES "$ckpt"/*.safetensors 2>/dev/null |
       awk -v t="${R[ckpt_bytes]:-1}" '{s += $1} END {printf "%.1f%%", 100 * s / t}'
-  else
-    printf "?"
+  else  # no fincore: the whole page cache's size, which bounds what of the checkpoint is in it
+    awk '/^Cached:/ {printf "page cache %.2f GB", $2 * 1024 / 1e9}' /proc/meminfo
   fi
 }
 gpu_poll_start() {  # samples memory.used (MiB) every 100 ms into $logs/$1.gpumem
@@ -206,6 +206,39 @@ fi
 # The floor: the faster of the two reads.
 R[read_s]=$(awk -v a="${R[read_seq_s]}" -v b="${R[read_par_s]}" 'BEGIN {
   if (a == "" && b == "") print ""; else if (b == "" || (a != "" && a + 0 < b + 0)) print a; else print b }')
+
+# ---- 4b. writing an export's worth of bytes -----------------------------------------------------
+# What the export costs the disk: as many bytes as strata's output (bf16 except the NVFP4
+# experts), taken from the checkpoint's own shards so the data is not compressible zeros, staged
+# in /dev/shm (RAM) first so only the write touches the disk; written with one fsync at the end
+# (strata fsyncs every shard). Then the same write while the checkpoint is read cold in
+# parallel: the floor of a run that must read everything and write its export on one disk.
+R[export_est]=$("$py" "$here/hf_baseline.py" export_bytes --config "$ckpt/config.json")
+R[write_s]="" R[rw_s]=""
+if ! skipped write; then
+  stage=/dev/shm/strata_gpu_bench_export
+  if [ -d /dev/shm ] && [ "$(df -B1 --output=avail /dev/shm | tail -1 | tr -d ' ')" -gt "$((R[export_est] + (1 << 30)))" ]; then
+    cat "$ckpt"/*.safetensors | head -c "${R[export_est]}" >"$stage"
+    drop_cache >/dev/null
+    say "write $(awk -v b="${R[export_est]}" 'BEGIN {printf "%.2f", b / 1e9}') GB (an export's size) with fsync"
+    t0=$EPOCHREALTIME
+    dd if="$stage" of="$work/write_test" bs=64M conv=fsync status=none
+    R[write_s]=$(secs "$t0" "$EPOCHREALTIME")
+    rm -f "$work/write_test"
+    R[res_rw]=$(drop_cache)
+    say "cold read (8 readers) and that write at once (resident before: ${R[res_rw]})"
+    t0=$EPOCHREALTIME
+    dd if="$stage" of="$work/write_test" bs=64M conv=fsync status=none &
+    wpid=$!
+    ls "$ckpt"/*.safetensors | xargs -P 8 -n 1 cat >/dev/null
+    wait "$wpid"
+    R[rw_s]=$(secs "$t0" "$EPOCHREALTIME")
+    rm -f "$work/write_test" "$stage"
+    say "write ${R[write_s]} s alone, read + write ${R[rw_s]} s"
+  else
+    notes+=("write floor not measured: /dev/shm lacks room for the export's bytes")
+  fi
+fi
 
 # ---- 5. the transformers baseline --------------------------------------------------------------
 hf_device=cuda
@@ -306,6 +339,8 @@ frac() {  # flops, seconds -> percent of the measured bf16 matmul rate
   echo "|---|---:|---:|---:|---|"
   [ -n "${R[read_seq_s]}" ] && echo "| cold read, cat shard by shard | ${R[read_seq_s]} | $(ratio "${R[read_seq_s]}" "${R[read_s]}") | | $(ratio "${R[ckpt_gb]}" "${R[read_seq_s]}") GB/s; resident before ${R[res_read_seq]} |"
   [ -n "${R[read_par_s]}" ] && echo "| cold read, 8 cats in parallel | ${R[read_par_s]} | $(ratio "${R[read_par_s]}" "${R[read_s]}") | | $(ratio "${R[ckpt_gb]}" "${R[read_par_s]}") GB/s; resident before ${R[res_read_par]} |"
+  [ -n "${R[write_s]}" ] && echo "| write $(awk -v b="${R[export_est]}" 'BEGIN {printf "%.2f", b / 1e9}') GB (an export's size), fsync | ${R[write_s]} | $(ratio "${R[write_s]}" "${R[read_s]}") | | $(awk -v b="${R[export_est]}" -v s="${R[write_s]}" 'BEGIN {printf "%.2f", b / 1e9 / s}') GB/s; bytes of the checkpoint's shards, staged in /dev/shm |"
+  [ -n "${R[rw_s]}" ] && echo "| cold read (8 readers) and that write at once | ${R[rw_s]} | $(ratio "${R[rw_s]}" "${R[read_s]}") | | the floor of a run that reads everything and writes its export on this disk; resident before ${R[res_rw]} |"
   for name in free capped; do
     [ -n "${R[${name}_s]:-}" ] || continue
     label="strata, GPU memory unconstrained"

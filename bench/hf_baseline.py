@@ -14,6 +14,8 @@ machine's bf16 matmul rate, and the FLOPs of a calibration forward.
       prints the rate in TFLOP/s: the "bf16 matmul peak" the benchmark divides by.
   hf_baseline.py flops --config config.json --seqs N --seq_len L [--lm_head]
       Matmul FLOPs of one forward of N sequences of L tokens (see flops_per_sequence).
+  hf_baseline.py export_bytes --config config.json
+      Bytes of the nvfp4_experts_only export (see export_bytes).
 """
 import argparse
 import json
@@ -52,6 +54,39 @@ def flops_per_sequence(cfg, seq_len, lm_head):
     if lm_head:
         total += 2 * h * cfg["vocab_size"]
     return total * seq_len
+
+
+def export_bytes(cfg):
+    """Bytes of an nvfp4_experts_only export of a Qwen3-MoE / Llama config: every routed
+    expert's weights in NVFP4 (half a byte per value plus one FP8 scale per 16), everything
+    else in bf16. Per-tensor scales and the config files are left out (kilobytes)."""
+    h = cfg["hidden_size"]
+    heads = cfg["num_attention_heads"]
+    kv = cfg.get("num_key_value_heads", heads)
+    hd = cfg.get("head_dim") or h // heads
+    layers = cfg["num_hidden_layers"]
+    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 0
+    moe_i = cfg.get("moe_intermediate_size", 0)
+    dense_i = cfg.get("intermediate_size", 0)
+    only = set(cfg.get("mlp_only_layers") or [])
+    step = cfg.get("decoder_sparse_step", 1) or 1
+    bf16 = 2 * cfg["vocab_size"] * h + h  # embedding, lm_head, final norm
+    nvfp4 = 0
+    for layer in range(layers):
+        bf16 += 2 * h * heads * hd + 2 * h * kv * hd + 2 * h  # q, o, k, v, two norms
+        if cfg.get("model_type") == "qwen3_moe":
+            bf16 += 2 * hd  # q_norm, k_norm
+        if experts > 0 and layer not in only and (layer + 1) % step == 0:
+            bf16 += experts * h  # router
+            nvfp4 += experts * 3 * h * moe_i
+        else:
+            bf16 += 3 * h * dense_i
+    return int(2 * bf16 + nvfp4 * (0.5 + 1 / 16))
+
+
+def cmd_export_bytes(a):
+    with open(a.config) as f:
+        print(export_bytes(json.load(f)))
 
 
 def cmd_flops(a):
@@ -255,8 +290,10 @@ def main():
     f.add_argument("--seqs", type=int, required=True)
     f.add_argument("--seq_len", type=int, required=True)
     f.add_argument("--lm_head", action="store_true")
+    e = sub.add_parser("export_bytes")
+    e.add_argument("--config", required=True)
     a = p.parse_args()
-    {"run": cmd_run, "peak": cmd_peak, "flops": cmd_flops}[a.cmd](a)
+    {"run": cmd_run, "peak": cmd_peak, "flops": cmd_flops, "export_bytes": cmd_export_bytes}[a.cmd](a)
 
 
 if __name__ == "__main__":
