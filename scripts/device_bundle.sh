@@ -15,7 +15,7 @@
 # to this repository) and /tmp/strata-bundle/build (a link to build/bundle); there, the
 # bundle's run.sh points the same two paths at the carried checkout and at the unpacked build.
 #
-# What lands in .xfer/bundle/: payload.tar.xz (bin/strata, the test and bench binaries, the
+# What lands in .xfer/bundle/: payload.tar.xz (bin/strata, bin/make_synthetic, the tests, the
 # CTest files, and CMake's GoogleTestAddTests.cmake that ctest needs to list the gtest cases),
 # run.sh, and BUILD_INFO. The payload is one solid xz stream with a large window: the binaries
 # share big identical blocks (ICU's data, OpenBLAS), which it stores once.
@@ -45,11 +45,12 @@ exec 9>"$fixed.lock"
 flock -n 9 || { echo "device_bundle: another bundle build holds $fixed.lock; wait for it" >&2; exit 1; }
 
 mkdir -p "$build_real"
+[ -L "$fixed/build" ] || rm -rf "$fixed/build"  # a bundle run.sh unpacked here
 ln -sfn "$root" "$fixed/src"
 ln -sfn "$build_real" "$fixed/build"
 
 # .xfer/ must never be committed: ignore it locally if the repository does not already.
-if ! git -C "$root" check-ignore -q .xfer/bundle 2>/dev/null; then
+if git -C "$root" rev-parse --git-dir >/dev/null 2>&1 && ! git -C "$root" check-ignore -q .xfer/bundle; then
   echo "/.xfer/" >>"$(git -C "$root" rev-parse --git-common-dir)/info/exclude"
 fi
 
@@ -66,9 +67,10 @@ grep -q "^CMAKE_HOME_DIRECTORY:INTERNAL=$fixed/src$" "$build_real/CMakeCache.txt
 echo "== build (-j$jobs)"
 (cd "$fixed/build" && ninja -j"$jobs" >"$build_real/build.log" 2>&1) || { tail -40 "$build_real/build.log"; exit 1; }
 
-# Every executable the build made (strata, tests, benches); CMake's own probes excluded.
-mapfile -t exes < <(cd "$build_real" && find . -path ./CMakeFiles -prune -o -type f -perm -u+x -print |
-  grep -v -E '/CMakeFiles/|\.(sh|py|cmake)$' | sed 's|^\./||' | sort)
+# strata, make_synthetic (bench/gpu_bench.sh writes its checkpoint with it) and every test
+# binary; the other benches stay here (they run on the CPU and would double the payload).
+mapfile -t exes < <(cd "$build_real" && { echo bin/strata; echo bin/make_synthetic;
+  find tests -path '*/CMakeFiles' -prune -o -type f -perm -u+x -print | grep -v -E '\.(sh|py|cmake)$'; } | sort)
 [ ${#exes[@]} -gt 0 ] || { echo "device_bundle: no executables built" >&2; exit 1; }
 
 echo "== shared libraries (allowed: glibc, libgomp, CUDA runtime/cuBLAS, NCCL, MPI)"
@@ -108,8 +110,9 @@ if [ -n "$gtest_module" ]; then
 fi
 rm -rf "$bundle"
 mkdir -p "$bundle"
-# One solid stream with a 192 MiB window, so identical blocks across binaries are stored once.
-tar -C "$stage" -cf - . | xz -T1 --lzma2=preset=6,dict=192MiB >"$bundle/payload.tar.xz"
+# One solid stream with a 192 MiB window, so identical blocks across binaries (ICU's data,
+# OpenBLAS) are stored once; preset 3's match finder is several times faster than the default's.
+tar -C "$stage" -cf - . | xz -T1 --lzma2=preset=3,dict=192MiB >"$bundle/payload.tar.xz"
 {
   echo "commit $(git -C "$root" rev-parse HEAD 2>/dev/null)$(git -C "$root" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
   echo "built $(date -u +%FT%TZ) on $(uname -n), $(g++ --version | head -1), $(nvcc --version | tail -1)"
@@ -129,8 +132,11 @@ cat <<EOF
 
 On the GPU machine (the bundle unpacks to $fixed; tests see this checkout as their source):
   run  carry: [".xfer/bundle"]
-       command: bash .xfer/bundle/run.sh 'strata --version && ctest --test-dir $fixed/build -L gpu --output-on-failure'
-run.sh unpacks, links $fixed/src to the checkout, puts $fixed/build/bin on PATH, then runs its
-argument with bash (no argument: the whole ctest suite). From a helper's copy under .xfer/<name>/,
-carry ".xfer/<name>" and call bash .xfer/<name>/.xfer/bundle/run.sh ... the same way.
+       command: bash .xfer/bundle/run.sh 'strata --version && ctest --test-dir $fixed/build -j16 --output-on-failure'
+run.sh unpacks, links $fixed/src to the checkout, puts $fixed/build/bin on PATH and the CUDA
+libraries on LD_LIBRARY_PATH, then runs its argument with bash in the checkout (no argument: the
+whole ctest suite). The GPU benchmark (docs/PERFORMANCE.md):
+       command: bash .xfer/bundle/run.sh 'bash bench/gpu_bench.sh --bin $fixed/build/bin'
+From a copy under .xfer/<name>/ (a helper's): carry [".xfer/<name>"] and call
+STRATA_BUNDLE_SRC=\$PWD bash .xfer/<name>/.xfer/bundle/run.sh '...' from the checkout's root.
 EOF

@@ -4,14 +4,16 @@
 #   bash .xfer/bundle/run.sh ['commands']
 #
 # Unpacks payload.tar.xz to /tmp/strata-bundle/build, links /tmp/strata-bundle/src to the
-# checkout this bundle was carried into (two folders above it), puts the binaries on PATH, and
-# runs the commands with bash in the checkout's root. Without commands: the whole ctest suite.
+# checkout this bundle was carried into (two folders above it, or $STRATA_BUNDLE_SRC), puts the
+# binaries on PATH and the CUDA libraries on LD_LIBRARY_PATH, and runs the commands with bash in
+# the checkout's root. Without commands: the whole ctest suite.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
-checkout=$(cd "$here/../.." && pwd -P)
+checkout=$(cd "${STRATA_BUNDLE_SRC:-$here/../..}" && pwd -P)  # the tests' source tree
 fixed=/tmp/strata-bundle
 
-if [ ! -x "$fixed/build/bin/strata" ]; then
+# Unpacked once per bundle: another bundle unpacked earlier on the same machine is replaced.
+if ! cmp -s "$here/BUILD_INFO" "$fixed/build/.BUILD_INFO"; then
   rm -rf "$fixed/build"
   mkdir -p "$fixed/build"
   if command -v xz >/dev/null; then
@@ -20,6 +22,7 @@ if [ ! -x "$fixed/build/bin/strata" ]; then
     python3 -c 'import lzma,sys,shutil; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' \
       "$here/payload.tar.xz" | tar -C "$fixed/build" -xf -
   fi
+  cp "$here/BUILD_INFO" "$fixed/build/.BUILD_INFO"
 fi
 ln -sfn "$checkout" "$fixed/src"
 
@@ -33,6 +36,18 @@ if [ -f "$fixed/build/.cmake/GoogleTestAddTests.path" ]; then
   fi
 fi
 
+# The CUDA runtime (and cuBLAS, NCCL) come from that machine: the toolkit's library folders
+# first, then the ones PyTorch's wheels carry, for whatever `ldd` still cannot find.
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib; do
+  [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+done
+if ldd "$fixed/build/bin/strata" | grep -q "not found"; then
+  for d in $(python3 -c 'import nvidia, os; [print(os.path.join(p, s, "lib")) for p in nvidia.__path__ for s in os.listdir(p)]' 2>/dev/null); do
+    [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+  done
+  missing=$(ldd "$fixed/build/bin/strata" | grep "not found" || true)
+  [ -z "$missing" ] || echo "strata bundle: still missing: $missing" >&2
+fi
 export PATH="$fixed/build/bin:$PATH"
 echo "strata bundle: $(head -1 "$here/BUILD_INFO"); source $fixed/src -> $checkout" >&2
 cd "$checkout"

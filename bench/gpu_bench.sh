@@ -1,0 +1,372 @@
+#!/usr/bin/env bash
+# The GPU benchmark of docs/PERFORMANCE.md, in one call on the GPU machine: a synthetic bf16
+# Qwen3-MoE checkpoint (Qwen3-30B-A3B shapes, 17 layers: 11.2 B parameters, 22.4 GB) written to
+# local disk, 512 x 512 calibration token ids, the time to read the checkpoint once cold, the
+# machine's bf16 matmul rate, `strata quantize` (NVFP4 experts-only, FP8 KV cache) unconstrained
+# and with --max_gpu_memory_gb at a tenth of the checkpoint, each from a cold page cache, and the
+# baseline a user has today (transformers loads the checkpoint onto the GPU and runs the same
+# tokens with an amax hook on every linear input: bench/hf_baseline.py). Prints one table with
+# every number and ratio, and writes it to OUT/gpu_bench.md with the logs in OUT/gpu_bench_logs.tgz.
+#
+#   bench/gpu_bench.sh [--bin DIR] [--work DIR] [--out DIR] [--layers 17] [--seqs 512]
+#                      [--seq_len 512] [--micro_batch 16] [--batch_size N] [--cap_gb X]
+#                      [--skip strata,hf,read,write,peak] [--deadline SECONDS] [--keep] [--small]
+#
+# --bin: where strata and make_synthetic are (default: the directory of `strata` on PATH).
+# --work: checkpoint and outputs (default: strata_gpu_bench in the disk-backed one of /var/tmp,
+#   /tmp, $HOME, . with the most room; needs the checkpoint + ~40%).
+# --out: results (default $OUT when set, else ./gpu_bench_out).
+# --small: a tiny checkpoint and 16 x 64 tokens, to check the harness on any machine (CPU too).
+# --deadline: start no further step once this many seconds have passed (the table still prints).
+# strata runs only if `strata quantize --help` offers --device (the GPU engine); the capped run
+# only if it offers --max_gpu_memory_gb. A CPU-only strata runs only with --small.
+#
+# Cold cache: before every timed step the page cache is dropped (`echo 3 >
+# /proc/sys/vm/drop_caches`, as root) or, where that is refused, the checkpoint's pages are
+# evicted with posix_fadvise(DONTNEED) (`dd iflag=nocache count=0`); the table says which, and
+# how much of the checkpoint stayed resident (fincore) before each step.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+t_start=$EPOCHREALTIME
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
+
+bin="" work="" out="${OUT:-$PWD/gpu_bench_out}" layers=17 seqs=512 seq_len=512
+micro_batch=16 batch_size="" cap_gb="" skip="" deadline=0 keep=0 small=0
+py=${PYTHON:-python3}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bin) bin=$2; shift 2 ;;
+    --work) work=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --layers) layers=$2; shift 2 ;;
+    --seqs) seqs=$2; shift 2 ;;
+    --seq_len) seq_len=$2; shift 2 ;;
+    --micro_batch) micro_batch=$2; shift 2 ;;
+    --batch_size) batch_size=$2; shift 2 ;;
+    --cap_gb) cap_gb=$2; shift 2 ;;
+    --skip) skip=$2; shift 2 ;;
+    --deadline) deadline=$2; shift 2 ;;
+    --keep) keep=1; shift ;;
+    --small) small=1; shift ;;
+    -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
+    *) echo "gpu_bench: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+if [ "$small" = 1 ]; then
+  layers=2 seqs=16 seq_len=64 micro_batch=4
+  synth_extra=(--hidden 512 --intermediate 64 --vocab 8192)
+else
+  synth_extra=()
+fi
+if [ -z "$bin" ]; then
+  s=$(command -v strata || true)
+  [ -n "$s" ] || { echo "gpu_bench: no strata on PATH; pass --bin DIR" >&2; exit 2; }
+  bin=$(dirname "$s")
+fi
+strata=$bin/strata
+if [ -z "$work" ]; then  # the disk-backed folder with the most room (never tmpfs: RAM is no disk)
+  best=0
+  for d in /var/tmp /tmp "$HOME" "$PWD"; do
+    [ -d "$d" ] && [ -w "$d" ] || continue
+    [ "$(stat -f -c %T "$d")" = tmpfs ] && continue
+    a=$(df -B1 --output=avail "$d" | tail -1 | tr -d ' ')
+    [ "$a" -gt "$best" ] && best=$a work=$d/strata_gpu_bench
+  done
+  [ -n "$work" ] || { echo "gpu_bench: no disk-backed folder found; pass --work DIR" >&2; exit 2; }
+fi
+[ -x "$bin/make_synthetic" ] || { echo "gpu_bench: $bin/make_synthetic missing" >&2; exit 2; }
+
+mkdir -p "$work" "$out"
+logs=$work/logs
+rm -rf "$logs" && mkdir -p "$logs"
+ckpt=$work/ckpt
+cleanup() {
+  [ -n "${poller:-}" ] && kill "$poller" 2>/dev/null
+  rm -rf "$work/out_"*
+  [ "$keep" = 1 ] || rm -rf "$ckpt"
+}
+trap cleanup EXIT
+
+elapsed() { awk -v a="$t_start" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.0f", b - a}'; }
+skipped() {  # step: true when --skip names it or the deadline has passed
+  case ",$skip," in *",$1,"*) return 0 ;; esac
+  if [ "$deadline" != 0 ] && [ "$(elapsed)" -ge "$deadline" ]; then
+    echo "== $1: skipped, ${deadline} s deadline passed"
+    notes+=("$1 skipped: the ${deadline} s deadline had passed")
+    return 0
+  fi
+  return 1
+}
+declare -A R=()  # results by key
+notes=()
+say() { echo "== $* (t=$(elapsed) s)"; }
+
+# ---- machine ---------------------------------------------------------------------------------
+gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+R[gpu]=${gpu:-none}
+R[cpus]=$(nproc)
+R[ram]=$(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)
+R[disk]="$(df -h --output=avail "$work" | tail -1 | tr -d ' ') free on $(df --output=source "$work" | tail -1) ($(stat -f -c %T "$work"))"
+R[os]=$(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-?}")
+R[pyver]=$("$py" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>/dev/null || echo "no torch")
+R[strata]=$("$strata" --version 2>/dev/null | head -1)
+say "machine: ${R[gpu]}; ${R[cpus]} CPUs, ${R[ram]}, ${R[disk]} at $work; ${R[os]}; ${R[pyver]}; ${R[strata]}"
+
+# ---- cache control -----------------------------------------------------------------------------
+# Decided once: a root shell that may write drop_caches drops the whole page cache; otherwise
+# the checkpoint's own pages are evicted.
+if sync && echo 3 2>/dev/null >/proc/sys/vm/drop_caches; then
+  cache_method="drop_caches (sync, then echo 3 > /proc/sys/vm/drop_caches)"
+else
+  cache_method="posix_fadvise DONTNEED on every checkpoint file (dd iflag=nocache count=0); drop_caches refused"
+fi
+drop_cache() {  # then prints the resident share of the checkpoint
+  sync
+  case "$cache_method" in
+    drop_caches*) echo 3 >/proc/sys/vm/drop_caches ;;
+    *) for f in "$ckpt"/*; do dd if="$f" iflag=nocache count=0 status=none; done ;;
+  esac
+  if command -v fincore >/dev/null; then
+    fincore -b -n -o RES "$ckpt"/*.safetensors 2>/dev/null |
+      awk -v t="${R[ckpt_bytes]:-1}" '{s += $1} END {printf "%.1f%%", 100 * s / t}'
+  else  # no fincore: the whole page cache's size, which bounds what of the checkpoint is in it
+    awk '/^Cached:/ {printf "page cache %.2f GB", $2 * 1024 / 1e9}' /proc/meminfo
+  fi
+}
+gpu_poll_start() {  # samples memory.used (MiB) every 100 ms into $logs/$1.gpumem
+  poller=""
+  command -v nvidia-smi >/dev/null || return 0
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$logs/$1.gpumem" 2>/dev/null &
+  poller=$!
+}
+gpu_poll_stop() {  # prints the peak MiB seen
+  [ -n "${poller:-}" ] || { printf "n/a"; return; }
+  kill "$poller" 2>/dev/null; wait "$poller" 2>/dev/null; poller=""
+  sort -n "$logs/$1.gpumem" | tail -1 | tr -d ' \n'
+}
+secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", b - a}'; }
+
+# ---- 1. the checkpoint -----------------------------------------------------------------------
+rm -rf "$ckpt" "$work/out_"*
+if [ "$small" = 0 ]; then  # 1.246 GB a layer + 1.245 GB outside, and ~45% more for an export
+  need=$(awk -v l="$layers" 'BEGIN {printf "%.0f", (l * 1.246 + 1.245) * 1.45 + 1}')
+  avail=$(df -B1000000000 --output=avail "$work" | tail -1 | tr -d ' ')
+  [ "$avail" -ge "$need" ] || { echo "gpu_bench: $work has $avail GB free; the checkpoint and an export need about $need GB (lower --layers)" >&2; exit 1; }
+fi
+say "generating the checkpoint"
+t0=$EPOCHREALTIME
+"$bin/make_synthetic" "$ckpt" --arch qwen3_moe --layers "$layers" "${synth_extra[@]}" 2>&1 | tee "$logs/make_synthetic.log" ||
+  { echo "gpu_bench: make_synthetic failed" >&2; exit 1; }
+sync
+t1=$EPOCHREALTIME
+R[gen_s]=$(secs "$t0" "$t1")
+R[ckpt_bytes]=$(cat "$ckpt"/*.safetensors | wc -c)  # cheap: these pages are still cached
+R[ckpt_gb]=$(awk -v b="${R[ckpt_bytes]}" 'BEGIN {printf "%.2f", b / 1e9}')
+R[ckpt_files]=$(ls "$ckpt"/*.safetensors | wc -l)
+R[ckpt_desc]=$(sed -n 's/^[^:]*: //p' "$logs/make_synthetic.log" | tail -1)
+say "checkpoint: ${R[ckpt_desc]}; ${R[ckpt_gb]} GB in ${R[ckpt_files]} files, written in ${R[gen_s]} s"
+
+# ---- 2. calibration tokens (seeded), JSONL of token ids --------------------------------------
+vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$ckpt/config.json")
+"$py" - "$seqs" "$seq_len" "$vocab" >"$work/tokens.jsonl" <<'PY'
+import json, random, sys
+n, length, vocab = map(int, sys.argv[1:])
+r = random.Random(20261202)
+for _ in range(n):
+    print(json.dumps([r.randrange(vocab) for _ in range(length)]))
+PY
+R[tokens]=$((seqs * seq_len))
+
+# ---- 3. bf16 matmul rate ---------------------------------------------------------------------
+R[peak_tflops]=""
+if [ -n "$gpu" ] && ! skipped peak; then
+  say "bf16 matmul rate"
+  "$py" "$here/hf_baseline.py" peak >"$logs/peak.json" 2>"$logs/peak.err" &&
+    R[peak_tflops]=$("$py" -c 'import json,sys; print("%.1f" % json.load(open(sys.argv[1]))["bf16_matmul_tflops"])' "$logs/peak.json")
+  say "bf16 matmul: ${R[peak_tflops]:-failed} TFLOP/s"
+fi
+R[calib_flops]=$("$py" "$here/hf_baseline.py" flops --config "$ckpt/config.json" --seqs "$seqs" --seq_len "$seq_len")
+R[hf_flops]=$("$py" "$here/hf_baseline.py" flops --config "$ckpt/config.json" --seqs "$seqs" --seq_len "$seq_len" --lm_head)
+
+# ---- 4. cold reads -----------------------------------------------------------------------------
+R[read_seq_s]="" R[read_par_s]=""
+if ! skipped read; then
+  R[res_read_seq]=$(drop_cache)
+  say "cold read, one cat of every shard in turn (resident before: ${R[res_read_seq]})"
+  t0=$EPOCHREALTIME
+  cat "$ckpt"/*.safetensors >/dev/null
+  R[read_seq_s]=$(secs "$t0" "$EPOCHREALTIME")
+  R[res_read_par]=$(drop_cache)
+  say "cold read, 8 cats in parallel (resident before: ${R[res_read_par]})"
+  t0=$EPOCHREALTIME
+  ls "$ckpt"/*.safetensors | xargs -P 8 -n 1 cat >/dev/null
+  R[read_par_s]=$(secs "$t0" "$EPOCHREALTIME")
+  say "cold read: ${R[read_seq_s]} s sequential, ${R[read_par_s]} s with 8 readers"
+fi
+# The floor: the faster of the two reads.
+R[read_s]=$(awk -v a="${R[read_seq_s]}" -v b="${R[read_par_s]}" 'BEGIN {
+  if (a == "" && b == "") print ""; else if (b == "" || (a != "" && a + 0 < b + 0)) print a; else print b }')
+
+# ---- 4b. writing an export's worth of bytes -----------------------------------------------------
+# What the export costs the disk: as many bytes as strata's output (bf16 except the NVFP4
+# experts), taken from the checkpoint's own shards so the data is not compressible zeros, staged
+# in /dev/shm (RAM) first so only the write touches the disk; written with one fsync at the end
+# (strata fsyncs every shard). Then the same write while the checkpoint is read cold in
+# parallel: the floor of a run that must read everything and write its export on one disk.
+R[export_est]=$("$py" "$here/hf_baseline.py" export_bytes --config "$ckpt/config.json")
+R[write_s]="" R[rw_s]=""
+if ! skipped write; then
+  stage=/dev/shm/strata_gpu_bench_export
+  if [ -d /dev/shm ] && [ "$(df -B1 --output=avail /dev/shm | tail -1 | tr -d ' ')" -gt "$((R[export_est] + (1 << 30)))" ]; then
+    cat "$ckpt"/*.safetensors | head -c "${R[export_est]}" >"$stage"
+    drop_cache >/dev/null
+    say "write $(awk -v b="${R[export_est]}" 'BEGIN {printf "%.2f", b / 1e9}') GB (an export's size) with fsync"
+    t0=$EPOCHREALTIME
+    dd if="$stage" of="$work/write_test" bs=64M conv=fsync status=none
+    R[write_s]=$(secs "$t0" "$EPOCHREALTIME")
+    rm -f "$work/write_test"
+    R[res_rw]=$(drop_cache)
+    say "cold read (8 readers) and that write at once (resident before: ${R[res_rw]})"
+    t0=$EPOCHREALTIME
+    dd if="$stage" of="$work/write_test" bs=64M conv=fsync status=none &
+    wpid=$!
+    ls "$ckpt"/*.safetensors | xargs -P 8 -n 1 cat >/dev/null
+    wait "$wpid"
+    R[rw_s]=$(secs "$t0" "$EPOCHREALTIME")
+    rm -f "$work/write_test" "$stage"
+    say "write ${R[write_s]} s alone, read + write ${R[rw_s]} s"
+  else
+    notes+=("write floor not measured: /dev/shm lacks room for the export's bytes")
+  fi
+fi
+
+# ---- 5. the transformers baseline --------------------------------------------------------------
+hf_device=cuda
+[ -n "$gpu" ] || hf_device=cpu  # only with --small: a toy run of the harness
+if { [ -n "$gpu" ] || [ "$small" = 1 ]; } && ! skipped hf; then
+  R[res_hf]=$(drop_cache)
+  say "transformers baseline (resident before: ${R[res_hf]})"
+  gpu_poll_start hf
+  "$py" "$here/hf_baseline.py" run --model "$ckpt" --tokens "$work/tokens.jsonl" \
+    --micro_batch "$micro_batch" --device "$hf_device" --json "$logs/hf.json" >"$logs/hf.log" 2>&1
+  rc=$?
+  R[hf_gpu_mib]=$(gpu_poll_stop hf)
+  if [ $rc = 0 ]; then
+    eval "$("$py" - "$logs/hf.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("R[hf_load_s]=%.2f R[hf_fwd_s]=%.2f R[hf_total_s]=%.2f" % (r["load_s"], r["forward_s"], r["total_s"]))
+print("R[hf_alloc_gib]=%.1f R[hf_linears]=%d R[hf_experts]=%d R[hf_grouped]=%d R[hf_finite]=%s" % (
+    r["peak_gpu_bytes"] / 2**30, r["linear_hooks"], r["experts_modules_hooked"],
+    r["grouped_matmuls_recorded"], r["amax_finite"]))
+PY
+)"
+    say "transformers: load ${R[hf_load_s]} s, forward ${R[hf_fwd_s]} s"
+  else
+    R[hf_total_s]="failed"
+    notes+=("transformers baseline failed (rc $rc): $(tail -1 "$logs/hf.log")")
+    tail -20 "$logs/hf.log"
+  fi
+fi
+
+# ---- 6. strata, unconstrained and capped -------------------------------------------------------
+help=$("$strata" quantize --help 2>&1 || true)
+has_device=0 has_cap=0
+grep -q -- "--device" <<<"$help" && has_device=1
+grep -q -- "--max_gpu_memory_gb" <<<"$help" && has_cap=1
+[ -n "$cap_gb" ] || cap_gb=$(awk -v b="${R[ckpt_bytes]}" 'BEGIN {printf "%.1f", b / 1e9 / 10}')
+R[cap_gb]=$cap_gb
+run_strata() {  # name, extra flags...
+  local name=$1; shift
+  local args=(quantize --model "$ckpt" --export_path "$work/out_$name" --recipe nvfp4_experts_only-kv_fp8
+    --calib_data "$work/tokens.jsonl" --calib_size "$seqs" --calib_seq "$seq_len" --calib_min_tokens 1)
+  [ -n "$batch_size" ] && args+=(--batch_size "$batch_size")
+  [ "$has_device" = 1 ] && args+=(--device cuda)
+  args+=("$@")
+  R[res_$name]=$(drop_cache)
+  say "strata $name: ${args[*]} (resident before: ${R[res_$name]})"
+  echo "$strata ${args[*]}" >"$logs/strata_$name.cmd"
+  gpu_poll_start "strata_$name"
+  local t0=$EPOCHREALTIME
+  "$strata" "${args[@]}" >"$logs/strata_$name.log" 2>&1
+  local rc=$?
+  R[${name}_s]=$(secs "$t0" "$EPOCHREALTIME")
+  R[${name}_gpu_mib]=$(gpu_poll_stop "strata_$name")
+  if [ $rc != 0 ]; then
+    notes+=("strata $name failed (rc $rc): $(tail -1 "$logs/strata_$name.log")")
+    R[${name}_s]="failed"
+    tail -20 "$logs/strata_$name.log"
+  else
+    R[${name}_out_gb]=$(du -sb "$work/out_$name" | awk '{printf "%.2f", $1 / 1e9}')
+    # strata's own report (GPU engine): "GPU: peak device memory X GiB of Y GiB; waited A s for
+    # weights, B s computing"; peak RSS from the CLI's last lines.
+    R[${name}_own_gib]=$(sed -n 's/.*peak device memory \([0-9.]*\) GiB.*/\1/p' "$logs/strata_$name.log" | tail -1)
+    R[${name}_compute_s]=$(sed -n 's/.* \([0-9.]*\) s computing.*/\1/p' "$logs/strata_$name.log" | tail -1)
+    R[${name}_wait_s]=$(sed -n 's/.*waited \([0-9.]*\) s for weights.*/\1/p' "$logs/strata_$name.log" | tail -1)
+    R[${name}_rss_mib]=$(sed -n 's/^peak RSS \([0-9.]*\) MiB.*/\1/p' "$logs/strata_$name.log" | tail -1)
+  fi
+  rm -rf "$work/out_$name"
+  say "strata $name: ${R[${name}_s]} s"
+}
+if [ "$has_device" = 0 ] && [ "$small" = 0 ]; then
+  notes+=("strata not run: this strata has no --device (no GPU engine); a CPU run of this size takes hours")
+elif ! skipped strata; then
+  run_strata free
+  if [ "$has_cap" = 1 ]; then
+    skipped strata || run_strata capped --max_gpu_memory_gb "$cap_gb"
+  else
+    notes+=("capped run not made: this strata has no --max_gpu_memory_gb")
+  fi
+fi
+
+# ---- 7. the table ------------------------------------------------------------------------------
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else printf "" }'; }
+frac() {  # flops, seconds -> percent of the measured bf16 matmul rate
+  awk -v f="$1" -v s="$2" -v p="${R[peak_tflops]}" 'BEGIN {
+    if (s + 0 > 0 && p + 0 > 0) printf "%.1f%%", 100 * f / s / (p * 1e12); else printf "n/a" }'
+}
+{
+  echo "## GPU benchmark: strata quantize against reading the checkpoint once"
+  echo
+  echo "machine: ${R[gpu]}; ${R[cpus]} CPUs, ${R[ram]} RAM; disk ${R[disk]}; ${R[os]}; ${R[pyver]}; ${R[strata]:-strata ?}"
+  echo "checkpoint: synthetic ${R[ckpt_desc]}; ${R[ckpt_gb]} GB on disk in ${R[ckpt_files]} files; written in ${R[gen_s]} s ($(ratio "${R[ckpt_gb]}" "${R[gen_s]}") GB/s)"
+  echo "calibration: $seqs sequences of $seq_len token ids (seeded), ${R[tokens]} tokens; recipe nvfp4_experts_only-kv_fp8"
+  echo "cold cache: ${cache_method:-not needed}"
+  echo "bf16 matmul rate (8192^3 torch.matmul, random data, this GPU): ${R[peak_tflops]:-not measured} TFLOP/s"
+  echo "calibration forward: $(awk -v f="${R[calib_flops]}" 'BEGIN {printf "%.1f", f / 1e12}') TFLOP of matmuls without lm_head (strata), $(awk -v f="${R[hf_flops]}" 'BEGIN {printf "%.1f", f / 1e12}') with it (transformers computes logits)"
+  echo
+  echo "| step | wall s | x cold read | peak GPU MiB (nvidia-smi) | notes |"
+  echo "|---|---:|---:|---:|---|"
+  [ -n "${R[read_seq_s]}" ] && echo "| cold read, cat shard by shard | ${R[read_seq_s]} | $(ratio "${R[read_seq_s]}" "${R[read_s]}") | | $(ratio "${R[ckpt_gb]}" "${R[read_seq_s]}") GB/s; resident before ${R[res_read_seq]} |"
+  [ -n "${R[read_par_s]}" ] && echo "| cold read, 8 cats in parallel | ${R[read_par_s]} | $(ratio "${R[read_par_s]}" "${R[read_s]}") | | $(ratio "${R[ckpt_gb]}" "${R[read_par_s]}") GB/s; resident before ${R[res_read_par]} |"
+  [ -n "${R[write_s]}" ] && echo "| write $(awk -v b="${R[export_est]}" 'BEGIN {printf "%.2f", b / 1e9}') GB (an export's size), fsync | ${R[write_s]} | $(ratio "${R[write_s]}" "${R[read_s]}") | | $(awk -v b="${R[export_est]}" -v s="${R[write_s]}" 'BEGIN {printf "%.2f", b / 1e9 / s}') GB/s; bytes of the checkpoint's shards, staged in /dev/shm |"
+  [ -n "${R[rw_s]}" ] && echo "| cold read (8 readers) and that write at once | ${R[rw_s]} | $(ratio "${R[rw_s]}" "${R[read_s]}") | | the floor of a run that reads everything and writes its export on this disk; resident before ${R[res_rw]} |"
+  for name in free capped; do
+    [ -n "${R[${name}_s]:-}" ] || continue
+    label="strata, GPU memory unconstrained"
+    [ "$name" = capped ] && label="strata, --max_gpu_memory_gb ${R[cap_gb]}"
+    t=${R[${name}_s]}
+    cs=${R[${name}_compute_s]:-}
+    if [ -n "$cs" ]; then fr="$(frac "${R[calib_flops]}" "$cs") of bf16 rate over its ${cs} s computing"
+    else fr="$(frac "${R[calib_flops]}" "$t") of bf16 rate over the whole wall time"; fi
+    echo "| $label | $t | $(ratio "$t" "${R[read_s]}") | ${R[${name}_gpu_mib]} | own peak ${R[${name}_own_gib]:-?} GiB; waited ${R[${name}_wait_s]:-?} s for weights; $fr; output ${R[${name}_out_gb]:-?} GB; peak RSS ${R[${name}_rss_mib]:-?} MiB; resident before ${R[res_$name]}; x transformers $(ratio "$t" "${R[hf_total_s]:-}") |"
+  done
+  if [ -n "${R[hf_total_s]:-}" ]; then
+    echo "| transformers: load onto the GPU | ${R[hf_load_s]:-} | $(ratio "${R[hf_load_s]:-}" "${R[read_s]}") | | resident before ${R[res_hf]:-} |"
+    echo "| transformers: forward with amax hooks | ${R[hf_fwd_s]:-} | $(ratio "${R[hf_fwd_s]:-}" "${R[read_s]}") | | micro-batches of $micro_batch; $(frac "${R[hf_flops]}" "${R[hf_fwd_s]:-}") of bf16 rate; ${R[hf_linears]:-} nn.Linear hooked, ${R[hf_experts]:-} fused experts modules (${R[hf_grouped]:-} grouped matmuls recorded); amax finite: ${R[hf_finite]:-} |"
+    echo "| transformers: load + forward | ${R[hf_total_s]} | $(ratio "${R[hf_total_s]}" "${R[read_s]}") | ${R[hf_gpu_mib]:-} | torch peak allocated ${R[hf_alloc_gib]:-} GiB |"
+  fi
+  echo
+  echo "x cold read: against the faster cold read (${R[read_s]:-?} s)."
+  if [ -n "${R[capped_s]:-}" ] && [ "${R[capped_s]}" != failed ] && [ -n "${R[read_s]}" ]; then
+    r=$(ratio "${R[capped_s]}" "${R[read_s]}")
+    echo "goal (capped run, export included, at most 1.3 x the cold read): $r x -> $(awk -v r="$r" 'BEGIN {print (r <= 1.3 ? "met" : "not met")}')"
+  fi
+  for n in "${notes[@]}"; do echo "note: $n"; done
+  echo "total benchmark time: $(elapsed) s"
+} >"$out/gpu_bench.md"
+cp "$work/tokens.jsonl" "$logs/" 2>/dev/null && gzip -f "$logs/tokens.jsonl"
+cp "$ckpt/config.json" "$logs/config.json" 2>/dev/null
+tar -C "$work" -czf "$out/gpu_bench_logs.tgz" logs
+echo
+cat "$out/gpu_bench.md"
