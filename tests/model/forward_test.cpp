@@ -262,6 +262,80 @@ TEST(ForwardErrors, MathChangingFieldsAreRefused) {
               testing::HasSubstr("gpt_bigcode"));
 }
 
+// Kimi-Linear as the hub ships it: the remote code's config spelling (linear_attn_config with
+// 1-based kda_layers, first_k_dense_replace) and the dense first layer under mlp. instead of
+// transformers 5.x's block_sparse_moe.: the same weights must give transformers' logits.
+TEST(ForwardKimiLinear, RemoteCodeSpellingAndHubNames) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("strata_kimi_hub_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::copy(kFixtures + std::string("kimi_linear"), dir);
+  Json config = json_read_file((dir / "config.json").string());
+  for (const char* key : {"layer_types", "mlp_layer_types", "linear_num_heads", "linear_head_dim",
+                          "linear_conv_kernel_dim"})
+    config.erase(key);
+  config["linear_attn_config"] = Json::parse(R"({"head_dim": 32, "num_heads": 2,
+      "short_conv_kernel_size": 4, "kda_layers": [1, 3], "full_attn_layers": [2]})");
+  config["first_k_dense_replace"] = 1;
+  config["moe_layer_freq"] = 1;
+  config["mla_use_nope"] = true;
+  config["moe_router_activation_func"] = "sigmoid";
+  config["use_grouped_topk"] = true;
+  write_file_atomic((dir / "config.json").string(), config.dump());
+  {
+    SafetensorsFile f = SafetensorsFile::open((dir / "model.safetensors").string());
+    NamedTensors renamed;
+    int moved = 0;
+    for (const TensorEntry& e : f.entries()) {
+      std::string n = e.name;
+      const std::string from = "model.layers.0.block_sparse_moe.";
+      if (n.rfind(from, 0) == 0) {
+        n = "model.layers.0.mlp." + n.substr(from.size());
+        ++moved;
+      }
+      renamed.emplace_back(n, f.tensor(e).clone());
+    }
+    EXPECT_EQ(moved, 3);
+    write_safetensors((dir / "model.safetensors").string(), renamed);
+  }
+  Fixture f{Checkpoint::open(dir.string()), read_model_config(dir.string()),
+            SafetensorsFile::open(kFixtures + "kimi_linear/reference.safetensors"), {}};
+  ForwardOptions options;
+  options.bf16_between_layers = false;
+  auto fwd = ModelForward::create(f.config, f.ckpt, options);
+  for (int s = 0;; ++s) {
+    const TensorEntry* e = f.ref.find("tokens." + std::to_string(s));
+    if (!e) break;
+    Tensor t = f.ref.tensor(*e);
+    Batch batch = Batch::from_sequences({std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + t.numel())});
+    std::vector<float> h(batch.n_tokens() * fwd->hidden_size()), logits(batch.n_tokens() * fwd->vocab_size());
+    fwd->embed(batch, h.data());
+    for (int64_t l = 0; l < fwd->num_layers(); ++l) fwd->layer(l)->forward(batch, h.data(), nullptr);
+    fwd->logits(batch, h.data(), logits.data());
+    EXPECT_LT(rel_error(logits.data(), f.ref.tensor("ref32.logits." + std::to_string(s))), 1e-4) << s;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(ForwardErrors, KimiLinearVariantsAreRefused) {
+  EXPECT_EQ(forward_error("kimi_linear", [](Json&) {}), "");
+  EXPECT_THAT(forward_error("kimi_linear", [](Json& c) { c["mla_use_nope"] = false; }),
+              testing::HasSubstr("mla_use_nope false"));
+  EXPECT_THAT(forward_error("kimi_linear", [](Json& c) { c["moe_router_activation_func"] = "softmax"; }),
+              testing::HasSubstr("moe_router_activation_func 'softmax'"));
+  EXPECT_THAT(forward_error("kimi_linear",
+                            [](Json& c) { c["linear_attn_config"] = Json::parse(R"({"gate_lower_bound": -5.0})"); }),
+              testing::HasSubstr("linear_attn_config.gate_lower_bound"));
+  EXPECT_THAT(forward_error("kimi_linear", [](Json& c) { c["hidden_act"] = "situ"; }),
+              testing::HasSubstr("hidden_act 'situ'"));
+  EXPECT_THAT(forward_error("kimi_linear", [](Json& c) { c["layer_types"][1] = "sliding_attention"; }),
+              testing::HasSubstr("'layer_types'[1] is 'sliding_attention'"));
+  EXPECT_THAT(forward_error("kimi_linear", [](Json& c) { c["linear_head_dim"] = 16; }),
+              testing::HasSubstr("'model.layers.0.self_attn.q_proj.weight' has shape [64, 64] but config.json implies [32, 64]"));
+  EXPECT_THAT(forward_error("kimi_linear", [](Json&) {}, "model.layers.0.self_attn.A_log"),
+              testing::HasSubstr("'model.layers.0.self_attn.A_log' is missing"));
+}
+
 TEST(ForwardErrors, MissingOrMisshapenTensorsAreNamed) {
   EXPECT_THAT(forward_error("llama", [](Json&) {}, "model.layers.0.self_attn.k_proj.weight"),
               testing::HasSubstr("'model.layers.0.self_attn.k_proj.weight' is missing"));
