@@ -204,7 +204,10 @@ class KimiLinearLayer : public DecoderLayer {
     mc.topk_group = static_cast<int64_t>(number_or(t, "topk_group", 1));
     if (present(t, "use_grouped_topk") && t["use_grouped_topk"].is_boolean() &&
         !t["use_grouped_topk"].get<bool>()) {
-      mc.n_group = mc.topk_group = 1;  // the remote code: a plain top-k over all experts
+      // A plain top-k over all experts is grouped routing with one group; with several groups
+      // configured, which of the two the remote code runs is not verified: refused.
+      STRATA_CHECK(mc.n_group == 1, c_.path, ": use_grouped_topk false with num_expert_group ",
+                   mc.n_group, " is ambiguous; strata supports it with one group only");
     }
     mc.routed_scaling = static_cast<float>(number_or(t, "routed_scaling_factor", 1.0));
     mc.renormalize = c_.norm_topk_prob;
@@ -283,6 +286,9 @@ void check_kimi_linear_config(const ModelConfig& c) {
                    t["mla_use_nope"].get<bool>(),
                c.path, ": mla_use_nope false (rotary MLA layers) is not supported for kimi_linear");
   STRATA_CHECK(c.kv_lora_rank > 0, c.path, ": kv_lora_rank must be set for the MLA layers");
+  STRATA_CHECK(!c.attention_bias, c.path,
+               ": attention_bias true is not supported for kimi_linear (its projections have no "
+               "biases in the remote code)");
   // Resolves every layer's kind now, so that a bad layer list stops before any work.
   const ArchInfo arch = resolve_arch(c);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {

@@ -213,9 +213,9 @@ namespace strata {
 namespace {
 
 // A copy of a fixture model whose config.json is edited by `edit`; returns the error text of
-// building the forward and running layer 0 ("" when it succeeded).
+// building the forward and loading layer `layer` ("" when it succeeded).
 std::string forward_error(const std::string& name, const std::function<void(Json&)>& edit,
-                          const std::string& drop_tensor = "") {
+                          const std::string& drop_tensor = "", int64_t layer = 0) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("strata_forward_test_" + name + std::to_string(getpid()));
   fs::remove_all(dir);
@@ -236,7 +236,7 @@ std::string forward_error(const std::string& name, const std::function<void(Json
     ModelConfig c = read_model_config(dir.string());
     Checkpoint ckpt = Checkpoint::open(dir.string());
     auto fwd = ModelForward::create(c, ckpt);
-    fwd->layer(0);
+    fwd->layer(layer);
   } catch (const Error& e) {
     error = e.what();
   }
@@ -332,6 +332,16 @@ TEST(ForwardErrors, KimiLinearVariantsAreRefused) {
               testing::HasSubstr("'layer_types'[1] is 'sliding_attention'"));
   EXPECT_THAT(forward_error("kimi_linear", [](Json& c) { c["linear_head_dim"] = 16; }),
               testing::HasSubstr("'model.layers.0.self_attn.q_proj.weight' has shape [64, 64] but config.json implies [32, 64]"));
+  EXPECT_THAT(forward_error("kimi_linear", [](Json& c) { c["attention_bias"] = true; }),
+              testing::HasSubstr("attention_bias true"));
+  EXPECT_THAT(forward_error(
+                  "kimi_linear",
+                  [](Json& c) {
+                    c["use_grouped_topk"] = false;
+                    c["num_expert_group"] = 2;
+                  },
+                  "", /*layer=*/1),
+              testing::HasSubstr("use_grouped_topk false with num_expert_group 2 is ambiguous"));
   EXPECT_THAT(forward_error("kimi_linear", [](Json&) {}, "model.layers.0.self_attn.A_log"),
               testing::HasSubstr("'model.layers.0.self_attn.A_log' is missing"));
 }
