@@ -25,8 +25,7 @@
 // --json prints one object (key order fixed; sizes in bytes; schema "strata.inspect.v1"):
 //   schema, dir, model_type, text_model_type, family, multimodal, architectures [str],
 //   num_hidden_layers, dense_layers [int], moe_layers [int], linear_attention_layers [int],
-//   tensors, params, tensor_bytes,
-//   bytes_on_disk, shards [{file, tensors, bytes}],
+//   tensors, params, tensor_bytes, bytes_on_disk, shards [{file, tensors, bytes}],
 //   kinds {<kind>: {tensors, params, bytes}} with every kind of model/arch.h in its order,
 //   dtypes {<safetensors dtype>: {tensors, elements, bytes}} sorted by name,
 //   estimates {nvfp4|nvfp4_experts_only|fp8: {bytes, quantized_tensors}},
@@ -387,10 +386,11 @@ int cmd_inspect(const std::vector<std::string>& argv) {
             "count 0. Headers, config files and KV-cache scales are not counted.\n\n"
             "--json prints one object, schema \"strata.inspect.v1\": schema, dir, model_type,\n"
             "text_model_type, family, multimodal, architectures, num_hidden_layers, dense_layers,\n"
-            "moe_layers, linear_attention_layers, tensors, params, tensor_bytes, bytes_on_disk, shards [{file, tensors,\n"
-            "bytes}], kinds {<kind>: {tensors, params, bytes}} (every kind), dtypes {<dtype>:\n"
-            "{tensors, elements, bytes}}, estimates {nvfp4, nvfp4_experts_only, fp8: {bytes,\n"
-            "quantized_tensors}}, unrecognized [names]. Sizes are in bytes.");
+            "moe_layers, linear_attention_layers, tensors, params, tensor_bytes, bytes_on_disk,\n"
+            "shards [{file, tensors, bytes}], kinds {<kind>: {tensors, params, bytes}} (every\n"
+            "kind), dtypes {<dtype>: {tensors, elements, bytes}}, estimates {nvfp4,\n"
+            "nvfp4_experts_only, fp8: {bytes, quantized_tensors}}, unrecognized [names]. Sizes are\n"
+            "in bytes.");
   args.positional("DIR", "checkpoint directory (config.json and safetensors shards)");
   args.flag("--json", "print the report as JSON (schema above) instead of tables");
   if (!args.parse(argv)) return 0;
