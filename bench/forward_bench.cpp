@@ -1,5 +1,6 @@
 // CPU forward throughput: tokens per second through one decoder layer and through the whole
-// model, for fixture-shaped models scaled up (the shapes of tests/fixtures, widened).
+// model, for fixture-shaped models scaled up (the shapes of tests/fixtures, widened; the
+// kimi_linear row has KDA layers only, 8 heads x 128).
 //
 //   build/default/bin/forward_bench [--tokens N] [--seq LEN]
 //
@@ -48,11 +49,33 @@ void add(NamedTensors& out, std::mt19937& g, const std::string& name, Shape shap
   out.emplace_back(name, std::move(t));
 }
 
+// Kimi-Linear KDA tensors (spec/architectures.md §4); A_log and dt_bias give decays in (0, 1).
+void add_kda(NamedTensors& w, std::mt19937& g, const ModelConfig& c, const std::string& p) {
+  const int64_t H = c.hidden_size, nH = c.text["linear_num_heads"].get<int64_t>();
+  const int64_t d = c.text["linear_head_dim"].get<int64_t>(), D = nH * d;
+  const int64_t K = c.text["linear_conv_kernel_dim"].get<int64_t>();
+  for (const char* m : {"q_proj", "k_proj", "v_proj"}) add(w, g, p + "self_attn." + m + ".weight", {D, H});
+  for (const char* m : {"q_conv1d", "k_conv1d", "v_conv1d"}) add(w, g, p + "self_attn." + m + ".weight", {D, 1, K});
+  add(w, g, p + "self_attn.o_proj.weight", {H, D});
+  add(w, g, p + "self_attn.f_a_proj.weight", {d, H});
+  add(w, g, p + "self_attn.f_b_proj.weight", {D, d});
+  add(w, g, p + "self_attn.g_a_proj.weight", {d, H});
+  add(w, g, p + "self_attn.g_b_proj.weight", {D, d});
+  add(w, g, p + "self_attn.b_proj.weight", {nH, H});
+  add(w, g, p + "self_attn.o_norm.weight", {d});
+  Tensor a_log = Tensor::zeros(DType::kF32, {1, 1, nH, 1}), dt = Tensor::zeros(DType::kF32, {D});
+  for (int64_t h = 0; h < nH; ++h) a_log.mutable_data<float>()[h] = std::log(1.0f + static_cast<float>(h));
+  for (int64_t i = 0; i < D; ++i) dt.mutable_data<float>()[i] = -3.0f;
+  w.emplace_back(p + "self_attn.A_log", std::move(a_log));
+  w.emplace_back(p + "self_attn.dt_bias", std::move(dt));
+}
+
 // Tensors for a checkpoint of the given config, by the same names the forward reads.
 NamedTensors make_weights(const ModelConfig& c) {
   std::mt19937 g(1234);
   NamedTensors w;
   const int64_t H = c.hidden_size, V = c.vocab_size;
+  const bool kimi = c.model_type == "kimi_linear";
   add(w, g, "model.embed_tokens.weight", {V, H});
   add(w, g, "model.norm.weight", {H});
   add(w, g, "lm_head.weight", {V, H});
@@ -60,6 +83,26 @@ NamedTensors make_weights(const ModelConfig& c) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     add(w, g, p + "input_layernorm.weight", {H});
     add(w, g, p + "post_attention_layernorm.weight", {H});
+    if (kimi) {  // every layer KDA; layer 0 dense, then MoE under block_sparse_moe (w1/w3/w2)
+      add_kda(w, g, c, p);
+      const int64_t I = l == 0 ? c.intermediate_size : c.moe_intermediate_size;
+      const std::string m = p + (l == 0 ? "mlp." : "block_sparse_moe.");
+      if (l > 0) {
+        add(w, g, m + "gate.weight", {c.num_experts, H});
+        for (int64_t e = 0; e < c.num_experts; ++e) {
+          const std::string x = m + "experts." + std::to_string(e) + ".";
+          add(w, g, x + "w1.weight", {I, H});
+          add(w, g, x + "w3.weight", {I, H});
+          add(w, g, x + "w2.weight", {H, I});
+        }
+      }
+      const std::string d = l == 0 ? m : m + "shared_experts.";
+      const int64_t Id = l == 0 ? I : I * c.n_shared_experts;
+      add(w, g, d + "gate_proj.weight", {Id, H});
+      add(w, g, d + "up_proj.weight", {Id, H});
+      add(w, g, d + "down_proj.weight", {H, Id});
+      continue;
+    }
     if (c.kv_lora_rank > 0) {
       const int64_t nH = c.num_attention_heads, dq = c.qk_nope_head_dim + c.qk_rope_head_dim;
       add(w, g, p + "self_attn.q_a_proj.weight", {c.q_lora_rank, H});
@@ -117,6 +160,13 @@ const Spec kSpecs[] = {
       "moe_intermediate_size":512,"n_group":4,"topk_group":2,"routed_scaling_factor":2.5,
       "first_k_dense_replace":0,"norm_topk_prob":true,"scoring_func":"sigmoid","topk_method":"noaux_tc",
       "rope_theta":10000.0})"},
+    {"kimi_linear", R"({"model_type":"kimi_linear","architectures":["KimiLinearForCausalLM"],"hidden_size":1024,
+      "intermediate_size":2816,"num_hidden_layers":2,"num_attention_heads":16,"num_key_value_heads":16,
+      "vocab_size":8192,"rms_norm_eps":1e-5,"kv_lora_rank":128,"qk_nope_head_dim":64,"qk_rope_head_dim":32,
+      "v_head_dim":64,"num_experts":32,"num_shared_experts":1,"num_experts_per_token":4,
+      "moe_intermediate_size":512,"num_expert_group":1,"topk_group":1,"routed_scaling_factor":2.446,
+      "moe_renormalize":true,"linear_num_heads":8,"linear_head_dim":128,"linear_conv_kernel_dim":4,
+      "layer_types":["linear_attention","linear_attention"],"mlp_layer_types":["dense","sparse"]})"},
 };
 
 }  // namespace

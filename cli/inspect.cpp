@@ -24,8 +24,8 @@
 //
 // --json prints one object (key order fixed; sizes in bytes; schema "strata.inspect.v1"):
 //   schema, dir, model_type, text_model_type, family, multimodal, architectures [str],
-//   num_hidden_layers, dense_layers [int], moe_layers [int], tensors, params, tensor_bytes,
-//   bytes_on_disk, shards [{file, tensors, bytes}],
+//   num_hidden_layers, dense_layers [int], moe_layers [int], linear_attention_layers [int],
+//   tensors, params, tensor_bytes, bytes_on_disk, shards [{file, tensors, bytes}],
 //   kinds {<kind>: {tensors, params, bytes}} with every kind of model/arch.h in its order,
 //   dtypes {<safetensors dtype>: {tensors, elements, bytes}} sorted by name,
 //   estimates {nvfp4|nvfp4_experts_only|fp8: {bytes, quantized_tensors}},
@@ -192,6 +192,7 @@ struct Report {
   ModelConfig config;
   ArchInfo arch;
   std::vector<int64_t> dense_layers, moe_layers;
+  std::vector<int64_t> linear_attention_layers;  // KDA / Gated DeltaNet: no KV cache
   std::array<Tally, kNumTensorKinds> kinds{};
   Tally total;
   std::map<std::string, Tally> dtypes;  // safetensors dtype name -> (tensors, elements, bytes)
@@ -213,6 +214,7 @@ Report build_report(const std::string& dir) {
   r.arch = resolve_arch(r.config);
   for (int64_t i = 0; i < r.arch.num_hidden_layers; ++i) {
     (layer_is_moe(r.arch, r.config, i) ? r.moe_layers : r.dense_layers).push_back(i);
+    if (layer_is_linear_attention(r.arch, r.config, i)) r.linear_attention_layers.push_back(i);
   }
   Checkpoint ckpt = Checkpoint::open(dir);
   for (const SafetensorsFile& shard : ckpt.shards()) {
@@ -267,6 +269,7 @@ void print_json(const Report& r) {
   j["num_hidden_layers"] = r.arch.num_hidden_layers;
   j["dense_layers"] = r.dense_layers;
   j["moe_layers"] = r.moe_layers;
+  j["linear_attention_layers"] = r.linear_attention_layers;
   j["tensors"] = r.total.tensors;
   j["params"] = r.total.params;
   j["tensor_bytes"] = r.total.bytes;
@@ -313,6 +316,9 @@ void print_human(const Report& r) {
   std::printf("layers          %lld: dense %s; MoE %s\n",
               static_cast<long long>(r.arch.num_hidden_layers), ranges(r.dense_layers).c_str(),
               ranges(r.moe_layers).c_str());
+  if (!r.linear_attention_layers.empty()) {
+    std::printf("linear attn     %s (no KV cache)\n", ranges(r.linear_attention_layers).c_str());
+  }
   std::printf("shards          %zu, %s on disk (%s bytes)\n", r.shards.size(),
               human_bytes(r.bytes_on_disk).c_str(), with_commas(r.bytes_on_disk).c_str());
   std::printf("tensors         %s, %s parameters, %s\n", with_commas(r.total.tensors).c_str(),
@@ -380,10 +386,11 @@ int cmd_inspect(const std::vector<std::string>& argv) {
             "count 0. Headers, config files and KV-cache scales are not counted.\n\n"
             "--json prints one object, schema \"strata.inspect.v1\": schema, dir, model_type,\n"
             "text_model_type, family, multimodal, architectures, num_hidden_layers, dense_layers,\n"
-            "moe_layers, tensors, params, tensor_bytes, bytes_on_disk, shards [{file, tensors,\n"
-            "bytes}], kinds {<kind>: {tensors, params, bytes}} (every kind), dtypes {<dtype>:\n"
-            "{tensors, elements, bytes}}, estimates {nvfp4, nvfp4_experts_only, fp8: {bytes,\n"
-            "quantized_tensors}}, unrecognized [names]. Sizes are in bytes.");
+            "moe_layers, linear_attention_layers, tensors, params, tensor_bytes, bytes_on_disk,\n"
+            "shards [{file, tensors, bytes}], kinds {<kind>: {tensors, params, bytes}} (every\n"
+            "kind), dtypes {<dtype>: {tensors, elements, bytes}}, estimates {nvfp4,\n"
+            "nvfp4_experts_only, fp8: {bytes, quantized_tensors}}, unrecognized [names]. Sizes are\n"
+            "in bytes.");
   args.positional("DIR", "checkpoint directory (config.json and safetensors shards)");
   args.flag("--json", "print the report as JSON (schema above) instead of tables");
   if (!args.parse(argv)) return 0;

@@ -105,8 +105,10 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
     }
   }
   if (recipe.kv_cache == KvCacheFormat::kFp8) {
-    for (int64_t l = 0; l < plan.num_layers; ++l)
-      plan.kv_layers.push_back(l);
+    // Linear-attention layers (KDA, Gated DeltaNet) have no KV cache (format.md §3).
+    for (int64_t l = 0; l < plan.num_layers; ++l) {
+      if (!layer_is_linear_attention(arch, config, l)) plan.kv_layers.push_back(l);
+    }
   }
   return plan;
 }

@@ -236,14 +236,23 @@ ModelConfig parse_model_config(const Json& j, const std::string& what) {
     experts.offer(text.int_opt(key), text.prefix + key, what);
   }
   c.num_experts = experts.value.value_or(0);
-  c.num_experts_per_tok = text.int_or("num_experts_per_tok", 0);
+  // Kimi-Linear (remote code and transformers 5.x) spells three of these its own way.
+  Agreed<int64_t> top_k, shared;
+  top_k.offer(text.int_opt("num_experts_per_tok"), text.prefix + "num_experts_per_tok", what);
+  top_k.offer(text.int_opt("num_experts_per_token"), text.prefix + "num_experts_per_token", what);
+  c.num_experts_per_tok = top_k.value.value_or(0);
   c.moe_intermediate_size = text.int_or("moe_intermediate_size", 0);
-  c.n_shared_experts = text.int_or("n_shared_experts", 0);
+  shared.offer(text.int_opt("n_shared_experts"), text.prefix + "n_shared_experts", what);
+  shared.offer(text.int_opt("num_shared_experts"), text.prefix + "num_shared_experts", what);
+  c.n_shared_experts = shared.value.value_or(0);
   c.first_k_dense_replace = text.int_or("first_k_dense_replace", 0);
   c.moe_layer_freq = text.int_or("moe_layer_freq", 1);
   c.decoder_sparse_step = text.int_or("decoder_sparse_step", 1);
   c.mlp_only_layers = text.int_list("mlp_only_layers");
-  c.norm_topk_prob = text.bool_opt("norm_topk_prob").value_or(false);
+  Agreed<bool> renormalize;
+  renormalize.offer(text.bool_opt("norm_topk_prob"), text.prefix + "norm_topk_prob", what);
+  renormalize.offer(text.bool_opt("moe_renormalize"), text.prefix + "moe_renormalize", what);
+  c.norm_topk_prob = renormalize.value.value_or(false);
   if (c.num_experts > 0) {
     STRATA_CHECK(c.num_experts_per_tok > 0 && c.num_experts_per_tok <= c.num_experts, what, ": ",
                  text.prefix, "num_experts_per_tok ", c.num_experts_per_tok,

@@ -5,6 +5,8 @@
 //   rope:     4.x `rope_theta` + `rope_scaling` {type|rope_type, factor, ...}
 //             5.x `rope_parameters` {rope_type, rope_theta, factor, ...}
 //   experts:  `num_experts` (Qwen) / `num_local_experts` (Mixtral) / `n_routed_experts` (DeepSeek)
+//             top-k `num_experts_per_tok` / `num_experts_per_token` (Kimi-Linear), shared experts
+//             `n_shared_experts` / `num_shared_experts`, `norm_topk_prob` / `moe_renormalize`
 //   multimodal wrappers keep the language model's fields under `text_config` (or
 //   `language_config`); the text model's fields are read from there (`torch_dtype`,
 //   `tie_word_embeddings` and `quantization_config` fall back to the top level).

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <initializer_list>
+#include <optional>
 #include <string>
 
 #include "core/error.h"
@@ -140,6 +142,44 @@ bool kind_is_quantized_by_default(TensorKind kind) {
   STRATA_ASSERT(false, "unhandled TensorKind ", static_cast<int>(kind));
 }
 
+namespace {
+
+// config.text[key][layer], which must be a string among `allowed`.
+std::string layer_type_at(const ModelConfig& config, const char* key, int64_t layer,
+                          std::initializer_list<std::string_view> allowed) {
+  const Json& list = config.text[key];
+  STRATA_CHECK(list.is_array() && static_cast<int64_t>(list.size()) == config.num_hidden_layers,
+               config.path, ": '", key, "' must be a list of ", config.num_hidden_layers,
+               " strings (one per layer)");
+  const Json& v = list[static_cast<size_t>(layer)];
+  STRATA_CHECK(v.is_string(), config.path, ": '", key, "'[", layer, "] must be a string");
+  const std::string type = v.get<std::string>();
+  std::string names;
+  for (std::string_view a : allowed) {
+    if (type == a) return type;
+    names += names.empty() ? "" : ", ";
+    names += a;
+  }
+  fail(config.path, ": '", key, "'[", layer, "] is '", type, "'; strata knows ", names);
+}
+
+// Whether layer + 1 is listed in obj[key], a list of 1-based layer numbers.
+bool one_based_member(const ModelConfig& config, const Json& obj, const char* key, int64_t layer) {
+  STRATA_CHECK(obj.contains(key) && obj[key].is_array(), config.path, ": linear_attn_config.", key,
+               " must be a list of 1-based layer numbers");
+  bool found = false;
+  for (const Json& v : obj[key]) {
+    STRATA_CHECK(v.is_number_integer() && v.get<int64_t>() >= 1 &&
+                     v.get<int64_t>() <= config.num_hidden_layers,
+                 config.path, ": linear_attn_config.", key, " holds ", v.dump(),
+                 "; entries are 1-based layer numbers in [1, ", config.num_hidden_layers, "]");
+    found = found || v.get<int64_t>() == layer + 1;
+  }
+  return found;
+}
+
+}  // namespace
+
 bool layer_is_moe(const ArchInfo& arch, const ModelConfig& config, int64_t layer) {
   switch (arch.family) {
     case ArchFamily::kLlama:
@@ -155,10 +195,80 @@ bool layer_is_moe(const ArchInfo& arch, const ModelConfig& config, int64_t layer
       return (layer + 1) % config.decoder_sparse_step == 0;
     }
     case ArchFamily::kDeepseekV3:
-    case ArchFamily::kKimiLinear:
       // architectures.md §3: dense below first_k_dense_replace, then every moe_layer_freq-th.
       if (config.num_experts <= 0 || config.moe_layer_freq <= 0) return false;
       return layer >= config.first_k_dense_replace && layer % config.moe_layer_freq == 0;
+    case ArchFamily::kKimiLinear: {
+      // transformers 5.x: mlp_layer_types ("dense" / "sparse"); the remote code:
+      // first_k_dense_replace and moe_layer_freq as DeepSeek. Both present: they must agree.
+      const Json& t = config.text;
+      const bool have_list = t.contains("mlp_layer_types") && !t["mlp_layer_types"].is_null();
+      const bool have_k =
+          t.contains("first_k_dense_replace") && !t["first_k_dense_replace"].is_null();
+      STRATA_CHECK(have_list || have_k, config.path,
+                   ": kimi_linear config has neither mlp_layer_types nor first_k_dense_replace; "
+                   "which layers are MoE is unknown");
+      const bool by_k = config.num_experts > 0 && config.moe_layer_freq > 0 &&
+                        layer >= config.first_k_dense_replace && layer % config.moe_layer_freq == 0;
+      if (!have_list) return by_k;
+      const std::string type = layer_type_at(config, "mlp_layer_types", layer, {"dense", "sparse"});
+      const bool by_list = type == "sparse";
+      STRATA_CHECK(!have_k || by_list == by_k, config.path, ": mlp_layer_types[", layer, "] is '",
+                   type, "' but first_k_dense_replace / moe_layer_freq make layer ", layer,
+                   by_k ? " MoE" : " dense", "; they must agree");
+      STRATA_CHECK(!by_list || config.num_experts > 0, config.path, ": mlp_layer_types[", layer,
+                   "] is 'sparse' but the config has no experts");
+      return by_list;
+    }
+  }
+  STRATA_ASSERT(false, "unhandled ArchFamily ", static_cast<int>(arch.family));
+}
+
+bool layer_is_linear_attention(const ArchInfo& arch, const ModelConfig& config, int64_t layer) {
+  const Json& t = config.text;
+  switch (arch.family) {
+    case ArchFamily::kLlama:
+    case ArchFamily::kQwenMoe:
+    case ArchFamily::kMixtral:
+    case ArchFamily::kDeepseekV3:
+      return false;
+    case ArchFamily::kQwen3Next: {
+      // architectures.md §5: layer_types, else every full_attention_interval-th layer is full.
+      if (t.contains("layer_types") && !t["layer_types"].is_null()) {
+        return layer_type_at(config, "layer_types", layer,
+                             {"linear_attention", "full_attention"}) == "linear_attention";
+      }
+      int64_t interval = 4;
+      if (t.contains("full_attention_interval") && t["full_attention_interval"].is_number_integer())
+        interval = t["full_attention_interval"].get<int64_t>();
+      STRATA_CHECK(interval > 0, config.path, ": full_attention_interval must be positive");
+      return (layer + 1) % interval != 0;
+    }
+    case ArchFamily::kKimiLinear: {
+      // architectures.md §4: transformers 5.x writes layer_types; the remote code
+      // linear_attn_config.kda_layers / full_attn_layers, 1-based. Both present: they must agree.
+      std::optional<bool> by_list, by_kda;
+      if (t.contains("layer_types") && !t["layer_types"].is_null()) {
+        by_list = layer_type_at(config, "layer_types", layer,
+                                {"linear_attention", "full_attention"}) == "linear_attention";
+      }
+      if (t.contains("linear_attn_config") && t["linear_attn_config"].is_object()) {
+        const Json& lac = t["linear_attn_config"];
+        const bool kda = one_based_member(config, lac, "kda_layers", layer);
+        const bool full = one_based_member(config, lac, "full_attn_layers", layer);
+        STRATA_CHECK(kda != full, config.path, ": layer ", layer, " (1-based ", layer + 1, ") is ",
+                     kda ? "in both" : "in neither", " linear_attn_config.kda_layers and ",
+                     "full_attn_layers");
+        by_kda = kda;
+      }
+      STRATA_CHECK(
+          by_list || by_kda, config.path,
+          ": kimi_linear config has neither layer_types nor linear_attn_config.kda_layers; "
+          "which layers are KDA is unknown");
+      STRATA_CHECK(!by_list || !by_kda || *by_list == *by_kda, config.path, ": layer_types[", layer,
+                   "] and linear_attn_config.kda_layers (1-based) disagree on layer ", layer);
+      return by_list ? *by_list : *by_kda;
+    }
   }
   STRATA_ASSERT(false, "unhandled ArchFamily ", static_cast<int>(arch.family));
 }
@@ -262,6 +372,16 @@ constexpr NameRule kKimiLinearAttention[] = {
     {"self_attn.kv_a_layernorm.weight", K::kNorm, M::kTensor},
     {"self_attn.kv_b_proj", K::kAttention, M::kModule},
 };
+// transformers 5.x save_pretrained renames every `mlp.` to `block_sparse_moe.`, the dense first
+// layer's too; the hub checkpoints keep that layer under `mlp.`.
+constexpr NameRule kKimiLinearDense[] = {
+    {"mlp.gate_proj", K::kDenseMlp, M::kModule},
+    {"mlp.up_proj", K::kDenseMlp, M::kModule},
+    {"mlp.down_proj", K::kDenseMlp, M::kModule},
+    {"block_sparse_moe.gate_proj", K::kDenseMlp, M::kModule},
+    {"block_sparse_moe.up_proj", K::kDenseMlp, M::kModule},
+    {"block_sparse_moe.down_proj", K::kDenseMlp, M::kModule},
+};
 constexpr NameRule kKimiLinearMoe[] = {
     {"block_sparse_moe.gate", K::kRouter, M::kModule},
     {"block_sparse_moe.gate.e_score_correction_bias", K::kRouter, M::kTensor},
@@ -303,7 +423,7 @@ std::array<RuleSet, 5> layer_rules(ArchFamily family) {
     case ArchFamily::kDeepseekV3:
       return {kLayerCommon, kMla, kDenseMlp, kDeepseekMoe, kFusedExperts};
     case ArchFamily::kKimiLinear:
-      return {kLayerCommon, kKimiLinearAttention, kDenseMlp, kKimiLinearMoe, {}};
+      return {kLayerCommon, kKimiLinearAttention, kKimiLinearDense, kKimiLinearMoe, {}};
     case ArchFamily::kQwen3Next:
       // Qwen3-Next has both attention kinds; kQwenMoe carries its shared expert and gate.
       return {kLayerCommon, kGqaAttention, kGatedDeltaNet, kDenseMlp, kQwenMoe};

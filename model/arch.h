@@ -19,7 +19,9 @@
 //                  num_hidden_layers are MTP
 //   kKimiLinear    KDA self_attn.{q,k,v,o}_proj, {q,k,v}_conv1d, f_a/f_b/b/g_a/g_b_proj, A_log,
 //                  dt_bias, o_norm; MLA self_attn.{q_proj, kv_a_proj_with_mqa, kv_a_layernorm,
-//                  kv_b_proj}; block_sparse_moe.{gate, experts.E.w1/w2/w3, shared_experts.*}
+//                  kv_b_proj}; block_sparse_moe.{gate (+ e_score_correction_bias),
+//                  experts.E.w1/w2/w3, shared_experts.*}; the dense layers' mlp.{gate,up,down}_proj
+//                  (hub) or block_sparse_moe.{gate,up,down}_proj (transformers 5.x save_pretrained)
 //   kQwen3Next     kLlama's attention with q/k norms; linear_attn.{in_proj_qkvz, in_proj_ba,
 //                  conv1d, A_log, dt_bias, norm, out_proj}; kQwenMoe's MoE names; mtp.* is MTP
 //
@@ -119,6 +121,14 @@ bool kind_is_quantized_by_default(TensorKind kind);
 
 // Whether decoder layer `layer` has an MoE block (false for dense families), from the config
 // fields architectures.md names for the family.
+// Kimi-Linear: mlp_layer_types (transformers 5.x) or first_k_dense_replace / moe_layer_freq (the
+// remote code); both present must agree.
 bool layer_is_moe(const ArchInfo& arch, const ModelConfig& config, int64_t layer);
+
+// Whether decoder layer `layer` is a linear-attention layer (Kimi-Linear KDA, Qwen3-Next Gated
+// DeltaNet): it has no KV cache, so no k/v scales. Kimi-Linear: layer_types (transformers 5.x) or
+// linear_attn_config.kda_layers (1-based, the remote code); both present must agree, neither is
+// an error.
+bool layer_is_linear_attention(const ArchInfo& arch, const ModelConfig& config, int64_t layer);
 
 }  // namespace strata

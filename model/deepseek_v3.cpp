@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "model/arch.h"
 #include "model/common.h"
+#include "model/deepseek_v3.h"
 #include "model/families.h"
 
 namespace strata::model {
@@ -29,106 +30,187 @@ double number_or(const Json& j, const char* key, double fallback) {
   return j[key].get<double>();
 }
 
-struct MlaAttention {
-  std::string prefix;
-  int64_t H = 0, nH = 0, q_rank = 0, kv_rank = 0, dn = 0, dr = 0, dv = 0;
-  std::vector<float> wq, wqa, q_a_norm, wqb, wkva, kv_a_norm, wkvb, wo;
-  std::vector<double> inv_freq;
-  double attention_factor = 1.0;
-  bool interleaved = true;
-  float scale = 1.0f;
+}  // namespace
 
-  void load(const ModelConfig& c, const Checkpoint& ckpt, const std::string& p) {
-    prefix = p;
-    H = c.hidden_size;
-    nH = c.num_attention_heads;
-    q_rank = c.q_lora_rank;
-    kv_rank = c.kv_lora_rank;
-    dn = c.qk_nope_head_dim;
-    dr = c.qk_rope_head_dim;
-    dv = c.v_head_dim;
-    STRATA_CHECK(kv_rank > 0 && dr > 0 && dr % 2 == 0 && dv > 0, c.path,
-                 ": MLA needs kv_lora_rank, an even qk_rope_head_dim and v_head_dim");
-    const int64_t dq = dn + dr;
-    if (q_rank > 0) {
-      wqa = load_weight(ckpt, p + "q_a_proj.weight", {q_rank, H});
-      q_a_norm = load_weight(ckpt, p + "q_a_layernorm.weight", {q_rank});
-      wqb = load_weight(ckpt, p + "q_b_proj.weight", {nH * dq, q_rank});
-    } else {
-      wq = load_weight(ckpt, p + "q_proj.weight", {nH * dq, H});
-    }
-    wkva = load_weight(ckpt, p + "kv_a_proj_with_mqa.weight", {kv_rank + dr, H});
-    kv_a_norm = load_weight(ckpt, p + "kv_a_layernorm.weight", {kv_rank});
-    wkvb = load_weight(ckpt, p + "kv_b_proj.weight", {nH * (dn + dv), kv_rank});
-    wo = load_weight(ckpt, p + "o_proj.weight", {H, nH * dv});
-    ops::RopeParams rp = rope_params(c);
-    inv_freq = ops::rope_inv_freq(rp, dr);
-    attention_factor = rp.attention_factor;
-    const Json& t = c.text;
-    interleaved = !t.contains("rope_interleave") || t["rope_interleave"].is_null() ||
-                  t["rope_interleave"].get<bool>();
-    double s = 1.0 / std::sqrt(static_cast<double>(dq));
-    if (c.rope.type == "yarn" && c.rope.mscale_all_dim > 0.0 && c.rope.factor > 1.0) {
-      const double m = 0.1 * c.rope.mscale_all_dim * std::log(c.rope.factor) + 1.0;
-      s *= m * m;
-    }
-    scale = static_cast<float>(s);
+void MlaAttention::load(const ModelConfig& c, const Checkpoint& ckpt, const std::string& p,
+                        bool no_rope) {
+  prefix = p;
+  nope = no_rope;
+  H = c.hidden_size;
+  nH = c.num_attention_heads;
+  q_rank = c.q_lora_rank;
+  kv_rank = c.kv_lora_rank;
+  dn = c.qk_nope_head_dim;
+  dr = c.qk_rope_head_dim;
+  dv = c.v_head_dim;
+  STRATA_CHECK(kv_rank > 0 && dr > 0 && dr % 2 == 0 && dv > 0, c.path,
+               ": MLA needs kv_lora_rank, an even qk_rope_head_dim and v_head_dim");
+  const int64_t dq = dn + dr;
+  if (q_rank > 0) {
+    wqa = load_weight(ckpt, p + "q_a_proj.weight", {q_rank, H});
+    q_a_norm = load_weight(ckpt, p + "q_a_layernorm.weight", {q_rank});
+    wqb = load_weight(ckpt, p + "q_b_proj.weight", {nH * dq, q_rank});
+  } else {
+    wq = load_weight(ckpt, p + "q_proj.weight", {nH * dq, H});
   }
+  wkva = load_weight(ckpt, p + "kv_a_proj_with_mqa.weight", {kv_rank + dr, H});
+  kv_a_norm = load_weight(ckpt, p + "kv_a_layernorm.weight", {kv_rank});
+  wkvb = load_weight(ckpt, p + "kv_b_proj.weight", {nH * (dn + dv), kv_rank});
+  wo = load_weight(ckpt, p + "o_proj.weight", {H, nH * dv});
+  double s = 1.0 / std::sqrt(static_cast<double>(dq));
+  if (nope) {
+    scale = static_cast<float>(s);
+    return;
+  }
+  ops::RopeParams rp = rope_params(c);
+  inv_freq = ops::rope_inv_freq(rp, dr);
+  attention_factor = rp.attention_factor;
+  const Json& t = c.text;
+  interleaved = !t.contains("rope_interleave") || t["rope_interleave"].is_null() ||
+                t["rope_interleave"].get<bool>();
+  if (c.rope.type == "yarn" && c.rope.mscale_all_dim > 0.0 && c.rope.factor > 1.0) {
+    const double m = 0.1 * c.rope.mscale_all_dim * std::log(c.rope.factor) + 1.0;
+    s *= m * m;
+  }
+  scale = static_cast<float>(s);
+}
 
-  void forward(const Batch& batch, const float* x, float* out, Observer* obs) const {
-    const int64_t T = batch.n_tokens(), dq = dn + dr;
-    std::vector<float> q(T * nH * dq);  // [T, nH, dn + dr]
-    if (q_rank > 0) {
-      if (obs) obs->observe(prefix + "q_a_proj", x, T, H);
-      std::vector<float> cq(T * q_rank);  // [T, r_q]
-      ops::linear(x, T, H, wqa.data(), q_rank, cq.data());
-      ops::rms_norm(cq.data(), T, q_rank, q_a_norm.data(), 1e-6f, cq.data());
-      if (obs) obs->observe(prefix + "q_b_proj", cq.data(), T, q_rank);
-      ops::linear(cq.data(), T, q_rank, wqb.data(), nH * dq, q.data());
-    } else {
-      if (obs) obs->observe(prefix + "q_proj", x, T, H);
-      ops::linear(x, T, H, wq.data(), nH * dq, q.data());
-    }
-    if (obs) obs->observe(prefix + "kv_a_proj_with_mqa", x, T, H);
-    std::vector<float> ckr(T * (kv_rank + dr));  // [T, r_kv + d_r]
-    ops::linear(x, T, H, wkva.data(), kv_rank + dr, ckr.data());
-    std::vector<float> c(T * kv_rank), kr(T * dr);  // [T, r_kv], [T, d_r]
-    for (int64_t t = 0; t < T; ++t) {
-      std::copy_n(&ckr[t * (kv_rank + dr)], kv_rank, &c[t * kv_rank]);
-      std::copy_n(&ckr[t * (kv_rank + dr) + kv_rank], dr, &kr[t * dr]);
-    }
-    ops::rms_norm(c.data(), T, kv_rank, kv_a_norm.data(), 1e-6f, c.data());
-    if (obs) obs->observe(prefix + "kv_b_proj", c.data(), T, kv_rank);
-    std::vector<float> kv(T * nH * (dn + dv));  // [T, nH, dn + dv]
-    ops::linear(c.data(), T, kv_rank, wkvb.data(), nH * (dn + dv), kv.data());
+void MlaAttention::forward(const Batch& batch, const float* x, float* out, Observer* obs) const {
+  const int64_t T = batch.n_tokens(), dq = dn + dr;
+  std::vector<float> q(T * nH * dq);  // [T, nH, dn + dr]
+  if (q_rank > 0) {
+    if (obs) obs->observe(prefix + "q_a_proj", x, T, H);
+    std::vector<float> cq(T * q_rank);  // [T, r_q]
+    ops::linear(x, T, H, wqa.data(), q_rank, cq.data());
+    ops::rms_norm(cq.data(), T, q_rank, q_a_norm.data(), 1e-6f, cq.data());
+    if (obs) obs->observe(prefix + "q_b_proj", cq.data(), T, q_rank);
+    ops::linear(cq.data(), T, q_rank, wqb.data(), nH * dq, q.data());
+  } else {
+    if (obs) obs->observe(prefix + "q_proj", x, T, H);
+    ops::linear(x, T, H, wq.data(), nH * dq, q.data());
+  }
+  if (obs) obs->observe(prefix + "kv_a_proj_with_mqa", x, T, H);
+  std::vector<float> ckr(T * (kv_rank + dr));  // [T, r_kv + d_r]
+  ops::linear(x, T, H, wkva.data(), kv_rank + dr, ckr.data());
+  std::vector<float> c(T * kv_rank), kr(T * dr);  // [T, r_kv], [T, d_r]
+  for (int64_t t = 0; t < T; ++t) {
+    std::copy_n(&ckr[t * (kv_rank + dr)], kv_rank, &c[t * kv_rank]);
+    std::copy_n(&ckr[t * (kv_rank + dr) + kv_rank], dr, &kr[t * dr]);
+  }
+  ops::rms_norm(c.data(), T, kv_rank, kv_a_norm.data(), 1e-6f, c.data());
+  if (obs) obs->observe(prefix + "kv_b_proj", c.data(), T, kv_rank);
+  std::vector<float> kv(T * nH * (dn + dv));  // [T, nH, dn + dv]
+  ops::linear(c.data(), T, kv_rank, wkvb.data(), nH * (dn + dv), kv.data());
+  if (!nope) {
     ops::rope(q.data(), T, nH, dq, dn, dr, batch.positions.data(), inv_freq, attention_factor,
               interleaved);
     ops::rope(kr.data(), T, 1, dr, 0, dr, batch.positions.data(), inv_freq, attention_factor,
               interleaved);
-    // Full K and V per head: k [T, nH, dn + dr], v [T, nH, dv].
-    std::vector<float> k(T * nH * dq), v(T * nH * dv);
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t h = 0; h < nH; ++h) {
-        const float* src = &kv[(t * nH + h) * (dn + dv)];
-        std::copy_n(src, dn, &k[(t * nH + h) * dq]);
-        std::copy_n(&kr[t * dr], dr, &k[(t * nH + h) * dq + dn]);
-        std::copy_n(src + dn, dv, &v[(t * nH + h) * dv]);
-      }
-    }
-    if (obs) {
-      obs->observe(prefix + "k_cache", k.data(), T, nH * dq);
-      obs->observe(prefix + "v_cache", v.data(), T, nH * dv);
-    }
-    std::vector<float> attn(T * nH * dv);  // [T, nH, dv]
-    for (int64_t s = 0; s < batch.n_seqs(); ++s) {
-      const int64_t b = batch.seq_offsets[s], len = batch.seq_offsets[s + 1] - b;
-      ops::attention_causal(&q[b * nH * dq], nH * dq, &k[b * nH * dq], nH * dq, &v[b * nH * dv],
-                            nH * dv, len, nH, nH, dq, dv, scale, &attn[b * nH * dv]);
-    }
-    if (obs) obs->observe(prefix + "o_proj", attn.data(), T, nH * dv);
-    ops::linear(attn.data(), T, nH * dv, wo.data(), H, out);
   }
-};
+  // Full K and V per head: k [T, nH, dn + dr], v [T, nH, dv].
+  std::vector<float> k(T * nH * dq), v(T * nH * dv);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < nH; ++h) {
+      const float* src = &kv[(t * nH + h) * (dn + dv)];
+      std::copy_n(src, dn, &k[(t * nH + h) * dq]);
+      std::copy_n(&kr[t * dr], dr, &k[(t * nH + h) * dq + dn]);
+      std::copy_n(src + dn, dv, &v[(t * nH + h) * dv]);
+    }
+  }
+  if (obs) {
+    obs->observe(prefix + "k_cache", k.data(), T, nH * dq);
+    obs->observe(prefix + "v_cache", v.data(), T, nH * dv);
+  }
+  std::vector<float> attn(T * nH * dv);  // [T, nH, dv]
+  for (int64_t s = 0; s < batch.n_seqs(); ++s) {
+    const int64_t b = batch.seq_offsets[s], len = batch.seq_offsets[s + 1] - b;
+    ops::attention_causal(&q[b * nH * dq], nH * dq, &k[b * nH * dq], nH * dq, &v[b * nH * dv],
+                          nH * dv, len, nH, nH, dq, dv, scale, &attn[b * nH * dv]);
+  }
+  if (obs) obs->observe(prefix + "o_proj", attn.data(), T, nH * dv);
+  ops::linear(attn.data(), T, nH * dv, wo.data(), H, out);
+}
+
+void SigmoidMoe::load(const Checkpoint& ckpt, const std::string& block,
+                      const char* const expert_leaves[3], int64_t hidden,
+                      const SigmoidMoeConfig& config, const std::string& config_path) {
+  cfg = config;
+  H = hidden;
+  const int64_t E = cfg.experts, K = cfg.top_k;
+  STRATA_CHECK(cfg.n_group > 0 && E % cfg.n_group == 0 && cfg.topk_group >= 1 &&
+                   cfg.topk_group <= cfg.n_group,
+               config_path, ": n_group (", cfg.n_group, ") must divide the routed experts (", E,
+               ") and topk_group (", cfg.topk_group, ") must be in [1, n_group]");
+  STRATA_CHECK(K >= 1 && K <= cfg.topk_group * (E / cfg.n_group), config_path,
+               ": num_experts_per_tok (", K, ") exceeds the experts in topk_group groups");
+  router = load_weight(ckpt, block + "gate.weight", {E, H});
+  bias = ckpt.has(block + "gate.e_score_correction_bias")
+             ? load_weight(ckpt, block + "gate.e_score_correction_bias", {E})
+             : std::vector<float>(static_cast<size_t>(E), 0.0f);
+  experts.clear();
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string p = block + "experts." + std::to_string(e) + ".";
+    experts.push_back(load_swiglu(ckpt, p + expert_leaves[0], p + expert_leaves[1],
+                                  p + expert_leaves[2], H, cfg.inter));
+  }
+  if (cfg.n_shared > 0) {
+    const std::string p = block + "shared_experts.";
+    shared = load_swiglu(ckpt, p + "gate_proj", p + "up_proj", p + "down_proj", H,
+                         cfg.inter * cfg.n_shared);
+  }
+}
+
+// Chosen experts and weights of one token from its router scores s[E].
+void SigmoidMoe::route(const float* s, int32_t* chosen, float* weight) const {
+  const int64_t E = cfg.experts, K = cfg.top_k, n_group = cfg.n_group;
+  std::vector<float> choice(E);
+  for (int64_t e = 0; e < E; ++e)
+    choice[e] = s[e] + bias[e];
+  const int64_t per = E / n_group;
+  std::vector<float> group_score(n_group);
+  for (int64_t g = 0; g < n_group; ++g) {
+    auto top = ops::top_k(&choice[g * per], per, std::min<int64_t>(2, per));
+    float sum = 0.0f;
+    for (int32_t i : top)
+      sum += choice[g * per + i];
+    group_score[g] = sum;
+  }
+  auto keep = ops::top_k(group_score.data(), n_group, cfg.topk_group);
+  std::vector<float> masked(E, -INFINITY);
+  for (int32_t g : keep)
+    std::copy_n(&choice[g * per], per, &masked[g * per]);
+  auto idx = ops::top_k(masked.data(), E, K);
+  float sum = 0.0f;
+  for (int64_t j = 0; j < K; ++j)
+    sum += s[idx[j]];
+  for (int64_t j = 0; j < K; ++j) {
+    chosen[j] = idx[j];
+    float w = s[idx[j]];
+    if (cfg.renormalize) w /= (sum + 1e-20f);
+    weight[j] = w * cfg.routed_scaling;
+  }
+}
+
+void SigmoidMoe::forward(const float* n, int64_t T, float* y, Observer* obs) const {
+  const int64_t E = cfg.experts, K = cfg.top_k;
+  std::vector<float> s(T * E);  // [T, E] sigmoid scores, fp32
+  ops::linear(n, T, H, router.data(), E, s.data());
+  for (float& v : s)
+    v = ops::sigmoid(v);
+  std::vector<int32_t> chosen(T * K);
+  std::vector<float> weight(T * K);
+  for (int64_t t = 0; t < T; ++t)
+    route(&s[t * E], &chosen[t * K], &weight[t * K]);
+  moe_dispatch_combine(experts, n, T, H, K, chosen, weight, y, obs);
+  if (cfg.n_shared > 0) {
+    std::vector<float> sh(T * H);
+    swiglu_mlp(shared, n, T, H, sh.data(), obs);
+    for (int64_t i = 0; i < T * H; ++i)
+      y[i] += sh[i];
+  }
+}
+
+namespace {
 
 class DeepseekV3Layer : public DecoderLayer {
  public:
@@ -136,39 +218,26 @@ class DeepseekV3Layer : public DecoderLayer {
     const int64_t H = c_.hidden_size;
     in_norm_ = load_weight(ctx.ckpt, ctx.prefix + "input_layernorm.weight", {H});
     post_norm_ = load_weight(ctx.ckpt, ctx.prefix + "post_attention_layernorm.weight", {H});
-    attn_.load(c_, ctx.ckpt, ctx.prefix + "self_attn.");
+    attn_.load(c_, ctx.ckpt, ctx.prefix + "self_attn.", /*nope=*/false);
     const std::string m = ctx.prefix + "mlp.";
-    moe_ = layer_is_moe(resolve_arch(c_), c_, ctx.index);
-    if (!moe_) {
+    is_moe_ = layer_is_moe(resolve_arch(c_), c_, ctx.index);
+    if (!is_moe_) {
       dense_ = load_swiglu(ctx.ckpt, m + "gate_proj", m + "up_proj", m + "down_proj", H,
                            c_.intermediate_size);
       return;
     }
     const Json& t = c_.text;
-    E_ = c_.num_experts;
-    K_ = c_.num_experts_per_tok;
-    n_group_ = static_cast<int64_t>(number_or(t, "n_group", 1));
-    topk_group_ = static_cast<int64_t>(number_or(t, "topk_group", 1));
-    scaling_ = static_cast<float>(number_or(t, "routed_scaling_factor", 1.0));
-    STRATA_CHECK(n_group_ > 0 && E_ % n_group_ == 0 && topk_group_ >= 1 && topk_group_ <= n_group_,
-                 c_.path, ": n_group (", n_group_, ") must divide n_routed_experts (", E_,
-                 ") and topk_group (", topk_group_, ") must be in [1, n_group]");
-    STRATA_CHECK(K_ >= 1 && K_ <= topk_group_ * (E_ / n_group_), c_.path, ": num_experts_per_tok (",
-                 K_, ") exceeds the experts in topk_group groups");
-    const int64_t I = c_.moe_intermediate_size;
-    router_ = load_weight(ctx.ckpt, m + "gate.weight", {E_, H});
-    bias_ = ctx.ckpt.has(m + "gate.e_score_correction_bias")
-                ? load_weight(ctx.ckpt, m + "gate.e_score_correction_bias", {E_})
-                : std::vector<float>(static_cast<size_t>(E_), 0.0f);
-    for (int64_t e = 0; e < E_; ++e) {
-      const std::string p = m + "experts." + std::to_string(e) + ".";
-      experts_.push_back(
-          load_swiglu(ctx.ckpt, p + "gate_proj", p + "up_proj", p + "down_proj", H, I));
-    }
-    if (c_.n_shared_experts > 0) {
-      shared_ = load_swiglu(ctx.ckpt, m + "shared_experts.gate_proj", m + "shared_experts.up_proj",
-                            m + "shared_experts.down_proj", H, I * c_.n_shared_experts);
-    }
+    SigmoidMoeConfig mc;
+    mc.experts = c_.num_experts;
+    mc.top_k = c_.num_experts_per_tok;
+    mc.n_group = static_cast<int64_t>(number_or(t, "n_group", 1));
+    mc.topk_group = static_cast<int64_t>(number_or(t, "topk_group", 1));
+    mc.routed_scaling = static_cast<float>(number_or(t, "routed_scaling_factor", 1.0));
+    mc.renormalize = c_.norm_topk_prob;
+    mc.inter = c_.moe_intermediate_size;
+    mc.n_shared = c_.n_shared_experts;
+    static constexpr const char* kLeaves[3] = {"gate_proj", "up_proj", "down_proj"};
+    moe_.load(ctx.ckpt, m, kLeaves, H, mc, c_.path);
   }
 
   void forward(const Batch& batch, float* x, Observer* obs) override {
@@ -177,8 +246,8 @@ class DeepseekV3Layer : public DecoderLayer {
         T, H, static_cast<float>(c_.rms_norm_eps), in_norm_, post_norm_, x,
         [&](const float* n, float* y) { attn_.forward(batch, n, y, obs); },
         [&](const float* n, float* y) {
-          if (moe_) {
-            moe(n, T, y, obs);
+          if (is_moe_) {
+            moe_.forward(n, T, y, obs);
           } else {
             swiglu_mlp(dense_, n, T, H, y, obs);
           }
@@ -186,64 +255,12 @@ class DeepseekV3Layer : public DecoderLayer {
   }
 
  private:
-  // Chosen experts and weights of one token from its router scores s[E].
-  void route(const float* s, int32_t* chosen, float* weight) const {
-    std::vector<float> choice(E_);
-    for (int64_t e = 0; e < E_; ++e)
-      choice[e] = s[e] + bias_[e];
-    const int64_t per = E_ / n_group_;
-    std::vector<float> group_score(n_group_);
-    for (int64_t g = 0; g < n_group_; ++g) {
-      auto top = ops::top_k(&choice[g * per], per, std::min<int64_t>(2, per));
-      float sum = 0.0f;
-      for (int32_t i : top)
-        sum += choice[g * per + i];
-      group_score[g] = sum;
-    }
-    auto keep = ops::top_k(group_score.data(), n_group_, topk_group_);
-    std::vector<float> masked(E_, -INFINITY);
-    for (int32_t g : keep)
-      std::copy_n(&choice[g * per], per, &masked[g * per]);
-    auto idx = ops::top_k(masked.data(), E_, K_);
-    float sum = 0.0f;
-    for (int64_t j = 0; j < K_; ++j)
-      sum += s[idx[j]];
-    for (int64_t j = 0; j < K_; ++j) {
-      chosen[j] = idx[j];
-      float w = s[idx[j]];
-      if (c_.norm_topk_prob) w /= (sum + 1e-20f);
-      weight[j] = w * scaling_;
-    }
-  }
-
-  void moe(const float* n, int64_t T, float* y, Observer* obs) const {
-    const int64_t H = c_.hidden_size;
-    std::vector<float> s(T * E_);  // [T, E] sigmoid scores, fp32
-    ops::linear(n, T, H, router_.data(), E_, s.data());
-    for (float& v : s)
-      v = ops::sigmoid(v);
-    std::vector<int32_t> chosen(T * K_);
-    std::vector<float> weight(T * K_);
-    for (int64_t t = 0; t < T; ++t)
-      route(&s[t * E_], &chosen[t * K_], &weight[t * K_]);
-    moe_dispatch_combine(experts_, n, T, H, K_, chosen, weight, y, obs);
-    if (c_.n_shared_experts > 0) {
-      std::vector<float> sh(T * H);
-      swiglu_mlp(shared_, n, T, H, sh.data(), obs);
-      for (int64_t i = 0; i < T * H; ++i)
-        y[i] += sh[i];
-    }
-  }
-
   const ModelConfig& c_;
   std::vector<float> in_norm_, post_norm_;
   MlaAttention attn_;
-  bool moe_ = false;
-  SwigluWeights dense_, shared_;
-  int64_t E_ = 0, K_ = 0, n_group_ = 1, topk_group_ = 1;
-  float scaling_ = 1.0f;
-  std::vector<float> router_, bias_;
-  std::vector<SwigluWeights> experts_;
+  bool is_moe_ = false;
+  SwigluWeights dense_;
+  SigmoidMoe moe_;
 };
 
 }  // namespace

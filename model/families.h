@@ -27,8 +27,12 @@ std::unique_ptr<DecoderLayer> make_qwen_moe_layer(const LayerContext& ctx);
 // DeepSeek-V3, Kimi-K2: MLA attention and a sigmoid-routed (noaux_tc) MoE with shared experts.
 std::unique_ptr<DecoderLayer> make_deepseek_v3_layer(const LayerContext& ctx);
 
+// Kimi-Linear: KDA or NoPE MLA attention; a dense SwiGLU or the DeepSeek-style MoE.
+std::unique_ptr<DecoderLayer> make_kimi_linear_layer(const LayerContext& ctx);
+
 // Stop with a strata::Error when config.json asks for math the family does not implement.
 void check_llama_config(const ModelConfig& config);
 void check_deepseek_v3_config(const ModelConfig& config);
+void check_kimi_linear_config(const ModelConfig& config);
 
 }  // namespace strata::model

@@ -99,13 +99,16 @@ std::unique_ptr<ModelForward> ModelForward::create(const ModelConfig& config,
       model::check_deepseek_v3_config(config);
       factory = model::make_deepseek_v3_layer;
       break;
-    case ArchFamily::kMixtral:
     case ArchFamily::kKimiLinear:
+      model::check_kimi_linear_config(config);
+      factory = model::make_kimi_linear_layer;
+      break;
+    case ArchFamily::kMixtral:
     case ArchFamily::kQwen3Next:
       fail(config.path, ": the forward pass for model_type '", config.text_model_type, "' (family ",
            arch_family_name(arch.family),
            ") is not implemented yet; supported: llama, mistral, qwen2, qwen3, "
-           "qwen2_moe, qwen3_moe, deepseek_v3, kimi_k2");
+           "qwen2_moe, qwen3_moe, deepseek_v3, kimi_k2, kimi_linear");
   }
   return std::make_unique<DecoderModel>(config, ckpt, options, factory);
 }

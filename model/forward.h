@@ -15,6 +15,7 @@
 //                                      (q/k/v, gate/up) are reported once per module
 //   "<layers.N>.self_attn.k_cache"     K after RoPE, before head repetition [T, nKV·dk]
 //   "<layers.N>.self_attn.v_cache"     V [T, nKV·dv]
+//                                      (none from linear-attention layers: they have no KV cache)
 // Routed experts report only the rows routed to them (possibly none: rows == 0 is reported too).
 #pragma once
 

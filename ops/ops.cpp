@@ -180,7 +180,69 @@ void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t 
       for (int64_t j = 0; j <= i; ++j) {
         const float* vj = v + j * v_stride + kvh * dv;
         const float w = p[j] * inv;
-        for (int64_t d = 0; d < dv; ++d) oi[d] += w * vj[d];
+        for (int64_t d = 0; d < dv; ++d)
+          oi[d] += w * vj[d];
+      }
+    }
+  }
+}
+
+void causal_conv1d(const float* x, int64_t x_stride, int64_t T, int64_t C, const float* w,
+                   int64_t K, float* y) {
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t c = 0; c < C; ++c) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < K; ++j) {
+        const int64_t s = t - (K - 1) + j;
+        if (s >= 0) acc += w[c * K + j] * x[s * x_stride + c];
+      }
+      y[t * C + c] = acc;
+    }
+  }
+}
+
+void l2_norm(float* x, int64_t rows, int64_t dim, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* xr = x + r * dim;
+    double sum = 0.0;
+    for (int64_t i = 0; i < dim; ++i)
+      sum += static_cast<double>(xr[i]) * xr[i];
+    const float norm = std::sqrt(static_cast<float>(sum) + eps);
+    for (int64_t i = 0; i < dim; ++i)
+      xr[i] /= norm;
+  }
+}
+
+void gated_delta_rule(const float* q, const float* k, const float* v, const float* g,
+                      const float* beta, int64_t T, int64_t n_heads, int64_t dk, int64_t dv,
+                      float* out) {
+  // Heads are independent and each writes only its own output columns.
+#pragma omp parallel for schedule(static)
+  for (int64_t h = 0; h < n_heads; ++h) {
+    std::vector<float> S(static_cast<size_t>(dk * dv), 0.0f);  // [dk, dv]
+    std::vector<float> u(static_cast<size_t>(dv));             // v_t - S^T k_t
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t kq = (t * n_heads + h) * dk, vo = (t * n_heads + h) * dv;
+      for (int64_t i = 0; i < dk; ++i) {
+        const float a = std::exp(g[kq + i]);
+        for (int64_t j = 0; j < dv; ++j)
+          S[i * dv + j] *= a;
+      }
+      for (int64_t j = 0; j < dv; ++j) {
+        float s = 0.0f;
+        for (int64_t i = 0; i < dk; ++i)
+          s += S[i * dv + j] * k[kq + i];
+        u[j] = beta[t * n_heads + h] * (v[vo + j] - s);
+      }
+      for (int64_t i = 0; i < dk; ++i) {
+        for (int64_t j = 0; j < dv; ++j)
+          S[i * dv + j] += k[kq + i] * u[j];
+      }
+      for (int64_t j = 0; j < dv; ++j) {
+        float s = 0.0f;
+        for (int64_t i = 0; i < dk; ++i)
+          s += S[i * dv + j] * q[kq + i];
+        out[vo + j] = s;
       }
     }
   }

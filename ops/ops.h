@@ -67,6 +67,26 @@ void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t 
                       const float* v, int64_t v_stride, int64_t T, int64_t n_heads,
                       int64_t n_kv_heads, int64_t dq, int64_t dv, float scale, float* out);
 
+// Causal depthwise convolution over one sequence, no bias: x[T, C] with row stride x_stride,
+// w[C, K] (the checkpoint's [C, 1, K]), y[T, C] contiguous:
+//   y[t, c] = sum_{j < K} w[c, j] * x[t - (K - 1) + j, c],   x[s, c] = 0 for s < 0,
+// so w[c, K-1] multiplies the current token.
+void causal_conv1d(const float* x, int64_t x_stride, int64_t T, int64_t C, const float* w,
+                   int64_t K, float* y);
+
+// Per row of x[rows, dim], in place: x / sqrt(sum(x^2) + eps) (fla's l2norm: eps inside the root).
+void l2_norm(float* x, int64_t rows, int64_t dim, float eps);
+
+// The gated delta rule with a decay per key channel (Kimi Delta Attention; Gated DeltaNet is the
+// case of one decay per head) over one sequence, in fp32, from a zero state. Per head h, with
+// state S[dk, dv]:
+//   S <- diag(exp(g_t)) S;   S <- S + beta_t k_t (v_t - S^T k_t)^T;   o_t = S^T q_t.
+// q, k, g: [T, nH, dk]; v: [T, nH, dv]; beta: [T, nH]; out: [T, nH, dv]. g is the log decay
+// (<= 0); q and k arrive normalised and q scaled, as the caller wants them.
+void gated_delta_rule(const float* q, const float* k, const float* v, const float* g,
+                      const float* beta, int64_t T, int64_t n_heads, int64_t dk, int64_t dv,
+                      float* out);
+
 // Top-k of one row: indices of the k largest values, largest first; ties go to the lower index.
 std::vector<int32_t> top_k(const float* x, int64_t n, int64_t k);
 

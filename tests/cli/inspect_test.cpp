@@ -397,6 +397,26 @@ TEST(Inspect, QwenMoe) {
   EXPECT_NE(row(h.out, "layers").find("dense 0; MoE 1-2"), std::string::npos) << h.out;
 }
 
+TEST(Inspect, KimiLinearFixture) {
+  // The transformers-saved Kimi-Linear fixture: KDA, MLA, KDA; layer 0 dense (its MLP saved under
+  // block_sparse_moe.), layers 1-2 MoE; every name recognised.
+  TempDir tmp;
+  const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/kimi_linear";
+  RunResult r = run_strata("inspect '" + dir + "' --json", tmp.path());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  Json j = Json::parse(r.out);
+  EXPECT_EQ(j["family"], "kimi_linear");
+  EXPECT_EQ(j["dense_layers"], Json::array({0}));
+  EXPECT_EQ(j["moe_layers"], Json::array({1, 2}));
+  EXPECT_EQ(j["linear_attention_layers"], Json::array({0, 2}));
+  EXPECT_EQ(j["unrecognized"], Json::array());
+  EXPECT_EQ(j["kinds"]["dense_mlp"]["tensors"], 3);
+  EXPECT_EQ(j["kinds"]["routed_experts"]["tensors"], 2 * 8 * 3);
+  r = run_strata("inspect '" + dir + "'", tmp.path());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("linear attn     0, 2 (no KV cache)"), std::string::npos) << r.out;
+}
+
 TEST(Inspect, MultimodalWrapper) {
   // Kimi-VL-style: a DeepSeek-V3 language model (MLA without q LoRA) under language_model.,
   // a vision tower and a projector. Layer 0 dense, layer 1 MoE with a shared expert.

@@ -270,6 +270,32 @@ TEST(HfConfig, Errors) {
                {"\"quantization_config\" must be an object"});
 }
 
+TEST(HfConfig, KimiLinearSpellings) {
+  // The remote code's (and transformers 5.x's) names for top-k, shared experts and
+  // renormalisation (spec/architectures.md §4).
+  ModelConfig c = parse(R"({"model_type": "kimi_linear", "num_experts": 256,
+    "num_experts_per_token": 8, "num_shared_experts": 1, "moe_renormalize": true,
+    "moe_intermediate_size": 1024, "first_k_dense_replace": 1})");
+  EXPECT_EQ(c.num_experts, 256);
+  EXPECT_EQ(c.num_experts_per_tok, 8);
+  EXPECT_EQ(c.n_shared_experts, 1);
+  EXPECT_TRUE(c.norm_topk_prob);
+  expect_error(
+      [] {
+        parse(R"({"model_type": "x", "num_experts": 8, "num_experts_per_tok": 2,
+                  "num_experts_per_token": 4})");
+      },
+      {"\"num_experts_per_tok\" is 2", "\"num_experts_per_token\" is 4", "must agree"});
+  expect_error(
+      [] {
+        parse(R"({"model_type": "x", "n_shared_experts": 1, "num_shared_experts": 2})");
+      },
+      {"\"n_shared_experts\" is 1", "\"num_shared_experts\" is 2"});
+  expect_error(
+      [] { parse(R"({"model_type": "x", "norm_topk_prob": true, "moe_renormalize": false})"); },
+      {"\"norm_topk_prob\"", "\"moe_renormalize\"", "must agree"});
+}
+
 TEST(HfConfig, DisagreeingSpellingsAreErrors) {
   expect_error(
       [] {

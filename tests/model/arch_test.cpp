@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "io/hf_config.h"
+#include "io/json.h"
 #include "model/arch.h"
 
 namespace strata {
@@ -49,6 +50,7 @@ TEST(Arch, ModelTypesFromTransformersConfigs) {
       {"qwen3_moe_nonorm", ArchFamily::kQwenMoe},
       {"deepseek_v3", ArchFamily::kDeepseekV3},
       {"deepseek_v3_noqlora", ArchFamily::kDeepseekV3},
+      {"kimi_linear", ArchFamily::kKimiLinear},
   };
   for (const auto& [dir, family] : fixtures) {
     ModelConfig c =
@@ -250,6 +252,11 @@ TEST(Arch, KimiLinear) {
                {"model.layers.3.self_attn.kv_a_layernorm.weight", K::kNorm, 3, R::kParam},
                {"model.layers.3.self_attn.kv_b_proj.weight", K::kAttention, 3, R::kLinearWeight},
                {"model.layers.0.mlp.down_proj.weight", K::kDenseMlp, 0, R::kLinearWeight},
+               // transformers 5.x save_pretrained: the dense layer under block_sparse_moe.
+               {"model.layers.0.block_sparse_moe.gate_proj.weight", K::kDenseMlp, 0,
+                R::kLinearWeight},
+               {"model.layers.0.block_sparse_moe.up_proj.weight", K::kDenseMlp, 0,
+                R::kLinearWeight},
                {"model.layers.1.block_sparse_moe.gate.weight", K::kRouter, 1, R::kLinearWeight},
                {"model.layers.1.block_sparse_moe.gate.e_score_correction_bias", K::kRouter, 1,
                 R::kParam},
@@ -369,6 +376,74 @@ TEST(Arch, MoeLayers) {
   EXPECT_FALSE(layer_is_moe(arch_of(ArchFamily::kLlama, 4), d, 0));
   d.num_experts = 8;
   EXPECT_TRUE(layer_is_moe(arch_of(ArchFamily::kMixtral, 4), d, 0));
+}
+
+// Kimi-Linear's two config spellings (spec/architectures.md §4): the remote code's
+// linear_attn_config with 1-based layer lists and first_k_dense_replace, transformers 5.x's
+// layer_types / mlp_layer_types. The 48B-A3B layout: MLA at 1-based 4, 8, ..., 24, 27.
+TEST(Arch, KimiLinearLayerKinds) {
+  const std::string remote = R"({"model_type": "kimi_linear", "num_hidden_layers": 27,
+      "num_experts": 256, "num_experts_per_token": 8, "first_k_dense_replace": 1,
+      "moe_layer_freq": 1, "linear_attn_config": {"head_dim": 128, "num_heads": 32,
+      "kda_layers": [1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 25, 26],
+      "full_attn_layers": [4, 8, 12, 16, 20, 24, 27]}})";
+  ModelConfig c = parse_model_config(Json::parse(remote), "remote.json");
+  EXPECT_EQ(c.num_experts_per_tok, 8);
+  ArchInfo a = resolve_arch(c);
+  for (int64_t l = 0; l < 27; ++l) {
+    const bool mla = l == 3 || l == 7 || l == 11 || l == 15 || l == 19 || l == 23 || l == 26;
+    EXPECT_EQ(layer_is_linear_attention(a, c, l), !mla) << l;
+    EXPECT_EQ(layer_is_moe(a, c, l), l >= 1) << l;
+  }
+  // transformers 5.x spelling of a 3-layer model; agreeing lists in both spellings are fine.
+  Json j = Json::parse(R"({"model_type": "kimi_linear", "num_hidden_layers": 3, "num_experts": 4,
+      "num_experts_per_token": 2, "layer_types": ["linear_attention", "full_attention",
+      "linear_attention"], "mlp_layer_types": ["dense", "sparse", "sparse"]})");
+  c = parse_model_config(j, "t5.json");
+  a = resolve_arch(c);
+  EXPECT_TRUE(layer_is_linear_attention(a, c, 0));
+  EXPECT_FALSE(layer_is_linear_attention(a, c, 1));
+  EXPECT_FALSE(layer_is_moe(a, c, 0));
+  EXPECT_TRUE(layer_is_moe(a, c, 2));
+  j["linear_attn_config"] = Json::parse(R"({"kda_layers": [1, 3], "full_attn_layers": [2]})");
+  j["first_k_dense_replace"] = 1;
+  c = parse_model_config(j, "both.json");
+  EXPECT_FALSE(layer_is_linear_attention(a, c, 1));
+  EXPECT_TRUE(layer_is_moe(a, c, 1));
+  // Disagreements and gaps are errors naming the keys.
+  auto error = [&](const Json& cfg, bool moe) {
+    ModelConfig m = parse_model_config(cfg, "bad.json");
+    try {
+      if (moe) {
+        layer_is_moe(a, m, 1);
+      } else {
+        layer_is_linear_attention(a, m, 1);
+      }
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  Json bad = j;
+  bad["linear_attn_config"]["kda_layers"] = Json::parse("[1, 2, 3]");
+  bad["linear_attn_config"]["full_attn_layers"] = Json::parse("[]");
+  EXPECT_NE(error(bad, false).find("disagree"), std::string::npos) << error(bad, false);
+  bad = j;
+  bad["linear_attn_config"]["kda_layers"] = Json::parse("[0, 3]");  // 0-based by mistake
+  EXPECT_NE(error(bad, false).find("1-based"), std::string::npos) << error(bad, false);
+  bad = j;
+  bad.erase("layer_types");
+  bad.erase("linear_attn_config");
+  EXPECT_NE(error(bad, false).find("which layers are KDA is unknown"), std::string::npos);
+  bad = j;
+  bad["first_k_dense_replace"] = 2;
+  EXPECT_NE(error(bad, true).find("must agree"), std::string::npos) << error(bad, true);
+  // Other families: no linear attention, except Qwen3-Next's interval.
+  ModelConfig d;
+  EXPECT_FALSE(layer_is_linear_attention(arch_of(ArchFamily::kDeepseekV3, 4), d, 0));
+  d.num_hidden_layers = 8;
+  EXPECT_TRUE(layer_is_linear_attention(arch_of(ArchFamily::kQwen3Next, 8), d, 0));
+  EXPECT_FALSE(layer_is_linear_attention(arch_of(ArchFamily::kQwen3Next, 8), d, 3));
 }
 
 }  // namespace

@@ -169,7 +169,7 @@ void check_model(const std::string& name, bool bf16, double tol) {
     if (e.name.rfind(prefix, 0) != 0) continue;
     std::string module = e.name.substr(prefix.size());
     if (module.find("lm_head") != std::string::npos || module.find("embed_tokens") != std::string::npos ||
-        module.ends_with(".mlp.gate") ||
+        module.ends_with(".mlp.gate") || module.ends_with(".block_sparse_moe.gate") ||
         module.find("shared_expert_gate") != std::string::npos)
       continue;  // routers and lm_head are not quantized inputs
     const float want = f.ref.tensor(e).item_f32();
@@ -178,10 +178,17 @@ void check_model(const std::string& name, bool bf16, double tol) {
     EXPECT_NEAR(it->second, want, 1e-4 * want + 1e-6) << name << " " << module;
     ++checked;
   }
+  // K and V of every softmax-attention layer; linear-attention layers (KDA) have no KV cache:
+  // transformers records none for them and strata must report none.
   for (int64_t l = 0; l < fwd->num_layers(); ++l) {
     for (const char* kv : {"k", "v"}) {
-      Tensor ref = f.ref.tensor("ref32.kv_amax." + std::to_string(l) + "." + kv);
       const std::string obs_name = "model.layers." + std::to_string(l) + ".self_attn." + kv + "_cache";
+      const TensorEntry* e = f.ref.find("ref32.kv_amax." + std::to_string(l) + "." + kv);
+      if (!e) {
+        EXPECT_EQ(obs.amax.count(obs_name), 0u) << name << " " << obs_name;
+        continue;
+      }
+      Tensor ref = f.ref.tensor(*e);
       ASSERT_TRUE(obs.amax.count(obs_name)) << obs_name;
       EXPECT_NEAR(obs.amax[obs_name], ref.item_f32(), 1e-4 * ref.item_f32()) << name << " " << obs_name;
     }
@@ -195,7 +202,7 @@ class ForwardBf16 : public testing::TestWithParam<std::string> {};
 TEST_P(ForwardBf16, MatchesTransformersOnGpu) { check_model(GetParam(), true, 3e-2); }
 
 const auto kModels = testing::Values("llama", "llama_odd", "qwen3", "qwen3_moe", "qwen3_moe_nonorm", "deepseek_v3",
-                                     "deepseek_v3_noqlora");
+                                     "deepseek_v3_noqlora", "kimi_linear");
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardFp32, kModels);
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardBf16, kModels);
 
@@ -206,9 +213,9 @@ namespace strata {
 namespace {
 
 // A copy of a fixture model whose config.json is edited by `edit`; returns the error text of
-// building the forward and running layer 0 ("" when it succeeded).
+// building the forward and loading layer `layer` ("" when it succeeded).
 std::string forward_error(const std::string& name, const std::function<void(Json&)>& edit,
-                          const std::string& drop_tensor = "") {
+                          const std::string& drop_tensor = "", int64_t layer = 0) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("strata_forward_test_" + name + std::to_string(getpid()));
   fs::remove_all(dir);
@@ -229,7 +236,7 @@ std::string forward_error(const std::string& name, const std::function<void(Json
     ModelConfig c = read_model_config(dir.string());
     Checkpoint ckpt = Checkpoint::open(dir.string());
     auto fwd = ModelForward::create(c, ckpt);
-    fwd->layer(0);
+    fwd->layer(layer);
   } catch (const Error& e) {
     error = e.what();
   }
@@ -253,6 +260,90 @@ TEST(ForwardErrors, MathChangingFieldsAreRefused) {
               testing::HasSubstr("not implemented yet"));
   EXPECT_THAT(forward_error("llama", [](Json& c) { c["model_type"] = "gpt_bigcode"; }),
               testing::HasSubstr("gpt_bigcode"));
+}
+
+// Kimi-Linear as the hub ships it: the remote code's config spelling (linear_attn_config with
+// 1-based kda_layers, first_k_dense_replace) and the dense first layer under mlp. instead of
+// transformers 5.x's block_sparse_moe.: the same weights must give transformers' logits.
+TEST(ForwardKimiLinear, RemoteCodeSpellingAndHubNames) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("strata_kimi_hub_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::copy(kFixtures + std::string("kimi_linear"), dir);
+  Json config = json_read_file((dir / "config.json").string());
+  for (const char* key : {"layer_types", "mlp_layer_types", "linear_num_heads", "linear_head_dim",
+                          "linear_conv_kernel_dim"})
+    config.erase(key);
+  config["linear_attn_config"] = Json::parse(R"({"head_dim": 32, "num_heads": 2,
+      "short_conv_kernel_size": 4, "kda_layers": [1, 3], "full_attn_layers": [2]})");
+  config["first_k_dense_replace"] = 1;
+  config["moe_layer_freq"] = 1;
+  config["mla_use_nope"] = true;
+  config["moe_router_activation_func"] = "sigmoid";
+  config["use_grouped_topk"] = true;
+  write_file_atomic((dir / "config.json").string(), config.dump());
+  {
+    SafetensorsFile f = SafetensorsFile::open((dir / "model.safetensors").string());
+    NamedTensors renamed;
+    int moved = 0;
+    for (const TensorEntry& e : f.entries()) {
+      std::string n = e.name;
+      const std::string from = "model.layers.0.block_sparse_moe.";
+      if (n.rfind(from, 0) == 0) {
+        n = "model.layers.0.mlp." + n.substr(from.size());
+        ++moved;
+      }
+      renamed.emplace_back(n, f.tensor(e).clone());
+    }
+    EXPECT_EQ(moved, 3);
+    write_safetensors((dir / "model.safetensors").string(), renamed);
+  }
+  Fixture f{Checkpoint::open(dir.string()), read_model_config(dir.string()),
+            SafetensorsFile::open(kFixtures + "kimi_linear/reference.safetensors"), {}};
+  ForwardOptions options;
+  options.bf16_between_layers = false;
+  auto fwd = ModelForward::create(f.config, f.ckpt, options);
+  for (int s = 0;; ++s) {
+    const TensorEntry* e = f.ref.find("tokens." + std::to_string(s));
+    if (!e) break;
+    Tensor t = f.ref.tensor(*e);
+    Batch batch = Batch::from_sequences({std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + t.numel())});
+    std::vector<float> h(batch.n_tokens() * fwd->hidden_size()), logits(batch.n_tokens() * fwd->vocab_size());
+    fwd->embed(batch, h.data());
+    for (int64_t l = 0; l < fwd->num_layers(); ++l) fwd->layer(l)->forward(batch, h.data(), nullptr);
+    fwd->logits(batch, h.data(), logits.data());
+    EXPECT_LT(rel_error(logits.data(), f.ref.tensor("ref32.logits." + std::to_string(s))), 1e-4) << s;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(ForwardErrors, KimiLinearVariantsAreRefused) {
+  EXPECT_EQ(forward_error("kimi_linear", [](Json&) {}), "");
+  EXPECT_THAT(forward_error("kimi_linear", [](Json& c) { c["mla_use_nope"] = false; }),
+              testing::HasSubstr("mla_use_nope false"));
+  EXPECT_THAT(forward_error("kimi_linear", [](Json& c) { c["moe_router_activation_func"] = "softmax"; }),
+              testing::HasSubstr("moe_router_activation_func 'softmax'"));
+  EXPECT_THAT(forward_error("kimi_linear",
+                            [](Json& c) { c["linear_attn_config"] = Json::parse(R"({"gate_lower_bound": -5.0})"); }),
+              testing::HasSubstr("linear_attn_config.gate_lower_bound"));
+  EXPECT_THAT(forward_error("kimi_linear", [](Json& c) { c["hidden_act"] = "situ"; }),
+              testing::HasSubstr("hidden_act 'situ'"));
+  EXPECT_THAT(forward_error("kimi_linear", [](Json& c) { c["layer_types"][1] = "sliding_attention"; }),
+              testing::HasSubstr("'layer_types'[1] is 'sliding_attention'"));
+  EXPECT_THAT(forward_error("kimi_linear", [](Json& c) { c["linear_head_dim"] = 16; }),
+              testing::HasSubstr("'model.layers.0.self_attn.q_proj.weight' has shape [64, 64] but config.json implies [32, 64]"));
+  EXPECT_THAT(forward_error("kimi_linear", [](Json& c) { c["attention_bias"] = true; }),
+              testing::HasSubstr("attention_bias true"));
+  EXPECT_THAT(forward_error(
+                  "kimi_linear",
+                  [](Json& c) {
+                    c["use_grouped_topk"] = false;
+                    c["num_expert_group"] = 2;
+                  },
+                  "", /*layer=*/1),
+              testing::HasSubstr("use_grouped_topk false with num_expert_group 2 is ambiguous"));
+  EXPECT_THAT(forward_error("kimi_linear", [](Json&) {}, "model.layers.0.self_attn.A_log"),
+              testing::HasSubstr("'model.layers.0.self_attn.A_log' is missing"));
 }
 
 TEST(ForwardErrors, MissingOrMisshapenTensorsAreNamed) {

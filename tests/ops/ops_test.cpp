@@ -161,6 +161,80 @@ TEST(Ops, TopKStableAndOrdered) {
   EXPECT_EQ(idx[3], 5);
 }
 
+TEST(Ops, CausalConv1dHandWorked) {
+  // T = 4, C = 2, K = 3; x rows have a third, ignored column (stride 3).
+  // Channel 0: x = 1, 2, 3, 4 and w = [1, 10, 100] (100 on the current token): the digits of y
+  // spell the window, with zeros before the start. Channel 1: an impulse reads w backwards.
+  const float x[12] = {1, 1, 99, 2, 0, 99, 3, 0, 99, 4, 0, 99};
+  const float w[6] = {1, 10, 100, 0.5f, -1, 2};
+  float y[8];
+  causal_conv1d(x, 3, 4, 2, w, 3, y);
+  const float want[8] = {100, 2, 210, -1, 321, 0.5f, 432, 0};
+  for (int i = 0; i < 8; ++i)
+    EXPECT_EQ(y[i], want[i]) << i;
+}
+
+TEST(Ops, L2NormHandWorked) {
+  float x[4] = {3, 4, 3, 4};
+  l2_norm(x, 1, 2, 0.0f);  // |x| = 5
+  EXPECT_FLOAT_EQ(x[0], 0.6f);
+  EXPECT_FLOAT_EQ(x[1], 0.8f);
+  l2_norm(x + 2, 1, 2, 11.0f);  // eps inside the root: sqrt(25 + 11) = 6
+  EXPECT_FLOAT_EQ(x[2], 0.5f);
+  EXPECT_FLOAT_EQ(x[3], 4.0f / 6.0f);
+}
+
+TEST(Ops, GatedDeltaRuleHandWorked) {
+  // One head, dk = 2, dv = 1, worked by hand:
+  // t0: no decay, k = [1, 0], v = 2, beta = 0.5: u = 0.5 (2 - 0) = 1, S = [1, 0];
+  //     q = [1, 1]: o = 1.
+  // t1: decay [0.5, 1] first: S = [0.5, 0]; k = [0.6, 0.8]: S^T k = 0.3; v = 1, beta = 1:
+  //     u = 0.7, S = [0.5 + 0.42, 0.56] = [0.92, 0.56]; q = [1, -1]: o = 0.36.
+  const float q[4] = {1, 1, 1, -1}, k[4] = {1, 0, 0.6f, 0.8f}, v[2] = {2, 1};
+  const float g[4] = {0, 0, std::log(0.5f), 0}, beta[2] = {0.5f, 1};
+  float o[2];
+  gated_delta_rule(q, k, v, g, beta, 2, 1, 2, 1, o);
+  EXPECT_FLOAT_EQ(o[0], 1.0f);
+  EXPECT_NEAR(o[1], 0.36f, 1e-6);
+}
+
+TEST(Ops, GatedDeltaRuleStoresWithBetaOneAndKeepsHeadsApart) {
+  // beta = 1 and no decay: after step t the state maps the unit key k_t exactly to v_t, so
+  // querying with q_t = k_t returns v_t (the delta rule's defining property). Two heads run
+  // with different data must each give what they give alone.
+  const int64_t T = 5, nH = 2, dk = 4, dv = 3;
+  auto q = randn(T * nH * dk, 7), k = randn(T * nH * dk, 8), v = randn(T * nH * dv, 9);
+  l2_norm(k.data(), T * nH, dk, 0.0f);
+  std::vector<float> g(T * nH * dk, 0.0f), beta(T * nH, 1.0f), out(T * nH * dv);
+  gated_delta_rule(k.data(), k.data(), v.data(), g.data(), beta.data(), T, nH, dk, dv, out.data());
+  for (int64_t i = 0; i < T * nH * dv; ++i)
+    EXPECT_NEAR(out[i], v[i], 1e-5) << i;
+  // Heads apart, with decays and betas below one.
+  auto gd = randn(T * nH * dk, 10, 0.5f), bd = randn(T * nH, 11);
+  for (float& x : gd)
+    x = -std::fabs(x);
+  for (float& x : bd)
+    x = sigmoid(x);
+  gated_delta_rule(q.data(), k.data(), v.data(), gd.data(), bd.data(), T, nH, dk, dv, out.data());
+  for (int64_t h = 0; h < nH; ++h) {
+    std::vector<float> qh, kh, vh, gh, bh, oh(T * dv);
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t a = (t * nH + h) * dk, b = (t * nH + h) * dv;
+      qh.insert(qh.end(), &q[a], &q[a] + dk);
+      kh.insert(kh.end(), &k[a], &k[a] + dk);
+      gh.insert(gh.end(), &gd[a], &gd[a] + dk);
+      vh.insert(vh.end(), &v[b], &v[b] + dv);
+      bh.push_back(bd[t * nH + h]);
+    }
+    gated_delta_rule(qh.data(), kh.data(), vh.data(), gh.data(), bh.data(), T, 1, dk, dv,
+                     oh.data());
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < dv; ++j)
+        EXPECT_EQ(out[(t * nH + h) * dv + j], oh[t * dv + j]);
+    }
+  }
+}
+
 TEST(Ops, RoundBf16AndAmax) {
   float x[3] = {1.00390625f, -3.0f, 0.0f};  // 1 + 2^-8 is a tie between 1 and 1 + 2^-7: even (1)
   round_bf16(x, 3);

@@ -173,10 +173,21 @@ const std::vector<Module>& modules() {
       {"model.layers.2.block_sparse_moe.experts.5.w2", Cls::kExpert},
       {"model.layers.2.block_sparse_moe.experts.5.w3", Cls::kExpert},
       {"model.layers.2.block_sparse_moe.gate", Cls::kNever},
-      // Kimi Linear: KDA projections, MoE under block_sparse_moe with shared experts
-      {"model.layers.0.self_attn.f_a_proj", Cls::kAttention},
-      {"model.layers.0.self_attn.g_b_proj", Cls::kAttention},
+      // Kimi Linear: KDA q/k/v/o projections are attention; the gate bottlenecks and b_proj
+      // stay in the source dtype (the exclusion rule); MoE under block_sparse_moe with
+      // shared experts, and transformers 5.x's dense first layer under block_sparse_moe too
+      {"model.layers.0.self_attn.q_proj", Cls::kAttention},
+      {"model.layers.0.self_attn.v_proj", Cls::kAttention},
+      {"model.layers.0.self_attn.o_proj", Cls::kAttention},
+      {"model.layers.0.self_attn.f_a_proj", Cls::kNever},
+      {"model.layers.0.self_attn.f_b_proj", Cls::kNever},
+      {"model.layers.0.self_attn.g_a_proj", Cls::kNever},
+      {"model.layers.0.self_attn.g_b_proj", Cls::kNever},
+      {"model.layers.0.self_attn.b_proj", Cls::kNever},
       {"model.layers.0.self_attn.o_norm", Cls::kNever},
+      {"model.layers.0.block_sparse_moe.gate_proj", Cls::kDenseMlp},
+      {"model.layers.0.block_sparse_moe.down_proj", Cls::kDenseMlp},
+      {"model.layers.1.block_sparse_moe.gate", Cls::kNever},
       {"model.layers.1.block_sparse_moe.shared_experts.gate_proj", Cls::kShared},
       {"model.layers.1.block_sparse_moe.experts.3.w2", Cls::kExpert},
       // Qwen3-Next: linear attention and MTP
