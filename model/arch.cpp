@@ -330,7 +330,7 @@ bool match_pattern(std::string_view pattern, std::string_view s) {
 
 // Parameters a linear module may carry, and what each is.
 bool module_param_role(std::string_view param, TensorRole* role) {
-  if (param == "weight" || param == "weight_packed") {
+  if (param == "weight" || param == "weight_packed" || param == "weight_blocks") {
     *role = TensorRole::kLinearWeight;
     return true;
   }
@@ -340,7 +340,7 @@ bool module_param_role(std::string_view param, TensorRole* role) {
   }
   static constexpr std::string_view kAux[] = {
       "weight_scale_inv",  "weight_scale", "weight_scale_2", "input_scale", "weight_shape",
-      "weight_zero_point", "weight_g_idx", "k_scale",        "v_scale",
+      "weight_zero_point", "weight_g_idx", "k_scale",        "v_scale",      "weight_scales",
   };
   for (std::string_view a : kAux) {
     if (param == a) {

@@ -30,8 +30,8 @@
 // `mm_projector.`; their family comes from text_config's model_type.
 //
 // Parameters of quantized sources (`weight_scale_inv`, `weight_packed`, `weight_scale`,
-// `weight_shape`, `weight_zero_point`, `weight_g_idx`, `input_scale`, `weight_scale_2`,
-// `k_scale`, `v_scale`) are recognised on every linear module.
+// `weight_blocks`, `weight_scales` (MXFP4), `weight_shape`, `weight_zero_point`, `weight_g_idx`,
+// `input_scale`, `weight_scale_2`, `k_scale`, `v_scale`) are recognised on every linear module.
 #pragma once
 
 #include <cstdint>
@@ -98,7 +98,7 @@ std::string_view tensor_kind_name(TensorKind kind);  // "attention", "dense_mlp"
 // What a tensor is within its module.
 enum class TensorRole : uint8_t {
   kLinearWeight,  // the [out, in] weight of a linear layer (or [E, out, in] fused experts), or a
-                  // quantized source's packed weight (weight_packed)
+                  // quantized source's packed weight (weight_packed, weight_blocks)
   kBias,          // a linear layer's bias
   kQuantAux,      // scales and metadata of an already-quantized source (weight_scale_inv, ...)
   kParam,         // anything else (norm weights, conv weights, A_log, router bias, ...)
