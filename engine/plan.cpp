@@ -136,7 +136,8 @@ void check_source_quantization(const ModelConfig& config, const Checkpoint& ckpt
 QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Recipe& recipe) {
   QuantPlan plan;
   plan.recipe = recipe;
-  const ArchInfo arch = resolve_arch(config);
+  ArchInfo arch = resolve_arch(config);
+  resolve_wrapper_prefixes(arch, ckpt.tensor_names(), ckpt.dir());
   plan.num_layers = arch.num_hidden_layers;
   std::vector<int> rule_hits(recipe.rules.size(), 0);
   for (const std::string& name : ckpt.tensor_names()) {

@@ -105,6 +105,7 @@ ModeloptExporter::ModeloptExporter(const QuantPlan& plan, const ModelConfig& con
       out_dir_(std::move(out_dir)),
       options_(std::move(options)) {
   arch_ = resolve_arch(config_);
+  resolve_wrapper_prefixes(arch_, ckpt_.tensor_names(), ckpt_.dir());
   for (const PlannedModule& m : plan_.modules)
     layer_modules_[m.layer].push_back(&m);
   for (const std::string& name : ckpt_.tensor_names()) {

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "io/source_weights.h"
+#include "model/arch.h"
 #include "quant/fp8.h"
 #include "quant/mxfp8.h"
 #include "quant/nvfp4.h"
@@ -119,6 +120,19 @@ ops::RopeParams rope_params(const ModelConfig& config) {
 }
 
 Prefixes find_prefixes(const ModelConfig& config, const Checkpoint& ckpt) {
+  ArchInfo arch = resolve_arch(config);
+  if (arch.multimodal) {  // however deeply the wrapper nests it (model/arch.h)
+    resolve_wrapper_prefixes(arch, ckpt.tensor_names(), ckpt.dir());
+    Prefixes out;
+    out.model = arch.lm_prefix;
+    out.lm_head = arch.head_prefix + "lm_head.weight";
+    if (!ckpt.has(out.lm_head)) {
+      STRATA_CHECK(config.tie_word_embeddings, ckpt.dir(), ": no <prefix>lm_head.weight and ",
+                   "tie_word_embeddings is false in config.json");
+      out.lm_head = out.model + "embed_tokens.weight";
+    }
+    return out;
+  }
   for (const char* p : {"model.", "language_model.model.", "model.language_model."}) {
     if (ckpt.has(std::string(p) + "embed_tokens.weight")) {
       Prefixes out;

@@ -334,9 +334,13 @@ FUSED_SIBLINGS = [  # (members, vLLM fused name)
 ]
 
 
-VISION_PREFIXES = ("vision_tower.", "model.vision_tower.", "visual.", "model.visual.",
-                   "vision_model.", "model.vision_model.", "multi_modal_projector.",
-                   "model.multi_modal_projector.", "mm_projector.", "model.mm_projector.")
+# A vision tower or projector under any wrapper prefix of at most 4 components (format.md §6).
+VISION_RE = re.compile(r"^(?:[A-Za-z_]\w*\.){0,4}(?:vision_tower|visual|vision_model|"
+                       r"multi_modal_projector|mm_projector)\.")
+
+
+def is_tower(name):
+    return VISION_RE.match(name) is not None
 
 
 def is_embedding(module):
@@ -915,7 +919,7 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
     # The vision tower and projector are copied unquantized and bit-identical, and listed in
     # exclude_modules; the language model keeps its prefix (config.json is the parent's: checked
     # under [config]).
-    tower = [n for n in src.tensors if n.startswith(VISION_PREFIXES)]
+    tower = [n for n in src.tensors if is_tower(n)]
     if tower:
         C.check(isinstance(src_cfg.get("text_config"), dict) or isinstance(src_cfg.get("language_config"), dict),
                 "[multimodal] SRC has vision/projector tensors but config.json has no text_config")
@@ -928,7 +932,7 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
                 and o.raw(n) == src.tensors[n].raw(n),
                 f"[multimodal] {n}: not copied bit-identical to OUT")
     for m in sorted(modules):
-        if m.startswith(VISION_PREFIXES):
+        if is_tower(m):
             C.check(m not in fmt, f"[multimodal] {m}: vision/projector module quantized")
             C.check(name_covered(m, excl), f"[multimodal] {m}: not covered by exclude_modules")
 

@@ -20,6 +20,22 @@ run() {
 }
 run "$src" "$work/out"
 python3 tests/export/check_modelopt_export.py "$src" "$work/out"
+# With the experts excluded (attention_fp8) they are written decompressed: the checker must fail
+# one flipped bit of such a weight.
+if [ -z "$extra" ] && [ "$(basename "$recipe")" = attention_fp8.yaml ]; then
+  cp -r "$work/out" "$work/flipped"
+  victim=$(python3 -c "
+import json, sys
+m = json.load(open(sys.argv[1] + '/model.safetensors.index.json'))['weight_map']
+print(sorted(n for n in m if '.experts.' in n and n.endswith('.weight'))[0])" "$work/flipped")
+  python3 tests/export/flip_byte.py "$work/flipped" "$victim"
+  if python3 tests/export/check_modelopt_export.py "$src" "$work/flipped" > "$work/check" 2>&1; then
+    echo "FAIL: the checker passed a flipped decompressed weight $victim"; exit 1
+  fi
+  grep -q "bytes differ from the .* source decompressed to bf16" "$work/check" \
+    || { cat "$work/check"; echo "FAIL: the checker missed the flipped $victim"; exit 1; }
+  echo "checker: flipped $victim caught"
+fi
 if [ -z "$extra" ]; then
   python3 tests/export/decompress_reference.py "$src" "$work/bf16"
   run "$work/bf16" "$work/out_bf16"
