@@ -29,13 +29,19 @@
 //   kinds {<kind>: {tensors, params, bytes}} with every kind of model/arch.h in its order,
 //   dtypes {<safetensors dtype>: {tensors, elements, bytes}} sorted by name,
 //   estimates {nvfp4|nvfp4_experts_only|fp8: {bytes, quantized_tensors}},
-//   unrecognized [tensor name] sorted.
+//   unrecognized [tensor name] sorted,
+//   source_quant_method (the config's quantization_config.quant_method, or null),
+//   compression {<kind>: {<layout>: {modules, tensors, bytes}}}: how the linear weights of each
+//     kind are stored ("bf16", "fp8_block 128x128", "int4_pack g32", "mxfp4 b32";
+//     io/source_weights.h) and the tensors/bytes decompression reads for them,
+//   decompressed_tensors [tensor name] sorted: every tensor strata will decompress.
 // `params` counts weights, not quantization metadata (weight_scale_inv & co. count 0; an INT4
 // weight_packed counts 8 per int32).
 #include <algorithm>
 #include <array>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +52,7 @@
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
 #include "io/json.h"
+#include "io/source_weights.h"
 #include "model/arch.h"
 
 namespace strata::cli {
@@ -106,6 +113,7 @@ int64_t logical_params(const TensorEntry& e, const TensorClass& c) {
   if (c.role == TensorRole::kQuantAux) return 0;
   int64_t n = shape_numel(e.shape);
   if (ends_with(e.name, ".weight_packed")) n *= 8;
+  if (ends_with(e.name, ".weight_blocks")) n *= 2;  // MXFP4: two E2M1 values per byte
   return n;
 }
 
@@ -121,7 +129,10 @@ uint64_t estimate_bytes(Recipe r, const TensorEntry& e, const TensorClass& c, bo
   if (ends_with(e.name, ".weight_packed")) k *= 8;
   int64_t m = e.shape[e.shape.size() - 2];
   int64_t modules = 1;
-  if (e.shape.size() == 3) {
+  if (ends_with(e.name, ".weight_blocks") && e.shape.size() == 3) {  // MXFP4 [out, in/32, 16]
+    m = e.shape[0];
+    k = e.shape[1] * 32;
+  } else if (e.shape.size() == 3) {
     m *= e.shape[0];
     modules = e.shape[0] * (ends_with(e.name, "gate_up_proj") ? 2 : 1);
   }
@@ -205,7 +216,31 @@ struct Report {
   uint64_t bytes_on_disk = 0;
   std::array<Tally, kRecipes.size()> estimates{};  // tensors = quantized tensors
   std::vector<std::string> unrecognized;
+  std::string quant_method;  // the source's quantization_config.quant_method (JSON), if any
+  struct Compression {
+    int64_t modules = 0;  // linear modules stored this way
+    int64_t tensors = 0;  // tensors read to decompress them (values, scales, shapes)
+    uint64_t bytes = 0;
+    std::string example;  // one such module
+  };
+  std::map<std::string, std::map<std::string, Compression>> compression;  // kind -> layout -> ..
+  std::vector<std::string> decompress;  // every tensor decompression reads, sorted
 };
+
+// "int4_pack g32", "fp8_block 128x128", "mxfp4 b32", or the dtype of an uncompressed weight.
+std::string source_layout_label(const SourceWeight& w) {
+  switch (w.compression) {
+    case SourceCompression::kNone:
+      return std::string(dtype_name(w.dtype));
+    case SourceCompression::kFp8Block:
+      return "fp8_block " + std::to_string(w.group) + "x" + std::to_string(w.group);
+    case SourceCompression::kInt4Pack:
+      return "int4_pack g" + std::to_string(w.group);
+    case SourceCompression::kMxfp4:
+      return "mxfp4 b" + std::to_string(w.group);
+  }
+  STRATA_ASSERT(false, "unhandled SourceCompression");
+}
 
 Report build_report(const std::string& dir) {
   Report r;
@@ -217,6 +252,11 @@ Report build_report(const std::string& dir) {
     if (layer_is_linear_attention(r.arch, r.config, i)) r.linear_attention_layers.push_back(i);
   }
   Checkpoint ckpt = Checkpoint::open(dir);
+  resolve_wrapper_prefixes(r.arch, ckpt.tensor_names(), dir);
+  if (r.config.quantization_config && r.config.quantization_config->is_object() &&
+      r.config.quantization_config->contains("quant_method")) {
+    r.quant_method = (*r.config.quantization_config)["quant_method"].dump();
+  }
   for (const SafetensorsFile& shard : ckpt.shards()) {
     r.shards.push_back({basename_of(shard.path()), static_cast<int64_t>(shard.entries().size()),
                         shard.file_size()});
@@ -240,12 +280,39 @@ Report build_report(const std::string& dir) {
     d.params += shape_numel(e.shape);
     d.bytes += bytes;
     if (c.kind == TensorKind::kUnrecognized) r.unrecognized.push_back(name);
+    // Compression of linear weights, per kind (io/source_weights.h).
+    if (c.role == TensorRole::kLinearWeight) {
+      std::string module;
+      for (std::string_view suffix : {".weight", ".weight_packed", ".weight_blocks"}) {
+        if (name.size() > suffix.size() && ends_with(name, suffix))
+          module = name.substr(0, name.size() - suffix.size());
+      }
+      std::optional<SourceWeight> sw;
+      if (!module.empty()) sw = find_source_weight(ckpt, module);
+      const std::string layout = !sw ? "none" : source_layout_label(*sw);
+      Report::Compression& g = r.compression[std::string(tensor_kind_name(c.kind))][layout];
+      g.modules += 1;
+      if (sw && sw->compression != SourceCompression::kNone) {
+        for (const std::string& t : std::vector<std::string>{sw->stored}) {
+          g.tensors += 1;
+          g.bytes += ckpt.entry(t).end - ckpt.entry(t).begin;
+          r.decompress.push_back(t);
+        }
+        for (const std::string& t : sw->aux) {
+          g.tensors += 1;
+          g.bytes += ckpt.entry(t).end - ckpt.entry(t).begin;
+          r.decompress.push_back(t);
+        }
+        if (g.example.empty()) g.example = module;
+      }
+    }
     for (size_t i = 0; i < kRecipes.size(); ++i) {
       bool quantized = false;
       r.estimates[i].bytes += estimate_bytes(kRecipes[i], e, c, &quantized);
       r.estimates[i].tensors += quantized ? 1 : 0;
     }
   }
+  std::sort(r.decompress.begin(), r.decompress.end());
   return r;
 }
 
@@ -296,6 +363,16 @@ void print_json(const Report& r) {
   }
   j["estimates"] = est;
   j["unrecognized"] = r.unrecognized;
+  j["source_quant_method"] = r.quant_method.empty() ? Json(nullptr) : Json::parse(r.quant_method);
+  Json comp = Json::object();
+  for (const auto& [kind, layouts] : r.compression) {
+    Json k = Json::object();
+    for (const auto& [layout, g] : layouts)
+      k[layout] = {{"modules", g.modules}, {"tensors", g.tensors}, {"bytes", g.bytes}};
+    comp[kind] = k;
+  }
+  j["compression"] = comp;
+  j["decompressed_tensors"] = r.decompress;
   std::printf("%s\n", j.dump(2).c_str());
 }
 
@@ -360,6 +437,21 @@ void print_human(const Report& r) {
                 with_commas(e.tensors).c_str(), human_bytes(e.bytes).c_str(), rel);
   }
 
+  std::printf("\nsource compression of linear weights by kind%s\n",
+              r.quant_method.empty() ? "" : (" (quant_method " + r.quant_method + ")").c_str());
+  std::printf("  %-16s %-20s %9s %9s %12s  %s\n", "kind", "stored as", "modules", "tensors",
+              "bytes", "decompressed, e.g.");
+  for (const auto& [kind, layouts] : r.compression) {
+    for (const auto& [layout, g] : layouts) {
+      std::printf("  %-16s %-20s %9s %9s %12s  %s\n", kind.c_str(), layout.c_str(),
+                  with_commas(g.modules).c_str(), g.tensors ? with_commas(g.tensors).c_str() : "-",
+                  g.tensors ? human_bytes(g.bytes).c_str() : "-",
+                  g.example.empty() ? "-" : g.example.c_str());
+    }
+  }
+  std::printf("  decompressed one layer at a time as it is read: %zu tensors (--json lists them)\n",
+              r.decompress.size());
+
   if (r.unrecognized.empty()) {
     std::printf("\nunrecognized tensors: none\n");
   } else {
@@ -386,11 +478,26 @@ int cmd_inspect(const std::vector<std::string>& argv) {
             "count 0. Headers, config files and KV-cache scales are not counted.\n\n"
             "--json prints one object, schema \"strata.inspect.v1\": schema, dir, model_type,\n"
             "text_model_type, family, multimodal, architectures, num_hidden_layers, dense_layers,\n"
-            "moe_layers, linear_attention_layers, tensors, params, tensor_bytes, bytes_on_disk,\n"
-            "shards [{file, tensors, bytes}], kinds {<kind>: {tensors, params, bytes}} (every\n"
-            "kind), dtypes {<dtype>: {tensors, elements, bytes}}, estimates {nvfp4,\n"
-            "nvfp4_experts_only, fp8: {bytes, quantized_tensors}}, unrecognized [names]. Sizes are\n"
-            "in bytes.");
+            "moe_layers, linear_attention_layers, tensors, params, tensor_bytes, bytes_on_disk,
+"
+            "shards [{file, tensors, bytes}], kinds {<kind>: {tensors, params, bytes}} (every
+"
+            "kind), dtypes {<dtype>: {tensors, elements, bytes}}, estimates {nvfp4,
+"
+            "nvfp4_experts_only, fp8: {bytes, quantized_tensors}}, unrecognized [names],
+"
+            "source_quant_method, compression {<kind>: {<layout>: {modules, tensors, bytes}}},
+"
+            "decompressed_tensors [names]. Sizes are in bytes.
+
+"
+            "Source compression (docs/SOURCES.md): per kind of linear module, how many modules
+"
+            "are stored as bf16/f16/f32, DeepSeek FP8 128x128 blocks (fp8_block), compressed-
+"
+            "tensors pack-quantized INT4 (int4_pack gN) or MXFP4 (mxfp4 b32), and the tensors
+"
+            "strata decompresses (to bf16, one layer at a time) when it quantizes them.");
   args.positional("DIR", "checkpoint directory (config.json and safetensors shards)");
   args.flag("--json", "print the report as JSON (schema above) instead of tables");
   if (!args.parse(argv)) return 0;

@@ -60,6 +60,9 @@ int cmd_quantize(const std::vector<std::string>& argv) {
               "0");
   args.option("--offload_folder", "DIR",
               "where spilled calibration hidden states go (default: the resume folder)");
+  args.flag("--exact_mxfp4",
+            "MXFP4 source weights given NVFP4 are converted in closed form, exactly (no weight "
+            "calibration; docs/SOURCES.md says when it applies); default: requantize them");
   args.flag("--dry-run", "print the plan (formats per module kind, output size, memory) and stop");
   args.flag("--quiet,-q", "only warnings and errors");
   if (!args.parse(argv)) return 0;
@@ -100,6 +103,7 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   job.export_path = args.get("--export_path");
   job.resume_dir = args.get_optional("--resume_dir").value_or("");
   job.overwrite = args.flag_set("--overwrite");
+  job.exact_mxfp4 = args.flag_set("--exact_mxfp4");
   job.offload_folder = args.get_optional("--offload_folder").value_or("");
   const double mem_gb = args.get_double("--max_cpu_memory_gb");
   STRATA_CHECK(mem_gb >= 0, "--max_cpu_memory_gb must not be negative");

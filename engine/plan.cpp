@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <regex>
+#include <set>
 
 #include "core/error.h"
 #include "model/groups.h"
@@ -29,31 +31,147 @@ std::string QuantPlan::quant_algo() const {
   return algo;
 }
 
+namespace {
+
+// compressed-tensors' ignore entries: "re:<regex>" matched from the start of the module name, or
+// a module name (also matching as the last components of a prefixed name).
+bool ct_ignored(const std::vector<std::string>& ignore, const std::string& module) {
+  for (const std::string& entry : ignore) {
+    if (entry.starts_with("re:")) {
+      const std::regex re(entry.substr(3));
+      if (std::regex_search(module, re, std::regex_constants::match_continuous)) return true;
+    } else if (module == entry || module.ends_with("." + entry)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+void check_source_quantization(const ModelConfig& config, const Checkpoint& ckpt,
+                               const std::vector<PlannedModule>& modules) {
+  std::set<SourceCompression> found;
+  for (const PlannedModule& m : modules)
+    found.insert(m.source);
+  if (!config.quantization_config) return;
+  const Json& q = *config.quantization_config;
+  const std::string what = config.path + ": quantization_config";
+  STRATA_CHECK(q.is_object(), what, " must be an object");
+  const std::string method = q.contains("quant_method") && q["quant_method"].is_string()
+                                 ? q["quant_method"].get<std::string>()
+                                 : "";
+  auto only = [&](SourceCompression allowed) {
+    for (SourceCompression c : found) {
+      STRATA_CHECK(c == SourceCompression::kNone || c == allowed, what, ": quant_method '", method,
+                   "' but some weights are stored as ", source_compression_name(c));
+    }
+  };
+  if (method == "fp8") {
+    if (q.contains("weight_block_size") && !q["weight_block_size"].is_null()) {
+      STRATA_CHECK(q["weight_block_size"] == Json::array({128, 128}), what,
+                   ".weight_block_size is ", q["weight_block_size"].dump(),
+                   "; strata decompresses 128x128 FP8 blocks only");
+    }
+    if (q.contains("fmt") && q["fmt"].is_string()) {
+      STRATA_CHECK(q["fmt"] == "e4m3", what, ".fmt is ", q["fmt"].dump(),
+                   "; strata decompresses e4m3 FP8 blocks only");
+    }
+    only(SourceCompression::kFp8Block);
+    return;
+  }
+  if (method == "mxfp4") {
+    only(SourceCompression::kMxfp4);
+    return;
+  }
+  if (method == "compressed-tensors") {
+    const std::string format =
+        q.contains("format") && q["format"].is_string() ? q["format"].get<std::string>() : "";
+    STRATA_CHECK(format == "pack-quantized", what, ".format is '", format,
+                 "'; strata decompresses compressed-tensors 'pack-quantized' INT4 only");
+    std::set<int64_t> groups;
+    STRATA_CHECK(q.contains("config_groups") && q["config_groups"].is_object(), what,
+                 " has no config_groups object");
+    for (const auto& [name, g] : q["config_groups"].items()) {
+      const std::string where = what + ".config_groups." + name + ".weights";
+      STRATA_CHECK(g.is_object() && g.contains("weights") && g["weights"].is_object(), where,
+                   " is missing");
+      const Json& w = g["weights"];
+      auto field = [&](const char* k) { return w.contains(k) ? w[k] : Json(nullptr); };
+      STRATA_CHECK(field("num_bits") == 4 && field("type") == "int" && field("symmetric") == true &&
+                       field("strategy") == "group" && field("group_size").is_number_integer(),
+                   where, " is ", w.dump(),
+                   "; strata decompresses symmetric 4-bit int weights with group-wise scales only "
+                   "(num_bits 4, type int, symmetric true, strategy group)");
+      const Json actorder = field("actorder");
+      STRATA_CHECK(actorder.is_null() || actorder == false, where, ".actorder is ", actorder.dump(),
+                   "; activation-ordered INT4 sources are not supported");
+      groups.insert(field("group_size").get<int64_t>());
+    }
+    std::vector<std::string> ignore;
+    if (q.contains("ignore") && q["ignore"].is_array()) {
+      for (const Json& e : q["ignore"]) {
+        if (e.is_string()) ignore.push_back(e.get<std::string>());
+      }
+    }
+    only(SourceCompression::kInt4Pack);
+    for (const PlannedModule& m : modules) {
+      if (m.source != SourceCompression::kInt4Pack) continue;
+      STRATA_CHECK(!ct_ignored(ignore, m.module), what, ".ignore names '", m.module,
+                   "' but the checkpoint stores it pack-quantized; the checkpoint and its config "
+                   "disagree");
+      const std::optional<SourceWeight> sw = find_source_weight(ckpt, m.module);
+      STRATA_CHECK(groups.count(sw->group) == 1, ckpt.dir(), ": '", m.module,
+                   "' has INT4 groups of ", sw->group, " but ", what,
+                   " declares other group sizes");
+    }
+    return;
+  }
+  if (method == "modelopt") return;  // strata's own exports; the plan refuses quantized weights
+  fail(what, ".quant_method is '", method,
+       "'; strata decompresses fp8 (128x128 blocks), compressed-tensors pack-quantized INT4 and "
+       "mxfp4 sources only");
+}
+
 QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Recipe& recipe) {
   QuantPlan plan;
   plan.recipe = recipe;
-  const ArchInfo arch = resolve_arch(config);
+  ArchInfo arch = resolve_arch(config);
+  resolve_wrapper_prefixes(arch, ckpt.tensor_names(), ckpt.dir());
   plan.num_layers = arch.num_hidden_layers;
   std::vector<int> rule_hits(recipe.rules.size(), 0);
   for (const std::string& name : ckpt.tensor_names()) {
     const TensorClass c = classify_tensor(arch, name);
-    if (c.role != TensorRole::kLinearWeight) continue;
     const TensorEntry& e = ckpt.entry(name);
-    STRATA_CHECK(
-        name.size() > 7 && name.ends_with(".weight"), ckpt.dir(), ": linear weight '", name,
-        "' does not end in .weight (fused or pre-quantized source layouts are not supported yet)");
+    // The vision tower and projector of a multimodal wrapper are copied unquantized; their
+    // linear weights are planned (as excluded) so that exclude_modules lists them (format.md §6).
+    const bool tower = (c.kind == TensorKind::kVision || c.kind == TensorKind::kProjector) &&
+                       name.ends_with(".weight") && e.shape.size() == 2;
+    if (c.role != TensorRole::kLinearWeight && !tower) continue;
+    std::string module;
+    for (std::string_view suffix : {".weight", ".weight_packed", ".weight_blocks"}) {
+      if (name.size() > suffix.size() && name.ends_with(suffix))
+        module = name.substr(0, name.size() - suffix.size());
+    }
+    STRATA_CHECK(!module.empty(), ckpt.dir(), ": linear weight '", name,
+                 "' is not a per-module .weight, .weight_packed or .weight_blocks (fused [E, out, "
+                 "in] expert layouts are not supported yet)");
+    const std::optional<SourceWeight> sw = find_source_weight(ckpt, module);
+    STRATA_ASSERT(sw.has_value(), "no source weight for ", module);
     PlannedModule m;
-    m.module = name.substr(0, name.size() - 7);
+    m.module = module;
     m.layer = c.layer;
     m.kind = c.kind;
-    m.dtype = e.dtype;
-    m.shape = e.shape;
+    m.source = sw->compression;
+    m.dtype = sw->compression == SourceCompression::kNone ? e.dtype : DType::kBF16;
+    m.shape = sw->shape;
     const RuleDecision d = recipe_decide(recipe, m.module);
     m.format = d.format;
     m.rule = d.rule;
     // Multi-token-prediction layers are not run by calibration and not loaded by consumers as
-    // part of the decoder: they stay in the source dtype whatever the recipe says.
-    if (m.kind == TensorKind::kMtp) m.format = QFormat::kNone;
+    // part of the decoder: they stay in the source dtype whatever the recipe says; so do the
+    // vision tower and the projector (calibration runs the language model only).
+    if (m.kind == TensorKind::kMtp || tower) m.format = QFormat::kNone;
     for (size_t r = 0; r < recipe.rules.size(); ++r) {
       if (glob_match(recipe.rules[r].pattern, m.module) ||
           glob_match(recipe.rules[r].pattern, m.module + ".")) {
@@ -80,6 +198,7 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
             [](const PlannedModule& a, const PlannedModule& b) { return a.module < b.module; });
   STRATA_CHECK(!plan.modules.empty(), ckpt.dir(),
                ": no linear layers recognised; nothing to quantize");
+  check_source_quantization(config, ckpt, plan.modules);
 
   // Consumers fuse these groups and refuse a mix of formats (format.md §4).
   std::map<std::string, const PlannedModule*> first_of_group;

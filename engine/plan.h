@@ -10,6 +10,7 @@
 #include "core/tensor.h"
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
+#include "io/source_weights.h"
 #include "model/arch.h"
 #include "quant/recipe.h"
 
@@ -21,8 +22,9 @@ struct PlannedModule {
   int rule = -1;       // deciding rule in Recipe::rules, -1 when none matched
   int64_t layer = -1;  // decoder layer, -1 outside
   TensorKind kind = TensorKind::kUnrecognized;
-  DType dtype = DType::kBF16;
-  Shape shape;  // of the weight, [out, in]
+  DType dtype = DType::kBF16;  // as read: bf16 for a compressed source (decompressed)
+  Shape shape;                 // of the weight, [out, in]
+  SourceCompression source = SourceCompression::kNone;  // how the source stores it
 };
 
 struct QuantPlan {
@@ -36,6 +38,14 @@ struct QuantPlan {
   // "NVFP4", "FP8", ... or "MIXED_PRECISION"; "" when nothing is quantized.
   std::string quant_algo() const;
 };
+
+// Checks the source's own quantization_config against what strata decompresses
+// (io/source_weights.h): DeepSeek-style fp8 with 128x128 blocks, compressed-tensors
+// pack-quantized symmetric INT4 with group-wise scales, mxfp4; a module stored compressed that the
+// config's ignore list names, or an INT4 group size the config does not declare, is an error.
+// A checkpoint without quantization_config passes (its layouts are detected from the tensors).
+void check_source_quantization(const ModelConfig& config, const Checkpoint& ckpt,
+                               const std::vector<PlannedModule>& modules);
 
 // Builds and checks the plan. Throws strata::Error naming the rule and module when the recipe
 // cannot apply (an input width the format cannot take, a fused group given two formats, a

@@ -380,16 +380,17 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   const std::string offload = job.offload_folder.empty()
                                   ? resume_dir
                                   : fs::absolute(job.offload_folder).lexically_normal().string();
-  const std::map<std::string, std::string> identity =
-      run_identity(config, ckpt, plan, calibration.sequences,
-                   str("batch_size=", result.calibrated ? job.batch_size : 0,
-                       " max_shard_bytes=", job.max_shard_bytes),
-                   job.version);
+  const std::map<std::string, std::string> identity = run_identity(
+      config, ckpt, plan, calibration.sequences,
+      str("batch_size=", result.calibrated ? job.batch_size : 0,
+          " max_shard_bytes=", job.max_shard_bytes, job.exact_mxfp4 ? " exact_mxfp4" : ""),
+      job.version);
   ResumeState state = prepare_output(job, resume_dir, identity, plan.num_layers + 2);
 
   ExportOptions eo;
   eo.max_shard_bytes = job.max_shard_bytes;
   eo.producer_version = job.version;
+  eo.exact_mxfp4 = job.exact_mxfp4;
   ModeloptExporter exporter(plan, config, ckpt, job.export_path, eo);
   STRATA_ASSERT(exporter.steps() == state.steps, "steps");
   // What the manifest vouches for stays; everything else a kill left behind goes.

@@ -32,6 +32,7 @@ struct QuantizeJob {
   uint64_t max_shard_bytes = 5ull << 30;
   bool progress = true;
   bool overwrite = false;      // start over: empty export_path and drop any resume state
+  bool exact_mxfp4 = false;    // ExportOptions::exact_mxfp4
   std::string resume_dir;      // "" = <export_path>.strata_resume
   std::string offload_folder;  // spilled hidden states; "" = the resume folder
   // 0: no cap. Else the activation store spills when it does not fit beside the rest, and a run

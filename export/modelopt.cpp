@@ -11,8 +11,10 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "io/json.h"
+#include "io/source_weights.h"
 #include "model/groups.h"
 #include "quant/fp8.h"
+#include "quant/mxfp4.h"
 #include "quant/mxfp8.h"
 #include "quant/nvfp4.h"
 
@@ -103,6 +105,7 @@ ModeloptExporter::ModeloptExporter(const QuantPlan& plan, const ModelConfig& con
       out_dir_(std::move(out_dir)),
       options_(std::move(options)) {
   arch_ = resolve_arch(config_);
+  resolve_wrapper_prefixes(arch_, ckpt_.tensor_names(), ckpt_.dir());
   for (const PlannedModule& m : plan_.modules)
     layer_modules_[m.layer].push_back(&m);
   for (const std::string& name : ckpt_.tensor_names()) {
@@ -137,9 +140,12 @@ ModeloptExporter::ModeloptExporter(const QuantPlan& plan, const ModelConfig& con
 std::vector<TensorSpec> ModeloptExporter::outputs_of(const std::vector<std::string>& names) const {
   std::vector<TensorSpec> out;
   for (const std::string& name : names) {
-    const PlannedModule* m = name.ends_with(".weight")
-                                 ? plan_.find(std::string_view(name).substr(0, name.size() - 7))
-                                 : nullptr;
+    if (is_compressed_aux(ckpt_, name)) continue;  // consumed by its module's decompression
+    const PlannedModule* m = module_of(name);
+    if (m && m->format == QFormat::kNone && m->source != SourceCompression::kNone) {
+      out.push_back({m->module + ".weight", DType::kBF16, m->shape});
+      continue;
+    }
     if (!m || m->format == QFormat::kNone) {
       const TensorEntry& e = ckpt_.entry(name);
       out.push_back({name, e.dtype, e.shape});
@@ -238,6 +244,7 @@ LayerReport ModeloptExporter::write_layer(int64_t layer, const MaxCalibrator& ca
   report.layer = layer;
   group_weight_amax_.clear();
   group_input_amax_.clear();
+  group_mxfp4_max_.clear();
   write_tensors(layer_tensors_[layer], &calib);
   for (const PlannedModule* m : layer_modules_[layer]) {
     if (routed_expert_index(m->module) < 0) continue;
@@ -261,16 +268,69 @@ LayerReport ModeloptExporter::write_layer(int64_t layer, const MaxCalibrator& ca
   return report;
 }
 
+const PlannedModule* ModeloptExporter::module_of(const std::string& name) const {
+  for (std::string_view suffix : {".weight", ".weight_packed", ".weight_blocks"}) {
+    if (name.size() > suffix.size() && name.ends_with(suffix))
+      return plan_.find(std::string_view(name).substr(0, name.size() - suffix.size()));
+  }
+  return nullptr;
+}
+
+Tensor ModeloptExporter::source_weight(const std::string& module) const {
+  const std::optional<SourceWeight> sw = find_source_weight(ckpt_, module);
+  STRATA_ASSERT(sw.has_value(), "planned module without a source weight: ", module);
+  return read_source_weight(ckpt_, *sw);
+}
+
+int ModeloptExporter::exact_mxfp4_group_max(const PlannedModule& m) {
+  if (!options_.exact_mxfp4 || m.source != SourceCompression::kMxfp4) return -1;
+  const std::string key = fused_group_key(m.module);
+  if (auto it = group_mxfp4_max_.find(key); it != group_mxfp4_max_.end()) return it->second;
+  std::vector<const PlannedModule*> members;
+  for (const PlannedModule* o : layer_modules_[m.layer]) {
+    if (fused_group_key(o->module) == key) members.push_back(o);
+  }
+  int best = -1;
+  bool all_mxfp4 = true;
+  for (const PlannedModule* o : members) {
+    if (o->source != SourceCompression::kMxfp4) {
+      all_mxfp4 = false;
+      break;
+    }
+    best = std::max(best, mxfp4_max_scale(ckpt_.tensor(o->module + ".weight_blocks"),
+                                          ckpt_.tensor(o->module + ".weight_scales")));
+  }
+  int result = all_mxfp4 ? best : -1;
+  for (const PlannedModule* o : members) {
+    if (result < 0) break;
+    if (!mxfp4_to_nvfp4_exact(ckpt_.tensor(o->module + ".weight_blocks"),
+                              ckpt_.tensor(o->module + ".weight_scales"), result)) {
+      result = -1;
+    }
+  }
+  if (result < 0) {
+    log_warn("'", m.module, "': the exact MXFP4 -> NVFP4 conversion does not apply to its fused ",
+             "group (a member is not MXFP4, or its scales span more than 17 binades); it is ",
+             "requantized from its decompressed bf16 weight");
+  }
+  group_mxfp4_max_[key] = result;
+  return result;
+}
+
 void ModeloptExporter::write_tensors(const std::vector<std::string>& names,
                                      const MaxCalibrator* calib) {
   for (const std::string& name : names) {
-    if (name.ends_with(".weight")) {
-      const PlannedModule* m = plan_.find(std::string_view(name).substr(0, name.size() - 7));
-      if (m && m->format != QFormat::kNone) {
+    if (is_compressed_aux(ckpt_, name)) continue;  // consumed by its module's decompression
+    if (const PlannedModule* m = module_of(name)) {
+      if (m->format != QFormat::kNone) {
         STRATA_ASSERT(
             calib != nullptr || m->format == QFormat::kW4A16Nvfp4 || m->format == QFormat::kMxfp8,
             "quantized module outside a calibrated step: ", m->module);
         write_module(*m, calib);
+        continue;
+      }
+      if (m->source != SourceCompression::kNone) {
+        writer_->add(m->module + ".weight", source_weight(m->module));  // decompressed bf16
         continue;
       }
     }
@@ -279,7 +339,7 @@ void ModeloptExporter::write_tensors(const std::vector<std::string>& names,
 }
 
 void ModeloptExporter::write_module(const PlannedModule& m, const MaxCalibrator* calib) {
-  const Tensor w = ckpt_.tensor(m.module + ".weight");
+  const Tensor w = source_weight(m.module);
   // Weight amax of the fused group (NVFP4 shares weight_scale_2 within it).
   const std::vector<const PlannedModule*>& layer_modules = layer_modules_[m.layer];
   auto group_weight_amax = [&]() {
@@ -288,8 +348,8 @@ void ModeloptExporter::write_module(const PlannedModule& m, const MaxCalibrator*
     float a = 0.0f;
     for (const PlannedModule* o : layer_modules) {
       if (fused_group_key(o->module) != key) continue;
-      const float x = o->module == m.module ? weight_amax_of(w)
-                                            : weight_amax_of(ckpt_.tensor(o->module + ".weight"));
+      const float x =
+          o->module == m.module ? weight_amax_of(w) : weight_amax_of(source_weight(o->module));
       a = std::isnan(x) || std::isnan(a) ? NAN : std::max(a, x);
     }
     group_weight_amax_[key] = a;
@@ -318,7 +378,11 @@ void ModeloptExporter::write_module(const PlannedModule& m, const MaxCalibrator*
   switch (m.format) {
     case QFormat::kNvfp4:
     case QFormat::kW4A16Nvfp4: {
-      Nvfp4Weight q = nvfp4_quantize(w, group_weight_amax(), M);
+      const int mx_max = exact_mxfp4_group_max(m);
+      Nvfp4Weight q = mx_max >= 0
+                          ? *mxfp4_to_nvfp4_exact(ckpt_.tensor(M + ".weight_blocks"),
+                                                  ckpt_.tensor(M + ".weight_scales"), mx_max)
+                          : nvfp4_quantize(w, group_weight_amax(), M);
       writer_->add(M + ".weight", std::move(q.packed));
       writer_->add(M + ".weight_scale", std::move(q.block_scale));
       writer_->add(M + ".weight_scale_2", std::move(q.global_scale));

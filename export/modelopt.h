@@ -7,6 +7,8 @@
 //   quantized module M (FP8):    M.weight F8_E4M3 [out, in], M.weight_scale F32 [], M.input_scale
 //   F32 [] quantized module M (MXFP8):  M.weight F8_E4M3 [out, in], M.weight_scale U8 [out, in/32]
 //   FP8 KV cache:                <layer>.self_attn.k_proj.k_scale, <layer>.self_attn.v_proj.v_scale
+//   compressed source module M, excluded (io/source_weights.h): M.weight BF16 [out, in], the
+//                                decompressed weight; its packed tensors and scales are dropped
 //   everything else:             unchanged bytes under the same name
 // Scales: NVFP4 weight_scale_2 from the max weight amax of the module's fused group; input scales
 // from the max activation amax of the fused group, or for routed experts of all experts of the
@@ -36,6 +38,10 @@ namespace strata {
 struct ExportOptions {
   uint64_t max_shard_bytes = 5ull << 30;
   std::string producer_version;  // written as the producer's version
+  // MXFP4 source weights given an NVFP4 format are converted in closed form (quant/mxfp4.h),
+  // exactly, where the fused group allows it; else every format requantizes the decompressed
+  // bf16 weight like any other source.
+  bool exact_mxfp4 = false;
 };
 
 // Per-layer summary for the end-of-run report.
@@ -83,6 +89,14 @@ class ModeloptExporter {
   std::vector<TensorSpec> kv_outputs(int64_t layer) const;
   void write_tensors(const std::vector<std::string>& names, const MaxCalibrator* calib);
   void write_module(const PlannedModule& m, const MaxCalibrator* calib);
+  // The planned module whose source weight tensor `name` is (M.weight, M.weight_packed,
+  // M.weight_blocks); nullptr for any other tensor.
+  const PlannedModule* module_of(const std::string& name) const;
+  // The decompressed (or viewed) source weight of a planned module.
+  Tensor source_weight(const std::string& module) const;
+  // The largest MXFP4 scale byte of m's fused group when the exact MXFP4 -> NVFP4 conversion
+  // applies to the whole group; -1 when it does not.
+  int exact_mxfp4_group_max(const PlannedModule& m);
 
   const QuantPlan& plan_;
   const ModelConfig& config_;
@@ -98,6 +112,7 @@ class ModeloptExporter {
   // Per-layer memos, keyed by group (the key names the layer): each fused group's weight amax and
   // each input-scale group's activation amax are computed once, not once per member.
   std::map<std::string, float> group_weight_amax_, group_input_amax_;
+  std::map<std::string, int> group_mxfp4_max_;
   std::vector<std::string> head_tensors_, tail_tensors_;
   std::vector<std::string> written_;  // shard names after finish
 };

@@ -89,6 +89,78 @@ ArchInfo resolve_arch(const ModelConfig& config) {
   return info;
 }
 
+namespace {
+
+// The number of components of a prefix "a.b.c." when each is a non-empty, non-numeric name;
+// -1 otherwise. "" has 0.
+int wrapper_depth(std::string_view prefix) {
+  if (prefix.empty()) return 0;
+  if (prefix.back() != '.') return -1;
+  int n = 0;
+  size_t start = 0;
+  while (start < prefix.size()) {
+    const size_t dot = prefix.find('.', start);
+    const std::string_view c = prefix.substr(start, dot - start);
+    if (c.empty() || (c[0] >= '0' && c[0] <= '9')) return -1;
+    ++n;
+    start = dot + 1;
+  }
+  return n;
+}
+
+}  // namespace
+
+void resolve_wrapper_prefixes(ArchInfo& arch, const std::vector<std::string>& names,
+                              const std::string& what) {
+  if (!arch.multimodal) return;
+  constexpr std::string_view kEmbed = "embed_tokens.weight", kHead = "lm_head.weight";
+  std::vector<std::string> lm, heads, too_deep;
+  for (const std::string& n : names) {
+    for (std::string_view leaf : {kEmbed, kHead}) {
+      if (!n.ends_with(leaf)) continue;
+      const std::string p = n.substr(0, n.size() - leaf.size());
+      const int depth = wrapper_depth(p);
+      if (depth < 0) continue;
+      if (depth > kMaxWrapperDepth) {
+        too_deep.push_back(n);
+        continue;
+      }
+      if (leaf == kHead) {
+        heads.push_back(p);
+        continue;
+      }
+      if (depth == 0) continue;  // a wrapper keeps its language model under a prefix
+      bool has_layers = false;
+      for (const std::string& m : names) {
+        if (m.starts_with(p + "layers.")) {
+          has_layers = true;
+          break;
+        }
+      }
+      if (has_layers) lm.push_back(p);
+    }
+  }
+  auto list = [](const std::vector<std::string>& v, std::string_view leaf) {
+    std::string s;
+    for (const std::string& x : v)
+      s += (s.empty() ? "'" : ", '") + x + std::string(leaf) + "'";
+    return s;
+  };
+  if (lm.empty()) {
+    STRATA_CHECK(too_deep.empty(), what, ": the language model is wrapped more than ",
+                 kMaxWrapperDepth, " levels deep (", list(too_deep, ""),
+                 "); strata unwraps at most ", kMaxWrapperDepth);
+    fail(what, ": no <prefix>embed_tokens.weight with <prefix>layers.N tensors beside it; cannot ",
+         "find the language model inside this multimodal checkpoint");
+  }
+  STRATA_CHECK(lm.size() == 1, what, ": several language models: ", list(lm, kEmbed),
+               "; which one to quantize is ambiguous");
+  STRATA_CHECK(heads.size() <= 1, what, ": several lm_heads: ", list(heads, kHead),
+               "; which one belongs to the language model is ambiguous");
+  arch.lm_prefix = lm[0];
+  arch.head_prefix = heads.empty() ? std::string() : heads[0];
+}
+
 std::string_view tensor_kind_name(TensorKind kind) {
   switch (kind) {
     case TensorKind::kAttention:
@@ -450,7 +522,7 @@ bool match_pattern(std::string_view pattern, std::string_view s) {
 
 // Parameters a linear module may carry, and what each is.
 bool module_param_role(std::string_view param, TensorRole* role) {
-  if (param == "weight" || param == "weight_packed") {
+  if (param == "weight" || param == "weight_packed" || param == "weight_blocks") {
     *role = TensorRole::kLinearWeight;
     return true;
   }
@@ -460,7 +532,7 @@ bool module_param_role(std::string_view param, TensorRole* role) {
   }
   static constexpr std::string_view kAux[] = {
       "weight_scale_inv",  "weight_scale", "weight_scale_2", "input_scale", "weight_shape",
-      "weight_zero_point", "weight_g_idx", "k_scale",        "v_scale",
+      "weight_zero_point", "weight_g_idx", "k_scale",        "v_scale",     "weight_scales",
   };
   for (std::string_view a : kAux) {
     if (param == a) {
@@ -521,7 +593,37 @@ bool split_layer(std::string_view s, int64_t* layer, std::string_view* rest) {
 TensorClass classify_tensor(const ArchInfo& arch, std::string_view name) {
   TensorClass out;
   std::string normalized;  // the language model's name without a multimodal prefix
-  if (arch.multimodal) {
+  if (arch.multimodal && !arch.lm_prefix.empty()) {
+    // The prefixes resolve_wrapper_prefixes found; the tower and projector under any wrapper
+    // prefix of at most kMaxWrapperDepth components.
+    if (starts_with(name, arch.lm_prefix)) {
+      normalized = "model." + std::string(name.substr(arch.lm_prefix.size()));
+    } else if (starts_with(name, arch.head_prefix + "lm_head.")) {
+      normalized = std::string(name.substr(arch.head_prefix.size()));
+    } else {
+      size_t at = 0;
+      for (int depth = 0; depth <= kMaxWrapperDepth; ++depth) {
+        const std::string_view rest = name.substr(at);
+        for (std::string_view v : {"vision_tower.", "visual.", "vision_model."}) {
+          if (starts_with(rest, v)) {
+            out.kind = TensorKind::kVision;
+            return out;
+          }
+        }
+        for (std::string_view v : {"multi_modal_projector.", "mm_projector."}) {
+          if (starts_with(rest, v)) {
+            out.kind = TensorKind::kProjector;
+            return out;
+          }
+        }
+        const size_t dot = name.find('.', at);
+        if (dot == std::string_view::npos) break;
+        at = dot + 1;
+      }
+      return out;
+    }
+    name = normalized;
+  } else if (arch.multimodal) {
     if (starts_with(name, "vision_tower.") || starts_with(name, "model.vision_tower.")) {
       out.kind = TensorKind::kVision;
       return out;
@@ -559,7 +661,15 @@ TensorClass classify_tensor(const ArchInfo& arch, std::string_view name) {
     if (!split_layer(name.substr(kLayers.size()), &layer, &rest)) return out;
     TensorClass found;
     bool matched = false;
+    // FP8 KV-cache scales of an export (format.md §3) carry this name form in every family,
+    // MLA included (which has no k_proj / v_proj module of its own).
+    if (rest == "self_attn.k_proj.k_scale" || rest == "self_attn.v_proj.v_scale") {
+      found.kind = TensorKind::kAttention;
+      found.role = TensorRole::kQuantAux;
+      matched = true;
+    }
     for (RuleSet rules : layer_rules(arch.family)) {
+      if (matched) break;
       for (const NameRule& rule : rules) {
         if (match_rule(rule, rest, &found)) {
           matched = true;

@@ -32,14 +32,15 @@
 // `mm_projector.`; their family comes from text_config's model_type.
 //
 // Parameters of quantized sources (`weight_scale_inv`, `weight_packed`, `weight_scale`,
-// `weight_shape`, `weight_zero_point`, `weight_g_idx`, `input_scale`, `weight_scale_2`,
-// `k_scale`, `v_scale`) are recognised on every linear module.
+// `weight_blocks`, `weight_scales` (MXFP4), `weight_shape`, `weight_zero_point`, `weight_g_idx`,
+// `input_scale`, `weight_scale_2`, `k_scale`, `v_scale`) are recognised on every linear module.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "io/hf_config.h"
 
@@ -72,7 +73,25 @@ struct ArchInfo {
   ArchFamily family = ArchFamily::kLlama;
   bool multimodal = false;
   int64_t num_hidden_layers = 0;  // the language model's
+  // Multimodal wrappers, found in the checkpoint's names by resolve_wrapper_prefixes: the
+  // language model's decoder lives under `lm_prefix` (`<lm_prefix>layers.N.`,
+  // `<lm_prefix>embed_tokens.weight`, `<lm_prefix>norm.weight`) and its head at
+  // `<head_prefix>lm_head.weight`. Empty: the fixed wrapper layouts listed above.
+  std::string lm_prefix, head_prefix;
 };
+
+// How many wrapper levels resolve_wrapper_prefixes unwraps at most (a prefix of more
+// dot-separated components is refused).
+inline constexpr int kMaxWrapperDepth = 4;
+
+// Finds where a multimodal wrapper keeps its language model, however it is nested (up to
+// kMaxWrapperDepth components): the one `<P>embed_tokens.weight` whose P is a chain of
+// non-numeric components with `<P>layers.` tensors beside it, and the one `<Q>lm_head.weight`
+// (absent when tied). None, two candidates, or a deeper nesting is a strata::Error naming `what`
+// (the checkpoint) and the names found. Sets arch.lm_prefix / arch.head_prefix; a no-op for a
+// checkpoint that is not multimodal.
+void resolve_wrapper_prefixes(ArchInfo& arch, const std::vector<std::string>& names,
+                              const std::string& what);
 
 // Resolves a config: an unknown model_type, or a wrapper whose text model_type is unknown, is a
 // strata::Error naming config.path and the key.
@@ -100,7 +119,7 @@ std::string_view tensor_kind_name(TensorKind kind);  // "attention", "dense_mlp"
 // What a tensor is within its module.
 enum class TensorRole : uint8_t {
   kLinearWeight,  // the [out, in] weight of a linear layer (or [E, out, in] fused experts), or a
-                  // quantized source's packed weight (weight_packed)
+                  // quantized source's packed weight (weight_packed, weight_blocks)
   kBias,          // a linear layer's bias
   kQuantAux,      // scales and metadata of an already-quantized source (weight_scale_inv, ...)
   kParam,         // anything else (norm weights, conv weights, A_log, router bias, ...)

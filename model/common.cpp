@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "io/source_weights.h"
+#include "model/arch.h"
 #include "quant/fp8.h"
 #include "quant/mxfp8.h"
 #include "quant/nvfp4.h"
@@ -50,6 +52,18 @@ Tensor dequantize_modelopt(const Checkpoint& ckpt, const std::string& name, cons
 
 std::vector<float> load_weight(const Checkpoint& ckpt, const std::string& name,
                                const Shape& shape) {
+  // A compressed source weight (io/source_weights.h) is decompressed here, one module at a time
+  // as its layer is fetched: the same bf16 values the exporter quantizes.
+  if (name.ends_with(".weight")) {
+    const std::string m = name.substr(0, name.size() - 7);
+    if (std::optional<SourceWeight> sw = find_source_weight(ckpt, m);
+        sw && sw->compression != SourceCompression::kNone) {
+      STRATA_CHECK(sw->shape == shape, ckpt.dir(), ": '", m, "' (",
+                   source_compression_name(sw->compression), ") has shape ", shape_str(sw->shape),
+                   " but config.json implies ", shape_str(shape));
+      return ops::weight_f32(read_source_weight(ckpt, *sw));
+    }
+  }
   STRATA_CHECK(ckpt.has(name), ckpt.dir(), ": tensor '", name,
                "' is missing; the checkpoint does not match its config.json");
   if (Tensor dq = dequantize_modelopt(ckpt, name, shape); dq.defined()) {
@@ -106,6 +120,19 @@ ops::RopeParams rope_params(const ModelConfig& config) {
 }
 
 Prefixes find_prefixes(const ModelConfig& config, const Checkpoint& ckpt) {
+  ArchInfo arch = resolve_arch(config);
+  if (arch.multimodal) {  // however deeply the wrapper nests it (model/arch.h)
+    resolve_wrapper_prefixes(arch, ckpt.tensor_names(), ckpt.dir());
+    Prefixes out;
+    out.model = arch.lm_prefix;
+    out.lm_head = arch.head_prefix + "lm_head.weight";
+    if (!ckpt.has(out.lm_head)) {
+      STRATA_CHECK(config.tie_word_embeddings, ckpt.dir(), ": no <prefix>lm_head.weight and ",
+                   "tie_word_embeddings is false in config.json");
+      out.lm_head = out.model + "embed_tokens.weight";
+    }
+    return out;
+  }
   for (const char* p : {"model.", "language_model.model.", "model.language_model."}) {
     if (ckpt.has(std::string(p) + "embed_tokens.weight")) {
       Prefixes out;

@@ -509,6 +509,62 @@ TEST(Inspect, MultimodalWrapper) {
   check_report(j, specs);
 }
 
+// The compressed fixtures (tests/fixtures/make_compressed_fixtures.py): per kind, how the linear
+// weights are stored and which tensors decompression reads. Counts from how the fixtures were
+// built: deepseek_v3 has 3 layers (layer 0 dense), 8 routed experts of 3 projections in layers
+// 1-2, MLA q_a/q_b/kv_a/kv_b/o per layer, a dense MLP in layer 0, one shared expert per MoE layer.
+TEST(Inspect, CompressedSources) {
+  const std::string models = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/";
+  TempDir tmp;
+  {
+    RunResult r = run_strata("inspect '" + models + "kimi_k25_int4' --json", tmp.path());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    Json j = Json::parse(r.out);
+    EXPECT_EQ(j["source_quant_method"], "compressed-tensors");
+    const Json& c = j["compression"];
+    EXPECT_EQ(c["routed_experts"], Json({{"int4_pack g32",
+                                          {{"modules", 48},
+                                           {"tensors", 144},
+                                           {"bytes", j["kinds"]["routed_experts"]["bytes"]}}}}));
+    EXPECT_EQ(c["attention"].size(), 1u);
+    EXPECT_EQ(c["attention"]["bf16"]["modules"], 15);
+    EXPECT_EQ(c["attention"]["bf16"]["tensors"], 0);
+    ASSERT_EQ(j["decompressed_tensors"].size(), 144u);
+    EXPECT_EQ(j["decompressed_tensors"][0],
+              "language_model.model.layers.1.mlp.experts.0.down_proj.weight_packed");
+    EXPECT_EQ(j["unrecognized"], Json::array());
+    // Vision tower (10 tensors) and projector (6), as the fixture script writes them.
+    EXPECT_EQ(j["kinds"]["vision_tower"]["tensors"], 10);
+    EXPECT_EQ(j["kinds"]["projector"]["tensors"], 6);
+    RunResult h = run_strata("inspect '" + models + "kimi_k25_int4'", tmp.path());
+    ASSERT_EQ(h.rc, 0) << h.err;
+    EXPECT_NE(h.out.find("routed_experts   int4_pack g32"), std::string::npos) << h.out;
+  }
+  {
+    RunResult r = run_strata("inspect '" + models + "deepseek_v3_fp8' --json", tmp.path());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    Json j = Json::parse(r.out);
+    EXPECT_EQ(j["source_quant_method"], "fp8");
+    const Json& c = j["compression"];
+    // kv_a_proj_with_mqa stays bf16 in the fixture (its name does not end in _proj).
+    EXPECT_EQ(c["attention"]["fp8_block 128x128"]["modules"], 12);
+    EXPECT_EQ(c["attention"]["bf16"]["modules"], 3);
+    EXPECT_EQ(c["routed_experts"]["fp8_block 128x128"]["tensors"], 96);
+    EXPECT_EQ(c["dense_mlp"]["fp8_block 128x128"]["modules"], 3);
+    EXPECT_EQ(c["lm_head"]["bf16"]["modules"], 1);
+    EXPECT_EQ(j["decompressed_tensors"].size(), 2u * (12 + 3 + 48 + 6));
+  }
+  {
+    RunResult r = run_strata("inspect '" + models + "deepseek_v3_mxfp4' --json", tmp.path());
+    ASSERT_EQ(r.rc, 0) << r.err;
+    Json j = Json::parse(r.out);
+    EXPECT_EQ(j["compression"]["routed_experts"]["mxfp4 b32"]["modules"], 48);
+    // MXFP4 holds two values per byte: the experts' parameters are their logical sizes,
+    // 2 layers x 8 experts x 3 x 32 x 64.
+    EXPECT_EQ(j["kinds"]["routed_experts"]["params"], 2 * 8 * 3 * 32 * 64);
+  }
+}
+
 // ---- broken checkpoints --------------------------------------------------------------------
 
 // Runs inspect on `dir` and checks the failure: exit 1 (bad input, not a crash or an internal

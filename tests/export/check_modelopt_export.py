@@ -249,6 +249,54 @@ def mxfp8_quantize(w32):
     return e4m3_encode(q).reshape(out, inn), (e + 127).astype(np.uint8)
 
 
+# ------------------------------------------------------------------------ compressed sources
+# Decompression of the source layouts of format.md §8 (io/source_weights.h documents the same
+# layouts): each value is one fp32 product of the decoded operands, rounded once more to bf16
+# (nearest even), as DeepSeek's fp8_cast_bf16 and compressed-tensors write a bf16 checkpoint.
+
+E2M1_VALUES = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], np.float32)
+
+
+def float_array(dtype, a):
+    return bf16_bits_to_f32(a) if dtype == "BF16" else np.asarray(a).astype(F32)
+
+
+def decompress_fp8_block(w8, scale_inv, block=128):
+    """W[r, c] = e4m3(W8[r, c]) * S[r // 128, c // 128], fp32 product, then bf16."""
+    s = np.repeat(np.repeat(scale_inv.astype(F32), block, axis=0), block, axis=1)
+    s = s[: w8.shape[0], : w8.shape[1]]
+    with np.errstate(all="ignore"):
+        return round_bf16((E4M3_TABLE[w8] * s).astype(F32))
+
+
+def decompress_int4_pack(packed, scale, out, inn, group):
+    """compressed-tensors pack-quantized: nibble c % 8 of int32 word c // 8 (lowest first),
+    value nibble - 8, times scale[r, c // group]; fp32 product, then bf16."""
+    words = packed.astype(np.int64) & 0xFFFFFFFF
+    nib = (words[:, :, None] >> (4 * np.arange(8))) & 0xF  # [out, ncols, 8]
+    q = nib.reshape(out, -1)[:, :inn].astype(F32) - F32(8)
+    s = np.repeat(scale, group, axis=1)[:, :inn]
+    return round_bf16((q * s).astype(F32))
+
+
+def decompress_mxfp4(blocks, scales):
+    """gpt-oss MXFP4: byte j of a 16-byte block holds elements 2j (low nibble), 2j+1 (high);
+    value e2m1(code) * 2^(scale - 127); fp32 product, then bf16."""
+    out, groups, _ = blocks.shape
+    codes = np.empty((out, groups, 32), np.uint8)
+    codes[..., 0::2] = blocks & 0xF
+    codes[..., 1::2] = blocks >> 4
+    p2 = np.ldexp(F32(1), scales.astype(np.int32) - 127).astype(F32)  # 0xFF never written
+    with np.errstate(all="ignore"):
+        v = (E2M1_VALUES[codes] * p2[..., None]).astype(F32)
+    return round_bf16(v.reshape(out, groups * 32))
+
+
+def bf16_bytes(x32):
+    """bf16 values held in fp32 -> their BF16 bytes."""
+    return (np.asarray(x32, F32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
+
+
 # ------------------------------------------------------------------------------------ checkpoint
 
 def load_dir_tensors(d, prefer_index=True):
@@ -286,6 +334,15 @@ FUSED_SIBLINGS = [  # (members, vLLM fused name)
 ]
 
 
+# A vision tower or projector under any wrapper prefix of at most 4 components (format.md §6).
+VISION_RE = re.compile(r"^(?:[A-Za-z_]\w*\.){0,4}(?:vision_tower|visual|vision_model|"
+                       r"multi_modal_projector|mm_projector)\.")
+
+
+def is_tower(name):
+    return VISION_RE.match(name) is not None
+
+
 def is_embedding(module):
     leaf = module.rsplit(".", 1)[-1]
     return "embed" in leaf or leaf in ("wte", "wpe")
@@ -299,6 +356,7 @@ class Source:
         self.tensors = load_dir_tensors(d)
         self.modules = {}  # module -> (getter, shape, kind)
         self.replaced = {}  # source tensor name -> modules it feeds (when it is not kept as is)
+        self.compressed = {}  # module -> (layout, the source tensors it is stored in)
         for name, sf in self.tensors.items():
             dtype, shape = sf.tensors[name][:2]
             if name.endswith(".weight") and len(shape) == 2 and not is_embedding(name[:-7]):
@@ -307,13 +365,20 @@ class Source:
                     kind = {"BF16": "bf16", "F16": "f16"}.get(dtype, "f32")
                     self.modules[m] = (lambda n=name, s=sf: self._float(s, n), shape, kind)
                 elif dtype == "F8_E4M3" and (m + ".weight_scale_inv") in self.tensors:
-                    self.modules[m] = (lambda m=m: self._fp8_block(m), shape, "f32")
+                    self.modules[m] = (lambda m=m: self._fp8_block(m), shape, "bf16")
+                    self.compressed[m] = ("fp8_block", [name, m + ".weight_scale_inv"])
             elif name.endswith(".weight_packed") and len(shape) == 2:
                 m = name[: -len(".weight_packed")]
                 ws = self.tensors.get(m + ".weight_shape")
                 if ws is not None:
                     out_in = tuple(int(v) for v in ws.array(m + ".weight_shape").reshape(-1))
-                    self.modules[m] = (None, out_in, "int4")
+                    self.modules[m] = (lambda m=m, oi=out_in: self._int4(m, oi), out_in, "bf16")
+                    self.compressed[m] = ("int4_pack", [name, m + ".weight_scale", m + ".weight_shape"])
+            elif name.endswith(".weight_blocks") and len(shape) == 3 and shape[2] == 16:
+                m = name[: -len(".weight_blocks")]
+                if (m + ".weight_scales") in self.tensors:
+                    self.modules[m] = (lambda m=m: self._mxfp4(m), (shape[0], shape[1] * 32), "bf16")
+                    self.compressed[m] = ("mxfp4", [name, m + ".weight_scales"])
             elif (name.endswith("experts.gate_up_proj") or name.endswith("experts.down_proj")) \
                     and len(shape) == 3 and dtype in FLOAT_DTYPES:
                 prefix, leaf = name.rsplit(".", 1)
@@ -347,12 +412,29 @@ class Source:
             self._cache = {key: a.astype(F32)}  # keep one array: sources may be large
         return self._cache[key]
 
+    def _arr(self, name):
+        sf = self.tensors[name]
+        return sf.tensors[name][0], sf.array(name)
+
     def _fp8_block(self, m):
-        """DeepSeek FP8 source: W = W8 * S[r/128, c/128], evaluated in fp32 (format.md §8)."""
-        w8 = E4M3_TABLE[self.tensors[m + ".weight"].array(m + ".weight")]
-        s = self.tensors[m + ".weight_scale_inv"].array(m + ".weight_scale_inv").astype(F32)
-        s = np.repeat(np.repeat(s, 128, axis=0), 128, axis=1)[: w8.shape[0], : w8.shape[1]]
-        return (w8 * s).astype(F32)
+        """DeepSeek FP8 source (format.md §8), decompressed to bf16 values."""
+        _, w8 = self._arr(m + ".weight")
+        dt, s = self._arr(m + ".weight_scale_inv")
+        return decompress_fp8_block(w8, float_array(dt, s))
+
+    def _int4(self, m, out_in):
+        """compressed-tensors pack-quantized INT4 (format.md §8), decompressed to bf16 values."""
+        _, p = self._arr(m + ".weight_packed")
+        dt, s = self._arr(m + ".weight_scale")
+        out, inn = out_in
+        group = inn // s.shape[1] if inn % s.shape[1] == 0 else 32
+        return decompress_int4_pack(p, float_array(dt, s), out, inn, group)
+
+    def _mxfp4(self, m):
+        """MXFP4 blocks (gpt-oss layout), decompressed to bf16 values."""
+        _, b = self._arr(m + ".weight_blocks")
+        _, sc = self._arr(m + ".weight_scales")
+        return decompress_mxfp4(b, sc)
 
     def weight(self, m):
         getter = self.modules[m][0]
@@ -768,6 +850,21 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
             replaced.add(m + ".weight_scale_inv")
     for n, feeds in src.replaced.items():
         replaced.add(n)
+    for m, (layout, stored) in sorted(src.compressed.items()):
+        replaced.update(stored)
+        if m in fmt:
+            continue
+        # Excluded: the decompressed weight, BF16 [out, in], under M.weight.
+        n = m + ".weight"
+        o = out_t.get(n)
+        if not C.check(o is not None, f"[keep] {m}: excluded {layout} source module has no {n} in OUT"):
+            continue
+        odt, oshp = o.tensors[n][:2]
+        want = src.weight(m)
+        if C.check(odt == "BF16" and oshp == want.shape,
+                   f"[keep] {n}: {odt} {list(oshp)}, want the decompressed BF16 {list(want.shape)}"):
+            C.check(o.raw(n) == bf16_bytes(want),
+                    f"[keep] {n}: bytes differ from the {layout} source decompressed to bf16 (format.md §8)")
     for n, sf in sorted(src.tensors.items()):
         if n in replaced:
             continue
@@ -790,6 +887,9 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
             if m not in fmt:
                 expected.add(m + ".weight")
                 C.check((m + ".weight") in out_t, f"[keep] {m}.weight (split from SRC {n}) missing")
+    for m in src.compressed:
+        if m not in fmt:
+            expected.add(m + ".weight")
     for m, f in fmt.items():
         expected.update(quant_tensor_names(m, f))
         if (m + ".bias") in src.tensors:
@@ -814,6 +914,27 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
         C.check(n in expected, f"[keep] OUT tensor {n} is neither a SRC tensor nor a quantization tensor "
                 "of a quantized module" + (" (k/v scale without kv_cache_quant_algo FP8?)"
                                             if n.endswith(("k_scale", "v_scale")) else ""))
+
+    # ---------------------------------------------------------------- §6 multimodal wrappers
+    # The vision tower and projector are copied unquantized and bit-identical, and listed in
+    # exclude_modules; the language model keeps its prefix (config.json is the parent's: checked
+    # under [config]).
+    tower = [n for n in src.tensors if is_tower(n)]
+    if tower:
+        C.check(isinstance(src_cfg.get("text_config"), dict) or isinstance(src_cfg.get("language_config"), dict),
+                "[multimodal] SRC has vision/projector tensors but config.json has no text_config")
+        C.check(out_cfg.get("model_type") == src_cfg.get("model_type"),
+                f"[multimodal] OUT model_type {out_cfg.get('model_type')!r} is not the parent's "
+                f"{src_cfg.get('model_type')!r}")
+    for n in sorted(tower):
+        o = out_t.get(n)
+        C.check(o is not None and o.tensors[n][:2] == src.tensors[n].tensors[n][:2]
+                and o.raw(n) == src.tensors[n].raw(n),
+                f"[multimodal] {n}: not copied bit-identical to OUT")
+    for m in sorted(modules):
+        if is_tower(m):
+            C.check(m not in fmt, f"[multimodal] {m}: vision/projector module quantized")
+            C.check(name_covered(m, excl), f"[multimodal] {m}: not covered by exclude_modules")
 
     # ---------------------------------------------------------------- §5 exclude_modules
     expanded = vllm_expand(excl)
@@ -850,9 +971,6 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
         for m in members:
             group_of[m] = members
     for m, f in sorted(fmt.items()):
-        if modules[m][2] == "int4":
-            C.note(f"{m}: INT4 source, numerics not recomputed")
-            continue
         if any(n not in out_t for n in quant_tensor_names(m, f)):
             continue
         w = src.weight(m)
@@ -868,6 +986,21 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
                 if o != m:
                     gam = max(gam, F32(np.abs(src.weight(o)).max()))
             want_g = F32(gam * INV_2688)
+            if src.compressed.get(m, ("",))[0] == "mxfp4" and f32_bits(g) != f32_bits(want_g):
+                # The closed-form MXFP4 -> NVFP4 conversion (--exact_mxfp4): the export must
+                # dequantize to the source's values exactly.
+                got_sb = out_t[m + ".weight_scale"].array(m + ".weight_scale")
+                codes = np.empty((out_f, in_f), np.uint8)
+                codes[:, 0::2] = wq & 0xF
+                codes[:, 1::2] = wq >> 4
+                with np.errstate(all="ignore"):
+                    d = (E4M3_TABLE[got_sb] * g).astype(F32)
+                    deq = (E2M1_VALUES[codes] * np.repeat(d, 16, axis=1)).astype(F32)
+                nbad = int((deq != w).sum())
+                C.check(nbad == 0, f"[numerics] {m}: weight_scale_2 {fmt_f32(g)} is not the group amax "
+                        f"formula ({fmt_f32(want_g)}) and the export is not an exact MXFP4 conversion: "
+                        f"{nbad} of {w.size} values differ from the source")
+                continue
             C.check(f32_bits(g) == f32_bits(want_g), f"[numerics] {m}.weight_scale_2 {fmt_f32(g)} != "
                     f"group amax {float(gam):.9g} * fl32(1/2688) = {fmt_f32(want_g)}")
             packed, sb = nvfp4_quantize(w, g)

@@ -1,6 +1,7 @@
 // The name classifier against hand-written name lists, one per family (spec/architectures.md).
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,20 @@ void check(const ArchInfo& arch, const std::vector<Expect>& cases) {
     EXPECT_EQ(c.layer, e.layer) << e.name;
     EXPECT_EQ(static_cast<int>(c.role), static_cast<int>(e.role)) << e.name;
   }
+}
+
+// Runs `fn`, expects a one-line strata::Error containing every one of `parts`.
+void expect_error(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const std::string& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << msg << " lacks " << p;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    return;
+  }
+  ADD_FAILURE() << "expected a strata::Error mentioning " << *parts.begin();
 }
 
 ArchInfo arch_of(ArchFamily family, int64_t layers, bool multimodal = false) {
@@ -320,6 +335,69 @@ TEST(Arch, MultimodalWrapper) {
                {"language_model.layers.0.input_layernorm.weight", K::kUnrecognized, -1, R::kParam},
                {"audio_tower.layers.0.weight", K::kUnrecognized, -1, R::kParam},
            });
+}
+
+// resolve_wrapper_prefixes: the language model found however the wrapper nests it (up to
+// kMaxWrapperDepth components), refused clearly when deeper or ambiguous.
+TEST(Arch, WrapperPrefixesUnwrapped) {
+  ArchInfo a = arch_of(ArchFamily::kDeepseekV3, 4, /*multimodal=*/true);
+  resolve_wrapper_prefixes(
+      a,
+      {"outer.model.language_model.embed_tokens.weight",
+       "outer.model.language_model.layers.0.input_layernorm.weight", "outer.lm_head.weight",
+       "outer.model.visual.blocks.0.qkv.weight", "outer.model.mm_projector.proj.0.weight"},
+      "ckpt");
+  EXPECT_EQ(a.lm_prefix, "outer.model.language_model.");
+  EXPECT_EQ(a.head_prefix, "outer.");
+  check(a, {
+               {"outer.model.language_model.layers.0.self_attn.kv_b_proj.weight", K::kAttention, 0,
+                R::kLinearWeight},
+               {"outer.model.language_model.embed_tokens.weight", K::kEmbedding, -1, R::kParam},
+               {"outer.lm_head.weight", K::kLmHead, -1, R::kLinearWeight},
+               {"outer.model.visual.blocks.0.qkv.weight", K::kVision, -1, R::kParam},
+               {"outer.model.mm_projector.proj.0.weight", K::kProjector, -1, R::kParam},
+               {"model.layers.0.self_attn.kv_b_proj.weight", K::kUnrecognized, -1, R::kParam},
+               // An export's FP8 KV-cache scales (format.md §3), also on MLA.
+               {"outer.model.language_model.layers.2.self_attn.k_proj.k_scale", K::kAttention, 2,
+                R::kQuantAux},
+               {"outer.model.language_model.layers.2.self_attn.k_proj.weight", K::kUnrecognized, -1,
+                R::kParam},
+           });
+  // Qwen2-VL style: the decoder at model., the tower at visual.
+  ArchInfo q = arch_of(ArchFamily::kLlama, 2, true);
+  resolve_wrapper_prefixes(q,
+                           {"model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight",
+                            "lm_head.weight", "visual.blocks.0.attn.qkv.weight"},
+                           "ckpt");
+  EXPECT_EQ(q.lm_prefix, "model.");
+  EXPECT_EQ(q.head_prefix, "");
+  check(q, {{"visual.blocks.0.attn.qkv.weight", K::kVision, -1, R::kParam},
+            {"model.layers.0.mlp.up_proj.weight", K::kDenseMlp, 0, R::kLinearWeight}});
+  // Not multimodal: nothing to do.
+  ArchInfo plain = arch_of(ArchFamily::kLlama, 2);
+  resolve_wrapper_prefixes(plain, {"x.y.embed_tokens.weight"}, "ckpt");
+  EXPECT_EQ(plain.lm_prefix, "");
+}
+
+TEST(Arch, WrapperPrefixesRefused) {
+  ArchInfo a = arch_of(ArchFamily::kDeepseekV3, 4, true);
+  expect_error(
+      [&] {
+        resolve_wrapper_prefixes(
+            a, {"a.b.c.d.e.embed_tokens.weight", "a.b.c.d.e.layers.0.input_layernorm.weight"},
+            "ckpt");
+      },
+      {"ckpt", "more than 4 levels deep", "a.b.c.d.e.embed_tokens.weight"});
+  expect_error(
+      [&] {
+        resolve_wrapper_prefixes(a,
+                                 {"x.embed_tokens.weight", "x.layers.0.mlp.gate.weight",
+                                  "y.embed_tokens.weight", "y.layers.0.mlp.gate.weight"},
+                                 "ckpt");
+      },
+      {"several language models", "x.embed_tokens.weight", "y.embed_tokens.weight"});
+  expect_error([&] { resolve_wrapper_prefixes(a, {"vision_tower.w.weight"}, "ckpt"); },
+               {"ckpt", "no <prefix>embed_tokens.weight"});
 }
 
 TEST(Arch, QuantizedKinds) {

@@ -1,0 +1,234 @@
+#include "io/source_weights.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace strata {
+
+namespace {
+
+constexpr int64_t kFp8Block = 128;
+constexpr int64_t kMxfp4Block = 32;
+constexpr int64_t kInt4DefaultGroup = 32;
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// fp32 product -> bf16 bits, refusing a non-finite result.
+uint16_t to_bf16_checked(float v, std::string_view what, int64_t r, int64_t c) {
+  const uint16_t b = f32_to_bf16(v);
+  STRATA_CHECK((b & 0x7F80) != 0x7F80, what, ": decompressed element [", r, ", ", c, "] is ", v,
+               ", not a finite bf16 value; the source checkpoint is damaged");
+  return b;
+}
+
+bool is_float_dtype(DType d) {
+  return d == DType::kBF16 || d == DType::kF16 || d == DType::kF32;
+}
+
+int64_t read_int(const Tensor& t, int64_t i) {
+  if (t.dtype() == DType::kI64) return t.data<int64_t>()[i];
+  return t.data<int32_t>()[i];
+}
+
+}  // namespace
+
+std::string_view source_compression_name(SourceCompression c) {
+  switch (c) {
+    case SourceCompression::kNone:
+      return "none";
+    case SourceCompression::kFp8Block:
+      return "fp8_block";
+    case SourceCompression::kInt4Pack:
+      return "int4_pack";
+    case SourceCompression::kMxfp4:
+      return "mxfp4";
+  }
+  STRATA_ASSERT(false, "unhandled SourceCompression ", static_cast<int>(c));
+}
+
+Tensor decompress_fp8_block(const Tensor& w8, const Tensor& scale_inv, int64_t block,
+                            std::string_view what) {
+  STRATA_CHECK(w8.dtype() == DType::kF8E4M3 && w8.ndim() == 2, what,
+               ": an FP8-block weight must be F8_E4M3 [out, in], got ", dtype_name(w8.dtype()), " ",
+               shape_str(w8.shape()));
+  const int64_t out = w8.dim(0), in = w8.dim(1);
+  const Shape want{ceil_div(out, block), ceil_div(in, block)};
+  STRATA_CHECK(is_float_dtype(scale_inv.dtype()) && scale_inv.shape() == want, what,
+               ".weight_scale_inv is ", dtype_name(scale_inv.dtype()), " ",
+               shape_str(scale_inv.shape()), "; ", block, "x", block, " blocks of ",
+               shape_str(w8.shape()), " need a floating ", shape_str(want));
+  Tensor w = Tensor::zeros(DType::kBF16, {out, in});
+  uint16_t* dst = w.mutable_data<uint16_t>();
+  const uint8_t* src = w8.data<uint8_t>();
+  for (int64_t r = 0; r < out; ++r) {
+    for (int64_t c = 0; c < in; ++c) {
+      const float s = scale_inv.item_f32((r / block) * want[1] + c / block);
+      const float v = e4m3_to_f32(src[r * in + c]) * s;
+      dst[r * in + c] = to_bf16_checked(v, what, r, c);
+    }
+  }
+  return w;
+}
+
+Tensor decompress_int4_pack(const Tensor& packed, const Tensor& scale, int64_t out, int64_t in,
+                            int64_t group, std::string_view what) {
+  STRATA_CHECK(out > 0 && in > 0 && group > 0, what, ": INT4 weight_shape (", out, ", ", in,
+               ") and group ", group, " must be positive");
+  const Shape want_packed{out, ceil_div(in, 8)};
+  STRATA_CHECK(packed.dtype() == DType::kI32 && packed.shape() == want_packed, what,
+               ".weight_packed is ", dtype_name(packed.dtype()), " ", shape_str(packed.shape()),
+               "; weight_shape (", out, ", ", in, ") packed 8 to an int32 needs i32 ",
+               shape_str(want_packed));
+  const Shape want_scale{out, ceil_div(in, group)};
+  STRATA_CHECK(is_float_dtype(scale.dtype()) && scale.shape() == want_scale, what,
+               ".weight_scale is ", dtype_name(scale.dtype()), " ", shape_str(scale.shape()),
+               "; groups of ", group, " along ", in, " inputs need a floating ",
+               shape_str(want_scale));
+  Tensor w = Tensor::zeros(DType::kBF16, {out, in});
+  uint16_t* dst = w.mutable_data<uint16_t>();
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(packed.data<int32_t>());
+  for (int64_t r = 0; r < out; ++r) {
+    for (int64_t c = 0; c < in; ++c) {
+      const uint32_t u = (words[r * want_packed[1] + c / 8] >> (4 * (c % 8))) & 0xFu;
+      const float q = static_cast<float>(static_cast<int32_t>(u) - 8);  // [-8, 7]
+      const float v = q * scale.item_f32(r * want_scale[1] + c / group);
+      dst[r * in + c] = to_bf16_checked(v, what, r, c);
+    }
+  }
+  return w;
+}
+
+Tensor decompress_mxfp4(const Tensor& blocks, const Tensor& scales, std::string_view what) {
+  STRATA_CHECK(blocks.dtype() == DType::kU8 && blocks.ndim() == 3 && blocks.dim(2) == 16, what,
+               ".weight_blocks must be U8 [out, in/32, 16], got ", dtype_name(blocks.dtype()), " ",
+               shape_str(blocks.shape()));
+  const int64_t out = blocks.dim(0), groups = blocks.dim(1), in = groups * kMxfp4Block;
+  STRATA_CHECK((scales.dtype() == DType::kU8 || scales.dtype() == DType::kF8E8M0) &&
+                   scales.shape() == Shape({out, groups}),
+               what, ".weight_scales is ", dtype_name(scales.dtype()), " ",
+               shape_str(scales.shape()), "; it must be U8 (E8M0) ", shape_str({out, groups}));
+  Tensor w = Tensor::zeros(DType::kBF16, {out, in});
+  uint16_t* dst = w.mutable_data<uint16_t>();
+  const uint8_t* b = blocks.data<uint8_t>();
+  const uint8_t* s = scales.data<uint8_t>();
+  for (int64_t r = 0; r < out; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const float scale = e8m0_to_f32(s[r * groups + g]);  // 2^(e - 127); 0xFF is NaN
+      for (int64_t j = 0; j < 16; ++j) {
+        const uint8_t byte = b[(r * groups + g) * 16 + j];
+        const int64_t c = g * kMxfp4Block + 2 * j;
+        dst[r * in + c] = to_bf16_checked(e2m1_to_f32(byte & 0xF) * scale, what, r, c);
+        dst[r * in + c + 1] = to_bf16_checked(e2m1_to_f32(byte >> 4) * scale, what, r, c + 1);
+      }
+    }
+  }
+  return w;
+}
+
+std::optional<SourceWeight> find_source_weight(const Checkpoint& ckpt, const std::string& m) {
+  SourceWeight w;
+  w.module = m;
+  auto require = [&](const std::string& name, const char* layout) {
+    STRATA_CHECK(ckpt.has(name), ckpt.dir(), ": '", w.stored, "' is stored as ", layout, " but '",
+                 name, "' is missing");
+    w.aux.push_back(name);
+  };
+  if (ckpt.has(m + ".weight_packed")) {
+    w.compression = SourceCompression::kInt4Pack;
+    w.stored = m + ".weight_packed";
+    require(m + ".weight_scale", "compressed-tensors pack-quantized INT4");
+    require(m + ".weight_shape", "compressed-tensors pack-quantized INT4");
+    STRATA_CHECK(!ckpt.has(m + ".weight_zero_point"), ckpt.dir(), ": '", m,
+                 ".weight_zero_point' is present: asymmetric INT4 sources are not supported "
+                 "(only symmetric pack-quantized, as Kimi-K2-Thinking ships)");
+    STRATA_CHECK(!ckpt.has(m + ".weight_g_idx"), ckpt.dir(), ": '", m,
+                 ".weight_g_idx' is present: INT4 sources with activation order are not supported");
+    const Tensor shape = ckpt.tensor(m + ".weight_shape");
+    STRATA_CHECK(
+        (shape.dtype() == DType::kI32 || shape.dtype() == DType::kI64) && shape.numel() == 2,
+        ckpt.dir(), ": '", m, ".weight_shape' must hold two integers (out, in), got ",
+        dtype_name(shape.dtype()), " ", shape_str(shape.shape()));
+    w.shape = {read_int(shape, 0), read_int(shape, 1)};
+    STRATA_CHECK(w.shape[0] > 0 && w.shape[1] > 0, ckpt.dir(), ": '", m, ".weight_shape' is (",
+                 w.shape[0], ", ", w.shape[1], ")");
+    const TensorEntry& s = ckpt.entry(m + ".weight_scale");
+    const int64_t cols = s.shape.size() == 2 ? s.shape[1] : 0;
+    w.group = cols > 0 && w.shape[1] % cols == 0 ? w.shape[1] / cols : kInt4DefaultGroup;
+    return w;
+  }
+  if (ckpt.has(m + ".weight_blocks")) {
+    w.compression = SourceCompression::kMxfp4;
+    w.stored = m + ".weight_blocks";
+    require(m + ".weight_scales", "MXFP4 blocks");
+    const TensorEntry& b = ckpt.entry(w.stored);
+    STRATA_CHECK(b.shape.size() == 3 && b.shape[2] == 16, ckpt.dir(), ": '", w.stored,
+                 "' has shape ", shape_str(b.shape), "; MXFP4 blocks are U8 [out, in/32, 16]");
+    w.shape = {b.shape[0], b.shape[1] * kMxfp4Block};
+    w.group = kMxfp4Block;
+    return w;
+  }
+  if (!ckpt.has(m + ".weight")) return std::nullopt;
+  w.stored = m + ".weight";
+  const TensorEntry& e = ckpt.entry(w.stored);
+  if (e.dtype == DType::kF8E4M3 && ckpt.has(m + ".weight_scale_inv")) {
+    w.compression = SourceCompression::kFp8Block;
+    w.aux.push_back(m + ".weight_scale_inv");
+    w.shape = e.shape;
+    w.group = kFp8Block;
+    STRATA_CHECK(e.shape.size() == 2, ckpt.dir(), ": '", w.stored, "' has shape ",
+                 shape_str(e.shape), "; an FP8-block weight is [out, in]");
+    return w;
+  }
+  w.compression = SourceCompression::kNone;
+  w.dtype = e.dtype;
+  w.shape = e.shape;
+  return w;
+}
+
+Tensor read_source_weight(const Checkpoint& ckpt, const SourceWeight& w) {
+  const std::string what = ckpt.dir() + ": '" + w.module + "'";
+  switch (w.compression) {
+    case SourceCompression::kNone:
+      return ckpt.tensor(w.stored);
+    case SourceCompression::kFp8Block:
+      return decompress_fp8_block(ckpt.tensor(w.stored), ckpt.tensor(w.aux[0]), w.group, what);
+    case SourceCompression::kInt4Pack:
+      return decompress_int4_pack(ckpt.tensor(w.stored), ckpt.tensor(w.aux[0]), w.shape[0],
+                                  w.shape[1], w.group, what);
+    case SourceCompression::kMxfp4:
+      return decompress_mxfp4(ckpt.tensor(w.stored), ckpt.tensor(w.aux[0]), what);
+  }
+  STRATA_ASSERT(false, "unhandled SourceCompression ", static_cast<int>(w.compression));
+}
+
+std::optional<std::string> compressed_module_of(const Checkpoint& ckpt, std::string_view name) {
+  for (std::string_view suffix : {".weight_packed", ".weight_blocks"}) {
+    if (name.ends_with(suffix)) return std::string(name.substr(0, name.size() - suffix.size()));
+  }
+  if (name.ends_with(".weight")) {
+    const std::string m(name.substr(0, name.size() - 7));
+    if (ckpt.has(m + ".weight_scale_inv") && ckpt.entry(std::string(name)).dtype == DType::kF8E4M3)
+      return m;
+  }
+  return std::nullopt;
+}
+
+bool is_compressed_aux(const Checkpoint& ckpt, std::string_view name) {
+  auto module_with = [&](std::string_view suffix, std::string_view value) {
+    if (!name.ends_with(suffix)) return false;
+    const std::string m(name.substr(0, name.size() - suffix.size()));
+    return ckpt.has(m + std::string(value));
+  };
+  if (name.ends_with(".weight_scale_inv")) {
+    const std::string m(name.substr(0, name.size() - 17));
+    return ckpt.has(m + ".weight") && ckpt.entry(m + ".weight").dtype == DType::kF8E4M3;
+  }
+  return module_with(".weight_scale", ".weight_packed") ||
+         module_with(".weight_shape", ".weight_packed") ||
+         module_with(".weight_scales", ".weight_blocks");
+}
+
+}  // namespace strata

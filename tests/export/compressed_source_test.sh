@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# A compressed source (format.md §8) quantized by strata must give the same bytes as its
+# decompressed bf16 equivalent (written by tests/export/decompress_reference.py with the checker's
+# own numpy decompression), and pass the independent consumer-contract checker.
+#   tests/export/compressed_source_test.sh STRATA MODEL RECIPE [--exact_mxfp4]
+# With --exact_mxfp4 the output is not expected to equal the bf16 path (the weights are converted
+# in closed form); the checker then verifies that the NVFP4 export dequantizes to the source
+# exactly.
+set -euo pipefail
+strata=$1 model=$2 recipe=$3 extra=${4:-}
+src=tests/fixtures/models/$model
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# The compressed fixtures are built from deepseek_v3; calibrate on its reference tokens.
+python3 tests/fixtures/tokens_jsonl.py tests/fixtures/models/deepseek_v3/reference.safetensors > "$work/tokens.jsonl"
+count=$(wc -l < "$work/tokens.jsonl")
+run() {
+  "$strata" quantize -q --model "$1" --recipe "$recipe" --calib_data "$work/tokens.jsonl" --calib_size "$count" \
+    --calib_min_tokens 1 --batch_size 2 --export_path "$2" $extra
+}
+run "$src" "$work/out"
+python3 tests/export/check_modelopt_export.py "$src" "$work/out"
+# With the experts excluded (attention_fp8) they are written decompressed: the checker must fail
+# one flipped bit of such a weight.
+if [ -z "$extra" ] && [ "$(basename "$recipe")" = attention_fp8.yaml ]; then
+  cp -r "$work/out" "$work/flipped"
+  victim=$(python3 -c "
+import json, sys
+m = json.load(open(sys.argv[1] + '/model.safetensors.index.json'))['weight_map']
+print(sorted(n for n in m if '.experts.' in n and n.endswith('.weight'))[0])" "$work/flipped")
+  python3 tests/export/flip_byte.py "$work/flipped" "$victim"
+  if python3 tests/export/check_modelopt_export.py "$src" "$work/flipped" > "$work/check" 2>&1; then
+    echo "FAIL: the checker passed a flipped decompressed weight $victim"; exit 1
+  fi
+  grep -q "bytes differ from the .* source decompressed to bf16" "$work/check" \
+    || { cat "$work/check"; echo "FAIL: the checker missed the flipped $victim"; exit 1; }
+  echo "checker: flipped $victim caught"
+fi
+if [ -z "$extra" ]; then
+  python3 tests/export/decompress_reference.py "$src" "$work/bf16"
+  run "$work/bf16" "$work/out_bf16"
+  n=0
+  for f in "$work/out"/* "$work/out_bf16"/*; do
+    b=$(basename "$f")
+    cmp "$work/out/$b" "$work/out_bf16/$b" || { echo "FAIL: $b differs between the compressed and the bf16 source"; exit 1; }
+    n=$((n + 1))
+  done
+  echo "identical: $((n / 2)) output files of the compressed source and of its bf16 equivalent"
+fi

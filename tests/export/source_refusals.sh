@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# A compressed source whose quantization_config strata cannot honour is refused before any work,
+# with one line naming the key or module (engine/plan.cpp check_source_quantization).
+#   tests/export/source_refusals.sh STRATA
+set -euo pipefail
+strata=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+expect() {  # NAME PYTHON-EDIT-OF-c MESSAGE
+  local d="$work/$1"
+  cp -r tests/fixtures/models/kimi_k25_int4 "$d"
+  python3 -c "
+import json, sys
+p = sys.argv[1]; c = json.load(open(p)); q = c['quantization_config']
+$2
+json.dump(c, open(p, 'w'))" "$d/config.json"
+  if "$strata" quantize -q --model "$d" --recipe nvfp4-kv_fp8 --export_path "$work/out_$1" 2> "$work/err"; then
+    echo "FAIL: $1 was not refused"; exit 1
+  fi
+  grep -qF "$3" "$work/err" || { cat "$work/err"; echo "FAIL: $1: message lacks: $3"; exit 1; }
+  [ "$(wc -l < "$work/err")" -eq 1 ] || { cat "$work/err"; echo "FAIL: $1: not one line"; exit 1; }
+  [ ! -e "$work/out_$1" ] || { echo "FAIL: $1 wrote output"; exit 1; }
+  echo "refused $1: $(cat "$work/err")"
+}
+expect ignored "q['ignore'].append('re:.*experts.*')" \
+  "ignore names 'language_model.model.layers.1.mlp.experts.0.down_proj' but the checkpoint stores it pack-quantized"
+expect group "q['config_groups']['group_0']['weights']['group_size'] = 64" "has INT4 groups of 32 but"
+expect asymmetric "q['config_groups']['group_0']['weights']['symmetric'] = False" "symmetric 4-bit int weights"
+expect method "q['quant_method'] = 'gptq'" "quant_method is 'gptq'"
+expect format "q['format'] = 'int-quantized'" "'pack-quantized' INT4 only"
