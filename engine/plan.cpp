@@ -143,6 +143,11 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
   for (const std::string& name : ckpt.tensor_names()) {
     const TensorClass c = classify_tensor(arch, name);
     const TensorEntry& e = ckpt.entry(name);
+    STRATA_CHECK(!name.ends_with("_blocks") || name.ends_with(".weight_blocks"), ckpt.dir(), ": '",
+                 name,
+                 "' looks like a fused MXFP4 tensor (gpt-oss layout [E, out, in/32, 16]); strata "
+                 "reads MXFP4 per module (M.weight_blocks, M.weight_scales) and does not take "
+                 "fused expert layouts yet");
     // The vision tower and projector of a multimodal wrapper are copied unquantized; their
     // linear weights are planned (as excluded) so that exclude_modules lists them (format.md §6).
     const bool tower = (c.kind == TensorKind::kVision || c.kind == TensorKind::kProjector) &&

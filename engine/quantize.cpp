@@ -213,8 +213,12 @@ MemoryEstimate estimate_memory(const QuantPlan& plan, const Checkpoint& ckpt,
   std::map<int64_t, std::pair<uint64_t, uint64_t>> layer;  // layer -> (params, source bytes)
   for (const PlannedModule& p : plan.modules) {
     const uint64_t n = static_cast<uint64_t>(p.shape[0] * p.shape[1]);
+    // A compressed source is decompressed to bf16 first (io/source_weights.h): 2 bytes a value
+    // more, also when the module is written unquantized.
+    const uint64_t decompressed = p.source != SourceCompression::kNone ? 2 * n : 0;
     if (p.format != QFormat::kNone)  // fp32 weight, scaled copy, codes
-      m.quantizer = std::max(m.quantizer, 3 * n * 4);
+      m.quantizer = std::max(m.quantizer, 3 * n * 4 + decompressed);
+    m.quantizer = std::max(m.quantizer, decompressed);
     if (p.layer < 0 || p.layer >= plan.num_layers) continue;
     layer[p.layer].first += n;
     layer[p.layer].second += n * static_cast<uint64_t>(dtype_bits(p.dtype)) / 8;

@@ -46,7 +46,8 @@ struct QuantizeJob {
 //   layer_weights   one decoder layer's weights in fp32, x2 when calibrating (the layer computing
 //                   and the one prefetched)
 //   layer_source    one layer's source pages while they are read (mapped), x2 likewise
-//   quantizer       fp32 temporaries of the largest module while it is quantized
+//   quantizer       fp32 temporaries of the largest module while it is quantized (plus its
+//                   bf16 decompression when the source is compressed)
 //   outside_pages   the largest tensor outside the decoder layers (embedding, lm_head) while read
 //   activations     the activation store in memory: every micro-batch, or one when spilled
 //   working         one micro-batch's working set (fp32 buffer, layer intermediates, attention)

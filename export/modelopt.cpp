@@ -454,10 +454,14 @@ std::vector<std::string> ModeloptExporter::finish() {
 
   // config.json: the source's, any stale quantization_config removed, ours at top level.
   Json config = config_.raw;
-  config.erase("quantization_config");
-  for (const char* nested : {"text_config", "language_config"}) {
-    if (config.contains(nested) && config[nested].is_object())
-      config[nested].erase("quantization_config");
+  // Also from every nested language-model config (io/hf_config.h unwraps them level by level).
+  for (Json* level = &config; level != nullptr;) {
+    level->erase("quantization_config");
+    Json* next = nullptr;
+    for (const char* nested : {"text_config", "language_config"}) {
+      if (level->contains(nested) && (*level)[nested].is_object()) next = &(*level)[nested];
+    }
+    level = next;
   }
   Json qc = Json::object();
   Json groups = Json::object();

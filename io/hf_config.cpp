@@ -174,16 +174,30 @@ ModelConfig parse_model_config(const Json& j, const std::string& what) {
   c.raw = j;
   const Fields top{j, what, ""};
 
-  // Multimodal wrappers: the language model's fields live in a nested object.
-  for (const char* key : {"text_config", "language_config"}) {
-    if (const Json* sub = top.object_opt(key)) {
-      STRATA_CHECK(c.text_key.empty(), what, ": both \"", c.text_key, "\" and \"", key,
-                   "\" are present; which one is the language model is ambiguous");
-      c.text_key = key;
-      c.text = *sub;
+  // Multimodal wrappers: the language model's fields live in a nested object, unwrapped level
+  // by level (a wrapper of a wrapper keeps its own text_config inside), at most kMaxConfigDepth.
+  constexpr int kMaxConfigDepth = 4;
+  const Json* level = &j;
+  for (int depth = 0;; ++depth) {
+    std::string found;
+    const Json* next = nullptr;
+    const Fields f{*level, what, c.text_key.empty() ? "" : c.text_key + "."};
+    for (const char* key : {"text_config", "language_config"}) {
+      if (const Json* sub = f.object_opt(key)) {
+        STRATA_CHECK(found.empty(), what, ": both \"", f.prefix, found, "\" and \"", f.prefix, key,
+                     "\" are present; which one is the language model is ambiguous");
+        found = key;
+        next = sub;
+      }
     }
+    if (!next) break;
+    STRATA_CHECK(depth < kMaxConfigDepth, what,
+                 ": the language model's config is nested more than ", kMaxConfigDepth,
+                 " levels deep (", f.prefix, found, "); strata unwraps at most ", kMaxConfigDepth);
+    c.text_key = f.prefix + found;
+    level = next;
   }
-  if (c.text_key.empty()) c.text = j;
+  c.text = *level;
   const Fields text{c.text, what, c.text_key.empty() ? "" : c.text_key + "."};
 
   c.model_type = top.str_opt("model_type").value_or("");

@@ -8,7 +8,8 @@
 //             top-k `num_experts_per_tok` / `num_experts_per_token` (Kimi-Linear), shared experts
 //             `n_shared_experts` / `num_shared_experts`, `norm_topk_prob` / `moe_renormalize`
 //   multimodal wrappers keep the language model's fields under `text_config` (or
-//   `language_config`); the text model's fields are read from there (`torch_dtype`,
+//   `language_config`), possibly nested again (unwrapped up to 4 levels; deeper is an error);
+//   the text model's fields are read from the innermost one (`torch_dtype`,
 //   `tie_word_embeddings` and `quantization_config` fall back to the top level).
 //   dtype:    `torch_dtype` (4.x) / `dtype` (5.x)
 // A JSON null means the key is absent (`"q_lora_rank": null` is a plain q_proj). When two
@@ -47,7 +48,8 @@ struct ModelConfig {
   std::string path;             // the file it came from, for messages
   Json raw;                     // the whole config.json
   Json text;                    // the language model's sub-config (== raw when not nested)
-  std::string text_key;         // "" or "text_config" / "language_config"
+  std::string text_key;         // "", "text_config" / "language_config", or a nested path such as
+                                // "text_config.text_config" (at most 4 levels)
   std::string model_type;       // the top-level model_type
   std::string text_model_type;  // the language model's model_type
   std::vector<std::string> architectures;

@@ -1,6 +1,10 @@
 #include "io/source_weights.h"
 
+#include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 
@@ -16,12 +20,41 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-// fp32 product -> bf16 bits, refusing a non-finite result.
-uint16_t to_bf16_checked(float v, std::string_view what, int64_t r, int64_t c) {
-  const uint16_t b = f32_to_bf16(v);
-  STRATA_CHECK((b & 0x7F80) != 0x7F80, what, ": decompressed element [", r, ", ", c, "] is ", v,
-               ", not a finite bf16 value; the source checkpoint is damaged");
-  return b;
+// One row of fp32 products -> bf16 bits (nearest, ties to even: the same bits as f32_to_bf16
+// for every finite input). A non-finite input or result is refused naming the first one.
+void bf16_row(const float* v, int64_t n, uint16_t* dst, std::string_view what, int64_t r) {
+  uint32_t bad = 0;
+  for (int64_t c = 0; c < n; ++c) {
+    const uint32_t u = std::bit_cast<uint32_t>(v[c]);
+    const uint32_t b = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    bad |= static_cast<uint32_t>((u & 0x7F800000u) == 0x7F800000u) |
+           static_cast<uint32_t>((b & 0x7F80u) == 0x7F80u);
+    dst[c] = static_cast<uint16_t>(b);
+  }
+  if (bad == 0) return;
+  for (int64_t c = 0; c < n; ++c) {
+    const uint16_t b = f32_to_bf16(v[c]);
+    STRATA_CHECK((b & 0x7F80) != 0x7F80, what, ": decompressed element [", r, ", ", c, "] is ",
+                 v[c], ", not a finite bf16 value; the source checkpoint is damaged");
+  }
+}
+
+// One row of scales as fp32.
+void scales_row(const Tensor& t, int64_t offset, int64_t n, std::vector<float>& out) {
+  out.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = t.item_f32(offset + i);
+}
+
+// e4m3 byte -> fp32, all 256 (NaN included).
+const std::array<float, 256>& e4m3_table() {
+  static const std::array<float, 256> t = [] {
+    std::array<float, 256> a{};
+    for (int b = 0; b < 256; ++b)
+      a[b] = e4m3_to_f32(static_cast<uint8_t>(b));
+    return a;
+  }();
+  return t;
 }
 
 bool is_float_dtype(DType d) {
@@ -63,12 +96,17 @@ Tensor decompress_fp8_block(const Tensor& w8, const Tensor& scale_inv, int64_t b
   Tensor w = Tensor::zeros(DType::kBF16, {out, in});
   uint16_t* dst = w.mutable_data<uint16_t>();
   const uint8_t* src = w8.data<uint8_t>();
+  const std::array<float, 256>& e4m3 = e4m3_table();
+  std::vector<float> s, v(static_cast<size_t>(in));
   for (int64_t r = 0; r < out; ++r) {
-    for (int64_t c = 0; c < in; ++c) {
-      const float s = scale_inv.item_f32((r / block) * want[1] + c / block);
-      const float v = e4m3_to_f32(src[r * in + c]) * s;
-      dst[r * in + c] = to_bf16_checked(v, what, r, c);
+    if (r % block == 0) scales_row(scale_inv, (r / block) * want[1], want[1], s);
+    const uint8_t* row = src + r * in;
+    for (int64_t b = 0; b < want[1]; ++b) {
+      const int64_t end = std::min(in, (b + 1) * block);
+      for (int64_t c = b * block; c < end; ++c)
+        v[c] = e4m3[row[c]] * s[b];  // one fp32 product
     }
+    bf16_row(v.data(), in, dst + r * in, what, r);
   }
   return w;
 }
@@ -90,13 +128,22 @@ Tensor decompress_int4_pack(const Tensor& packed, const Tensor& scale, int64_t o
   Tensor w = Tensor::zeros(DType::kBF16, {out, in});
   uint16_t* dst = w.mutable_data<uint16_t>();
   const uint32_t* words = reinterpret_cast<const uint32_t*>(packed.data<int32_t>());
+  const int64_t nw = want_packed[1];
+  std::vector<float> s, v(static_cast<size_t>(nw * 8));
+  std::vector<float> q(static_cast<size_t>(nw * 8));  // [nw * 8]: the row's values, padding too
   for (int64_t r = 0; r < out; ++r) {
-    for (int64_t c = 0; c < in; ++c) {
-      const uint32_t u = (words[r * want_packed[1] + c / 8] >> (4 * (c % 8))) & 0xFu;
-      const float q = static_cast<float>(static_cast<int32_t>(u) - 8);  // [-8, 7]
-      const float v = q * scale.item_f32(r * want_scale[1] + c / group);
-      dst[r * in + c] = to_bf16_checked(v, what, r, c);
+    scales_row(scale, r * want_scale[1], want_scale[1], s);
+    const uint32_t* row = words + r * nw;
+    for (int64_t k = 0; k < nw; ++k) {
+      for (int64_t i = 0; i < 8; ++i)  // lowest nibble first
+        q[k * 8 + i] = static_cast<float>(static_cast<int32_t>((row[k] >> (4 * i)) & 0xFu) - 8);
     }
+    for (int64_t g = 0; g < want_scale[1]; ++g) {
+      const int64_t end = std::min(in, (g + 1) * group);
+      for (int64_t c = g * group; c < end; ++c)
+        v[c] = q[c] * s[g];  // exact in fp32
+    }
+    bf16_row(v.data(), in, dst + r * in, what, r);
   }
   return w;
 }
@@ -114,16 +161,21 @@ Tensor decompress_mxfp4(const Tensor& blocks, const Tensor& scales, std::string_
   uint16_t* dst = w.mutable_data<uint16_t>();
   const uint8_t* b = blocks.data<uint8_t>();
   const uint8_t* s = scales.data<uint8_t>();
+  float e2m1[16];
+  for (uint8_t code = 0; code < 16; ++code)
+    e2m1[code] = e2m1_to_f32(code);
+  std::vector<float> v(static_cast<size_t>(in));
   for (int64_t r = 0; r < out; ++r) {
     for (int64_t g = 0; g < groups; ++g) {
       const float scale = e8m0_to_f32(s[r * groups + g]);  // 2^(e - 127); 0xFF is NaN
-      for (int64_t j = 0; j < 16; ++j) {
-        const uint8_t byte = b[(r * groups + g) * 16 + j];
-        const int64_t c = g * kMxfp4Block + 2 * j;
-        dst[r * in + c] = to_bf16_checked(e2m1_to_f32(byte & 0xF) * scale, what, r, c);
-        dst[r * in + c + 1] = to_bf16_checked(e2m1_to_f32(byte >> 4) * scale, what, r, c + 1);
+      const uint8_t* bytes = b + (r * groups + g) * 16;
+      float* o = v.data() + g * kMxfp4Block;
+      for (int64_t j = 0; j < 16; ++j) {  // element 2j in the low nibble
+        o[2 * j] = e2m1[bytes[j] & 0xF] * scale;
+        o[2 * j + 1] = e2m1[bytes[j] >> 4] * scale;
       }
     }
+    bf16_row(v.data(), in, dst + r * in, what, r);
   }
   return w;
 }

@@ -28,3 +28,12 @@ expect group "q['config_groups']['group_0']['weights']['group_size'] = 64" "has 
 expect asymmetric "q['config_groups']['group_0']['weights']['symmetric'] = False" "symmetric 4-bit int weights"
 expect method "q['quant_method'] = 'gptq'" "quant_method is 'gptq'"
 expect format "q['format'] = 'int-quantized'" "'pack-quantized' INT4 only"
+# gpt-oss's fused MXFP4 experts: refused, not silently skipped.
+python3 tests/export/rewrap.py tests/fixtures/models/deepseek_v3_mxfp4 "$work/fused" \
+  model.layers.1.mlp.experts.0.gate_proj.weight_blocks=model.layers.1.mlp.experts.gate_up_proj_blocks
+if "$strata" quantize -q --model "$work/fused" --recipe nvfp4-kv_fp8 --export_path "$work/out_fused" 2> "$work/err"; then
+  echo "FAIL: fused MXFP4 experts were not refused"; exit 1
+fi
+grep -qF "'model.layers.1.mlp.experts.gate_up_proj_blocks' looks like a fused MXFP4 tensor" "$work/err" \
+  || { cat "$work/err"; echo "FAIL: unclear refusal of fused MXFP4 experts"; exit 1; }
+echo "refused fused: $(cat "$work/err")"

@@ -194,6 +194,30 @@ TEST(HfConfig, LanguageConfigNesting) {
   EXPECT_EQ(c.num_experts, 72);
 }
 
+// A wrapper of a wrapper: the language model's config is unwrapped level by level, at most 4.
+TEST(HfConfig, NestedTextConfigUnwrapped) {
+  ModelConfig c = parse(R"({"model_type": "kimi_k25", "vision_config": {"hidden_size": 7},
+    "text_config": {"model_type": "outer_text", "hidden_size": 9,
+      "language_config": {"model_type": "kimi_k2", "hidden_size": 64, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "vocab_size": 384,
+        "quantization_config": {"quant_method": "compressed-tensors"}}}})");
+  EXPECT_EQ(c.text_key, "text_config.language_config");
+  EXPECT_EQ(c.text_model_type, "kimi_k2");
+  EXPECT_EQ(c.hidden_size, 64);  // the innermost language model's
+  EXPECT_EQ(c.num_hidden_layers, 3);
+  ASSERT_TRUE(c.quantization_config.has_value());
+  EXPECT_EQ((*c.quantization_config)["quant_method"], "compressed-tensors");
+  const std::string deep = R"({"model_type": "kimi_k25", "text_config": {"text_config":
+    {"text_config": {"text_config": {"text_config": {"model_type": "kimi_k2"}}}}}})";
+  expect_error([&] { parse(deep); }, {"nested more than 4 levels deep",
+                                      "text_config.text_config.text_config.text_config"});
+  expect_error(
+      [] {
+        parse(R"({"model_type": "x", "text_config": {"text_config": {}, "language_config": {}}})");
+      },
+      {"\"text_config.text_config\" and \"text_config.language_config\"", "ambiguous"});
+}
+
 TEST(HfConfig, Transformers5Spellings) {
   ModelConfig c = parse(R"({"model_type": "llama", "dtype": "bfloat16",
     "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": null,
