@@ -478,25 +478,15 @@ int cmd_inspect(const std::vector<std::string>& argv) {
             "count 0. Headers, config files and KV-cache scales are not counted.\n\n"
             "--json prints one object, schema \"strata.inspect.v1\": schema, dir, model_type,\n"
             "text_model_type, family, multimodal, architectures, num_hidden_layers, dense_layers,\n"
-            "moe_layers, linear_attention_layers, tensors, params, tensor_bytes, bytes_on_disk,
-"
-            "shards [{file, tensors, bytes}], kinds {<kind>: {tensors, params, bytes}} (every
-"
-            "kind), dtypes {<dtype>: {tensors, elements, bytes}}, estimates {nvfp4,
-"
-            "nvfp4_experts_only, fp8: {bytes, quantized_tensors}}, unrecognized [names],
-"
-            "source_quant_method, compression {<kind>: {<layout>: {modules, tensors, bytes}}},
-"
-            "decompressed_tensors [names]. Sizes are in bytes.
-
-"
-            "Source compression (docs/SOURCES.md): per kind of linear module, how many modules
-"
-            "are stored as bf16/f16/f32, DeepSeek FP8 128x128 blocks (fp8_block), compressed-
-"
-            "tensors pack-quantized INT4 (int4_pack gN) or MXFP4 (mxfp4 b32), and the tensors
-"
+            "moe_layers, linear_attention_layers, tensors, params, tensor_bytes, bytes_on_disk,\n"
+            "shards [{file, tensors, bytes}], kinds {<kind>: {tensors, params, bytes}} (every\n"
+            "kind), dtypes {<dtype>: {tensors, elements, bytes}}, estimates {nvfp4,\n"
+            "nvfp4_experts_only, fp8: {bytes, quantized_tensors}}, unrecognized [names],\n"
+            "source_quant_method, compression {<kind>: {<layout>: {modules, tensors, bytes}}},\n"
+            "decompressed_tensors [names]. Sizes are in bytes.\n\n"
+            "Source compression (docs/SOURCES.md): per kind of linear module, how many modules\n"
+            "are stored as bf16/f16/f32, DeepSeek FP8 128x128 blocks (fp8_block), compressed-\n"
+            "tensors pack-quantized INT4 (int4_pack gN) or MXFP4 (mxfp4 b32), and the tensors\n"
             "strata decompresses (to bf16, one layer at a time) when it quantizes them.");
   args.positional("DIR", "checkpoint directory (config.json and safetensors shards)");
   args.flag("--json", "print the report as JSON (schema above) instead of tables");
