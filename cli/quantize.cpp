@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "calib/dataset.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/comm.h"
 #include "engine/quantize.h"
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
@@ -61,6 +63,9 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   args.option("--offload_folder", "DIR",
               "where spilled calibration hidden states go (default: the resume folder)");
   args.flag("--dry-run", "print the plan (formats per module kind, output size, memory) and stop");
+  args.option("--log_dir", "DIR",
+              "under mpirun: every rank also writes its log to DIR/rank-<r>.log (rank 0 alone "
+              "prints progress; see docs/SCALEOUT.md)");
   args.flag("--quiet,-q", "only warnings and errors");
   if (!args.parse(argv)) return 0;
   if (args.flag_set("--quiet")) log_set_level(LogLevel::kWarn);
@@ -104,7 +109,42 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   const double mem_gb = args.get_double("--max_cpu_memory_gb");
   STRATA_CHECK(mem_gb >= 0, "--max_cpu_memory_gb must not be negative");
   job.max_cpu_memory_bytes = static_cast<uint64_t>(mem_gb * 1024.0 * 1024.0 * 1024.0);
-  QuantizeResult r = run_quantize(job);
+  // Under an MPI launcher (mpirun -np N strata quantize ...) every rank runs this job; an error
+  // on any rank ends them all (docs/SCALEOUT.md).
+  Comm& comm = world();
+  const int rank = comm.rank(), ranks = comm.size();
+  job.comm = &comm;
+  std::FILE* log_file = nullptr;
+  if (ranks > 1 || args.get_optional("--log_dir")) {
+    if (auto dir = args.get_optional("--log_dir")) {
+      std::error_code ec;
+      std::filesystem::create_directories(*dir, ec);
+      const std::string path = *dir + "/rank-" + std::to_string(rank) + ".log";
+      log_file = std::fopen(path.c_str(), "w");
+      STRATA_CHECK(log_file, path, ": cannot open the rank's log file; check --log_dir");
+    }
+    log_set_rank_output(ranks > 1 ? str("rank ", rank, ": ") : std::string(),
+                        rank == 0 ? LogLevel::kDebug : LogLevel::kWarn, log_file);
+  }
+  QuantizeResult r;
+  try {
+    if (rank == 0 && ranks > 1)
+      log_info(ranks, " ranks (", comm.describe(), "), micro-batches split among them");
+    r = run_quantize(job);
+  } catch (const std::exception& e) {
+    if (ranks == 1) throw;
+    // Collective: this rank says why, then every rank stops (MPI_Abort), in bounded time.
+    const bool bad_input = dynamic_cast<const Error*>(&e) != nullptr;
+    std::fprintf(stderr, "strata quantize: error: rank %d of %d: %s%s\n", rank, ranks, e.what(),
+                 bad_input ? "" : " (an internal error: a bug in strata, please report it)");
+    std::fflush(stderr);
+    if (log_file) std::fprintf(log_file, "error: %s\n", e.what()), std::fflush(log_file);
+    comm.abort(bad_input ? 1 : 3);
+  }
+  std::vector<std::string> read_per_rank;
+  if (ranks > 1) read_per_rank = comm.allgather(std::to_string(r.export_bytes_read));
+  comm_finalize();
+  if (rank != 0) return 0;
 
   std::printf("quantized %s -> %s with %s in %.1f s%s\n", job.model_dir.c_str(),
               job.export_path.c_str(), r.plan.recipe.name.c_str(), r.seconds,
@@ -137,6 +177,12 @@ int cmd_quantize(const std::vector<std::string>& argv) {
               r.memory.spilled ? " (activation store spilled)" : "",
               static_cast<double>(r.memory.minimum()) * to_mib);
   std::printf("memory bound: %s\n", r.memory.describe().c_str());
+  if (ranks > 1) {
+    std::printf("ranks: %d; checkpoint bytes each rank read to write its tensors:", ranks);
+    for (const std::string& b : read_per_rank)
+      std::printf(" %s", b.c_str());
+    std::printf("\n");
+  }
   return 0;
 }
 

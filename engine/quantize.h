@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "calib/dataset.h"
+#include "engine/comm.h"
 #include "engine/plan.h"
 #include "export/modelopt.h"
 
@@ -38,6 +39,9 @@ struct QuantizeJob {
   // whose minimum (MemoryEstimate::minimum) exceeds it is refused up front.
   uint64_t max_cpu_memory_bytes = 0;
   std::string version;  // producer version written to the config files
+  // The ranks of a scaled-out run (engine/comm.h, docs/SCALEOUT.md); nullptr: a single process.
+  // Every rank runs run_quantize with the same job; the output does not depend on the rank count.
+  Comm* comm = nullptr;
 };
 
 // Host memory a run needs, an upper bound on its peak RSS (docs/QUANTIZE.md "Memory and
@@ -84,6 +88,8 @@ struct QuantizeResult {
   int64_t resumed_at_step = 0;
   MemoryEstimate memory;
   double seconds = 0.0;
+  // Checkpoint bytes this rank read to write its tensors (all of them when single-process).
+  uint64_t export_bytes_read = 0;
 };
 
 // Everything `--dry-run` prints: formats per kind, which rule decided, estimated output size and
