@@ -142,7 +142,7 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     comm.abort(bad_input ? 1 : 3);
   }
   std::vector<std::string> read_per_rank;
-  if (ranks > 1) read_per_rank = comm.allgather(std::to_string(r.export_bytes_read));
+  if (ranks > 1) read_per_rank = comm.allgather(std::to_string(r.bytes_read));
   comm_finalize();
   if (rank != 0) return 0;
 
@@ -178,10 +178,15 @@ int cmd_quantize(const std::vector<std::string>& argv) {
               static_cast<double>(r.memory.minimum()) * to_mib);
   std::printf("memory bound: %s\n", r.memory.describe().c_str());
   if (ranks > 1) {
-    std::printf("ranks: %d; checkpoint bytes each rank read to write its tensors:", ranks);
-    for (const std::string& b : read_per_rank)
+    std::printf("ranks: %d; checkpoint bytes read per rank:", ranks);
+    uint64_t sum = 0;
+    for (const std::string& b : read_per_rank) {
       std::printf(" %s", b.c_str());
-    std::printf("\n");
+      sum += std::stoull(b);
+    }
+    std::printf(" (sum %llu)\n", static_cast<unsigned long long>(sum));
+  } else {
+    std::printf("checkpoint bytes read: %llu\n", static_cast<unsigned long long>(r.bytes_read));
   }
   return 0;
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 
 #include "core/error.h"
@@ -55,6 +56,42 @@ void allreduce_calibration(Comm& comm, MaxCalibrator& calib) {
   for (const std::string& bytes : all)
     merge_calibration(bytes, merged);
   calib = std::move(merged);
+}
+
+void share_tensors(Comm& comm, const Checkpoint& ckpt, const std::vector<std::string>& names,
+                   const std::function<int(const std::string&)>& owner) {
+  if (comm.size() == 1) return;
+  // Per owner, its tensors back to back in `names` order: one broadcast per rank.
+  for (int r = 0; r < comm.size(); ++r) {
+    uint64_t total = 0;
+    for (const std::string& n : names) {
+      if (owner(n) != r) continue;
+      const TensorEntry& e = ckpt.entry(n);
+      total += e.end - e.begin;
+    }
+    if (total == 0) continue;
+    std::vector<uint8_t> buf(total);
+    if (r == comm.rank()) {
+      uint64_t at = 0;
+      for (const std::string& n : names) {
+        if (owner(n) != r) continue;
+        const Tensor t = ckpt.tensor(n);
+        std::memcpy(buf.data() + at, t.bytes(), t.nbytes());
+        at += t.nbytes();
+      }
+    }
+    comm.broadcast(buf.data(), buf.size(), r);
+    uint64_t at = 0;
+    for (const std::string& n : names) {
+      if (owner(n) != r) continue;
+      const TensorEntry& e = ckpt.entry(n);
+      const uint64_t nb = e.end - e.begin;
+      auto copy = std::make_shared<std::vector<uint8_t>>(buf.begin() + static_cast<int64_t>(at),
+                                                         buf.begin() + static_cast<int64_t>(at + nb));
+      ckpt.hold(n, std::move(copy));
+      at += nb;
+    }
+  }
 }
 
 ResumeState agree_resume_state(const Comm& comm, const std::string& manifest,

@@ -8,12 +8,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "calib/max_calib.h"
 #include "engine/comm.h"
 #include "engine/resume.h"
+#include "io/checkpoint.h"
 
 namespace strata {
 
@@ -35,6 +37,11 @@ ResumeState agree_resume_state(const Comm& comm, const std::string& manifest,
                                const std::map<std::string, std::string>& identity);
 // Refuses ranks that disagree on the step to resume at.
 void check_same_step(Comm& comm, int64_t next_step);
+
+// Every rank gets `names` held in memory (Checkpoint::hold): each tensor is read from the file by
+// the rank owner(name) names alone and broadcast, so that the checkpoint is read once in total.
+void share_tensors(Comm& comm, const Checkpoint& ckpt, const std::vector<std::string>& names,
+                   const std::function<int(const std::string&)>& owner);
 
 // Test hook (tests/engine/mpi_test.sh): STRATA_TEST_FAIL_RANK=r and STRATA_TEST_FAIL_LAYER=l make
 // rank r throw a strata::Error when it starts decoder layer l.

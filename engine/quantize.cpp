@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <map>
 #include <optional>
@@ -468,6 +469,10 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     commit(1, "", "");
   }
 
+  // With ranks, tensors every rank needs are read by their writer and broadcast.
+  const std::function<int(const std::string&)> owner = [&exporter](const std::string& n) {
+    return exporter.owner_of(n);
+  };
   std::vector<Batch> batches;
   std::unique_ptr<ActivationStore> store;
   std::vector<float> buf;  // one micro-batch, fp32 [T_b, H]
@@ -488,6 +493,8 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     }
     buf.resize(static_cast<size_t>(most * fwd->hidden_size()));
     if (state.hidden_file.empty()) {
+      const std::vector<std::string>& head = exporter.step_sources(0);
+      share_tensors(comm, ckpt, head, owner);  // the embedding, read by one rank
       store->begin(1);
       for (size_t b = 0; b < batches.size(); ++b) {
         if (!store->owns(b)) continue;
@@ -495,6 +502,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
         store->write(b, buf.data());
       }
       store->commit(resume_dir, false);
+      if (comm.size() > 1) exporter.release_source(0);
     } else {
       store->load((fs::path(resume_dir) / state.hidden_file).string());
     }
@@ -507,6 +515,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   // function of the checkpoint, so the results do not depend on the overlap.
   std::future<std::unique_ptr<DecoderLayer>> prefetch;
   auto fetch = [&](int64_t l) {
+    share_tensors(comm, ckpt, exporter.step_sources(l + 1), owner);  // each read by one rank
     return std::async(std::launch::async, [&fwd, l]() { return fwd->layer(l); });
   };
   if (result.calibrated && first_layer < plan.num_layers) prefetch = fetch(first_layer);
@@ -546,7 +555,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     exporter.write_tail(calib);
     commit(plan.num_layers + 2, "", "");
   }
-  result.export_bytes_read = exporter.bytes_read();
+  result.bytes_read = ckpt.bytes_read();
   if (lead) {
     result.files = exporter.finish();
     // The manifest goes first: once it is gone the export is complete.

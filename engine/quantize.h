@@ -88,8 +88,9 @@ struct QuantizeResult {
   int64_t resumed_at_step = 0;
   MemoryEstimate memory;
   double seconds = 0.0;
-  // Checkpoint bytes this rank read to write its tensors (all of them when single-process).
-  uint64_t export_bytes_read = 0;
+  // Checkpoint tensor bytes this rank read from the files (every tensor when single-process;
+  // with ranks each tensor is read by one rank, so the ranks' sum is one read of the checkpoint).
+  uint64_t bytes_read = 0;
 };
 
 // Everything `--dry-run` prints: formats per kind, which rule decided, estimated output size and

@@ -309,11 +309,23 @@ void ModeloptExporter::assign_owners(const std::vector<std::string>& names) {
     owner_[names[i]] = unit_owner[unit_of[i]];
 }
 
-bool ModeloptExporter::owns(const std::string& name) const {
-  if (ranks_ == 1) return true;
+int ModeloptExporter::owner_of(const std::string& name) const {
+  if (ranks_ == 1) return 0;
   auto it = owner_.find(name);
   STRATA_ASSERT(it != owner_.end(), "no owner for '", name, "'");
-  return it->second == rank_;
+  return it->second;
+}
+
+bool ModeloptExporter::owns(const std::string& name) const {
+  return owner_of(name) == rank_;
+}
+
+const std::vector<std::string>& ModeloptExporter::step_sources(int64_t step) const {
+  static const std::vector<std::string> none;
+  if (step == 0) return head_tensors_;
+  if (step == plan_.num_layers + 1) return tail_tensors_;
+  auto it = layer_tensors_.find(step - 1);
+  return it == layer_tensors_.end() ? none : it->second;
 }
 
 void ModeloptExporter::write_tensors(const std::vector<std::string>& names,
@@ -323,10 +335,6 @@ void ModeloptExporter::write_tensors(const std::vector<std::string>& names,
       for (const TensorSpec& t : outputs_of({name}))
         writer_->skip(t.name);
       continue;
-    }
-    {
-      const TensorEntry& e = ckpt_.entry(name);
-      bytes_read_ += e.end - e.begin;
     }
     if (name.ends_with(".weight")) {
       const PlannedModule* m = plan_.find(std::string_view(name).substr(0, name.size() - 7));

@@ -81,8 +81,10 @@ class ModeloptExporter {
   // equal source bytes; k/v cache scales belong to rank 0. Rank 0 publishes shards and writes
   // the index and config files (finish()); the output bytes do not depend on the rank count.
   void set_ranks(int rank, int ranks);
-  // Source bytes of the checkpoint tensors this rank has read to write its tensors so far.
-  uint64_t bytes_read() const { return bytes_read_; }
+  // The rank that writes checkpoint tensor `name` (0 when single-process).
+  int owner_of(const std::string& name) const;
+  // The checkpoint tensors step `step` reads (0 the head, 1..num_layers the layers, then the tail).
+  const std::vector<std::string>& step_sources(int64_t step) const;
 
   // The exclude list (format.md §5) for this plan, summarised with trailing-* prefixes that
   // cover no quantized module under vLLM's matching (substring or fnmatch). Sorted.
@@ -114,7 +116,6 @@ class ModeloptExporter {
   std::vector<std::string> written_;  // shard names after finish
   int rank_ = 0, ranks_ = 1;
   std::map<std::string, int> owner_;  // checkpoint tensor -> rank writing it (when ranks_ > 1)
-  uint64_t bytes_read_ = 0;
 };
 
 }  // namespace strata

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Ranks under mpirun give the bytes of one process (docs/SCALEOUT.md), file for file (sha256 of
 # every file): `mpirun -np 2` and `-np 3` on CPU ranks, oversubscribed; a run of 2 ranks stopped
-# mid-way and resumed with 3 ranks, and one of 3 ranks resumed by a single process.
+# mid-way and resumed with 3 ranks, and one of 3 ranks resumed by a single process; the bytes the
+# ranks read of the checkpoint add up to one process's (each tensor read by one rank).
 #   tests/engine/mpi_test.sh STRATA MODEL [failure]
 # With "failure": one rank that fails (test hook STRATA_TEST_FAIL_RANK/STRATA_TEST_FAIL_LAYER of
 # engine/parallel.h) or is killed makes the others stop with a non-zero exit in bounded time, and
@@ -44,7 +45,9 @@ same() {  # dir, what
 ranks_of() { pgrep -P "$(pgrep -P "$1" mpirun)" strata; }  # of `timeout mpirun` with pid $1
 next_step() { grep -o '"next_step": *[0-9]*' "$1.strata_resume/manifest.json" 2> /dev/null | grep -o '[0-9]*$' || echo 0; }
 
-"$strata" "${args[@]}" -q --export_path "$work/ref" > /dev/null
+"$strata" "${args[@]}" -q --export_path "$work/ref" > "$work/ref.out"
+one_read=$(sed -n 's/^checkpoint bytes read: //p' "$work/ref.out")
+[ -n "$one_read" ] || fail "one process reported no bytes read"
 sums "$work/ref" > "$work/ref.sums"
 [ "$(wc -l < "$work/ref.sums")" -ge 5 ] || fail "reference export has too few files"
 
@@ -54,6 +57,9 @@ if [ "$mode" != failure ]; then
     same "$work/np$n" "-np $n"
     grep -q "^wrote " "$work/np$n.out" || fail "-np $n: rank 0 printed no summary"
     [ "$(grep -c "^wrote " "$work/np$n.out")" -eq 1 ] || fail "-np $n: more than one rank printed the summary"
+    # Each tensor read by one rank: the ranks' reads add up to one process's.
+    sum=$(sed -n 's/^ranks: .*(sum \([0-9]*\))$/\1/p' "$work/np$n.out")
+    [ "$sum" = "$one_read" ] || { grep "^ranks:" "$work/np$n.out"; fail "-np $n read $sum bytes in total, one process $one_read"; }
     for ((r = 0; r < n; r++)); do [ -s "$work/logs$n/rank-$r.log" ] || fail "-np $n: no log of rank $r"; done
   done
   # Every rank killed (SIGKILL) once a layer is committed, resumed with another rank count:
