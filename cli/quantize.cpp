@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "calib/dataset.h"
 #include "cli/args.h"
@@ -14,6 +16,7 @@
 #include "engine/quantize.h"
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
+#include "ops/ops.h"
 
 namespace strata::cli {
 
@@ -125,6 +128,11 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     }
     log_set_rank_output(ranks > 1 ? str("rank ", rank, ": ") : std::string(),
                         rank == 0 ? LogLevel::kDebug : LogLevel::kWarn, log_file);
+  }
+  // CPU ranks on one host split its cores, unless OMP_NUM_THREADS says otherwise.
+  if (comm.local_size() > 1 && !std::getenv("OMP_NUM_THREADS")) {
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    ops::set_threads(std::max(1, cores / comm.local_size()));
   }
   QuantizeResult r;
   try {

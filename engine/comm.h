@@ -19,6 +19,8 @@ class Comm {
   virtual ~Comm() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Ranks on this host (they share its cores).
+  virtual int local_size() const { return 1; }
   // Element-wise, in place, over every rank.
   virtual void allreduce_max(float* data, size_t n) = 0;
   virtual void allreduce_sum(uint64_t* data, size_t n) = 0;

@@ -39,6 +39,11 @@ class MpiComm final : public Comm {
     check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    MPI_Comm local;
+    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local),
+          "MPI_Comm_split_type");
+    MPI_Comm_size(local, &local_size_);
+    MPI_Comm_free(&local);
     char lib[MPI_MAX_LIBRARY_VERSION_STRING];
     int len = 0;
     MPI_Get_library_version(lib, &len);
@@ -47,6 +52,7 @@ class MpiComm final : public Comm {
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int local_size() const override { return local_size_; }
   void allreduce_max(float* data, size_t n) override {
     for (size_t i = 0; i < n; i += kPiece / 4) {
       const int c = static_cast<int>(std::min(n - i, kPiece / 4));
@@ -128,7 +134,7 @@ class MpiComm final : public Comm {
   std::string describe() const override { return describe_; }
 
  private:
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, local_size_ = 1;
   std::string describe_;
 };
 
