@@ -29,7 +29,10 @@ int cmd_quantize(const std::vector<std::string>& argv) {
             "TensorRT-LLM. Calibration is max calibration over the calibration tokens "
             "(docs/QUANTIZE.md).\n"
             "The format comes from --recipe, or from --qformat and --kv_cache_qformat as hf_ptq.py "
-            "names them.");
+            "names them.\n"
+            "Under an MPI launcher (mpirun -np N strata quantize ...) N ranks share the work and "
+            "write\n"
+            "the same bytes as one process (docs/SCALEOUT.md).");
   args.option("--model,--pyt_ckpt_path", "DIR", "the Hugging Face checkpoint to quantize");
   args.option("--export_path", "DIR",
               "where to write the quantized checkpoint (created; must be empty unless it holds an "

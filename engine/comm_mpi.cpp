@@ -98,9 +98,9 @@ class MpiComm final : public Comm {
                                       std::vector<int64_t>* recv_counts) override {
     STRATA_ASSERT(send_counts.size() == static_cast<size_t>(size_), "alltoallv counts");
     std::vector<int64_t> rc(static_cast<size_t>(size_), 0);
-    check(MPI_Alltoall(send_counts.data(), 1, MPI_INT64_T, rc.data(), 1, MPI_INT64_T,
-                       MPI_COMM_WORLD),
-          "MPI_Alltoall");
+    check(
+        MPI_Alltoall(send_counts.data(), 1, MPI_INT64_T, rc.data(), 1, MPI_INT64_T, MPI_COMM_WORLD),
+        "MPI_Alltoall");
     MPI_Datatype row;
     check(MPI_Type_contiguous(static_cast<int>(row_bytes), MPI_BYTE, &row), "MPI_Type_contiguous");
     MPI_Type_commit(&row);

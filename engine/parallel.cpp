@@ -86,8 +86,8 @@ void share_tensors(Comm& comm, const Checkpoint& ckpt, const std::vector<std::st
       if (owner(n) != r) continue;
       const TensorEntry& e = ckpt.entry(n);
       const uint64_t nb = e.end - e.begin;
-      auto copy = std::make_shared<std::vector<uint8_t>>(buf.begin() + static_cast<int64_t>(at),
-                                                         buf.begin() + static_cast<int64_t>(at + nb));
+      auto copy = std::make_shared<std::vector<uint8_t>>(
+          buf.begin() + static_cast<int64_t>(at), buf.begin() + static_cast<int64_t>(at + nb));
       ckpt.hold(n, std::move(copy));
       at += nb;
     }

@@ -100,10 +100,13 @@ std::string slurp(const std::string& path) {
 // store writing them all; spilled and in memory. A store of another rank count reads them back.
 TEST(Parallel, RanksWriteOneProcessesHiddenFile) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("strata_parallel_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("strata_parallel_" + std::to_string(::getpid()));
   const std::vector<int64_t> rows = {3, 1, 2, 3, 2};
   const int64_t H = 4;
-  auto value = [](size_t b, int64_t i) { return static_cast<float>(b * 16 + static_cast<size_t>(i)) * 0.25f; };  // bf16-exact };
+  auto value = [](size_t b, int64_t i) {
+    return static_cast<float>(b * 16 + static_cast<size_t>(i)) * 0.25f;
+  };  // bf16-exact };
   for (bool spill : {false, true}) {
     fs::remove_all(dir);
     fs::create_directories(dir / "one");
