@@ -19,8 +19,10 @@ class Comm {
   virtual ~Comm() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // Ranks on this host (they share its cores).
+  // Ranks on this host (they share its cores and GPUs) and this rank's index among them: in CUDA
+  // mode rank local_rank() uses GPU local_rank() (one rank per GPU).
   virtual int local_size() const { return 1; }
+  virtual int local_rank() const { return 0; }
   // Element-wise, in place, over every rank.
   virtual void allreduce_max(float* data, size_t n) = 0;
   virtual void allreduce_sum(uint64_t* data, size_t n) = 0;

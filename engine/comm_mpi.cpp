@@ -43,6 +43,7 @@ class MpiComm final : public Comm {
     check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local),
           "MPI_Comm_split_type");
     MPI_Comm_size(local, &local_size_);
+    MPI_Comm_rank(local, &local_rank_);
     MPI_Comm_free(&local);
     char lib[MPI_MAX_LIBRARY_VERSION_STRING];
     int len = 0;
@@ -53,6 +54,7 @@ class MpiComm final : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int local_size() const override { return local_size_; }
+  int local_rank() const override { return local_rank_; }
   void allreduce_max(float* data, size_t n) override {
     for (size_t i = 0; i < n; i += kPiece / 4) {
       const int c = static_cast<int>(std::min(n - i, kPiece / 4));
@@ -134,7 +136,7 @@ class MpiComm final : public Comm {
   std::string describe() const override { return describe_; }
 
  private:
-  int rank_ = 0, size_ = 1, local_size_ = 1;
+  int rank_ = 0, size_ = 1, local_size_ = 1, local_rank_ = 0;
   std::string describe_;
 };
 

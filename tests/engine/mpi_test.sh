@@ -20,6 +20,8 @@ trap 'rm -rf "$work"' EXIT
 # Tests run as root in CI; local ranks over shared memory without single-copy (containers).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+# Under the sanitizers: Open MPI's own allocations outlive MPI_Finalize (not strata's leaks).
+export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$PWD/tests/engine/mpi_lsan.supp"
 launch=(timeout 120 mpirun --oversubscribe --bind-to none)  # a hang fails, it does not stall CI
 mpi() {  # N, args...
   local n=$1; shift
