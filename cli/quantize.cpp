@@ -104,8 +104,11 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     ModelConfig config = read_model_config(job.model_dir);
     Checkpoint ckpt = Checkpoint::open(job.model_dir);
     QuantPlan plan = make_plan(config, ckpt, job.recipe);
-    std::fputs(describe_plan(plan, ckpt, job.calib, config.hidden_size, job.batch_size).c_str(),
-               stdout);
+    const bool print = world().rank() == 0;  // under mpirun, rank 0 alone
+    comm_finalize();
+    if (print)
+      std::fputs(describe_plan(plan, ckpt, job.calib, config.hidden_size, job.batch_size).c_str(),
+                 stdout);
     return 0;
   }
   job.export_path = args.get("--export_path");
