@@ -12,8 +12,9 @@
 // --arch llama (the default; hidden 2048, intermediate 5632, 16/4 heads of 128, vocab 32000).
 // --arch qwen3_moe: Qwen3-30B-A3B's shapes (hidden 2048, 32/4 heads of 128 with q/k norms, 128
 // experts of width 768, top-8, vocab 151936) with fewer layers; --intermediate sets the expert
-// width. The config.json is the one transformers 5.17 writes for Qwen3MoeForCausalLM.
-// Layers: --layers N, or else (G GiB - embedding - lm_head) / one layer's bytes, at least 1.
+// width, --experts and --top_k the routed experts. The config.json is the one transformers 5.17
+// writes for Qwen3MoeForCausalLM. Layers: --layers N, or else (G GiB - embedding - lm_head) / one
+// layer's bytes, at least 1.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -165,9 +166,10 @@ struct Shapes {
 
 int main(int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') {
-    std::fprintf(stderr,
-                 "usage: make_synthetic DIR [--arch llama|qwen3_moe] [--gib G] [--layers N] "
-                 "[--threads T] [--hidden H] [--intermediate I] [--vocab V]\n");
+    std::fprintf(
+        stderr,
+        "usage: make_synthetic DIR [--arch llama|qwen3_moe] [--gib G] [--layers N] "
+        "[--threads T] [--hidden H] [--intermediate I] [--vocab V] [--experts E] [--top_k K]\n");
     return 2;
   }
   const fs::path dir = argv[1];
@@ -175,7 +177,7 @@ int main(int argc, char** argv) {
   int64_t layers = 0;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   Shapes s;
-  int64_t hidden = 0, inter = 0, vocab = 0;
+  int64_t hidden = 0, inter = 0, vocab = 0, experts = 0, top_k = 0;
   for (int i = 2; i < argc; i += 2) {
     const std::string a = argv[i];
     if (i + 1 >= argc) {
@@ -195,6 +197,10 @@ int main(int argc, char** argv) {
       inter = std::atoll(v);
     else if (a == "--vocab")
       vocab = std::atoll(v);
+    else if (a == "--experts")
+      experts = std::atoll(v);
+    else if (a == "--top_k")
+      top_k = std::atoll(v);
     else if (a == "--arch")
       s.arch = v;
     else {
@@ -212,6 +218,8 @@ int main(int argc, char** argv) {
   if (hidden > 0) s.H = hidden;
   if (inter > 0) s.I = inter;
   if (vocab > 0) s.V = vocab;
+  if (s.arch == "qwen3_moe" && experts > 0) s.experts = experts;
+  if (s.arch == "qwen3_moe" && top_k > 0) s.top_k = std::min(top_k, s.experts);
   if (s.arch == "llama")
     s.heads = std::max<int64_t>(s.H / s.head_dim, 1),
     s.kv_heads = std::max<int64_t>(s.heads / 4, 1);

@@ -19,6 +19,18 @@ void MaxCalibrator::observe(std::string_view name, const float* x, int64_t rows,
   }
 }
 
+void MaxCalibrator::merge(std::string_view name, const Stat& s) {
+  auto it = stats_.find(name);
+  if (it == stats_.end()) it = stats_.emplace(std::string(name), Stat{}).first;
+  Stat& t = it->second;
+  t.rows += s.rows;
+  if (std::isnan(s.amax) || std::isnan(t.amax)) {
+    t.amax = NAN;
+  } else if (s.amax > t.amax) {
+    t.amax = s.amax;
+  }
+}
+
 const MaxCalibrator::Stat* MaxCalibrator::find(std::string_view name) const {
   auto it = stats_.find(name);
   return it == stats_.end() ? nullptr : &it->second;

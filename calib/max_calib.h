@@ -26,6 +26,8 @@ class MaxCalibrator : public Observer {
   const Stat* find(std::string_view name) const;
   const std::map<std::string, Stat, std::less<>>& stats() const { return stats_; }
   void clear() { stats_.clear(); }
+  // Adds statistics observed elsewhere (another rank): amax the max (NaN sticky), rows the sum.
+  void merge(std::string_view name, const Stat& s);
 
  private:
   std::map<std::string, Stat, std::less<>> stats_;

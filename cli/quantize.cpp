@@ -3,15 +3,20 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
 
 #include "calib/dataset.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/comm.h"
 #include "engine/quantize.h"
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
+#include "ops/ops.h"
 
 namespace strata::cli {
 
@@ -24,7 +29,10 @@ int cmd_quantize(const std::vector<std::string>& argv) {
             "TensorRT-LLM. Calibration is max calibration over the calibration tokens "
             "(docs/QUANTIZE.md).\n"
             "The format comes from --recipe, or from --qformat and --kv_cache_qformat as hf_ptq.py "
-            "names them.");
+            "names them.\n"
+            "Under an MPI launcher (mpirun -np N strata quantize ...) N ranks share the work and "
+            "write\n"
+            "the same bytes as one process (docs/SCALEOUT.md).");
   args.option("--model,--pyt_ckpt_path", "DIR", "the Hugging Face checkpoint to quantize");
   args.option("--export_path", "DIR",
               "where to write the quantized checkpoint (created; must be empty unless it holds an "
@@ -64,6 +72,9 @@ int cmd_quantize(const std::vector<std::string>& argv) {
             "MXFP4 source weights given NVFP4 are converted in closed form, exactly (no weight "
             "calibration; docs/SOURCES.md says when it applies); default: requantize them");
   args.flag("--dry-run", "print the plan (formats per module kind, output size, memory) and stop");
+  args.option("--log_dir", "DIR",
+              "under mpirun: every rank also writes its log to DIR/rank-<r>.log (rank 0 alone "
+              "prints progress; see docs/SCALEOUT.md)");
   args.flag("--quiet,-q", "only warnings and errors");
   if (!args.parse(argv)) return 0;
   if (args.flag_set("--quiet")) log_set_level(LogLevel::kWarn);
@@ -96,8 +107,11 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     ModelConfig config = read_model_config(job.model_dir);
     Checkpoint ckpt = Checkpoint::open(job.model_dir);
     QuantPlan plan = make_plan(config, ckpt, job.recipe);
-    std::fputs(describe_plan(plan, ckpt, job.calib, config.hidden_size, job.batch_size).c_str(),
-               stdout);
+    const bool print = world().rank() == 0;  // under mpirun, rank 0 alone
+    comm_finalize();
+    if (print)
+      std::fputs(describe_plan(plan, ckpt, job.calib, config.hidden_size, job.batch_size).c_str(),
+                 stdout);
     return 0;
   }
   job.export_path = args.get("--export_path");
@@ -108,7 +122,47 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   const double mem_gb = args.get_double("--max_cpu_memory_gb");
   STRATA_CHECK(mem_gb >= 0, "--max_cpu_memory_gb must not be negative");
   job.max_cpu_memory_bytes = static_cast<uint64_t>(mem_gb * 1024.0 * 1024.0 * 1024.0);
-  QuantizeResult r = run_quantize(job);
+  // Under an MPI launcher (mpirun -np N strata quantize ...) every rank runs this job; an error
+  // on any rank ends them all (docs/SCALEOUT.md).
+  Comm& comm = world();
+  const int rank = comm.rank(), ranks = comm.size();
+  job.comm = &comm;
+  std::FILE* log_file = nullptr;
+  if (ranks > 1 || args.get_optional("--log_dir")) {
+    if (auto dir = args.get_optional("--log_dir")) {
+      std::error_code ec;
+      std::filesystem::create_directories(*dir, ec);
+      const std::string path = *dir + "/rank-" + std::to_string(rank) + ".log";
+      log_file = std::fopen(path.c_str(), "w");
+      STRATA_CHECK(log_file, path, ": cannot open the rank's log file; check --log_dir");
+    }
+    log_set_rank_output(ranks > 1 ? str("rank ", rank, ": ") : std::string(),
+                        rank == 0 ? LogLevel::kDebug : LogLevel::kWarn, log_file);
+  }
+  // CPU ranks on one host split its cores, unless OMP_NUM_THREADS says otherwise.
+  if (comm.local_size() > 1 && !std::getenv("OMP_NUM_THREADS")) {
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    ops::set_threads(std::max(1, cores / comm.local_size()));
+  }
+  QuantizeResult r;
+  try {
+    if (rank == 0 && ranks > 1)
+      log_info(ranks, " ranks (", comm.describe(), "), micro-batches split among them");
+    r = run_quantize(job);
+  } catch (const std::exception& e) {
+    if (ranks == 1) throw;
+    // Collective: this rank says why, then every rank stops (MPI_Abort), in bounded time.
+    const bool bad_input = dynamic_cast<const Error*>(&e) != nullptr;
+    std::fprintf(stderr, "strata quantize: error: rank %d of %d: %s%s\n", rank, ranks, e.what(),
+                 bad_input ? "" : " (an internal error: a bug in strata, please report it)");
+    std::fflush(stderr);
+    if (log_file) std::fprintf(log_file, "error: %s\n", e.what()), std::fflush(log_file);
+    comm.abort(bad_input ? 1 : 3);
+  }
+  std::vector<std::string> read_per_rank;
+  if (ranks > 1) read_per_rank = comm.allgather(std::to_string(r.bytes_read));
+  comm_finalize();
+  if (rank != 0) return 0;
 
   std::printf("quantized %s -> %s with %s in %.1f s%s\n", job.model_dir.c_str(),
               job.export_path.c_str(), r.plan.recipe.name.c_str(), r.seconds,
@@ -141,6 +195,17 @@ int cmd_quantize(const std::vector<std::string>& argv) {
               r.memory.spilled ? " (activation store spilled)" : "",
               static_cast<double>(r.memory.minimum()) * to_mib);
   std::printf("memory bound: %s\n", r.memory.describe().c_str());
+  if (ranks > 1) {
+    std::printf("ranks: %d; checkpoint bytes read per rank:", ranks);
+    uint64_t sum = 0;
+    for (const std::string& b : read_per_rank) {
+      std::printf(" %s", b.c_str());
+      sum += std::stoull(b);
+    }
+    std::printf(" (sum %llu)\n", static_cast<unsigned long long>(sum));
+  } else {
+    std::printf("checkpoint bytes read: %llu\n", static_cast<unsigned long long>(r.bytes_read));
+  }
   return 0;
 }
 

@@ -8,6 +8,9 @@ namespace strata {
 namespace {
 std::atomic<LogLevel> g_level{LogLevel::kInfo};
 std::mutex g_mutex;
+std::string g_prefix;
+LogLevel g_stderr_level = LogLevel::kDebug;
+std::FILE* g_file = nullptr;
 
 const char* level_tag(LogLevel level) {
   switch (level) {
@@ -25,7 +28,19 @@ LogLevel log_level() { return g_level.load(std::memory_order_relaxed); }
 
 void log_write(LogLevel level, const std::string& message) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  std::fprintf(stderr, "strata: %s: %s\n", level_tag(level), message.c_str());
+  if (level >= g_stderr_level)
+    std::fprintf(stderr, "strata: %s%s: %s\n", g_prefix.c_str(), level_tag(level), message.c_str());
+  if (g_file) {
+    std::fprintf(g_file, "strata: %s%s: %s\n", g_prefix.c_str(), level_tag(level), message.c_str());
+    std::fflush(g_file);
+  }
+}
+
+void log_set_rank_output(const std::string& prefix, LogLevel stderr_level, std::FILE* file) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_prefix = prefix;
+  g_stderr_level = stderr_level;
+  g_file = file;
 }
 
 }  // namespace strata

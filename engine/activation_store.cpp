@@ -54,17 +54,19 @@ void close_fd(int& fd) {
 }  // namespace
 
 ActivationStore::ActivationStore(std::vector<int64_t> rows, int64_t hidden, DType dtype, bool spill,
-                                 std::string spill_dir)
+                                 std::string spill_dir, std::vector<bool> owned)
     : rows_(std::move(rows)),
       hidden_(hidden),
       dtype_(dtype),
       spill_(spill),
-      spill_dir_(std::move(spill_dir)) {
+      spill_dir_(std::move(spill_dir)),
+      owned_(std::move(owned)) {
   STRATA_ASSERT(dtype_ == DType::kBF16 || dtype_ == DType::kF32, "activation store dtype");
+  STRATA_ASSERT(owned_.empty() || owned_.size() == rows_.size(), "activation store owners");
   if (!spill_) {
     mem_.resize(rows_.size());
     for (size_t b = 0; b < rows_.size(); ++b)
-      mem_[b].resize(static_cast<size_t>(rows_[b] * hidden_) * elem_bytes(dtype_));
+      if (owns(b)) mem_[b].resize(static_cast<size_t>(rows_[b] * hidden_) * elem_bytes(dtype_));
   }
 }
 
@@ -98,12 +100,33 @@ std::string ActivationStore::layout_head(const std::string& path,
   return layout.head;
 }
 
+// Shared by ranks: created if absent, sized to the whole layout (never truncated: another rank may
+// have written its micro-batches already), the header written (the same bytes by every rank).
+int ActivationStore::open_shared(const std::string& path, int access, const std::string& head,
+                                 const std::vector<uint64_t>& offsets) const {
+  const int fd = ::open(path.c_str(), access | O_CREAT | O_CLOEXEC, 0644);
+  STRATA_CHECK(fd >= 0, path, ": cannot create the hidden states (", std::strerror(errno),
+               "); check --offload_folder");
+  const uint64_t size =
+      offsets.empty()
+          ? head.size()
+          : offsets.back() + static_cast<uint64_t>(rows_.back() * hidden_) * elem_bytes(dtype_);
+  STRATA_CHECK(::ftruncate(fd, static_cast<off_t>(size)) == 0, path,
+               ": cannot size the hidden states: ", std::strerror(errno));
+  pwrite_all(fd, head.data(), head.size(), 0, path);
+  return fd;
+}
+
 void ActivationStore::begin(int64_t next) {
   next_ = next;
   if (!spill_) return;
   close_fd(out_fd_);
   out_path_ = (fs::path(spill_dir_) / ("hidden-" + std::to_string(next) + ".safetensors")).string();
   const std::string head = layout_head(out_path_, &offsets_);
+  if (!owned_.empty()) {
+    out_fd_ = open_shared(out_path_, O_RDWR, head, offsets_);
+    return;
+  }
   out_fd_ = ::open(out_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   STRATA_CHECK(out_fd_ >= 0, out_path_, ": cannot create the spilled hidden states (",
                std::strerror(errno), "); check --offload_folder");
@@ -111,6 +134,7 @@ void ActivationStore::begin(int64_t next) {
 }
 
 void ActivationStore::read(size_t b, float* out) const {
+  STRATA_ASSERT(owns(b), "micro-batch ", b, " is another rank's");
   const size_t n = static_cast<size_t>(rows_[b] * hidden_);
   if (dtype_ == DType::kF32) {
     if (spill_) {
@@ -134,6 +158,7 @@ void ActivationStore::read(size_t b, float* out) const {
 }
 
 void ActivationStore::write(size_t b, const float* in) {
+  STRATA_ASSERT(owns(b), "micro-batch ", b, " is another rank's");
   const size_t n = static_cast<size_t>(rows_[b] * hidden_);
   const void* src = in;
   std::vector<uint16_t> half;
@@ -172,11 +197,16 @@ std::string ActivationStore::commit(const std::string& resume_dir, bool durable)
       (fs::path(resume_dir) / ("hidden-" + std::to_string(next_) + ".safetensors")).string();
   std::vector<uint64_t> offsets;
   const std::string head = layout_head(path, &offsets);
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  STRATA_CHECK(fd >= 0, path, ": cannot create: ", std::strerror(errno));
-  pwrite_all(fd, head.data(), head.size(), 0, path);
+  int fd = -1;
+  if (!owned_.empty()) {
+    fd = open_shared(path, O_WRONLY, head, offsets);
+  } else {
+    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    STRATA_CHECK(fd >= 0, path, ": cannot create: ", std::strerror(errno));
+    pwrite_all(fd, head.data(), head.size(), 0, path);
+  }
   for (size_t b = 0; b < mem_.size(); ++b)
-    pwrite_all(fd, mem_[b].data(), mem_[b].size(), offsets[b], path);
+    if (owns(b)) pwrite_all(fd, mem_[b].data(), mem_[b].size(), offsets[b], path);
   const bool synced = ::fsync(fd) == 0;
   ::close(fd);
   STRATA_CHECK(synced, path, ": fsync failed: ", std::strerror(errno));
@@ -212,7 +242,7 @@ void ActivationStore::load(const std::string& path) {
     return;
   }
   for (size_t b = 0; b < mem_.size(); ++b)
-    pread_all(fd, mem_[b].data(), mem_[b].size(), offsets[b], path);
+    if (owns(b)) pread_all(fd, mem_[b].data(), mem_[b].size(), offsets[b], path);
   ::close(fd);
 }
 

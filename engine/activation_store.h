@@ -8,6 +8,9 @@
 // Values are stored as bf16 when the forward rounds them to bf16 between layers
 // (ForwardOptions::bf16_between_layers), which is exact and halves the bytes; else as fp32.
 // Spilled and in-memory runs hold the same values, so their outputs are byte-identical.
+// With ranks (docs/SCALEOUT.md) each rank holds only the micro-batches it owns; the files are the
+// same files, each rank writing its micro-batches at their offsets (the file created at full size
+// by whichever rank comes first, never truncated), so that any rank count reads any of them.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +24,9 @@ namespace strata {
 class ActivationStore {
  public:
   // rows[b]: tokens of micro-batch b. dtype: kBF16 or kF32. spill_dir: where spilled files go.
+  // owned: the micro-batches this rank holds (empty: all, a single process).
   ActivationStore(std::vector<int64_t> rows, int64_t hidden, DType dtype, bool spill,
-                  std::string spill_dir);
+                  std::string spill_dir, std::vector<bool> owned = {});
   ~ActivationStore();
   ActivationStore(const ActivationStore&) = delete;
   ActivationStore& operator=(const ActivationStore&) = delete;
@@ -35,6 +39,7 @@ class ActivationStore {
   size_t batches() const { return rows_.size(); }
   int64_t rows(size_t b) const { return rows_[b]; }
   bool spilled() const { return spill_; }
+  bool owns(size_t b) const { return owned_.empty() || owned_[b]; }
   DType dtype() const { return dtype_; }
 
   // Starts a step whose outputs become the inputs of step `next` (spilled: creates
@@ -67,6 +72,9 @@ class ActivationStore {
   int in_fd_ = -1, out_fd_ = -1;  // spilled: current inputs, outputs being written
   std::string in_path_, out_path_;
   std::vector<uint64_t> offsets_;  // file offset of each micro-batch
+  std::vector<bool> owned_;        // empty: every micro-batch
+  int open_shared(const std::string& path, int access, const std::string& head,
+                  const std::vector<uint64_t>& offsets) const;
 };
 
 }  // namespace strata

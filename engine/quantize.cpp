@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <map>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "core/log.h"
 #include "core/progress.h"
 #include "engine/activation_store.h"
+#include "engine/parallel.h"
 #include "engine/resume.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
@@ -304,6 +306,9 @@ std::string describe_plan(const QuantPlan& plan, const Checkpoint& ckpt, const C
 
 QuantizeResult run_quantize(const QuantizeJob& job) {
   const auto t0 = std::chrono::steady_clock::now();
+  SingleComm single;
+  Comm& comm = job.comm ? *job.comm : single;
+  const bool lead = comm.rank() == 0;  // rank 0 prepares, publishes and finishes the output
   QuantizeResult result;
   ModelConfig config = read_model_config(job.model_dir);
   Checkpoint ckpt = Checkpoint::open(job.model_dir);
@@ -321,8 +326,9 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
                  "exclude it");
   }
   result.calibrated = needs_activations(plan);
-  check_output_early(job,
-                     job.resume_dir.empty() ? job.export_path + ".strata_resume" : job.resume_dir);
+  if (lead)
+    check_output_early(
+        job, job.resume_dir.empty() ? job.export_path + ".strata_resume" : job.resume_dir);
 
   std::unique_ptr<ModelForward> fwd;
   const ForwardOptions fopts;
@@ -389,7 +395,11 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
       str("batch_size=", result.calibrated ? job.batch_size : 0,
           " max_shard_bytes=", job.max_shard_bytes, job.exact_mxfp4 ? " exact_mxfp4" : ""),
       job.version);
-  ResumeState state = prepare_output(job, resume_dir, identity, plan.num_layers + 2);
+  // Rank 0 decides between a fresh and a resumed run; the other ranks then take its manifest.
+  ResumeState state;
+  if (lead) state = prepare_output(job, resume_dir, identity, plan.num_layers + 2);
+  comm.barrier();
+  if (!lead) state = agree_resume_state(comm, manifest, identity);
 
   ExportOptions eo;
   eo.max_shard_bytes = job.max_shard_bytes;
@@ -397,12 +407,17 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   eo.exact_mxfp4 = job.exact_mxfp4;
   ModeloptExporter exporter(plan, config, ckpt, job.export_path, eo);
   STRATA_ASSERT(exporter.steps() == state.steps, "steps");
-  // What the manifest vouches for stays; everything else a kill left behind goes.
-  exporter.resume(state.next_step);
-  remove_except(job.export_path, exporter.vouched_files());
-  remove_except(resume_dir, {"manifest.json", state.hidden_file});
+  exporter.set_ranks(comm.rank(), comm.size());
+  if (!lead) {
+    comm.barrier();  // after rank 0 has renamed the shards a kill left complete
+    exporter.resume(state.next_step);
+  }
   std::error_code ec;
-  if (offload != resume_dir && fs::is_directory(offload, ec)) {
+  // What the manifest vouches for stays; everything else a kill left behind goes.
+  if (lead) exporter.resume(state.next_step);
+  if (lead) remove_except(job.export_path, exporter.vouched_files());
+  if (lead) remove_except(resume_dir, {"manifest.json", state.hidden_file});
+  if (lead && offload != resume_dir && fs::is_directory(offload, ec)) {
     // Spilled hidden states an interrupted run left; the one the manifest names stays.
     for (const auto& e : fs::directory_iterator(offload)) {
       const std::string n = e.path().filename().string();
@@ -411,6 +426,8 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
         fs::remove(e.path(), ec);
     }
   }
+  if (lead) comm.barrier();
+  if (comm.size() > 1) check_same_step(comm, state.next_step);
   result.resumed_at_step = state.next_step;
   result.layers = state.layers;
   if (state.next_step > 0) {
@@ -433,6 +450,13 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   auto commit = [&](int64_t next, const std::string& hidden_path, const std::string& old_input) {
     if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
     exporter.sync();
+    comm.barrier();  // every rank's part of the step is durable
+    if (!lead) {
+      state.next_step = next;
+      exporter.publish();
+      exporter.release_source(next - 1);
+      return;
+    }
     const std::string old_hidden = state.hidden_file;
     state.hidden_file = hidden_path.empty() ? "" : manifest_name(hidden_path);
     state.next_step = next;
@@ -450,6 +474,10 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     commit(1, "", "");
   }
 
+  // With ranks, tensors every rank needs are read by their writer and broadcast.
+  const std::function<int(const std::string&)> owner = [&exporter](const std::string& n) {
+    return exporter.owner_of(n);
+  };
   std::vector<Batch> batches;
   std::unique_ptr<ActivationStore> store;
   std::vector<float> buf;  // one micro-batch, fp32 [T_b, H]
@@ -461,7 +489,8 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     }
     store = std::make_unique<ActivationStore>(
         batch_tokens, fwd->hidden_size(), fopts.bf16_between_layers ? DType::kBF16 : DType::kF32,
-        result.memory.spilled, offload);
+        result.memory.spilled, offload,
+        comm.size() > 1 ? owned_batches(comm, groups.size()) : std::vector<bool>{});
     int64_t most = 0;
     for (size_t b = 0; b < groups.size(); ++b) {
       batches.push_back(Batch::from_sequences(groups[b]));
@@ -469,12 +498,16 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     }
     buf.resize(static_cast<size_t>(most * fwd->hidden_size()));
     if (state.hidden_file.empty()) {
+      const std::vector<std::string>& head = exporter.step_sources(0);
+      share_tensors(comm, ckpt, head, owner);  // the embedding, read by one rank
       store->begin(1);
       for (size_t b = 0; b < batches.size(); ++b) {
+        if (!store->owns(b)) continue;
         fwd->embed(batches[b], buf.data());
         store->write(b, buf.data());
       }
       store->commit(resume_dir, false);
+      if (comm.size() > 1) exporter.release_source(0);
     } else {
       store->load((fs::path(resume_dir) / state.hidden_file).string());
     }
@@ -482,11 +515,12 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
 
   MaxCalibrator calib;
   const int64_t first_layer = std::min(std::max<int64_t>(state.next_step - 1, 0), plan.num_layers);
-  Progress progress("quantize", plan.num_layers - first_layer, "layers", job.progress);
+  Progress progress("quantize", plan.num_layers - first_layer, "layers", job.progress && lead);
   // Layer l + 1's weights load in the background while layer l computes. Loading is a pure
   // function of the checkpoint, so the results do not depend on the overlap.
   std::future<std::unique_ptr<DecoderLayer>> prefetch;
   auto fetch = [&](int64_t l) {
+    share_tensors(comm, ckpt, exporter.step_sources(l + 1), owner);  // each read by one rank
     return std::async(std::launch::async, [&fwd, l]() { return fwd->layer(l); });
   };
   if (result.calibrated && first_layer < plan.num_layers) prefetch = fetch(first_layer);
@@ -499,13 +533,16 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
       std::unique_ptr<DecoderLayer> layer = prefetch.get();
       if (l + 1 < plan.num_layers) prefetch = fetch(l + 1);
       if (!last) store->begin(l + 2);
+      test_fail_hook(comm, l);
       for (size_t b = 0; b < batches.size(); ++b) {
+        if (!store->owns(b)) continue;
         store->read(b, buf.data());
         layer->forward(batches[b], buf.data(), &calib);
         if (!last) store->write(b, buf.data());
       }
       old_input = store->spilled() ? store->input_path() : "";
       if (!last) hidden_path = store->commit(resume_dir, true);
+      allreduce_calibration(comm, calib);  // every rank now holds one process's statistics
     }
     bytes_read += exporter.source_bytes(l + 1);
     LayerReport r = exporter.write_layer(l, calib);
@@ -523,10 +560,14 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     exporter.write_tail(calib);
     commit(plan.num_layers + 2, "", "");
   }
-  result.files = exporter.finish();
-  // The manifest goes first: once it is gone the export is complete.
-  fs::remove(manifest, ec);
-  fs::remove_all(resume_dir, ec);
+  result.bytes_read = ckpt.bytes_read();
+  if (lead) {
+    result.files = exporter.finish();
+    // The manifest goes first: once it is gone the export is complete.
+    fs::remove(manifest, ec);
+    fs::remove_all(resume_dir, ec);
+  }
+  comm.barrier();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;
 }

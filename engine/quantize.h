@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "calib/dataset.h"
+#include "engine/comm.h"
 #include "engine/plan.h"
 #include "export/modelopt.h"
 
@@ -39,6 +40,9 @@ struct QuantizeJob {
   // whose minimum (MemoryEstimate::minimum) exceeds it is refused up front.
   uint64_t max_cpu_memory_bytes = 0;
   std::string version;  // producer version written to the config files
+  // The ranks of a scaled-out run (engine/comm.h, docs/SCALEOUT.md); nullptr: a single process.
+  // Every rank runs run_quantize with the same job; the output does not depend on the rank count.
+  Comm* comm = nullptr;
 };
 
 // Host memory a run needs, an upper bound on its peak RSS (docs/QUANTIZE.md "Memory and
@@ -86,6 +90,9 @@ struct QuantizeResult {
   int64_t resumed_at_step = 0;
   MemoryEstimate memory;
   double seconds = 0.0;
+  // Checkpoint tensor bytes this rank read from the files (every tensor when single-process;
+  // with ranks each tensor is read by one rank, so the ranks' sum is one read of the checkpoint).
+  uint64_t bytes_read = 0;
 };
 
 // Everything `--dry-run` prints: formats per kind, which rule decided, estimated output size and

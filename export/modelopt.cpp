@@ -262,6 +262,10 @@ LayerReport ModeloptExporter::write_layer(int64_t layer, const MaxCalibrator& ca
       const MaxCalibrator::Stat* s = calib.find(observed);
       STRATA_CHECK(s && s->rows > 0, "no calibration data reached ", observed);
       const std::string name = p + kv + "_proj." + kv + "_scale";
+      if (rank_ != 0) {
+        writer_->skip(name);
+        continue;
+      }
       writer_->add(name, Tensor::scalar_f32(fp8_kv_cache_scale(s->amax, name)));
     }
   }
@@ -317,10 +321,79 @@ int ModeloptExporter::exact_mxfp4_group_max(const PlannedModule& m) {
   return result;
 }
 
+void ModeloptExporter::set_ranks(int rank, int ranks) {
+  STRATA_ASSERT(ranks >= 1 && rank >= 0 && rank < ranks, "rank ", rank, " of ", ranks);
+  rank_ = rank;
+  ranks_ = ranks;
+  owner_.clear();
+  if (ranks_ == 1) return;
+  writer_->set_shared(rank_ == 0);
+  assign_owners(head_tensors_);
+  for (const auto& [layer, names] : layer_tensors_)
+    assign_owners(names);
+  assign_owners(tail_tensors_);
+}
+
+void ModeloptExporter::assign_owners(const std::vector<std::string>& names) {
+  // Units in order of first appearance, with their source bytes.
+  std::vector<std::string> unit_of(names.size());
+  std::vector<std::string> units;
+  std::map<std::string, uint64_t> unit_bytes;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    // A compressed source's scales go with their module.
+    const PlannedModule* m = module_of(name);
+    if (!m && is_compressed_aux(ckpt_, name))
+      m = plan_.find(std::string_view(name).substr(0, name.rfind(".weight")));
+    unit_of[i] = m && m->format != QFormat::kNone ? "group:" + fused_group_key(m->module) : name;
+    if (!unit_bytes.count(unit_of[i])) units.push_back(unit_of[i]);
+    const TensorEntry& e = ckpt_.entry(name);
+    unit_bytes[unit_of[i]] += e.end - e.begin;
+  }
+  uint64_t total = 0;
+  for (const auto& [u, b] : unit_bytes)
+    total += b;
+  // Contiguous ranges: a unit goes to the rank whose share holds the unit's middle byte.
+  std::map<std::string, int> unit_owner;
+  uint64_t before = 0;
+  for (const std::string& u : units) {
+    const uint64_t mid = before + unit_bytes[u] / 2;
+    const uint64_t r = total == 0 ? 0 : mid * static_cast<uint64_t>(ranks_) / total;
+    unit_owner[u] = static_cast<int>(std::min<uint64_t>(r, static_cast<uint64_t>(ranks_ - 1)));
+    before += unit_bytes[u];
+  }
+  for (size_t i = 0; i < names.size(); ++i)
+    owner_[names[i]] = unit_owner[unit_of[i]];
+}
+
+int ModeloptExporter::owner_of(const std::string& name) const {
+  if (ranks_ == 1) return 0;
+  auto it = owner_.find(name);
+  STRATA_ASSERT(it != owner_.end(), "no owner for '", name, "'");
+  return it->second;
+}
+
+bool ModeloptExporter::owns(const std::string& name) const {
+  return owner_of(name) == rank_;
+}
+
+const std::vector<std::string>& ModeloptExporter::step_sources(int64_t step) const {
+  static const std::vector<std::string> none;
+  if (step == 0) return head_tensors_;
+  if (step == plan_.num_layers + 1) return tail_tensors_;
+  auto it = layer_tensors_.find(step - 1);
+  return it == layer_tensors_.end() ? none : it->second;
+}
+
 void ModeloptExporter::write_tensors(const std::vector<std::string>& names,
                                      const MaxCalibrator* calib) {
   for (const std::string& name : names) {
     if (is_compressed_aux(ckpt_, name)) continue;  // consumed by its module's decompression
+    if (!owns(name)) {
+      for (const TensorSpec& t : outputs_of({name}))
+        writer_->skip(t.name);
+      continue;
+    }
     if (const PlannedModule* m = module_of(name)) {
       if (m->format != QFormat::kNone) {
         STRATA_ASSERT(

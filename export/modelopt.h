@@ -80,6 +80,18 @@ class ModeloptExporter {
   // Index, config files, sidecar files. Returns the output file names written.
   std::vector<std::string> finish();
 
+  // Ranks (docs/SCALEOUT.md): this writer writes only the tensors rank `rank` of `ranks` owns and
+  // skips the others, which the other ranks write into the same shards. Within each step the
+  // checkpoint tensors form units (a quantized module's whole fused group, so that its weight
+  // amax is read by one rank; any other tensor alone), split into contiguous ranges of about
+  // equal source bytes; k/v cache scales belong to rank 0. Rank 0 publishes shards and writes
+  // the index and config files (finish()); the output bytes do not depend on the rank count.
+  void set_ranks(int rank, int ranks);
+  // The rank that writes checkpoint tensor `name` (0 when single-process).
+  int owner_of(const std::string& name) const;
+  // The checkpoint tensors step `step` reads (0 the head, 1..num_layers the layers, then the tail).
+  const std::vector<std::string>& step_sources(int64_t step) const;
+
   // The exclude list (format.md §5) for this plan, summarised with trailing-* prefixes that
   // cover no quantized module under vLLM's matching (substring or fnmatch). Sorted.
   static std::vector<std::string> exclude_modules(const QuantPlan& plan);
@@ -88,6 +100,8 @@ class ModeloptExporter {
   std::vector<TensorSpec> outputs_of(const std::vector<std::string>& names) const;
   std::vector<TensorSpec> kv_outputs(int64_t layer) const;
   void write_tensors(const std::vector<std::string>& names, const MaxCalibrator* calib);
+  bool owns(const std::string& name) const;
+  void assign_owners(const std::vector<std::string>& names);
   void write_module(const PlannedModule& m, const MaxCalibrator* calib);
   // The planned module whose source weight tensor `name` is (M.weight, M.weight_packed,
   // M.weight_blocks); nullptr for any other tensor.
@@ -115,6 +129,8 @@ class ModeloptExporter {
   std::map<std::string, int> group_mxfp4_max_;
   std::vector<std::string> head_tensors_, tail_tensors_;
   std::vector<std::string> written_;  // shard names after finish
+  int rank_ = 0, ranks_ = 1;
+  std::map<std::string, int> owner_;  // checkpoint tensor -> rank writing it (when ranks_ > 1)
 };
 
 }  // namespace strata

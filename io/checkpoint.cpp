@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <mutex>
 #include <set>
 #include <system_error>
 
@@ -162,11 +163,57 @@ const SafetensorsFile& Checkpoint::shard_of(std::string_view name) const {
   return shards_[it->second.first];
 }
 
+struct Checkpoint::Held {
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<const std::vector<uint8_t>>, std::less<>> copies;
+  std::set<std::string, std::less<>> read;
+  uint64_t bytes_read = 0;
+};
+
+Checkpoint::Checkpoint() : held_(std::make_shared<Held>()) {}
+
 Tensor Checkpoint::tensor(std::string_view name) const {
-  return shard_of(name).tensor(entry(name));
+  const TensorEntry& e = entry(name);
+  {
+    std::lock_guard<std::mutex> lock(held_->mutex);
+    auto it = held_->copies.find(name);
+    if (it != held_->copies.end()) {
+      const std::shared_ptr<const std::vector<uint8_t>>& b = it->second;
+      return Tensor::view(e.dtype, e.shape, b->data(), b->size(), b);
+    }
+    if (held_->read.insert(std::string(name)).second) held_->bytes_read += e.end - e.begin;
+  }
+  return shard_of(name).tensor(e);
+}
+
+void Checkpoint::hold(const std::string& name,
+                      std::shared_ptr<const std::vector<uint8_t>> bytes) const {
+  const TensorEntry& e = entry(name);
+  STRATA_ASSERT(bytes && bytes->size() == e.end - e.begin, "held copy of '", name, "' has ",
+                bytes ? bytes->size() : 0, " bytes, the tensor ", e.end - e.begin);
+  std::lock_guard<std::mutex> lock(held_->mutex);
+  held_->copies[name] = std::move(bytes);
+}
+
+bool Checkpoint::held(std::string_view name) const {
+  std::lock_guard<std::mutex> lock(held_->mutex);
+  return held_->copies.find(name) != held_->copies.end();
+}
+
+uint64_t Checkpoint::bytes_read() const {
+  std::lock_guard<std::mutex> lock(held_->mutex);
+  return held_->bytes_read;
 }
 
 void Checkpoint::release(std::string_view name) const {
+  {
+    std::lock_guard<std::mutex> lock(held_->mutex);
+    auto it = held_->copies.find(name);
+    if (it != held_->copies.end()) {
+      held_->copies.erase(it);
+      return;
+    }
+  }
   const SafetensorsFile& f = shard_of(name);
   const TensorEntry& e = entry(name);
   const uint8_t* base = f.mapping()->data();

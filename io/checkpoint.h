@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,7 @@ std::map<std::string, std::string> parse_safetensors_index(std::string_view text
 
 class Checkpoint {
  public:
+  Checkpoint();
   // `dir` holds model.safetensors.index.json or model.safetensors (or exactly one *.safetensors).
   static Checkpoint open(const std::string& dir);
 
@@ -44,10 +46,21 @@ class Checkpoint {
   // Sum of the shard files' sizes.
   uint64_t bytes_on_disk() const;
 
+  // Ranks (engine/parallel.h): a tensor one rank read and sent to the others is held in memory
+  // here, and tensor() serves the held bytes instead of the file's; release() drops it. `bytes`
+  // must hold the tensor's bytes exactly (entry(name).end - begin).
+  void hold(const std::string& name, std::shared_ptr<const std::vector<uint8_t>> bytes) const;
+  bool held(std::string_view name) const;
+  // Bytes of the distinct tensors this process has taken from the files (not from held copies):
+  // what it read of the checkpoint.
+  uint64_t bytes_read() const;
+
  private:
   std::string dir_;
   std::vector<SafetensorsFile> shards_;
   std::map<std::string, std::pair<size_t, size_t>, std::less<>> where_;  // name -> (shard, entry)
+  struct Held;                       // held copies and the names read, shared by copies of this
+  std::shared_ptr<Held> held_;       // object and guarded by a mutex (the prefetch thread reads)
 };
 
 }  // namespace strata

@@ -392,7 +392,8 @@ std::string PlannedShardWriter::path_of(const std::string& name) const {
 
 void PlannedShardWriter::open_shard(Shard& s, bool create) {
   const std::string path = path_of(s.partial_name);
-  s.fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | (create ? O_CREAT | O_TRUNC : 0), 0644);
+  const int flags = create ? (shared_ ? O_CREAT : O_CREAT | O_TRUNC) : 0;
+  s.fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | flags, 0644);
   if (s.fd < 0) fail(path, ": cannot open for writing: ", std::strerror(errno));
   if (!create) return;
   // Reserve the whole file now, so that a full disk stops the run here rather than mid-shard.
@@ -451,7 +452,7 @@ void PlannedShardWriter::add(const std::string& name, const Tensor& tensor) {
   STRATA_CHECK(tensor.device() == Device::kCPU, out_dir_, ": tensor '", name,
                "' is not in host memory; copy it to the CPU before writing");
   Shard& s = shards_[shard_of_[next_]];
-  if (s.fd < 0) open_shard(s, next_ == s.begin);
+  if (s.fd < 0) open_shard(s, shared_ || next_ == s.begin);
   pwrite_all(s.fd, tensor.bytes(), tensor.nbytes(), s.layout.offsets[next_ - s.begin],
              path_of(s.partial_name));
   s.dirty = true;
@@ -459,9 +460,22 @@ void PlannedShardWriter::add(const std::string& name, const Tensor& tensor) {
   ++next_;
 }
 
+void PlannedShardWriter::skip(const std::string& name) {
+  STRATA_ASSERT(next_ < plan_.size() && plan_[next_].name == name, "skipped tensor '", name,
+                "' is not the next planned one");
+  bytes_written_ += plan_[next_].nbytes();
+  ++next_;
+}
+
 void PlannedShardWriter::sync() {
   for (Shard& s : shards_) {
-    if (!s.dirty) continue;
+    if (!s.dirty) {
+      if (s.fd >= 0 && s.end <= next_) {  // opened, every tensor written by others
+        ::close(s.fd);
+        s.fd = -1;
+      }
+      continue;
+    }
     const std::string path = path_of(s.partial_name);
     if (::fsync(s.fd) != 0) fail(path, ": fsync failed: ", std::strerror(errno));
     s.dirty = false;
@@ -479,6 +493,10 @@ void PlannedShardWriter::publish() {
   bool renamed = false;
   for (Shard& s : shards_) {
     if (s.published || s.end > synced_) continue;
+    if (!publisher_) {  // the publisher renames it
+      s.published = true;
+      continue;
+    }
     const std::string partial = path_of(s.partial_name), final_path = path_of(s.final_name);
     if (::rename(partial.c_str(), final_path.c_str()) != 0) {
       fail(final_path, ": cannot rename ", partial, " into place: ", std::strerror(errno));

@@ -105,6 +105,16 @@ class PlannedShardWriter {
   void resume(size_t n);
   // Must be the next planned tensor, with the planned dtype and shape.
   void add(const std::string& name, const Tensor& tensor);
+  // Several writers (ranks) share the shards: each add()s the tensors it owns and skip()s the
+  // rest, in plan order. A shard is created by whichever writer touches it first (created at full
+  // size without truncation, the same header written by each: the order does not matter). Only
+  // the publisher renames shards, and only once every writer has synced (the caller's barrier).
+  void set_shared(bool publisher) {
+    shared_ = true;
+    publisher_ = publisher;
+  }
+  // The next planned tensor is written by another writer.
+  void skip(const std::string& name);
   // Makes every tensor added so far durable (fsync of the shards written to since last time).
   void sync();
   // Renames every shard whose tensors are all written and synced to its final name.
@@ -130,6 +140,7 @@ class PlannedShardWriter {
   std::vector<Shard> shards_;
   size_t next_ = 0, synced_ = 0;
   uint64_t bytes_written_ = 0;
+  bool shared_ = false, publisher_ = true;
 };
 
 // Writes `contents` to `path` atomically (temp name in the same directory, fsync, rename).

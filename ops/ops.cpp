@@ -2,13 +2,24 @@
 
 #include <cblas.h>
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "core/error.h"
 
+// OpenBLAS's own thread count (its pthread build ignores OpenMP's); absent from other BLAS.
+extern "C" void openblas_set_num_threads(int n) __attribute__((weak));
+
 namespace strata::ops {
+
+void set_threads(int n) {
+  n = n < 1 ? 1 : n;
+  omp_set_num_threads(n);
+  if (openblas_set_num_threads) openblas_set_num_threads(n);
+}
 
 std::vector<float> weight_f32(const Tensor& w) {
   std::vector<float> out(static_cast<size_t>(w.numel()));

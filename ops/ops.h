@@ -19,6 +19,10 @@ namespace strata::ops {
 // W as a dense fp32 [out, in] buffer (exact upcast).
 std::vector<float> weight_f32(const Tensor& w);
 
+// Threads of the CPU kernels (OpenMP regions and OpenBLAS), e.g. cores / ranks per host when
+// ranks share a host (docs/SCALEOUT.md). n >= 1.
+void set_threads(int n);
+
 // y[m, n] = x[m, k] · W[n, k]^T (+ bias[n]); fp32 accumulate. W given as fp32 [n, k].
 void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
             const float* bias = nullptr);

@@ -12,6 +12,7 @@ packages=(
   clang libclang-rt-dev clang-format
   python3
   libicu-dev
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()

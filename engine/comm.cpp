@@ -1,0 +1,61 @@
+#include "engine/comm.h"
+
+#include <cstdlib>
+#include <memory>
+
+#include "core/error.h"
+
+namespace strata {
+
+#ifdef STRATA_HAVE_MPI
+// engine/comm_mpi.cpp: the MPI communicator when an MPI launcher started this process, else null.
+std::unique_ptr<Comm> make_mpi_world();
+void mpi_finalize();
+#endif
+
+namespace {
+std::unique_ptr<Comm>& world_slot() {
+  static std::unique_ptr<Comm> w;
+  return w;
+}
+}  // namespace
+
+void SingleComm::abort(int code) {
+  std::exit(code);
+}
+
+bool mpi_compiled() {
+#ifdef STRATA_HAVE_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+Comm& world() {
+  std::unique_ptr<Comm>& w = world_slot();
+  if (!w) {
+#ifdef STRATA_HAVE_MPI
+    w = make_mpi_world();
+#endif
+    if (!w) {
+      // Several copies of a strata without MPI would each write the whole output at once.
+      for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"}) {
+        const char* n = std::getenv(v);
+        STRATA_CHECK(!n || std::atoi(n) <= 1, "started by an MPI launcher with ", n,
+                     " processes, but this strata was built without MPI; rebuild with MPI "
+                     "(libopenmpi-dev, -DSTRATA_MPI=ON) or run one process");
+      }
+      w = std::make_unique<SingleComm>();
+    }
+  }
+  return *w;
+}
+
+void comm_finalize() {
+#ifdef STRATA_HAVE_MPI
+  if (world_slot() && world_slot()->describe() != "") mpi_finalize();
+#endif
+}
+
+}  // namespace strata

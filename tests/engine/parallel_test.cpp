@@ -1,0 +1,152 @@
+// Data parallelism (engine/parallel.h): statistics combined over ranks equal one process's, and
+// the activation store's files written by ranks equal one process's file.
+#include "engine/parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+
+#include <unistd.h>
+
+#include "engine/activation_store.h"
+
+namespace strata {
+namespace {
+
+// A rank of `n` whose collectives are never called.
+class FakeRank final : public Comm {
+ public:
+  FakeRank(int rank, int n) : rank_(rank), n_(n) {}
+  int rank() const override { return rank_; }
+  int size() const override { return n_; }
+  void allreduce_max(float*, size_t) override {}
+  void allreduce_sum(uint64_t*, size_t) override {}
+  void allreduce_sum(double*, size_t) override {}
+  void broadcast(void*, size_t, int) override {}
+  std::vector<std::string> allgather(const std::string& m) override { return {m}; }
+  std::vector<uint8_t> alltoallv_rows(const std::vector<uint8_t>& s, const std::vector<int64_t>&,
+                                      size_t, std::vector<int64_t>*) override {
+    return s;
+  }
+  void barrier() override {}
+  [[noreturn]] void abort(int) override { std::abort(); }
+  std::string describe() const override { return "fake"; }
+
+ private:
+  int rank_, n_;
+};
+
+TEST(Parallel, MicroBatchesGoRoundRobin) {
+  const std::vector<bool> r1 = owned_batches(FakeRank(1, 3), 8);
+  EXPECT_EQ(r1, (std::vector<bool>{false, true, false, false, true, false, false, true}));
+  const std::vector<bool> r0 = owned_batches(SingleComm(), 3);
+  EXPECT_EQ(r0, (std::vector<bool>{true, true, true}));
+}
+
+// Hand-worked: rank A saw a (|x| up to 1.5, 3 rows) and b; rank B saw a (4, 2 rows) and c (NaN).
+TEST(Parallel, MergedStatisticsHandWorked) {
+  MaxCalibrator a, b;
+  const float xa[] = {1.0f, -1.5f, 0.5f}, xb[] = {2.0f}, ya[] = {-4.0f, 3.0f}, yc[] = {NAN};
+  a.observe("a", xa, 3, 1);
+  a.observe("b", xb, 1, 1);
+  b.observe("a", ya, 2, 1);
+  b.observe("c", yc, 1, 1);
+  MaxCalibrator m;
+  merge_calibration(encode_calibration(a), m);
+  merge_calibration(encode_calibration(b), m);
+  ASSERT_EQ(m.stats().size(), 3u);
+  EXPECT_EQ(m.find("a")->amax, 4.0f);
+  EXPECT_EQ(m.find("a")->rows, 5);
+  EXPECT_EQ(m.find("b")->amax, 2.0f);
+  EXPECT_EQ(m.find("b")->rows, 1);
+  EXPECT_TRUE(std::isnan(m.find("c")->amax));
+}
+
+// Random observations dealt to 3 ranks, merged, equal one calibrator observing them all.
+TEST(Parallel, MergedStatisticsEqualOneProcess) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> d(0.0f, 3.0f);
+  MaxCalibrator one, ranks[3];
+  for (int i = 0; i < 60; ++i) {
+    const std::string name = "m" + std::to_string(rng() % 7);
+    const int64_t rows = 1 + static_cast<int64_t>(rng() % 4);
+    std::vector<float> x(static_cast<size_t>(rows * 5));
+    for (float& v : x)
+      v = d(rng);
+    one.observe(name, x.data(), rows, 5);
+    ranks[i % 3].observe(name, x.data(), rows, 5);
+  }
+  MaxCalibrator m;
+  for (const MaxCalibrator& r : ranks)
+    merge_calibration(encode_calibration(r), m);
+  ASSERT_EQ(m.stats().size(), one.stats().size());
+  for (const auto& [name, s] : one.stats()) {
+    ASSERT_NE(m.find(name), nullptr) << name;
+    EXPECT_EQ(m.find(name)->amax, s.amax) << name;
+    EXPECT_EQ(m.find(name)->rows, s.rows) << name;
+  }
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// Three ranks' stores, each writing its micro-batches into the shared file, give the bytes of one
+// store writing them all; spilled and in memory. A store of another rank count reads them back.
+TEST(Parallel, RanksWriteOneProcessesHiddenFile) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("strata_parallel_" + std::to_string(::getpid()));
+  const std::vector<int64_t> rows = {3, 1, 2, 3, 2};
+  const int64_t H = 4;
+  auto value = [](size_t b, int64_t i) {
+    return static_cast<float>(b * 16 + static_cast<size_t>(i)) * 0.25f;
+  };  // bf16-exact };
+  for (bool spill : {false, true}) {
+    fs::remove_all(dir);
+    fs::create_directories(dir / "one");
+    fs::create_directories(dir / "ranks");
+    std::string one_path, ranks_path;
+    {
+      ActivationStore one(rows, H, DType::kBF16, spill, (dir / "one").string());
+      one.begin(2);
+      for (size_t b = 0; b < rows.size(); ++b) {
+        std::vector<float> x(static_cast<size_t>(rows[b] * H));
+        for (int64_t i = 0; i < rows[b] * H; ++i)
+          x[static_cast<size_t>(i)] = value(b, i);
+        one.write(b, x.data());
+      }
+      one_path = one.commit((dir / "one").string(), true);
+    }
+    for (int r = 2; r >= 0; --r) {
+      ActivationStore st(rows, H, DType::kBF16, spill, (dir / "ranks").string(),
+                         owned_batches(FakeRank(r, 3), rows.size()));
+      st.begin(2);
+      for (size_t b = 0; b < rows.size(); ++b) {
+        if (!st.owns(b)) continue;
+        std::vector<float> x(static_cast<size_t>(rows[b] * H));
+        for (int64_t i = 0; i < rows[b] * H; ++i)
+          x[static_cast<size_t>(i)] = value(b, i);
+        st.write(b, x.data());
+      }
+      ranks_path = st.commit((dir / "ranks").string(), true);
+    }
+    EXPECT_EQ(slurp(ranks_path), slurp(one_path)) << "spill " << spill;
+    ActivationStore back(rows, H, DType::kBF16, spill, (dir / "back").string(),
+                         owned_batches(FakeRank(1, 2), rows.size()));
+    back.load(ranks_path);
+    std::vector<float> x(12);
+    back.read(3, x.data());
+    for (int64_t i = 0; i < rows[3] * H; ++i)
+      EXPECT_EQ(x[static_cast<size_t>(i)], value(3, i));
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace strata
