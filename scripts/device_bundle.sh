@@ -4,7 +4,7 @@
 #
 #   bash scripts/device_bundle.sh [-j N]
 #
-# The build: Release, CUDA on (sm_90), tests and benches on, with STRATA_STATIC_DEPS=ON so
+# The build: Release, CUDA on (sm_90), tests and benches on, with STRATA_STATIC_DEPS=ON (and no MPI: one GPU, one process) so
 # yaml-cpp, PCRE2, ICU, OpenBLAS and the C++ runtime are linked from their static archives; the
 # GPU machine (Ubuntu 24.04, CUDA 13 toolkit, no apt) lacks most of them. The build directory is
 # build/bundle. The binaries still load glibc, libgomp and the CUDA runtime, which that machine
@@ -59,7 +59,7 @@ launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 (cd "$fixed/src" && cmake -S "$fixed/src" -B "$fixed/build" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DSTRATA_TESTS=ON -DSTRATA_BENCH=ON -DSTRATA_STATIC_DEPS=ON "${launcher[@]}" >"$build_real/configure.log") ||
+  -DSTRATA_TESTS=ON -DSTRATA_BENCH=ON -DSTRATA_STATIC_DEPS=ON -DSTRATA_MPI=OFF "${launcher[@]}" >"$build_real/configure.log") ||
   { tail -30 "$build_real/configure.log"; exit 1; }
 grep -q "^CMAKE_HOME_DIRECTORY:INTERNAL=$fixed/src$" "$build_real/CMakeCache.txt" ||
   { echo "device_bundle: CMake resolved the source path; tests would carry this machine's paths" >&2; exit 1; }
