@@ -70,9 +70,9 @@ if [ "$mode" != failure ]; then
   for pair in "2 3" "3 1"; do
     set -- $pair
     out=$work/stop$1
-    STRATA_TEST_SLOW_LAYER_MS=150 "${launch[@]}" -np "$1" "$strata" "${args[@]}" -q --export_path "$out" > /dev/null 2>&1 &
+    STRATA_TEST_SLOW_LAYER_MS=1000 "${launch[@]}" -np "$1" "$strata" "${args[@]}" -q --export_path "$out" > /dev/null 2>&1 &
     pid=$!
-    for _ in $(seq 300); do [ "$(next_step "$out")" -ge 2 ] && break; sleep 0.05; done
+    for _ in $(seq 1200); do [ "$(next_step "$out")" -ge 2 ] && break; sleep 0.05; done
     [ "$(next_step "$out")" -ge 2 ] || fail "-np $1: no layer committed"
     kill -9 $(ranks_of "$pid") 2> /dev/null || true
     wait "$pid" 2> /dev/null || true
@@ -106,9 +106,9 @@ same "$out" "failed rank, resumed with -np 2"
 # A rank that dies (SIGKILL): the others are stopped by the launcher, non-zero, in bounded time.
 out=$work/killed
 t0=$(date +%s)
-STRATA_TEST_SLOW_LAYER_MS=150 "${launch[@]}" -np 2 "$strata" "${args[@]}" -q --export_path "$out" > /dev/null 2>&1 &
+STRATA_TEST_SLOW_LAYER_MS=1000 "${launch[@]}" -np 2 "$strata" "${args[@]}" -q --export_path "$out" > /dev/null 2>&1 &
 pid=$!
-for _ in $(seq 300); do [ "$(next_step "$out")" -ge 2 ] && break; sleep 0.05; done
+for _ in $(seq 1200); do [ "$(next_step "$out")" -ge 2 ] && break; sleep 0.05; done
 victim=$(ranks_of "$pid" | tail -1)
 [ -n "$victim" ] || fail "no rank process found"
 kill -9 "$victim"

@@ -34,10 +34,10 @@ diff "$work/mem.sums" <(sums "$work/spill2") || fail "--offload_folder output di
 
 # Killed while its resume file is a spill file in a relative --offload_folder, then resumed.
 mkdir "$work/off3"
-(cd "$work" && STRATA_TEST_ACTIVATION_BUDGET=1 STRATA_TEST_SLOW_LAYER_MS=300 "$strata" "${args[@]}" \
+(cd "$work" && STRATA_TEST_ACTIVATION_BUDGET=1 STRATA_TEST_SLOW_LAYER_MS=1000 "$strata" "${args[@]}" \
   --offload_folder off3 --export_path spill3 > spill3.log 2>&1) &
 pid=$!
-for _ in $(seq 200); do
+for _ in $(seq 1200); do
   grep -q '"hidden_file": "/.*/off3/hidden-' "$work/spill3.strata_resume/manifest.json" 2> /dev/null && break
   sleep 0.05
 done
