@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/progress.h"
 #include "engine/activation_store.h"
+#include "engine/gpu_runner.h"
 #include "engine/resume.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
@@ -484,9 +485,29 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   auto fetch = [&](int64_t l) {
     return std::async(std::launch::async, [&fwd, l]() { return fwd->layer(l); });
   };
-  if (result.calibrated && first_layer < plan.num_layers) prefetch = fetch(first_layer);
+  bool on_gpu = job.device == QuantizeJob::Device::kCuda && result.calibrated;
+  if (on_gpu) {
+    const std::string why = gpu_unsupported(config, ckpt);
+    STRATA_CHECK(why.empty() || !job.device_explicit, "--device cuda: ", why,
+                 "; use --device cpu");
+    if (!why.empty()) log_warn("calibrating on the CPU: ", why);
+    on_gpu = why.empty();
+  }
+  if (on_gpu && first_layer < plan.num_layers) {
+    const char* gemm = std::getenv("STRATA_GPU_GEMM");  // test hook: "fp32" for fp32 GEMMs
+    GpuLoop loop{config, ckpt, plan, *store, batches, exporter, first_layer,
+                 job.max_gpu_memory_bytes, resume_dir, !(gemm && std::string(gemm) == "fp32"),
+                 commit, [&](const LayerReport& r) {
+                   result.layers.push_back(r);
+                   progress.step(str("layer ", r.layer, ", wrote ",
+                                     human_bytes(static_cast<double>(exporter.bytes_written()))));
+                 }};
+    run_layers_gpu(loop);
+  }
+  if (result.calibrated && !on_gpu && first_layer < plan.num_layers)
+    prefetch = fetch(first_layer);
   uint64_t bytes_read = 0;
-  for (int64_t l = first_layer; l < plan.num_layers; ++l) {
+  for (int64_t l = on_gpu ? plan.num_layers : first_layer; l < plan.num_layers; ++l) {
     calib.clear();
     const bool last = l + 1 == plan.num_layers;
     std::string hidden_path, old_input;

@@ -38,6 +38,12 @@ struct QuantizeJob {
   // whose minimum (MemoryEstimate::minimum) exceeds it is refused up front.
   uint64_t max_cpu_memory_bytes = 0;
   std::string version;  // producer version written to the config files
+  // Where the calibration forward runs (engine/gpu_runner.h). device_explicit: --device was
+  // given; a model the GPU forward does not implement is then an error rather than a fallback.
+  enum class Device { kCpu, kCuda };
+  Device device = Device::kCpu;
+  bool device_explicit = false;
+  uint64_t max_gpu_memory_bytes = 0;  // --max_gpu_memory_gb; 0: the device's free memory
 };
 
 // Host memory a run needs, an upper bound on its peak RSS (docs/QUANTIZE.md "Memory and
