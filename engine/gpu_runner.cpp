@@ -85,26 +85,35 @@ void run_layers_gpu(GpuLoop& loop) {
     largest = std::max(largest, b.n_tokens());
 
   // The budget: two layers' weights, converted weights, token metadata, then either the whole
-  // store (resident) or nothing, then chunks.
+  // store (resident) or two bf16 chunk buffers, then chunks.
+  STRATA_ASSERT(store.dtype() == DType::kBF16, "the GPU path keeps bf16 hidden states");
   const uint64_t store_bytes = static_cast<uint64_t>(total * H) * 2;
   const uint64_t fixed = 2 * max_blob + max_conv + static_cast<uint64_t>(total) * 16 + (16 << 20);
   const uint64_t per_token = f.bytes_per_token() + static_cast<uint64_t>(H) * 4;
   const uint64_t left = budget.left();
-  STRATA_CHECK(fixed + per_token * static_cast<uint64_t>(largest) <= left,
-               "GPU memory: --max_gpu_memory_gb leaves ", gib(left), " but two layers' weights (",
-               gib(2 * max_blob), ") and one micro-batch of ", largest, " tokens (",
-               gib(per_token * static_cast<uint64_t>(largest)), ") need ",
-               gib(fixed + per_token * static_cast<uint64_t>(largest)),
+  const uint64_t least = fixed + (per_token + 4 * static_cast<uint64_t>(H)) *
+                                     static_cast<uint64_t>(largest);
+  STRATA_CHECK(least <= left, "GPU memory: --max_gpu_memory_gb leaves ", gib(left),
+               " but two layers' weights (", gib(2 * max_blob), ") and one micro-batch of ",
+               largest, " tokens need ", gib(least),
                "; raise --max_gpu_memory_gb or lower --batch_size");
   // Test hook (tests/engine/CMakeLists.txt): hidden states in host memory, one micro-batch per
   // chunk, as a budget far below the store would make them on a large run.
   const char* host_hook = std::getenv("STRATA_TEST_GPU_HOST_STORE");
   const bool force_host = host_hook && std::string(host_hook) == "1";
-  const bool resident =
-      !force_host && fixed + store_bytes + per_token * static_cast<uint64_t>(largest) <= left;
-  const uint64_t room = left - fixed - (resident ? store_bytes : 0);
+  enum class Tier { kDevice, kPinned, kFile };
+  Tier tier = Tier::kFile;
+  if (!force_host && fixed + store_bytes + per_token * static_cast<uint64_t>(largest) <= left) {
+    tier = Tier::kDevice;
+  } else if (loop.host_fits) {
+    tier = Tier::kPinned;
+  }
+  // Off the device, each chunk also needs two bf16 in/out buffers for the overlapped copies.
+  const uint64_t token_bytes =
+      per_token + (tier == Tier::kDevice ? 0 : 4 * static_cast<uint64_t>(H));
+  const uint64_t room = left - fixed - (tier == Tier::kDevice ? store_bytes : 0);
   const int64_t cap =
-      force_host ? largest : std::max<int64_t>(largest, static_cast<int64_t>(room / per_token));
+      force_host ? largest : std::max<int64_t>(largest, static_cast<int64_t>(room / token_bytes));
   std::vector<Chunk> chunks;
   for (size_t b = 0; b < loop.batches.size();) {
     Chunk c{b, b, token0[b], 0};
@@ -143,15 +152,26 @@ void run_layers_gpu(GpuLoop& loop) {
     compute.synchronize();
   }
   f.reserve(chunk_max);
-  DeviceBuffer x(budget, static_cast<uint64_t>(chunk_max * H) * 4, "a chunk's hidden states");
-  DeviceBuffer dstore;
-  PinnedBuffer stage(resident ? static_cast<uint64_t>(largest * H) * 4
-                              : static_cast<uint64_t>(chunk_max * H) * 4);
-  if (resident) dstore = DeviceBuffer(budget, store_bytes, "the hidden states");
+  const uint64_t chunk_bf16 = static_cast<uint64_t>(chunk_max * H) * 2;
+  DeviceBuffer x(budget, chunk_bf16 * 2, "a chunk's hidden states");
+  DeviceBuffer dstore, io[2];
+  PinnedBuffer hstore;  // kPinned: every micro-batch, bf16, back to back
+  PinnedBuffer stage;   // kFile: one chunk; else one micro-batch (durable writes, the start)
+  if (tier == Tier::kDevice) {
+    dstore = DeviceBuffer(budget, store_bytes, "the hidden states");
+  } else {
+    io[0] = DeviceBuffer(budget, chunk_bf16, "a chunk's inputs");
+    io[1] = DeviceBuffer(budget, chunk_bf16, "the next chunk's inputs");
+  }
+  if (tier == Tier::kPinned) hstore.reserve(store_bytes);
+  stage.reserve(tier == Tier::kFile ? chunk_bf16 : static_cast<uint64_t>(largest * H) * 2);
   log_info("GPU: ", cuda_device_description(0), ", budget ", gib(budget.limit()),
-           "; hidden states ", resident ? "resident on the device" : "in host memory", " (",
-           gib(store_bytes), "), ", chunks.size(), " chunk(s) of up to ", chunk_max,
-           " tokens; layer weights up to ", gib(max_blob));
+           "; hidden states (", gib(store_bytes), ") ",
+           tier == Tier::kDevice   ? "resident on the device"
+           : tier == Tier::kPinned ? "in pinned host memory"
+                                   : "streamed from --offload_folder",
+           ", ", chunks.size(), " chunk(s) of up to ", chunk_max, " tokens; layer weights up to ",
+           gib(max_blob));
 
   auto chunk_of = [&](const Chunk& c) {
     gpu::GpuChunk g;
@@ -160,25 +180,35 @@ void run_layers_gpu(GpuLoop& loop) {
     g.seq_start = meta.as<int64_t>() + total + c.token0;
     return g;
   };
-  // Micro-batch b between the host store (fp32) and the device store (bf16), through x.
-  auto upload = [&](size_t b) {
-    const int64_t n = loop.batches[b].n_tokens() * H;
-    store.read(b, reinterpret_cast<float*>(stage.data()));
-    compute.copy_to_device(x.data(), stage.data(), static_cast<uint64_t>(n) * 4);
-    gpu::cast_bf16(x.as<float>(), dstore.as<uint16_t>() + token0[b] * H, n, compute.handle());
-    compute.synchronize();
-  };
-  auto download = [&](size_t b) {
-    const int64_t n = loop.batches[b].n_tokens() * H;
-    gpu::bf16_to_f32(dstore.as<uint16_t>() + token0[b] * H, x.as<float>(), n, compute.handle());
-    compute.copy_to_host(stage.data(), x.data(), static_cast<uint64_t>(n) * 4);
-    compute.synchronize();
-    store.write(b, reinterpret_cast<const float*>(stage.data()));
-  };
-  if (resident) {
-    for (size_t b = 0; b < loop.batches.size(); ++b)
-      upload(b);
+  // Where micro-batch b's bf16 hidden states live on the device or in pinned memory.
+  auto dev_at = [&](int64_t tok) { return dstore.as<uint16_t>() + tok * H; };
+  auto host_at = [&](int64_t tok) { return reinterpret_cast<uint16_t*>(hstore.data()) + tok * H; };
+  // The store's current inputs into the device or pinned tier.
+  if (tier != Tier::kFile) {
+    for (size_t b = 0; b < loop.batches.size(); ++b) {
+      const uint64_t n = store.batch_bytes(b);
+      if (tier == Tier::kPinned) {
+        store.read_raw(b, host_at(token0[b]));
+      } else {
+        store.read_raw(b, stage.data());
+        compute.copy_to_device(dev_at(token0[b]), stage.data(), n);
+        compute.synchronize();
+      }
+    }
   }
+  // A durable step off the file tier: the outputs go to the store's next file.
+  auto write_store = [&](int64_t next) {
+    store.begin(next);
+    for (size_t b = 0; b < loop.batches.size(); ++b) {
+      if (tier == Tier::kPinned) {
+        store.write_raw(b, host_at(token0[b]));
+      } else {
+        compute.copy_to_host(stage.data(), dev_at(token0[b]), store.batch_bytes(b));
+        compute.synchronize();
+        store.write_raw(b, stage.data());
+      }
+    }
+  };
 
   // Layer l's weights: read into pinned memory, then copied on the copy stream; both on a
   // helper thread, while the device computes the previous layer.
@@ -203,6 +233,8 @@ void run_layers_gpu(GpuLoop& loop) {
     }
     pending = Pending{};
   };
+  Stream h2d, d2h;
+  Event in_ready[2], out_ready[2], io_free[2];
   uint64_t since_durable = 0;
   double t_wait = 0, t_compute = 0;
   for (int64_t l = loop.first_layer; l < L; ++l) {
@@ -216,43 +248,72 @@ void run_layers_gpu(GpuLoop& loop) {
     compute.synchronize();
     if (!last) prefetch = fetch(l + 1);
     since_durable += loop.exporter.source_bytes(l + 1);
-    const bool durable = last || store.spilled() || since_durable >= kResumeEvery * store_bytes;
-    if (!last && (!resident || durable)) store.begin(l + 2);
-    for (const Chunk& c : chunks) {
+    const bool durable =
+        last || tier == Tier::kFile || since_durable >= kResumeEvery * store_bytes;
+    float* xf = x.as<float>();
+    if (tier == Tier::kFile && !last) store.begin(l + 2);
+    // kPinned: chunk i+1 is copied in (h2d) and chunk i-1 out (d2h) while chunk i computes.
+    auto copy_in = [&](size_t i) {
+      const Chunk& c = chunks[i];
+      const int j = static_cast<int>(i % 2);
+      io_free[j].wait(h2d);
+      h2d.copy_to_device(io[j].data(), host_at(c.token0), static_cast<uint64_t>(c.tokens * H) * 2);
+      in_ready[j].record(h2d);
+    };
+    if (tier == Tier::kPinned) {
+      for (int j = 0; j < 2; ++j)
+        io_free[j].record(d2h);
+      copy_in(0);
+    }
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const Chunk& c = chunks[i];
       const gpu::GpuChunk g = chunk_of(c);
-      if (resident) {
-        gpu::bf16_to_f32(dstore.as<uint16_t>() + c.token0 * H, x.as<float>(), c.tokens * H,
-                         compute.handle());
-        f.forward(g, x.as<float>(), true);
+      const int64_t n = c.tokens * H;
+      const int j = static_cast<int>(i % 2);
+      if (tier == Tier::kDevice) {
+        gpu::bf16_to_f32(dev_at(c.token0), xf, n, compute.handle());
+        f.forward(g, xf, true);
+        if (!last) gpu::cast_bf16(xf, dev_at(c.token0), n, compute.handle());
+      } else if (tier == Tier::kPinned) {
+        if (i + 1 < chunks.size()) copy_in(i + 1);
+        in_ready[j].wait(compute);
+        gpu::bf16_to_f32(io[j].as<uint16_t>(), xf, n, compute.handle());
+        f.forward(g, xf, true);
+        if (!last) gpu::cast_bf16(xf, io[j].as<uint16_t>(), n, compute.handle());
+        out_ready[j].record(compute);
+        out_ready[j].wait(d2h);
         if (!last)
-          gpu::cast_bf16(x.as<float>(), dstore.as<uint16_t>() + c.token0 * H, c.tokens * H,
-                         compute.handle());
+          d2h.copy_to_host(host_at(c.token0), io[j].data(), static_cast<uint64_t>(n) * 2);
+        io_free[j].record(d2h);
       } else {
-        float* host = reinterpret_cast<float*>(stage.data());
         for (size_t b = c.first; b < c.last; ++b)
-          store.read(b, host + (token0[b] - c.token0) * H);
-        compute.copy_to_device(x.data(), host, static_cast<uint64_t>(c.tokens * H) * 4);
-        f.forward(g, x.as<float>(), true);
+          store.read_raw(b, stage.data() + (token0[b] - c.token0) * H * 2);
+        compute.copy_to_device(io[0].data(), stage.data(), static_cast<uint64_t>(n) * 2);
+        gpu::bf16_to_f32(io[0].as<uint16_t>(), xf, n, compute.handle());
+        f.forward(g, xf, true);
         if (!last) {
-          compute.copy_to_host(host, x.data(), static_cast<uint64_t>(c.tokens * H) * 4);
+          gpu::cast_bf16(xf, io[0].as<uint16_t>(), n, compute.handle());
+          compute.copy_to_host(stage.data(), io[0].data(), static_cast<uint64_t>(n) * 2);
           compute.synchronize();
           for (size_t b = c.first; b < c.last; ++b)
-            store.write(b, host + (token0[b] - c.token0) * H);
+            store.write_raw(b, stage.data() + (token0[b] - c.token0) * H * 2);
         }
       }
     }
+    if (tier == Tier::kPinned) d2h.synchronize();
     auto calib = std::make_unique<MaxCalibrator>();
     for (const gpu::AmaxStat& s : f.take_stats())
       calib->record(s.name, s.amax, s.rows);
     t_compute += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     std::string hidden, old_input;
-    if (!last) {
-      if (resident && durable) {
-        for (size_t b = 0; b < loop.batches.size(); ++b)
-          download(b);
+    if (durable) {
+      // The file the inputs were read from (the embedding's, or the last durable step's) goes
+      // once this step is recorded.
+      old_input = store.input_path();
+      if (!last) {
+        if (tier != Tier::kFile) write_store(l + 2);
+        hidden = store.commit(loop.resume_dir, true);
       }
-      old_input = store.spilled() ? store.input_path() : "";
-      if (!resident || durable) hidden = store.commit(loop.resume_dir, durable);
     }
     // Layer l-1's tensors are written by now or soon; record it, then hand layer l over.
     finish_pending();

@@ -42,6 +42,7 @@ struct GpuLoop {
   ModeloptExporter& exporter;
   int64_t first_layer = 0;
   uint64_t max_gpu_memory_bytes = 0;  // 0: the device's free memory
+  bool host_fits = true;  // the hidden states may be held in (pinned) host memory
   std::string resume_dir;
   bool gemm_bf16 = true;
   // Records step `next` as done (CPU path's commit): hidden = the file holding its inputs.

@@ -446,10 +446,21 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     commit(1, "", "");
   }
 
+  // --device cuda (engine/gpu_runner.h): its activation store is file-backed (written only at
+  // durable steps); the hidden states live on the device or in pinned host memory.
+  bool on_gpu = job.device == QuantizeJob::Device::kCuda && result.calibrated;
+  if (on_gpu) {
+    const std::string why = gpu_unsupported(config, ckpt);
+    STRATA_CHECK(why.empty() || !job.device_explicit, "--device cuda: ", why,
+                 "; use --device cpu");
+    if (!why.empty()) log_warn("calibrating on the CPU: ", why);
+    on_gpu = why.empty();
+  }
   std::vector<Batch> batches;
   std::unique_ptr<ActivationStore> store;
   std::vector<float> buf;  // one micro-batch, fp32 [T_b, H]
   if (result.calibrated && state.next_step <= plan.num_layers) {
+    if (on_gpu) create_dir(offload, "--offload_folder");
     if (result.memory.spilled) {
       create_dir(offload, "--offload_folder");
       log_info("activation store: ", mib(result.memory.activations_all), " spilled to ", offload,
@@ -457,7 +468,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     }
     store = std::make_unique<ActivationStore>(
         batch_tokens, fwd->hidden_size(), fopts.bf16_between_layers ? DType::kBF16 : DType::kF32,
-        result.memory.spilled, offload);
+        result.memory.spilled || on_gpu, offload);
     int64_t most = 0;
     for (size_t b = 0; b < groups.size(); ++b) {
       batches.push_back(Batch::from_sequences(groups[b]));
@@ -485,18 +496,11 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   auto fetch = [&](int64_t l) {
     return std::async(std::launch::async, [&fwd, l]() { return fwd->layer(l); });
   };
-  bool on_gpu = job.device == QuantizeJob::Device::kCuda && result.calibrated;
-  if (on_gpu) {
-    const std::string why = gpu_unsupported(config, ckpt);
-    STRATA_CHECK(why.empty() || !job.device_explicit, "--device cuda: ", why,
-                 "; use --device cpu");
-    if (!why.empty()) log_warn("calibrating on the CPU: ", why);
-    on_gpu = why.empty();
-  }
   if (on_gpu && first_layer < plan.num_layers) {
     const char* gemm = std::getenv("STRATA_GPU_GEMM");  // test hook: "fp32" for fp32 GEMMs
     GpuLoop loop{config, ckpt, plan, *store, batches, exporter, first_layer,
-                 job.max_gpu_memory_bytes, resume_dir, !(gemm && std::string(gemm) == "fp32"),
+                 job.max_gpu_memory_bytes, !result.memory.spilled, resume_dir,
+                 !(gemm && std::string(gemm) == "fp32"),
                  commit, [&](const LayerReport& r) {
                    result.layers.push_back(r);
                    progress.step(str("layer ", r.layer, ", wrote ",

@@ -5,8 +5,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -133,7 +136,7 @@ ModeloptExporter::ModeloptExporter(const QuantPlan& plan, const ModelConfig& con
   writer_ = std::make_unique<PlannedShardWriter>(out_dir_, outputs_, w);
 }
 
-// What write_tensors writes for `names`, in the same order (write_module for quantized ones).
+// What write_tensors writes for `names`, in the same order (quantize_module for quantized ones).
 std::vector<TensorSpec> ModeloptExporter::outputs_of(const std::vector<std::string>& names) const {
   std::vector<TensorSpec> out;
   for (const std::string& name : names) {
@@ -263,28 +266,51 @@ LayerReport ModeloptExporter::write_layer(int64_t layer, const MaxCalibrator& ca
 
 void ModeloptExporter::write_tensors(const std::vector<std::string>& names,
                                      const MaxCalibrator* calib) {
-  for (const std::string& name : names) {
-    if (name.ends_with(".weight")) {
-      const PlannedModule* m = plan_.find(std::string_view(name).substr(0, name.size() - 7));
-      if (m && m->format != QFormat::kNone) {
-        STRATA_ASSERT(
-            calib != nullptr || m->format == QFormat::kW4A16Nvfp4 || m->format == QFormat::kMxfp8,
-            "quantized module outside a calibrated step: ", m->module);
-        write_module(*m, calib);
-        continue;
-      }
+  // Quantized modules are quantized on up to `workers` threads, a window ahead of the writer;
+  // every tensor is added in plan order, so the bytes do not depend on the thread count.
+  std::vector<const PlannedModule*> mods(names.size(), nullptr);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    if (!name.ends_with(".weight")) continue;
+    const PlannedModule* m = plan_.find(std::string_view(name).substr(0, name.size() - 7));
+    if (!m || m->format == QFormat::kNone) continue;
+    STRATA_ASSERT(
+        calib != nullptr || m->format == QFormat::kW4A16Nvfp4 || m->format == QFormat::kMxfp8,
+        "quantized module outside a calibrated step: ", m->module);
+    mods[i] = m;
+  }
+  const size_t workers = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+  using Outputs = std::vector<std::pair<std::string, Tensor>>;
+  std::vector<std::future<Outputs>> pending(names.size());
+  size_t launched = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    for (; launched < names.size() && launched < i + workers; ++launched) {
+      if (!mods[launched]) continue;
+      const PlannedModule* m = mods[launched];
+      pending[launched] = std::async(workers > 1 ? std::launch::async : std::launch::deferred,
+                                     [this, m, calib]() { return quantize_module(*m, calib); });
     }
-    writer_->add(name, ckpt_.tensor(name));  // a view: read from the mapping as it is written
+    if (!mods[i]) {
+      writer_->add(names[i], ckpt_.tensor(names[i]));  // a view: read from the mapping as written
+      continue;
+    }
+    for (auto& [n, t] : pending[i].get())
+      writer_->add(n, t);
   }
 }
 
-void ModeloptExporter::write_module(const PlannedModule& m, const MaxCalibrator* calib) {
+std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
+    const PlannedModule& m, const MaxCalibrator* calib) {
+  std::vector<std::pair<std::string, Tensor>> out;
   const Tensor w = ckpt_.tensor(m.module + ".weight");
   // Weight amax of the fused group (NVFP4 shares weight_scale_2 within it).
   const std::vector<const PlannedModule*>& layer_modules = layer_modules_[m.layer];
   auto group_weight_amax = [&]() {
     const std::string key = fused_group_key(m.module);
-    if (auto it = group_weight_amax_.find(key); it != group_weight_amax_.end()) return it->second;
+    {
+      std::lock_guard<std::mutex> lock(memo_mu_);
+      if (auto it = group_weight_amax_.find(key); it != group_weight_amax_.end()) return it->second;
+    }
     float a = 0.0f;
     for (const PlannedModule* o : layer_modules) {
       if (fused_group_key(o->module) != key) continue;
@@ -292,13 +318,17 @@ void ModeloptExporter::write_module(const PlannedModule& m, const MaxCalibrator*
                                             : weight_amax_of(ckpt_.tensor(o->module + ".weight"));
       a = std::isnan(x) || std::isnan(a) ? NAN : std::max(a, x);
     }
+    std::lock_guard<std::mutex> lock(memo_mu_);
     group_weight_amax_[key] = a;
     return a;
   };
   // Activation amax shared by the input-scale group (fused group, or all experts of the layer).
   auto group_input_amax = [&](bool fused) {
     const std::string key = fused ? input_scale_group_key(m.module) : m.module;
-    if (auto it = group_input_amax_.find(key); it != group_input_amax_.end()) return it->second;
+    {
+      std::lock_guard<std::mutex> lock(memo_mu_);
+      if (auto it = group_input_amax_.find(key); it != group_input_amax_.end()) return it->second;
+    }
     float a = 0.0f;
     bool seen = false;
     for (const PlannedModule* o : layer_modules) {
@@ -311,6 +341,7 @@ void ModeloptExporter::write_module(const PlannedModule& m, const MaxCalibrator*
     STRATA_CHECK(seen, "no calibration token reached '", m.module,
                  "' (nor any module sharing its input scale); ",
                  "use more or different calibration data, or exclude it in the recipe");
+    std::lock_guard<std::mutex> lock(memo_mu_);
     group_input_amax_[key] = a;
     return a;
   };
@@ -319,11 +350,11 @@ void ModeloptExporter::write_module(const PlannedModule& m, const MaxCalibrator*
     case QFormat::kNvfp4:
     case QFormat::kW4A16Nvfp4: {
       Nvfp4Weight q = nvfp4_quantize(w, group_weight_amax(), M);
-      writer_->add(M + ".weight", std::move(q.packed));
-      writer_->add(M + ".weight_scale", std::move(q.block_scale));
-      writer_->add(M + ".weight_scale_2", std::move(q.global_scale));
+      out.emplace_back(M + ".weight", std::move(q.packed));
+      out.emplace_back(M + ".weight_scale", std::move(q.block_scale));
+      out.emplace_back(M + ".weight_scale_2", std::move(q.global_scale));
       if (m.format == QFormat::kNvfp4) {
-        writer_->add(M + ".input_scale",
+        out.emplace_back(M + ".input_scale",
                      Tensor::scalar_f32(nvfp4_input_scale(group_input_amax(true), M)));
       }
       break;
@@ -332,22 +363,23 @@ void ModeloptExporter::write_module(const PlannedModule& m, const MaxCalibrator*
       // ModelOpt keeps FP8 weight and input scales per module (vLLM takes the max when it
       // fuses); routed experts share the layer's input scale.
       Fp8Weight q = fp8_quantize(w, weight_amax_of(w), M);
-      writer_->add(M + ".weight", std::move(q.weight));
-      writer_->add(M + ".weight_scale", std::move(q.scale));
+      out.emplace_back(M + ".weight", std::move(q.weight));
+      out.emplace_back(M + ".weight_scale", std::move(q.scale));
       const bool expert = routed_expert_index(M) >= 0;
-      writer_->add(M + ".input_scale",
+      out.emplace_back(M + ".input_scale",
                    Tensor::scalar_f32(fp8_input_scale(group_input_amax(expert))));
       break;
     }
     case QFormat::kMxfp8: {
       Mxfp8Weight q = mxfp8_quantize(w, M);
-      writer_->add(M + ".weight", std::move(q.weight));
-      writer_->add(M + ".weight_scale", std::move(q.scale));
+      out.emplace_back(M + ".weight", std::move(q.weight));
+      out.emplace_back(M + ".weight_scale", std::move(q.scale));
       break;
     }
     case QFormat::kNone:
-      STRATA_ASSERT(false, "write_module on an unquantized module");
+      STRATA_ASSERT(false, "quantize_module on an unquantized module");
   }
+  return out;
 }
 
 std::vector<std::string> ModeloptExporter::finish() {

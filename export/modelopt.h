@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -82,7 +83,10 @@ class ModeloptExporter {
   std::vector<TensorSpec> outputs_of(const std::vector<std::string>& names) const;
   std::vector<TensorSpec> kv_outputs(int64_t layer) const;
   void write_tensors(const std::vector<std::string>& names, const MaxCalibrator* calib);
-  void write_module(const PlannedModule& m, const MaxCalibrator* calib);
+  // The output tensors of quantized module m, in write order. Thread-safe: write_tensors runs
+  // several at once (the memos below are guarded by memo_mu_) and adds their outputs in order.
+  std::vector<std::pair<std::string, Tensor>> quantize_module(const PlannedModule& m,
+                                                               const MaxCalibrator* calib);
 
   const QuantPlan& plan_;
   const ModelConfig& config_;
@@ -98,6 +102,7 @@ class ModeloptExporter {
   // Per-layer memos, keyed by group (the key names the layer): each fused group's weight amax and
   // each input-scale group's activation amax are computed once, not once per member.
   std::map<std::string, float> group_weight_amax_, group_input_amax_;
+  std::mutex memo_mu_;
   std::vector<std::string> head_tensors_, tail_tensors_;
   std::vector<std::string> written_;  // shard names after finish
 };
