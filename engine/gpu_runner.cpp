@@ -10,7 +10,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "engine/layer_reader.h"
+#include "io/layer_reader.h"
 
 #if STRATA_WITH_CUDA
 #include "model/cuda/gpu_forward.h"

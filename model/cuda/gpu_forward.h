@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "core/device.h"
-#include "engine/layer_reader.h"
+#include "io/layer_reader.h"
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
 

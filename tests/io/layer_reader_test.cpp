@@ -1,6 +1,6 @@
 // LayerReader: the bytes it reads are the checkpoint's bytes (compared with the mapped views),
 // whatever the grouping of the names, and the ranges it plans are few and aligned.
-#include "engine/layer_reader.h"
+#include "io/layer_reader.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "engine/layer_reader.h"
+#include "io/layer_reader.h"
 
 #include <fcntl.h>
 #include <unistd.h>
