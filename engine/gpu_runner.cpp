@@ -8,6 +8,7 @@
 
 #include "calib/max_calib.h"
 #include "core/device.h"
+#include "core/gpu_memory.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "io/layer_reader.h"
@@ -60,8 +61,8 @@ void run_layers_gpu(GpuLoop& loop) {
                                         "cpu");
   const int64_t L = loop.plan.num_layers, H = loop.config.hidden_size;
   ActivationStore& store = loop.store;
-  DeviceBudget budget(loop.max_gpu_memory_bytes);
-  Stream compute, copy;
+  gpu::DeviceBudget budget(loop.max_gpu_memory_bytes);
+  gpu::Stream compute, copy;
   gpu::GpuForwardOptions fo;
   fo.gemm_bf16 = loop.gemm_bf16;
   gpu::GpuForward f(loop.config, loop.ckpt, budget, compute, fo);
@@ -130,10 +131,10 @@ void run_layers_gpu(GpuLoop& loop) {
     chunk_max = std::max(chunk_max, c.tokens);
 
   // Device allocations.
-  DeviceBuffer weights[2] = {DeviceBuffer(budget, max_blob, "a layer's weights"),
-                             DeviceBuffer(budget, max_blob, "the next layer's weights")};
-  PinnedBuffer host_weights[2] = {PinnedBuffer(max_blob), PinnedBuffer(max_blob)};
-  DeviceBuffer meta(budget, static_cast<uint64_t>(total) * 16, "token positions");
+  gpu::DeviceBuffer weights[2] = {gpu::DeviceBuffer(budget, max_blob, "a layer's weights"),
+                             gpu::DeviceBuffer(budget, max_blob, "the next layer's weights")};
+  gpu::PinnedBuffer host_weights[2] = {gpu::PinnedBuffer(max_blob), gpu::PinnedBuffer(max_blob)};
+  gpu::DeviceBuffer meta(budget, static_cast<uint64_t>(total) * 16, "token positions");
   {
     std::vector<int64_t> m(static_cast<size_t>(2 * total));  // positions, then chunk-relative starts
     for (const Chunk& c : chunks) {
@@ -153,15 +154,15 @@ void run_layers_gpu(GpuLoop& loop) {
   }
   f.reserve(chunk_max);
   const uint64_t chunk_bf16 = static_cast<uint64_t>(chunk_max * H) * 2;
-  DeviceBuffer x(budget, chunk_bf16 * 2, "a chunk's hidden states");
-  DeviceBuffer dstore, io[2];
-  PinnedBuffer hstore;  // kPinned: every micro-batch, bf16, back to back
-  PinnedBuffer stage;   // kFile: one chunk; else one micro-batch (durable writes, the start)
+  gpu::DeviceBuffer x(budget, chunk_bf16 * 2, "a chunk's hidden states");
+  gpu::DeviceBuffer dstore, io[2];
+  gpu::PinnedBuffer hstore;  // kPinned: every micro-batch, bf16, back to back
+  gpu::PinnedBuffer stage;   // kFile: one chunk; else one micro-batch (durable writes, the start)
   if (tier == Tier::kDevice) {
-    dstore = DeviceBuffer(budget, store_bytes, "the hidden states");
+    dstore = gpu::DeviceBuffer(budget, store_bytes, "the hidden states");
   } else {
-    io[0] = DeviceBuffer(budget, chunk_bf16, "a chunk's inputs");
-    io[1] = DeviceBuffer(budget, chunk_bf16, "the next chunk's inputs");
+    io[0] = gpu::DeviceBuffer(budget, chunk_bf16, "a chunk's inputs");
+    io[1] = gpu::DeviceBuffer(budget, chunk_bf16, "the next chunk's inputs");
   }
   if (tier == Tier::kPinned) hstore.reserve(store_bytes);
   stage.reserve(tier == Tier::kFile ? chunk_bf16 : static_cast<uint64_t>(largest * H) * 2);
@@ -233,8 +234,8 @@ void run_layers_gpu(GpuLoop& loop) {
     }
     pending = Pending{};
   };
-  Stream h2d, d2h;
-  Event in_ready[2], out_ready[2], io_free[2];
+  gpu::Stream h2d, d2h;
+  gpu::Event in_ready[2], out_ready[2], io_free[2];
   uint64_t since_durable = 0;
   double t_wait = 0, t_compute = 0;
   for (int64_t l = loop.first_layer; l < L; ++l) {

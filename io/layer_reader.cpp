@@ -53,7 +53,10 @@ LayerBlob LayerReader::plan(const std::vector<std::string>& names) const {
   uint64_t at = 0;
   for (size_t i = 0; i < spans.size();) {
     // One range: spans i..j-1 of one shard whose gaps are small.
-    const uint64_t start = align_down(spans[i].begin);
+    // Buffered reads start at the first tensor, so that it lands 4096-aligned in the buffer and
+    // its neighbours keep the file's relative alignment (16 bytes for most tensors: what the
+    // GEMMs want); O_DIRECT needs the file offset aligned instead.
+    const uint64_t start = direct_ ? align_down(spans[i].begin) : spans[i].begin;
     uint64_t end = spans[i].end;
     size_t j = i + 1;
     while (j < spans.size() && spans[j].path == spans[i].path &&

@@ -8,8 +8,10 @@
 //
 // plan() groups the tensors by shard, sorts them by file offset and merges neighbours whose gap
 // is at most kMergeGapBytes into one range (the gap's bytes are read too and ignored). Each range
-// starts at a 4096-aligned file offset and a 4096-aligned buffer offset, so the reads can use
-// O_DIRECT. Buffer layout: the ranges back to back in plan order (each padded to 4096 bytes);
+// starts at a 4096-aligned buffer offset, at its first tensor's file offset (so that tensor is
+// 4096-aligned in the buffer and the others keep their relative alignment), or with O_DIRECT at
+// that offset rounded down to 4096. Buffer layout: the ranges back to back in plan order (each
+// padded to 4096 bytes);
 // tensor `name` lies at blob.items[name].offset, its bytes exactly as the checkpoint stores them.
 //
 // Reads go through the page cache by default: the CPU exporter reads the same tensors right
@@ -37,7 +39,7 @@ struct LayerBlob {
   };
   struct Range {
     std::string path;       // shard file
-    uint64_t file_offset;   // 4096-aligned
+    uint64_t file_offset;   // the first tensor's (4096-aligned with O_DIRECT)
     uint64_t length;        // bytes to read (ends at the last tensor's end, or EOF)
     uint64_t buffer_offset; // 4096-aligned
   };

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
+#include "core/gpu_memory.h"
 #include "io/layer_reader.h"
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
