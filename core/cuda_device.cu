@@ -1,12 +1,16 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/device.h"
+#include "core/error.h"
 
 namespace strata {
 
-bool cuda_compiled() { return true; }
+bool cuda_compiled() {
+  return true;
+}
 
 int cuda_device_count() {
   int n = 0;
@@ -30,3 +34,102 @@ std::string cuda_device_description(int i) {
 }
 
 }  // namespace strata
+
+namespace strata::cuda {
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("CUDA error in ", what, ": ", cudaGetErrorString(e));
+}
+
+}  // namespace
+
+struct Stream::Impl {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+};
+
+Stream::Stream(int device) : impl_(std::make_unique<Impl>()) {
+  impl_->device = device;
+  check(cudaSetDevice(device), "cudaSetDevice");
+  check(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+}
+
+Stream::~Stream() {
+  cudaStreamSynchronize(impl_->stream);
+  cudaFree(impl_->scratch);
+  cudaStreamDestroy(impl_->stream);
+}
+
+void Stream::synchronize() {
+  check(cudaStreamSynchronize(impl_->stream), "a kernel on the stream");
+}
+
+int Stream::device() const {
+  return impl_->device;
+}
+
+void* Stream::native() const {
+  return impl_->stream;
+}
+
+void* Stream::scratch(size_t bytes) {
+  if (bytes <= impl_->scratch_bytes) return impl_->scratch;
+  // Work queued earlier may still read the old buffer.
+  check(cudaStreamSynchronize(impl_->stream), "a kernel on the stream");
+  cudaFree(impl_->scratch);
+  impl_->scratch = nullptr;
+  impl_->scratch_bytes = 0;
+  const size_t grown = std::max(bytes, size_t{1} << 20);
+  impl_->scratch = device_alloc(grown);
+  impl_->scratch_bytes = grown;
+  return impl_->scratch;
+}
+
+void* device_alloc(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    fail("CUDA: cannot allocate ", bytes, " bytes of device memory (", cudaGetErrorString(e),
+         "); use a smaller calibration batch or a GPU with more memory");
+  }
+  return p;
+}
+
+void device_free(void* p) {
+  if (p) cudaFree(p);
+}
+
+void copy_to_device(void* dst, const void* src, size_t bytes, Stream& stream) {
+  if (bytes == 0) return;
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
+                        static_cast<cudaStream_t>(stream.native())),
+        "copy to device");
+}
+
+void copy_to_host(void* dst, const void* src, size_t bytes, Stream& stream) {
+  if (bytes != 0) {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost,
+                          static_cast<cudaStream_t>(stream.native())),
+          "copy to host");
+  }
+  stream.synchronize();
+}
+
+void copy_device(void* dst, const void* src, size_t bytes, Stream& stream) {
+  if (bytes == 0) return;
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                        static_cast<cudaStream_t>(stream.native())),
+        "device copy");
+}
+
+void fill_zero(void* dst, size_t bytes, Stream& stream) {
+  if (bytes == 0) return;
+  check(cudaMemsetAsync(dst, 0, bytes, static_cast<cudaStream_t>(stream.native())), "fill_zero");
+}
+
+}  // namespace strata::cuda

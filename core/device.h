@@ -1,8 +1,12 @@
-// What accelerators this process can use. The CUDA build asks the runtime; a build without CUDA
-// always reports none. Narrow on purpose: the CUDA backend issue grows this into streams and
-// device memory behind host-only declarations.
+// What accelerators this process can use, and the host-only handles of the CUDA backend: a
+// stream and device memory. The CUDA build implements them in core/cuda_device.cu; a build
+// without CUDA reports no device, and everything in strata::cuda throws strata::Error there.
+// No CUDA header is needed to include this file (docs/CUDA.md).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <string>
 
 namespace strata {
@@ -15,3 +19,82 @@ int cuda_device_count();
 std::string cuda_device_description(int i);
 
 }  // namespace strata
+
+namespace strata::cuda {
+
+// One CUDA stream on one device, with the scratch space the kernels and cuBLASLt use. Every
+// launcher in ops/cuda and quant/cuda takes a Stream&: work is queued in order on it and is
+// asynchronous to the host unless the launcher's comment says it synchronizes. Not thread-safe:
+// one Stream per host thread. Creating one makes `device` current on the calling thread.
+class Stream {
+ public:
+  explicit Stream(int device = 0);
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  // Waits for all work queued so far; throws strata::Error naming the CUDA error if any kernel
+  // on the stream failed.
+  void synchronize();
+  int device() const;
+  // The cudaStream_t, as an opaque pointer (for .cu files only).
+  void* native() const;
+  // A device buffer of at least `bytes`, owned by the stream, reused across calls (grown when
+  // asked for more). Valid until the next scratch() call with a larger size: launchers use it
+  // for their temporaries; callers must not hold on to it across launcher calls.
+  void* scratch(size_t bytes);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Device memory. device_alloc throws strata::Error naming the size when the device is out of
+// memory; device_free(nullptr) does nothing.
+void* device_alloc(size_t bytes);
+void device_free(void* p);
+
+// Owning device buffer of `bytes` bytes (uninitialised), freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes) : p_(bytes ? device_alloc(bytes) : nullptr), bytes_(bytes) {}
+  ~DeviceBuffer() { device_free(p_); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(o.p_), bytes_(o.bytes_) {
+    o.p_ = nullptr;
+    o.bytes_ = 0;
+  }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      device_free(p_);
+      p_ = o.p_;
+      bytes_ = o.bytes_;
+      o.p_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+  void* data() const { return p_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Copies queued on `stream`. copy_to_device reads `src` when the copy runs, so the host buffer
+// must stay alive and unchanged until the stream is synchronized. copy_to_host synchronizes the
+// stream before returning (the host data is ready). copy_device copies device to device.
+void copy_to_device(void* dst, const void* src, size_t bytes, Stream& stream);
+void copy_to_host(void* dst, const void* src, size_t bytes, Stream& stream);
+void copy_device(void* dst, const void* src, size_t bytes, Stream& stream);
+void fill_zero(void* dst, size_t bytes, Stream& stream);
+
+}  // namespace strata::cuda
