@@ -114,8 +114,7 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   STRATA_CHECK(mem_gb >= 0, "--max_cpu_memory_gb must not be negative");
   job.max_cpu_memory_bytes = static_cast<uint64_t>(mem_gb * 1024.0 * 1024.0 * 1024.0);
   if (auto dev = args.get_optional("--device")) {
-    STRATA_CHECK(*dev == "cpu" || *dev == "cuda", "--device must be cpu or cuda, not '", *dev,
-                 "'");
+    STRATA_CHECK(*dev == "cpu" || *dev == "cuda", "--device must be cpu or cuda, not '", *dev, "'");
     job.device_explicit = true;
     if (*dev == "cuda") {
       STRATA_CHECK(cuda_compiled(),

@@ -62,7 +62,9 @@ DeviceBuffer::DeviceBuffer(DeviceBudget& budget, uint64_t bytes, const char* wha
   bytes_ = bytes;
 }
 
-DeviceBuffer::~DeviceBuffer() { reset(); }
+DeviceBuffer::~DeviceBuffer() {
+  reset();
+}
 
 void DeviceBuffer::reset() {
   if (ptr_) {
@@ -89,8 +91,12 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
-PinnedBuffer::PinnedBuffer(uint64_t bytes) { reserve(bytes); }
-PinnedBuffer::~PinnedBuffer() { reset(); }
+PinnedBuffer::PinnedBuffer(uint64_t bytes) {
+  reserve(bytes);
+}
+PinnedBuffer::~PinnedBuffer() {
+  reset();
+}
 
 void PinnedBuffer::reset() {
   if (ptr_) {
@@ -141,7 +147,9 @@ Stream::Stream() {
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   s_ = s;
 }
-Stream::~Stream() { cudaStreamDestroy(static_cast<cudaStream_t>(s_)); }
+Stream::~Stream() {
+  cudaStreamDestroy(static_cast<cudaStream_t>(s_));
+}
 void Stream::synchronize() const {
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(s_)), "stream synchronize");
 }
@@ -170,7 +178,9 @@ Event::Event() {
   check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
   e_ = e;
 }
-Event::~Event() { cudaEventDestroy(static_cast<cudaEvent_t>(e_)); }
+Event::~Event() {
+  cudaEventDestroy(static_cast<cudaEvent_t>(e_));
+}
 void Event::record(const Stream& s) {
   check(cudaEventRecord(static_cast<cudaEvent_t>(e_), static_cast<cudaStream_t>(s.handle())),
         "event record");

@@ -3,25 +3,32 @@
 #include <cstdlib>
 #include <utility>
 
-#include "core/gpu_memory.h"
 #include "core/error.h"
+#include "core/gpu_memory.h"
 
 namespace strata::gpu {
 namespace {
 
 [[noreturn]] void no_cuda(const char* what) {
-  fail(what, ": this strata was built without CUDA; use --device cpu, or rebuild with a CUDA "
-             "toolkit (-DSTRATA_CUDA=ON)");
+  fail(what,
+       ": this strata was built without CUDA; use --device cpu, or rebuild with a CUDA "
+       "toolkit (-DSTRATA_CUDA=ON)");
 }
 
 }  // namespace
 
-DeviceMemoryInfo cuda_memory_info() { return {}; }
+DeviceMemoryInfo cuda_memory_info() {
+  return {};
+}
 
 DeviceBudget::DeviceBudget(uint64_t limit) : limit_(limit) {}
-void DeviceBudget::take(uint64_t, const char*) { no_cuda("GPU memory"); }
+void DeviceBudget::take(uint64_t, const char*) {
+  no_cuda("GPU memory");
+}
 
-DeviceBuffer::DeviceBuffer(DeviceBudget&, uint64_t, const char*) { no_cuda("GPU memory"); }
+DeviceBuffer::DeviceBuffer(DeviceBudget&, uint64_t, const char*) {
+  no_cuda("GPU memory");
+}
 DeviceBuffer::~DeviceBuffer() = default;
 void DeviceBuffer::reset() {}
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
@@ -35,8 +42,12 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   return *this;
 }
 
-PinnedBuffer::PinnedBuffer(uint64_t bytes) { reserve(bytes); }
-PinnedBuffer::~PinnedBuffer() { reset(); }
+PinnedBuffer::PinnedBuffer(uint64_t bytes) {
+  reserve(bytes);
+}
+PinnedBuffer::~PinnedBuffer() {
+  reset();
+}
 void PinnedBuffer::reset() {
   std::free(ptr_);
   ptr_ = nullptr;
@@ -64,7 +75,9 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
   return *this;
 }
 
-Stream::Stream() { no_cuda("CUDA stream"); }
+Stream::Stream() {
+  no_cuda("CUDA stream");
+}
 Stream::~Stream() = default;
 void Stream::synchronize() const {}
 void Stream::copy_to_device(void*, const void*, uint64_t) const {}
@@ -72,7 +85,9 @@ void Stream::copy_to_host(void*, const void*, uint64_t) const {}
 void Stream::copy_device(void*, const void*, uint64_t) const {}
 void Stream::zero(void*, uint64_t) const {}
 
-Event::Event() { no_cuda("CUDA event"); }
+Event::Event() {
+  no_cuda("CUDA event");
+}
 Event::~Event() = default;
 void Event::record(const Stream&) {}
 void Event::wait(const Stream&) const {}

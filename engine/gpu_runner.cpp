@@ -8,8 +8,8 @@
 
 #include "calib/max_calib.h"
 #include "core/device.h"
-#include "core/gpu_memory.h"
 #include "core/error.h"
+#include "core/gpu_memory.h"
 #include "core/log.h"
 #include "io/layer_reader.h"
 
@@ -57,8 +57,9 @@ struct Pending {
 }  // namespace
 
 void run_layers_gpu(GpuLoop& loop) {
-  STRATA_CHECK(cuda_device_count() > 0, "--device cuda: no CUDA device is visible; use --device "
-                                        "cpu");
+  STRATA_CHECK(cuda_device_count() > 0,
+               "--device cuda: no CUDA device is visible; use --device "
+               "cpu");
   const int64_t L = loop.plan.num_layers, H = loop.config.hidden_size;
   ActivationStore& store = loop.store;
   gpu::DeviceBudget budget(loop.max_gpu_memory_bytes);
@@ -89,11 +90,20 @@ void run_layers_gpu(GpuLoop& loop) {
   // store (resident) or two bf16 chunk buffers, then chunks.
   STRATA_ASSERT(store.dtype() == DType::kBF16, "the GPU path keeps bf16 hidden states");
   const uint64_t store_bytes = static_cast<uint64_t>(total * H) * 2;
-  const uint64_t fixed = 2 * max_blob + max_conv + static_cast<uint64_t>(total) * 16 + (16 << 20);
+  int64_t longest_seq = 0;
+  for (const Batch& b : loop.batches) {
+    for (int64_t s = 0; s < b.n_seqs(); ++s)
+      longest_seq = std::max(longest_seq, b.seq_offsets[s + 1] - b.seq_offsets[s]);
+  }
+  // Attention scores through GEMMs when one sequence's take at most an eighth of the budget.
+  const uint64_t attention_cap = budget.limit() / 8;
+  const uint64_t attention = f.attention_bytes(longest_seq, attention_cap);
+  const uint64_t fixed =
+      2 * max_blob + max_conv + attention + static_cast<uint64_t>(total) * 16 + (16 << 20);
   const uint64_t per_token = f.bytes_per_token() + static_cast<uint64_t>(H) * 4;
   const uint64_t left = budget.left();
-  const uint64_t least = fixed + (per_token + 4 * static_cast<uint64_t>(H)) *
-                                     static_cast<uint64_t>(largest);
+  const uint64_t least =
+      fixed + (per_token + 4 * static_cast<uint64_t>(H)) * static_cast<uint64_t>(largest);
   STRATA_CHECK(least <= left, "GPU memory: --max_gpu_memory_gb leaves ", gib(left),
                " but two layers' weights (", gib(2 * max_blob), ") and one micro-batch of ",
                largest, " tokens need ", gib(least),
@@ -118,8 +128,7 @@ void run_layers_gpu(GpuLoop& loop) {
   std::vector<Chunk> chunks;
   for (size_t b = 0; b < loop.batches.size();) {
     Chunk c{b, b, token0[b], 0};
-    while (c.last < loop.batches.size() &&
-           c.tokens + loop.batches[c.last].n_tokens() <= cap) {
+    while (c.last < loop.batches.size() && c.tokens + loop.batches[c.last].n_tokens() <= cap) {
       c.tokens += loop.batches[c.last].n_tokens();
       ++c.last;
     }
@@ -132,11 +141,12 @@ void run_layers_gpu(GpuLoop& loop) {
 
   // Device allocations.
   gpu::DeviceBuffer weights[2] = {gpu::DeviceBuffer(budget, max_blob, "a layer's weights"),
-                             gpu::DeviceBuffer(budget, max_blob, "the next layer's weights")};
+                                  gpu::DeviceBuffer(budget, max_blob, "the next layer's weights")};
   gpu::PinnedBuffer host_weights[2] = {gpu::PinnedBuffer(max_blob), gpu::PinnedBuffer(max_blob)};
   gpu::DeviceBuffer meta(budget, static_cast<uint64_t>(total) * 16, "token positions");
   {
-    std::vector<int64_t> m(static_cast<size_t>(2 * total));  // positions, then chunk-relative starts
+    std::vector<int64_t> m(
+        static_cast<size_t>(2 * total));  // positions, then chunk-relative starts
     for (const Chunk& c : chunks) {
       for (size_t b = c.first; b < c.last; ++b) {
         const Batch& bt = loop.batches[b];
@@ -152,7 +162,7 @@ void run_layers_gpu(GpuLoop& loop) {
     compute.copy_to_device(meta.data(), m.data(), m.size() * 8);
     compute.synchronize();
   }
-  f.reserve(chunk_max);
+  f.reserve(chunk_max, longest_seq, attention_cap);
   const uint64_t chunk_bf16 = static_cast<uint64_t>(chunk_max * H) * 2;
   gpu::DeviceBuffer x(budget, chunk_bf16 * 2, "a chunk's hidden states");
   gpu::DeviceBuffer dstore, io[2];
@@ -172,13 +182,19 @@ void run_layers_gpu(GpuLoop& loop) {
            : tier == Tier::kPinned ? "in pinned host memory"
                                    : "streamed from --offload_folder",
            ", ", chunks.size(), " chunk(s) of up to ", chunk_max, " tokens; layer weights up to ",
-           gib(max_blob));
+           gib(max_blob), attention ? "; attention through batched GEMMs" : "");
 
   auto chunk_of = [&](const Chunk& c) {
     gpu::GpuChunk g;
     g.tokens = c.tokens;
     g.positions = meta.as<int64_t>() + c.token0;
     g.seq_start = meta.as<int64_t>() + total + c.token0;
+    g.seq_bounds.push_back(0);
+    for (size_t b = c.first; b < c.last; ++b) {
+      const Batch& bt = loop.batches[b];
+      for (int64_t s = 0; s < bt.n_seqs(); ++s)
+        g.seq_bounds.push_back(token0[b] - c.token0 + bt.seq_offsets[s + 1]);
+    }
     return g;
   };
   // Where micro-batch b's bf16 hidden states live on the device or in pinned memory.
@@ -249,8 +265,7 @@ void run_layers_gpu(GpuLoop& loop) {
     compute.synchronize();
     if (!last) prefetch = fetch(l + 1);
     since_durable += loop.exporter.source_bytes(l + 1);
-    const bool durable =
-        last || tier == Tier::kFile || since_durable >= kResumeEvery * store_bytes;
+    const bool durable = last || tier == Tier::kFile || since_durable >= kResumeEvery * store_bytes;
     float* xf = x.as<float>();
     if (tier == Tier::kFile && !last) store.begin(l + 2);
     // kPinned: chunk i+1 is copied in (h2d) and chunk i-1 out (d2h) while chunk i computes.
@@ -283,8 +298,7 @@ void run_layers_gpu(GpuLoop& loop) {
         if (!last) gpu::cast_bf16(xf, io[j].as<uint16_t>(), n, compute.handle());
         out_ready[j].record(compute);
         out_ready[j].wait(d2h);
-        if (!last)
-          d2h.copy_to_host(host_at(c.token0), io[j].data(), static_cast<uint64_t>(n) * 2);
+        if (!last) d2h.copy_to_host(host_at(c.token0), io[j].data(), static_cast<uint64_t>(n) * 2);
         io_free[j].record(d2h);
       } else {
         for (size_t b = c.first; b < c.last; ++b)
@@ -325,13 +339,12 @@ void run_layers_gpu(GpuLoop& loop) {
     pending.hidden = hidden;
     pending.old_input = old_input;
     const MaxCalibrator* cp = pending.calib.get();
-    pending.report = std::async(std::launch::async, [&loop, l, cp]() {
-      return loop.exporter.write_layer(l, *cp);
-    });
+    pending.report = std::async(std::launch::async,
+                                [&loop, l, cp]() { return loop.exporter.write_layer(l, *cp); });
   }
   finish_pending();
-  log_info("GPU: peak device memory ", gib(budget.peak()), " of ", gib(budget.limit()),
-           "; waited ", str(t_wait).substr(0, 6), " s for weights, ", str(t_compute).substr(0, 6),
+  log_info("GPU: peak device memory ", gib(budget.peak()), " of ", gib(budget.limit()), "; waited ",
+           str(t_wait).substr(0, 6), " s for weights, ", str(t_compute).substr(0, 6),
            " s computing");
 }
 

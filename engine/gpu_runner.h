@@ -42,12 +42,11 @@ struct GpuLoop {
   ModeloptExporter& exporter;
   int64_t first_layer = 0;
   uint64_t max_gpu_memory_bytes = 0;  // 0: the device's free memory
-  bool host_fits = true;  // the hidden states may be held in (pinned) host memory
+  bool host_fits = true;              // the hidden states may be held in (pinned) host memory
   std::string resume_dir;
   bool gemm_bf16 = true;
   // Records step `next` as done (CPU path's commit): hidden = the file holding its inputs.
-  std::function<void(int64_t next, const std::string& hidden, const std::string& old_input)>
-      commit;
+  std::function<void(int64_t next, const std::string& hidden, const std::string& old_input)> commit;
   std::function<void(const LayerReport&)> layer_done;
 };
 

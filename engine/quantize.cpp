@@ -451,8 +451,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   bool on_gpu = job.device == QuantizeJob::Device::kCuda && result.calibrated;
   if (on_gpu) {
     const std::string why = gpu_unsupported(config, ckpt);
-    STRATA_CHECK(why.empty() || !job.device_explicit, "--device cuda: ", why,
-                 "; use --device cpu");
+    STRATA_CHECK(why.empty() || !job.device_explicit, "--device cuda: ", why, "; use --device cpu");
     if (!why.empty()) log_warn("calibrating on the CPU: ", why);
     on_gpu = why.empty();
   }
@@ -498,18 +497,26 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   };
   if (on_gpu && first_layer < plan.num_layers) {
     const char* gemm = std::getenv("STRATA_GPU_GEMM");  // test hook: "fp32" for fp32 GEMMs
-    GpuLoop loop{config, ckpt, plan, *store, batches, exporter, first_layer,
-                 job.max_gpu_memory_bytes, !result.memory.spilled, resume_dir,
+    GpuLoop loop{config,
+                 ckpt,
+                 plan,
+                 *store,
+                 batches,
+                 exporter,
+                 first_layer,
+                 job.max_gpu_memory_bytes,
+                 !result.memory.spilled,
+                 resume_dir,
                  !(gemm && std::string(gemm) == "fp32"),
-                 commit, [&](const LayerReport& r) {
+                 commit,
+                 [&](const LayerReport& r) {
                    result.layers.push_back(r);
                    progress.step(str("layer ", r.layer, ", wrote ",
                                      human_bytes(static_cast<double>(exporter.bytes_written()))));
                  }};
     run_layers_gpu(loop);
   }
-  if (result.calibrated && !on_gpu && first_layer < plan.num_layers)
-    prefetch = fetch(first_layer);
+  if (result.calibrated && !on_gpu && first_layer < plan.num_layers) prefetch = fetch(first_layer);
   uint64_t bytes_read = 0;
   for (int64_t l = on_gpu ? plan.num_layers : first_layer; l < plan.num_layers; ++l) {
     calib.clear();

@@ -355,7 +355,7 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
       out.emplace_back(M + ".weight_scale_2", std::move(q.global_scale));
       if (m.format == QFormat::kNvfp4) {
         out.emplace_back(M + ".input_scale",
-                     Tensor::scalar_f32(nvfp4_input_scale(group_input_amax(true), M)));
+                         Tensor::scalar_f32(nvfp4_input_scale(group_input_amax(true), M)));
       }
       break;
     }
@@ -367,7 +367,7 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
       out.emplace_back(M + ".weight_scale", std::move(q.scale));
       const bool expert = routed_expert_index(M) >= 0;
       out.emplace_back(M + ".input_scale",
-                   Tensor::scalar_f32(fp8_input_scale(group_input_amax(expert))));
+                       Tensor::scalar_f32(fp8_input_scale(group_input_amax(expert))));
       break;
     }
     case QFormat::kMxfp8: {

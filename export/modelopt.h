@@ -86,7 +86,7 @@ class ModeloptExporter {
   // The output tensors of quantized module m, in write order. Thread-safe: write_tensors runs
   // several at once (the memos below are guarded by memo_mu_) and adds their outputs in order.
   std::vector<std::pair<std::string, Tensor>> quantize_module(const PlannedModule& m,
-                                                               const MaxCalibrator* calib);
+                                                              const MaxCalibrator* calib);
 
   const QuantPlan& plan_;
   const ModelConfig& config_;

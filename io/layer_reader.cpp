@@ -18,8 +18,12 @@ namespace {
 
 constexpr uint64_t kAlign = 4096;
 
-uint64_t align_down(uint64_t x) { return x / kAlign * kAlign; }
-uint64_t align_up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+uint64_t align_down(uint64_t x) {
+  return x / kAlign * kAlign;
+}
+uint64_t align_up(uint64_t x) {
+  return (x + kAlign - 1) / kAlign * kAlign;
+}
 
 struct Chunk {
   size_t range;
@@ -104,8 +108,8 @@ void LayerReader::read(const LayerBlob& blob, uint8_t* dst) const {
   for (size_t r = 0; r < blob.ranges.size(); ++r) {
     const LayerBlob::Range& g = blob.ranges[r];
     for (uint64_t o = 0; o < g.length; o += kReadChunkBytes) {
-      chunks.push_back({r, g.file_offset + o, std::min(kReadChunkBytes, g.length - o),
-                        g.buffer_offset + o});
+      chunks.push_back(
+          {r, g.file_offset + o, std::min(kReadChunkBytes, g.length - o), g.buffer_offset + o});
     }
   }
   std::atomic<size_t> next{0};
@@ -126,8 +130,8 @@ void LayerReader::read(const LayerBlob& blob, uint8_t* dst) const {
           std::lock_guard<std::mutex> lock(mu);
           if (error.empty())
             error = str(blob.ranges[k.range].path, ": read of ", k.length, " bytes at offset ",
-                        k.file_offset, " failed: ",
-                        n < 0 ? std::strerror(errno) : "the file ends early");
+                        k.file_offset,
+                        " failed: ", n < 0 ? std::strerror(errno) : "the file ends early");
           return;
         }
         done += static_cast<uint64_t>(n);

@@ -38,10 +38,10 @@ struct LayerBlob {
     uint64_t bytes = 0;
   };
   struct Range {
-    std::string path;       // shard file
-    uint64_t file_offset;   // the first tensor's (4096-aligned with O_DIRECT)
-    uint64_t length;        // bytes to read (ends at the last tensor's end, or EOF)
-    uint64_t buffer_offset; // 4096-aligned
+    std::string path;        // shard file
+    uint64_t file_offset;    // the first tensor's (4096-aligned with O_DIRECT)
+    uint64_t length;         // bytes to read (ends at the last tensor's end, or EOF)
+    uint64_t buffer_offset;  // 4096-aligned
   };
   std::map<std::string, Item> items;
   std::vector<Range> ranges;

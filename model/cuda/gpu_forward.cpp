@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -14,7 +15,9 @@ namespace strata::gpu {
 namespace {
 
 constexpr uint64_t kAlign = 256;
-uint64_t align_up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+uint64_t align_up(uint64_t x) {
+  return (x + kAlign - 1) / kAlign * kAlign;
+}
 
 struct Swiglu {
   const void *gate = nullptr, *up = nullptr, *down = nullptr;  // GEMM dtype
@@ -38,6 +41,8 @@ struct GpuForward::Impl {
   ops::RopeParams rope_p;
   DeviceBuffer inv_freq;  // [d/2] fp32
   DeviceBuffer converted, scratch, slots_dev, moe_ints;
+  DeviceBuffer scores, ptrs;  // attention: S for `seqs_per_call` sequences; 5 pointer arrays
+  int64_t seqs_per_call = 0, longest = 0;
   PinnedBuffer host_ints;  // counts [E], offsets [E]
   int64_t max_tokens = 0;
   uint64_t arena_at = 0;
@@ -127,8 +132,7 @@ struct GpuForward::Impl {
         convert_to_bf16(base + it.offset, it.dtype, static_cast<uint16_t*>(dst), n,
                         im.stream.handle());
       } else {
-        convert_to_f32(base + it.offset, it.dtype, static_cast<float*>(dst), n,
-                       im.stream.handle());
+        convert_to_f32(base + it.offset, it.dtype, static_cast<float*>(dst), n, im.stream.handle());
       }
       return dst;
     }
@@ -288,13 +292,64 @@ struct GpuForward::Impl {
     amax(v, T * kd, slot(slot_v), s);
     slot_rows[slot_k] += T;
     slot_rows[slot_v] += T;
-    attention(q, qd, k, kd, v, kd, T, nH, nKV, d, d, 1.0f / std::sqrt(static_cast<float>(d)),
-              ch.seq_start, att, s);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    if (seqs_per_call > 0) {
+      attention_gemm(ch, q, k, v, att, scale);
+    } else {
+      attention(q, qd, k, kd, v, kd, T, nH, nKV, d, d, scale, ch.seq_start, att, s);
+    }
     amax(att, T * qd, slot(slot_o), s);
     slot_rows[slot_o] += T;
     gemm(blas, gin(att, T * qd), wo, y, T, H, qd, opt.gemm_bf16);
   }
   double rope_af() const { return rope_p.attention_factor; }
+
+  // Sequences of equal length, up to seqs_per_call at a time: one batched GEMM for the scores of
+  // every (sequence, head), the causal softmax, one batched GEMM for the outputs.
+  void attention_gemm(const GpuChunk& ch, const float* q, const float* k, const float* v,
+                      float* att, float scale) {
+    void* s = stream.handle();
+    const int64_t n_seqs = static_cast<int64_t>(ch.seq_bounds.size()) - 1;
+    const int64_t group = nH / nKV;
+    std::vector<bool> done(static_cast<size_t>(n_seqs), false);
+    const int64_t cap = seqs_per_call * nH;
+    std::vector<const void*> host(static_cast<size_t>(5 * cap));
+    for (int64_t first = 0; first < n_seqs; ++first) {
+      if (done[first]) continue;
+      const int64_t L = ch.seq_bounds[first + 1] - ch.seq_bounds[first];
+      std::vector<int64_t> members;
+      for (int64_t i = first; i < n_seqs && static_cast<int64_t>(members.size()) < seqs_per_call;
+           ++i) {
+        if (done[i] || ch.seq_bounds[i + 1] - ch.seq_bounds[i] != L) continue;
+        members.push_back(i);
+        done[i] = true;
+      }
+      if (L == 0) continue;
+      STRATA_ASSERT(L <= longest, "sequence of ", L, " tokens, attention sized for ", longest);
+      const int64_t batch = static_cast<int64_t>(members.size()) * nH;
+      float* S = scores.as<float>();
+      int64_t idx = 0;
+      for (int64_t m : members) {
+        const int64_t b = ch.seq_bounds[m];
+        for (int64_t h = 0; h < nH; ++h, ++idx) {
+          const int64_t g = h / group;
+          host[0 * cap + idx] = q + b * qd + h * d;
+          host[1 * cap + idx] = k + b * kd + g * d;
+          host[2 * cap + idx] = S + idx * L * L;
+          host[3 * cap + idx] = v + b * kd + g * d;
+          host[4 * cap + idx] = att + b * qd + h * d;
+        }
+      }
+      // Pageable copy: staged before it returns, and ordered after the previous group's GEMMs.
+      stream.copy_to_device(ptrs.data(), host.data(), host.size() * sizeof(void*));
+      auto arr = [&](int i) { return ptrs.as<const float*>() + i * cap; };
+      gemm_batched_qk(blas, arr(0), qd, arr(1), kd, const_cast<float* const*>(arr(2)), L, d, batch,
+                      opt.gemm_bf16);
+      causal_softmax(S, batch, L, scale, s);
+      gemm_batched_pv(blas, arr(2), arr(3), kd, const_cast<float* const*>(arr(4)), qd, L, d, batch,
+                      opt.gemm_bf16);
+    }
+  }
 
   void swiglu_block(const Swiglu& w, const float* n, int64_t T, float* y) {
     void* s = stream.handle();
@@ -436,19 +491,45 @@ std::vector<std::string> GpuForward::layer_tensors(int64_t l) const {
   return out;
 }
 
-uint64_t GpuForward::bytes_per_token() const { return impl_->per_token(); }
+uint64_t GpuForward::bytes_per_token() const {
+  return impl_->per_token();
+}
 
 uint64_t GpuForward::converted_bytes(int64_t l, const LayerBlob& blob) const {
   return impl_->bind(l, blob, nullptr);
 }
 
-void GpuForward::reserve(int64_t tokens) {
+uint64_t GpuForward::attention_bytes(int64_t longest, uint64_t cap) const {
+  const Impl& im = *impl_;
+  const char* hook = std::getenv("STRATA_GPU_ATTENTION");
+  if (hook && std::string(hook) == "warp") return 0;
+  const uint64_t one = static_cast<uint64_t>(im.nH * longest * longest) * 4;
+  if (one == 0 || one > cap) return 0;
+  // Whole sequences, about 64 MiB of scores per call (at least one sequence).
+  const uint64_t seqs = std::max<uint64_t>(1, (64ull << 20) / one);
+  return seqs * one + seqs * static_cast<uint64_t>(im.nH) * 5 * sizeof(void*);
+}
+
+void GpuForward::reserve(int64_t tokens, int64_t longest, uint64_t attention_cap) {
   Impl& im = *impl_;
+  const uint64_t att = attention_bytes(longest, attention_cap);
+  if (att > 0 && longest > im.longest) {
+    const uint64_t one = static_cast<uint64_t>(im.nH * longest * longest) * 4;
+    im.seqs_per_call = std::max<int64_t>(1, static_cast<int64_t>((64ull << 20) / one));
+    im.scores = DeviceBuffer();
+    im.ptrs = DeviceBuffer();
+    im.scores =
+        DeviceBuffer(im.budget, static_cast<uint64_t>(im.seqs_per_call) * one, "attention scores");
+    im.ptrs =
+        DeviceBuffer(im.budget, static_cast<uint64_t>(im.seqs_per_call * im.nH) * 5 * sizeof(void*),
+                     "attention pointers");
+    im.longest = longest;
+  }
   if (tokens <= im.max_tokens) return;
   im.scratch = DeviceBuffer();
-  im.scratch = DeviceBuffer(im.budget,
-                            im.per_token() * static_cast<uint64_t>(tokens) + (1ull << 20),
-                            "the layer's working set");
+  im.scratch =
+      DeviceBuffer(im.budget, im.per_token() * static_cast<uint64_t>(tokens) + (1ull << 20),
+                   "the layer's working set");
   im.max_tokens = tokens;
 }
 

@@ -10,6 +10,8 @@
 //   f.forward(chunk, x);                                    // x [T, H] fp32 on the device
 //   for (auto& s : f.take_stats()) calib.record(s.name, s.amax, s.rows);
 //
+// Attention: per group of equal-length sequences, S = QK^T and O = PV as batched cuBLAS GEMMs
+// (TF32 tensor cores with bf16 GEMMs, pedantic fp32 otherwise) around a causal softmax kernel.
 // GEMMs: bf16 inputs (activations rounded to bf16, weights as stored when bf16) with fp32
 // accumulation and output, like the source model's bf16 inference; or pedantic fp32 (no TF32)
 // when options.gemm_bf16 is false, which matches the CPU forward to summation order. The router
@@ -22,9 +24,9 @@
 #include <vector>
 
 #include "core/gpu_memory.h"
-#include "io/layer_reader.h"
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
+#include "io/layer_reader.h"
 
 namespace strata::gpu {
 
@@ -35,8 +37,9 @@ struct GpuForwardOptions {
 // Tokens of one chunk: whole sequences, concatenated. Device arrays of T entries.
 struct GpuChunk {
   int64_t tokens = 0;
-  const int64_t* positions = nullptr;   // position of each token within its sequence
-  const int64_t* seq_start = nullptr;   // chunk-relative index of each token's sequence start
+  const int64_t* positions = nullptr;  // position of each token within its sequence
+  const int64_t* seq_start = nullptr;  // chunk-relative index of each token's sequence start
+  std::vector<int64_t> seq_bounds;     // host: sequence s spans [seq_bounds[s], seq_bounds[s+1])
 };
 
 struct AmaxStat {
@@ -59,8 +62,13 @@ class GpuForward {
   // Device bytes of scratch per token of a chunk, and of converted weights for layer l.
   uint64_t bytes_per_token() const;
   uint64_t converted_bytes(int64_t l, const LayerBlob& blob) const;
-  // Scratch for chunks of up to `tokens` tokens.
-  void reserve(int64_t tokens);
+  // Device bytes of the attention score buffer for sequences of up to `longest` tokens
+  // (S = QK^T per sequence and head, fp32, through batched GEMMs); 0 when even one sequence's
+  // scores would take more than `cap` bytes, and attention then runs in the warp-per-query
+  // kernel (also with STRATA_GPU_ATTENTION=warp, a test hook).
+  uint64_t attention_bytes(int64_t longest, uint64_t cap) const;
+  // Scratch for chunks of up to `tokens` tokens, and the attention buffer above.
+  void reserve(int64_t tokens, int64_t longest, uint64_t attention_cap);
   // Layer l's weights: blob describes the device buffer `weights` (same layout as the host
   // blob), which must stay alive until the next set_layer. Converts what the GEMMs need.
   void set_layer(int64_t l, const LayerBlob& blob, const void* weights);

@@ -11,7 +11,9 @@
 namespace strata::gpu {
 namespace {
 
-cudaStream_t st(void* s) { return static_cast<cudaStream_t>(s); }
+cudaStream_t st(void* s) {
+  return static_cast<cudaStream_t>(s);
+}
 
 constexpr int kThreads = 256;
 int blocks_for(int64_t n) {
@@ -20,8 +22,9 @@ int blocks_for(int64_t n) {
 }
 
 // Grid-stride loop over [0, n).
-#define FOR_N(i, n) \
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+#define FOR_N(i, n)                                                         \
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
+       i += (int64_t)gridDim.x * blockDim.x)
 
 __device__ __forceinline__ uint16_t f32_bf16_bits(float x) {
   uint32_t u = __float_as_uint(x);
@@ -62,8 +65,8 @@ __global__ void k_to_f32(const void* src, int dt, float* dst, int64_t n) {
   FOR_N(i, n) dst[i] = load_as_f32(src, dt, i);
 }
 __global__ void k_to_bf16(const void* src, int dt, uint16_t* dst, int64_t n) {
-  FOR_N(i, n) dst[i] = dt == 2 ? static_cast<const uint16_t*>(src)[i]
-                               : f32_bf16_bits(load_as_f32(src, dt, i));
+  FOR_N(i, n)
+  dst[i] = dt == 2 ? static_cast<const uint16_t*>(src)[i] : f32_bf16_bits(load_as_f32(src, dt, i));
 }
 __global__ void k_cast_bf16(const float* x, uint16_t* y, int64_t n) {
   FOR_N(i, n) y[i] = f32_bf16_bits(x[i]);
@@ -120,9 +123,8 @@ __global__ void k_add_sigmoid_gated(float* y, const float* s, const float* g, in
   }
 }
 
-__global__ void k_rope(float* x, int64_t T, int64_t nH, int64_t stride, int64_t offset,
-                       int64_t rot, const int64_t* pos, const float* inv_freq, double af,
-                       bool interleaved) {
+__global__ void k_rope(float* x, int64_t T, int64_t nH, int64_t stride, int64_t offset, int64_t rot,
+                       const int64_t* pos, const float* inv_freq, double af, bool interleaved) {
   const int64_t half = rot / 2;
   FOR_N(idx, T * nH * half) {
     const int64_t i = idx % half, th = idx / half, t = th / nH;
@@ -174,6 +176,31 @@ __global__ void k_attention(const float* q, int64_t qs, const float* k, int64_t 
     const int64_t d = lane + 32 * i;
     if (d < dv) oi[d] = acc[i] / l;
   }
+}
+
+// One warp per row (i, j) of S [batch, L, L]: p_j = exp(scale*s_j - max) for j <= i, / sum.
+__global__ void k_causal_softmax(float* s, int64_t rows, int64_t L, float scale) {
+  const int64_t row = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const int64_t i = row % L;
+  float* r = s + row * L;
+  float mx = -INFINITY;
+  for (int64_t j = lane; j <= i; j += 32)
+    mx = fmaxf(mx, r[j] * scale);
+  for (int o = 16; o > 0; o >>= 1)
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  double sum = 0.0;
+  for (int64_t j = lane; j <= i; j += 32) {
+    const float p = expf(r[j] * scale - mx);
+    r[j] = p;
+    sum += p;
+  }
+  for (int o = 16; o > 0; o >>= 1)
+    sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t j = lane; j < L; j += 32)
+    r[j] = j <= i ? r[j] * inv : 0.0f;
 }
 
 __global__ void k_amax(const float* x, int64_t n, uint32_t* slot) {
@@ -238,8 +265,8 @@ __global__ void k_route(const float* logits, int64_t T, int64_t E, int64_t K, bo
   }
 }
 
-__global__ void k_scatter(const int32_t* chosen, int64_t S, const int32_t* offsets,
-                          int32_t* cursor, int32_t* pos, int32_t* row_expert) {
+__global__ void k_scatter(const int32_t* chosen, int64_t S, const int32_t* offsets, int32_t* cursor,
+                          int32_t* pos, int32_t* row_expert) {
   FOR_N(s, S) {
     const int32_t e = chosen[s];
     const int32_t p = offsets[e] + atomicAdd(&cursor[e], 1);
@@ -332,7 +359,7 @@ void rope(float* x, int64_t T, int64_t n_heads, int64_t stride, int64_t offset, 
   const int64_t n = T * n_heads * (rot_dim / 2);
   if (n == 0) return;
   k_rope<<<blocks_for(n), kThreads, 0, st(s)>>>(x, T, n_heads, stride, offset, rot_dim, pos,
-                                               inv_freq, attention_factor, interleaved);
+                                                inv_freq, attention_factor, interleaved);
   launched("rope");
 }
 void attention(const float* q, int64_t q_stride, const float* k, int64_t k_stride, const float* v,
@@ -354,8 +381,8 @@ void amax(const float* x, int64_t n, uint32_t* slot, void* s) {
   k_amax<<<blocks_for(n), kThreads, 0, st(s)>>>(x, n, slot);
   launched("amax");
 }
-void amax_rows(const float* x, int64_t rows, int64_t cols, const int32_t* row_slot,
-               uint32_t* slots, void* s) {
+void amax_rows(const float* x, int64_t rows, int64_t cols, const int32_t* row_slot, uint32_t* slots,
+               void* s) {
   if (rows == 0) return;
   STRATA_ASSERT(rows < (1ll << 31));
   k_amax_rows<<<static_cast<unsigned>(rows), 128, 0, st(s)>>>(x, cols, row_slot, slots);
@@ -366,15 +393,15 @@ void route_softmax_topk(const float* logits, int64_t T, int64_t E, int64_t K, bo
   if (T == 0) return;
   STRATA_CHECK(K <= kMaxTopK, "GPU routing: num_experts_per_tok ", K,
                " exceeds 32; use --device cpu");
-  k_route<<<static_cast<unsigned>((T + 127) / 128), 128, 0, st(s)>>>(logits, T, E, K, norm,
-                                                                     chosen, weight, counts);
+  k_route<<<static_cast<unsigned>((T + 127) / 128), 128, 0, st(s)>>>(logits, T, E, K, norm, chosen,
+                                                                     weight, counts);
   launched("route_softmax_topk");
 }
 void moe_scatter(const int32_t* chosen, int64_t slots, const int32_t* offsets, int32_t* cursor,
                  int32_t* pos, int32_t* row_expert, void* s) {
   if (slots == 0) return;
   k_scatter<<<blocks_for(slots), kThreads, 0, st(s)>>>(chosen, slots, offsets, cursor, pos,
-                                                      row_expert);
+                                                       row_expert);
   launched("moe_scatter");
 }
 void moe_gather(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* pos, float* xg,
@@ -388,6 +415,51 @@ void moe_combine(const float* outg, const int32_t* pos, const float* weight, int
   if (T * H == 0) return;
   k_combine<<<blocks_for(T * H), kThreads, 0, st(s)>>>(outg, pos, weight, T, K, H, y);
   launched("moe_combine");
+}
+
+void causal_softmax(float* s, int64_t batch, int64_t L, float scale, void* st_) {
+  const int64_t rows = batch * L;
+  if (rows == 0) return;
+  const int64_t blocks = (rows * 32 + kThreads - 1) / kThreads;
+  STRATA_ASSERT(blocks < (1ll << 31));
+  k_causal_softmax<<<static_cast<unsigned>(blocks), kThreads, 0, st(st_)>>>(s, rows, L, scale);
+  launched("causal_softmax");
+}
+
+void gemm_batched_qk(void* handle, const float* const* q, int64_t q_stride, const float* const* k,
+                     int64_t k_stride, float* const* s, int64_t L, int64_t dq, int64_t batch,
+                     bool tf32) {
+  if (batch == 0 || L == 0) return;
+  // Row-major S[L, L] = Q[L, dq] K[L, dq]^T: column-major S^T = K^T' ... as gemm(): A = K (op T,
+  // lda k_stride), B = Q (op N, ldb q_stride), C = S (ldc L).
+  const float alpha = 1.0f, beta = 0.0f;
+  const cublasStatus_t r = cublasGemmBatchedEx(
+      static_cast<cublasHandle_t>(handle), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(L),
+      static_cast<int>(L), static_cast<int>(dq), &alpha, reinterpret_cast<const void* const*>(k),
+      CUDA_R_32F, static_cast<int>(k_stride), reinterpret_cast<const void* const*>(q), CUDA_R_32F,
+      static_cast<int>(q_stride), &beta, reinterpret_cast<void* const*>(s), CUDA_R_32F,
+      static_cast<int>(L), static_cast<int>(batch),
+      tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
+  STRATA_CHECK(r == CUBLAS_STATUS_SUCCESS, "cuBLAS: attention scores (", batch, " x [", L, ", ", dq,
+               "]) failed (status ", static_cast<int>(r), ")");
+}
+
+void gemm_batched_pv(void* handle, const float* const* p, const float* const* v, int64_t v_stride,
+                     float* const* o, int64_t o_stride, int64_t L, int64_t dv, int64_t batch,
+                     bool tf32) {
+  if (batch == 0 || L == 0) return;
+  // Row-major O[L, dv] = P[L, L] V[L, dv]: column-major O^T = V^T P^T: A = V (op N, lda
+  // v_stride), B = P (op N, ldb L), C = O (ldc o_stride).
+  const float alpha = 1.0f, beta = 0.0f;
+  const cublasStatus_t r = cublasGemmBatchedEx(
+      static_cast<cublasHandle_t>(handle), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(dv),
+      static_cast<int>(L), static_cast<int>(L), &alpha, reinterpret_cast<const void* const*>(v),
+      CUDA_R_32F, static_cast<int>(v_stride), reinterpret_cast<const void* const*>(p), CUDA_R_32F,
+      static_cast<int>(L), &beta, reinterpret_cast<void* const*>(o), CUDA_R_32F,
+      static_cast<int>(o_stride), static_cast<int>(batch),
+      tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
+  STRATA_CHECK(r == CUBLAS_STATUS_SUCCESS, "cuBLAS: attention output (", batch, " x [", L, ", ", dv,
+               "]) failed (status ", static_cast<int>(r), ")");
 }
 
 void* gemm_handle_create(void* stream) {

@@ -46,6 +46,22 @@ void attention(const float* q, int64_t q_stride, const float* k, int64_t k_strid
                int64_t v_stride, int64_t T, int64_t n_heads, int64_t n_kv, int64_t dq, int64_t dv,
                float scale, const int64_t* seq_start_of_token, float* out, void* stream);
 
+// Attention through GEMMs, for `batch` (sequence, head) pairs of one length L:
+//   S_i = Q_i K_i^T            (gemm_batched_qk: S_i [L, L] fp32; Q_i [L, dq] row stride
+//                              q_stride, K_i [L, dq] row stride k_stride)
+//   P_i = causal_softmax(scale * S_i), in place (rows: fp32 max, exp, fp64 sum, as
+//                              ops::attention_causal; zeros above the diagonal)
+//   O_i = P_i V_i              (gemm_batched_pv: O_i [L, dv] row stride o_stride)
+// Pointer arrays are device arrays of `batch` pointers. bf16 is unused here: fp32 inputs with
+// TF32 tensor cores (fast) or pedantic fp32 (exact products), per `tf32`.
+void gemm_batched_qk(void* handle, const float* const* q, int64_t q_stride, const float* const* k,
+                     int64_t k_stride, float* const* s, int64_t L, int64_t dq, int64_t batch,
+                     bool tf32);
+void causal_softmax(float* s, int64_t batch, int64_t L, float scale, void* stream);
+void gemm_batched_pv(void* handle, const float* const* p, const float* const* v, int64_t v_stride,
+                     float* const* o, int64_t o_stride, int64_t L, int64_t dv, int64_t batch,
+                     bool tf32);
+
 // Observers: slots are fp32 amaxes kept as their bit patterns (uint32), so that atomicMax on
 // them is max on |x| with NaN winning (NaN's bits exceed infinity's).
 void amax(const float* x, int64_t n, uint32_t* slot, void* stream);

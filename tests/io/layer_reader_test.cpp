@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/gpu_memory.h"
 #include "core/error.h"
+#include "core/gpu_memory.h"
 
 namespace fs = std::filesystem;
 
