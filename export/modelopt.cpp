@@ -304,7 +304,10 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
   std::vector<std::pair<std::string, Tensor>> out;
   const Tensor w = ckpt_.tensor(m.module + ".weight");
   // Weight amax of the fused group (NVFP4 shares weight_scale_2 within it).
-  const std::vector<const PlannedModule*>& layer_modules = layer_modules_[m.layer];
+  static const std::vector<const PlannedModule*> kNoModules;
+  const auto lm = layer_modules_.find(m.layer);  // no insertion: several threads read the map
+  const std::vector<const PlannedModule*>& layer_modules =
+      lm == layer_modules_.end() ? kNoModules : lm->second;
   auto group_weight_amax = [&]() {
     const std::string key = fused_group_key(m.module);
     {
