@@ -318,6 +318,15 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
                  "exclude it");
   }
   result.calibrated = needs_activations(plan);
+  // --device cuda (engine/gpu_runner.h): its activation store is file-backed (written only at
+  // durable steps); the hidden states live on the device or in pinned host memory.
+  bool on_gpu = job.device == QuantizeJob::Device::kCuda && result.calibrated;
+  if (on_gpu) {
+    const std::string why = gpu_unsupported(config, ckpt);
+    STRATA_CHECK(why.empty() || !job.device_explicit, "--device cuda: ", why, "; use --device cpu");
+    if (!why.empty()) log_warn("calibrating on the CPU: ", why);
+    on_gpu = why.empty();
+  }
   check_output_early(job,
                      job.resume_dir.empty() ? job.export_path + ".strata_resume" : job.resume_dir);
 
@@ -384,7 +393,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   const std::map<std::string, std::string> identity =
       run_identity(config, ckpt, plan, calibration.sequences,
                    str("batch_size=", result.calibrated ? job.batch_size : 0,
-                       " max_shard_bytes=", job.max_shard_bytes),
+                       " max_shard_bytes=", job.max_shard_bytes, on_gpu ? " device=cuda" : ""),
                    job.version);
   ResumeState state = prepare_output(job, resume_dir, identity, plan.num_layers + 2);
 
@@ -446,15 +455,6 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     commit(1, "", "");
   }
 
-  // --device cuda (engine/gpu_runner.h): its activation store is file-backed (written only at
-  // durable steps); the hidden states live on the device or in pinned host memory.
-  bool on_gpu = job.device == QuantizeJob::Device::kCuda && result.calibrated;
-  if (on_gpu) {
-    const std::string why = gpu_unsupported(config, ckpt);
-    STRATA_CHECK(why.empty() || !job.device_explicit, "--device cuda: ", why, "; use --device cpu");
-    if (!why.empty()) log_warn("calibrating on the CPU: ", why);
-    on_gpu = why.empty();
-  }
   std::vector<Batch> batches;
   std::unique_ptr<ActivationStore> store;
   std::vector<float> buf;  // one micro-batch, fp32 [T_b, H]
