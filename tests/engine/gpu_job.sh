@@ -34,7 +34,7 @@ t gpu_vs_cpu.qwen3_moe.experts_only bash $g "$strata" qwen3_moe nvfp4_experts_on
 t gpu_vs_cpu.qwen3_moe.fp8 bash $g "$strata" qwen3_moe fp8-kv_fp8 fp32 0.01
 t gpu_vs_cpu.qwen3_moe.host_store env STRATA_TEST_GPU_HOST_STORE=1 bash $g "$strata" qwen3_moe nvfp4-kv_fp8 fp32 0.01
 t gpu_vs_cpu.qwen3_moe.warp_attention env STRATA_GPU_ATTENTION=warp bash $g "$strata" qwen3_moe nvfp4-kv_fp8 fp32 0.01
-t kill_resume_gpu.qwen3_moe bash tests/engine/kill_resume_test.sh "$strata" qwen3_moe 6
+t kill_resume_gpu.qwen3_moe bash tests/engine/kill_resume_test.sh "$strata" qwen3_moe 4
 t deepseek_refused bash -c "! '$strata' quantize -q --model tests/fixtures/models/deepseek_v3 --export_path /tmp/ds_out --device cuda 2>&1 | tee /dev/stderr | grep -q 'GPU forward implements'"
 
 echo "== demo/tiny-moe (256 x 512 tokens, nvfp4_experts_only + fp8 kv)" >> "$tm"
