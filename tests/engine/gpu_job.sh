@@ -8,7 +8,11 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu_job_out}
 mkdir -p "$OUT"
-if [ -f .bin/strata.xz ] && [ ! -x .bin/strata ]; then xz -dc .bin/strata.xz > .bin/strata && chmod +x .bin/strata; fi
+if [ -f .bin/strata.xz ] && [ ! -x .bin/strata ]; then
+  if command -v xz > /dev/null; then xz -dc .bin/strata.xz > .bin/strata
+  else python3 -c 'import lzma,sys,shutil; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' .bin/strata.xz > .bin/strata; fi
+  chmod +x .bin/strata
+fi
 strata=$(pwd)/${STRATA:-.bin/strata}
 tl=$OUT/tests.log tm=$OUT/timing.log
 : > "$tl"; : > "$tm"
