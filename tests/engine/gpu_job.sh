@@ -23,10 +23,10 @@ summary=()
 t() {  # t NAME CMD...: runs a test, logs it, records PASS/FAIL
   local name=$1; shift
   echo "=== $name: $*" >> "$tl"
-  local t0=$(date +%s.%N)
+  local t0=$(date +%s%N)
   if "$@" >> "$tl" 2>&1; then r=PASS; else r="FAIL($?)"; fi
-  local dt=$(echo "$(date +%s.%N) - $t0" | bc)
-  summary+=("$r $name ${dt}s")
+  local dt=$((($(date +%s%N) - t0) / 1000000))
+  summary+=("$r $name ${dt} ms")
   echo "--- $r $name" >> "$tl"
 }
 g=tests/engine/gpu_vs_cpu_test.sh
@@ -54,7 +54,7 @@ echo "== synthetic Qwen3-MoE (2048 wide, 64 experts x 768, top-8, 32/4 heads x 1
 syn=/tmp/syn
 python3 bench/gpu/make_synthetic_moe.py $syn --layers ${SYN_LAYERS:-4} --experts 64 --seqs ${SYN_SEQS:-128} --seq_len 512 >> "$tm" 2>&1
 sync
-t0=$(date +%s.%N); cat $syn/model.safetensors > /dev/null; echo "read once (page cache warm): $(echo "$(date +%s.%N) - $t0" | bc) s" >> "$tm"
+t0=$(date +%s%N); cat $syn/model.safetensors > /dev/null; echo "read once (page cache warm): $((($(date +%s%N) - t0) / 1000000)) ms" >> "$tm"
 for variant in "resident:" "pinned:STRATA_TEST_GPU_HOST_STORE=1"; do
   name=${variant%%:*} envs=${variant#*:}
   rm -rf /tmp/syn_out
