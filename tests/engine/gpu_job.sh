@@ -44,9 +44,10 @@ t deepseek_refused bash -c "! '$strata' quantize -q --model tests/fixtures/model
 echo "== demo/tiny-moe (256 x 512 tokens, nvfp4_experts_only + fp8 kv)" >> "$tm"
 for dev in cuda cpu; do
   rm -rf /tmp/demo_$dev
-  /usr/bin/time -f "$dev wall %e s, max RSS %M KiB" "$strata" quantize --model demo/tiny-moe \
-    --qformat nvfp4_experts_only --kv_cache_qformat fp8 --device $dev --export_path /tmp/demo_$dev \
-    >> "$tm" 2>&1
+  t0=$(date +%s%N)
+  "$strata" quantize --model demo/tiny-moe --qformat nvfp4_experts_only --kv_cache_qformat fp8 \
+    --device $dev --export_path /tmp/demo_$dev 2>&1 | grep -v "^\[" | tail -6 >> "$tm"
+  echo "demo $dev wall $((($(date +%s%N) - t0) / 1000000)) ms" >> "$tm"
 done
 python3 tests/engine/compare_exports.py /tmp/demo_cpu /tmp/demo_cuda --rel 0.05 >> "$tm" 2>&1
 
@@ -58,10 +59,12 @@ t0=$(date +%s%N); cat $syn/model.safetensors > /dev/null; echo "read once (page 
 for variant in "resident:" "pinned:STRATA_TEST_GPU_HOST_STORE=1"; do
   name=${variant%%:*} envs=${variant#*:}
   rm -rf /tmp/syn_out
-  env $envs /usr/bin/time -f "$name wall %e s, max RSS %M KiB" "$strata" quantize --model $syn \
+  t0=$(date +%s%N)
+  env $envs "$strata" quantize --model $syn \
     --qformat nvfp4_experts_only --kv_cache_qformat fp8 --calib_data $syn/calib.jsonl \
     --calib_size ${SYN_SEQS:-128} --calib_min_tokens 1 --batch_size 8 --device cuda \
     --max_gpu_memory_gb 4 --export_path /tmp/syn_out 2>&1 | grep -v "^\[" | tail -12 >> "$tm"
+  echo "synthetic $name wall $((($(date +%s%N) - t0) / 1000000)) ms" >> "$tm"
 done
 echo "== summary" | tee -a "$tm"
 printf '%s\n' "${summary[@]}" | tee -a "$tm"
