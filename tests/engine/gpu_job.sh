@@ -46,7 +46,7 @@ for dev in cuda cpu; do
   rm -rf /tmp/demo_$dev
   t0=$(date +%s%N)
   "$strata" quantize --model demo/tiny-moe --qformat nvfp4_experts_only --kv_cache_qformat fp8 \
-    --device $dev --export_path /tmp/demo_$dev 2>&1 | grep -v "^\[" | tail -6 >> "$tm"
+    --device $dev --export_path /tmp/demo_$dev 2>&1 | grep -E "GPU:|quantized|peak RSS|error|warning" >> "$tm"
   echo "demo $dev wall $((($(date +%s%N) - t0) / 1000000)) ms" >> "$tm"
 done
 python3 tests/engine/compare_exports.py /tmp/demo_cpu /tmp/demo_cuda --rel 0.05 >> "$tm" 2>&1
@@ -63,7 +63,7 @@ for variant in "resident:" "pinned:STRATA_TEST_GPU_HOST_STORE=1"; do
   env $envs "$strata" quantize --model $syn \
     --qformat nvfp4_experts_only --kv_cache_qformat fp8 --calib_data $syn/calib.jsonl \
     --calib_size ${SYN_SEQS:-128} --calib_min_tokens 1 --batch_size 8 --device cuda \
-    --max_gpu_memory_gb 4 --export_path /tmp/syn_out 2>&1 | grep -v "^\[" | tail -12 >> "$tm"
+    --max_gpu_memory_gb 4 --export_path /tmp/syn_out 2>&1 | grep -E "GPU:|quantized|peak RSS|error|warning" >> "$tm"
   echo "synthetic $name wall $((($(date +%s%N) - t0) / 1000000)) ms" >> "$tm"
 done
 echo "== summary" | tee -a "$tm"
