@@ -16,6 +16,8 @@
 #if STRATA_WITH_CUDA
 #include "model/cuda/gpu_forward.h"
 #include "model/cuda/kernels.h"
+#include "model/groups.h"
+#include "quant/cuda/quant_cuda.h"
 #endif
 
 namespace strata {
@@ -49,10 +51,96 @@ struct Chunk {
 struct Pending {
   int64_t layer = -1;
   std::unique_ptr<MaxCalibrator> calib;
+  std::unique_ptr<PrecomputedWeights> weights;  // STRATA_GPU_QUANTIZE
   std::future<LayerReport> report;
   bool durable = false;
   std::string hidden, old_input;
 };
+
+// STRATA_GPU_QUANTIZE=1 (experimental, off by default until tests/engine/gpu_vs_cpu_test.sh has
+// passed with it on a GPU): layer l's quantized weights made on the device from its blob with
+// quant/cuda (bit-identical to the CPU encoders: the fused group's weight amax for NVFP4's
+// weight_scale_2, the module's own amax for FP8), copied back for the writer thread, so that
+// the CPU exporter only adds the activation scales and writes.
+PrecomputedWeights quantize_on_device(const QuantPlan& plan, int64_t l, const LayerBlob& blob,
+                                      const uint8_t* dev, gpu::DeviceBudget& budget,
+                                      strata::cuda::Stream& qs) {
+  namespace qc = strata::quant::cuda;
+  PrecomputedWeights out;
+  gpu::DeviceBuffer slot(budget, 4, "a weight amax");
+  auto weight = [&](const std::string& module) -> const LayerBlob::Item& {
+    auto it = blob.items.find(module + ".weight");
+    STRATA_ASSERT(it != blob.items.end(), "no blob item for ", module);
+    return it->second;
+  };
+  auto amax_of = [&](const std::vector<const PlannedModule*>& mods) {
+    strata::cuda::fill_zero(slot.data(), 4, qs);
+    for (const PlannedModule* o : mods) {
+      const LayerBlob::Item& it = weight(o->module);
+      qc::weight_amax(dev + it.offset, it.dtype, shape_numel(it.shape), slot.as<float>(), qs);
+    }
+    float a = 0.0f;
+    strata::cuda::copy_to_host(&a, slot.data(), 4, qs);
+    return a;
+  };
+  auto fetch = [&](const gpu::DeviceBuffer& b, DType dtype, Shape shape) {
+    Tensor t = Tensor::zeros(dtype, std::move(shape));
+    strata::cuda::copy_to_host(t.mutable_bytes(), b.data(), t.nbytes(), qs);
+    return t;
+  };
+  std::vector<const PlannedModule*> layer;
+  for (const PlannedModule& m : plan.modules)
+    if (m.layer == l) layer.push_back(&m);
+  std::map<std::string, float> group_amax;
+  for (const PlannedModule* m : layer) {
+    if (m->format == QFormat::kNone) continue;
+    const LayerBlob::Item& it = weight(m->module);
+    const void* w = dev + it.offset;
+    const int64_t rows = m->shape[0], cols = m->shape[1];
+    const std::string& M = m->module;
+    std::vector<std::pair<std::string, Tensor> >& o = out[M];
+    switch (m->format) {
+      case QFormat::kNvfp4:
+      case QFormat::kW4A16Nvfp4: {
+        const std::string key = fused_group_key(M);
+        auto g = group_amax.find(key);
+        if (g == group_amax.end()) {
+          std::vector<const PlannedModule*> members;
+          for (const PlannedModule* x : layer)
+            if (fused_group_key(x->module) == key) members.push_back(x);
+          g = group_amax.emplace(key, amax_of(members)).first;
+        }
+        gpu::DeviceBuffer packed(budget, static_cast<uint64_t>(rows * cols / 2), "NVFP4 codes");
+        gpu::DeviceBuffer scales(budget, static_cast<uint64_t>(rows * cols / 16), "NVFP4 scales");
+        const float ws2 = qc::nvfp4_quantize(w, it.dtype, rows, cols, g->second,
+                                             packed.as<uint8_t>(), scales.as<uint8_t>(), M, qs);
+        o.emplace_back(M + ".weight", fetch(packed, DType::kU8, {rows, cols / 2}));
+        o.emplace_back(M + ".weight_scale", fetch(scales, DType::kF8E4M3, {rows, cols / 16}));
+        o.emplace_back(M + ".weight_scale_2", Tensor::scalar_f32(ws2));
+        break;
+      }
+      case QFormat::kFp8: {
+        const float a = amax_of({m});
+        gpu::DeviceBuffer q(budget, static_cast<uint64_t>(rows * cols), "FP8 weights");
+        const float ws = qc::fp8_quantize(w, it.dtype, rows * cols, a, q.as<uint8_t>(), M, qs);
+        o.emplace_back(M + ".weight", fetch(q, DType::kF8E4M3, {rows, cols}));
+        o.emplace_back(M + ".weight_scale", Tensor::scalar_f32(ws));
+        break;
+      }
+      case QFormat::kMxfp8: {
+        gpu::DeviceBuffer q(budget, static_cast<uint64_t>(rows * cols), "MXFP8 weights");
+        gpu::DeviceBuffer sc(budget, static_cast<uint64_t>(rows * cols / 32), "MXFP8 scales");
+        qc::mxfp8_quantize(w, it.dtype, rows, cols, q.as<uint8_t>(), sc.as<uint8_t>(), M, qs);
+        o.emplace_back(M + ".weight", fetch(q, DType::kF8E4M3, {rows, cols}));
+        o.emplace_back(M + ".weight_scale", fetch(sc, DType::kU8, {rows, cols / 32}));
+        break;
+      }
+      case QFormat::kNone:
+        break;
+    }
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -251,6 +339,10 @@ void run_layers_gpu(GpuLoop& loop) {
     pending = Pending{};
   };
   gpu::Stream h2d, d2h;
+  const char* dq_hook = std::getenv("STRATA_GPU_QUANTIZE");
+  const bool device_quantize = dq_hook && std::string(dq_hook) == "1";
+  std::unique_ptr<strata::cuda::Stream> qs;
+  if (device_quantize) qs = std::make_unique<strata::cuda::Stream>();
   gpu::Event in_ready[2], out_ready[2], io_free[2];
   uint64_t since_durable = 0;
   double t_wait = 0, t_compute = 0;
@@ -338,9 +430,14 @@ void run_layers_gpu(GpuLoop& loop) {
     pending.durable = durable;
     pending.hidden = hidden;
     pending.old_input = old_input;
+    if (device_quantize) {
+      pending.weights = std::make_unique<PrecomputedWeights>(
+          quantize_on_device(loop.plan, l, blobs[l], weights[l % 2].as<uint8_t>(), budget, *qs));
+    }
     const MaxCalibrator* cp = pending.calib.get();
-    pending.report = std::async(std::launch::async,
-                                [&loop, l, cp]() { return loop.exporter.write_layer(l, *cp); });
+    const PrecomputedWeights* pw = pending.weights.get();
+    pending.report = std::async(
+        std::launch::async, [&loop, l, cp, pw]() { return loop.exporter.write_layer(l, *cp, pw); });
   }
   finish_pending();
   log_info("GPU: peak device memory ", gib(budget.peak()), " of ", gib(budget.limit()), "; waited ",

@@ -236,12 +236,15 @@ void ModeloptExporter::write_tail(const MaxCalibrator& calib) {
   write_tensors(tail_tensors_, &calib);
 }
 
-LayerReport ModeloptExporter::write_layer(int64_t layer, const MaxCalibrator& calib) {
+LayerReport ModeloptExporter::write_layer(int64_t layer, const MaxCalibrator& calib,
+                                          const PrecomputedWeights* precomputed) {
   LayerReport report;
   report.layer = layer;
   group_weight_amax_.clear();
   group_input_amax_.clear();
+  pre_ = precomputed;
   write_tensors(layer_tensors_[layer], &calib);
+  pre_ = nullptr;
   for (const PlannedModule* m : layer_modules_[layer]) {
     if (routed_expert_index(m->module) < 0) continue;
     if (!(m->module.ends_with(".gate_proj") || m->module.ends_with(".w1"))) continue;
@@ -349,13 +352,19 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
     return a;
   };
   const std::string& M = m.module;
+  // Weights quantized elsewhere (the GPU engine): their tensors, then the activation scale.
+  const auto pre = pre_ ? pre_->find(M) : decltype(pre_->find(M)){};
+  const bool have_pre = pre_ && pre != pre_->end();
+  if (have_pre) out = pre->second;
   switch (m.format) {
     case QFormat::kNvfp4:
     case QFormat::kW4A16Nvfp4: {
-      Nvfp4Weight q = nvfp4_quantize(w, group_weight_amax(), M);
-      out.emplace_back(M + ".weight", std::move(q.packed));
-      out.emplace_back(M + ".weight_scale", std::move(q.block_scale));
-      out.emplace_back(M + ".weight_scale_2", std::move(q.global_scale));
+      if (!have_pre) {
+        Nvfp4Weight q = nvfp4_quantize(w, group_weight_amax(), M);
+        out.emplace_back(M + ".weight", std::move(q.packed));
+        out.emplace_back(M + ".weight_scale", std::move(q.block_scale));
+        out.emplace_back(M + ".weight_scale_2", std::move(q.global_scale));
+      }
       if (m.format == QFormat::kNvfp4) {
         out.emplace_back(M + ".input_scale",
                          Tensor::scalar_f32(nvfp4_input_scale(group_input_amax(true), M)));
@@ -365,18 +374,22 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
     case QFormat::kFp8: {
       // ModelOpt keeps FP8 weight and input scales per module (vLLM takes the max when it
       // fuses); routed experts share the layer's input scale.
-      Fp8Weight q = fp8_quantize(w, weight_amax_of(w), M);
-      out.emplace_back(M + ".weight", std::move(q.weight));
-      out.emplace_back(M + ".weight_scale", std::move(q.scale));
+      if (!have_pre) {
+        Fp8Weight q = fp8_quantize(w, weight_amax_of(w), M);
+        out.emplace_back(M + ".weight", std::move(q.weight));
+        out.emplace_back(M + ".weight_scale", std::move(q.scale));
+      }
       const bool expert = routed_expert_index(M) >= 0;
       out.emplace_back(M + ".input_scale",
                        Tensor::scalar_f32(fp8_input_scale(group_input_amax(expert))));
       break;
     }
     case QFormat::kMxfp8: {
-      Mxfp8Weight q = mxfp8_quantize(w, M);
-      out.emplace_back(M + ".weight", std::move(q.weight));
-      out.emplace_back(M + ".weight_scale", std::move(q.scale));
+      if (!have_pre) {
+        Mxfp8Weight q = mxfp8_quantize(w, M);
+        out.emplace_back(M + ".weight", std::move(q.weight));
+        out.emplace_back(M + ".weight_scale", std::move(q.scale));
+      }
       break;
     }
     case QFormat::kNone:

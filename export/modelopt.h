@@ -39,6 +39,11 @@ struct ExportOptions {
   std::string producer_version;  // written as the producer's version
 };
 
+// Weights quantized elsewhere (the GPU engine, STRATA_GPU_QUANTIZE), per module name: the
+// tensors write_layer would make from the checkpoint, in the same order (weight, weight_scale[,
+// weight_scale_2]); the activation scales are still made here from the calibration.
+using PrecomputedWeights = std::map<std::string, std::vector<std::pair<std::string, Tensor>>>;
+
 // Per-layer summary for the end-of-run report.
 struct LayerReport {
   int64_t layer = -1;
@@ -69,7 +74,8 @@ class ModeloptExporter {
   // Tensors outside the decoder layers that come first (the embeddings).
   void write_head();
   // Every tensor of decoder layer `layer`, quantized per the plan with `calib`'s statistics.
-  LayerReport write_layer(int64_t layer, const MaxCalibrator& calib);
+  LayerReport write_layer(int64_t layer, const MaxCalibrator& calib,
+                          const PrecomputedWeights* precomputed = nullptr);
   // The remaining tensors outside decoder layers (final norm, lm_head, vision tower, MTP ...).
   void write_tail(const MaxCalibrator& calib);
   // Index, config files, sidecar files. Returns the output file names written.
@@ -103,6 +109,7 @@ class ModeloptExporter {
   // each input-scale group's activation amax are computed once, not once per member.
   std::map<std::string, float> group_weight_amax_, group_input_amax_;
   std::mutex memo_mu_;
+  const PrecomputedWeights* pre_ = nullptr;  // during write_layer
   std::vector<std::string> head_tensors_, tail_tensors_;
   std::vector<std::string> written_;  // shard names after finish
 };
