@@ -157,7 +157,9 @@ TEST_F(CudaOps, LinearMatchesCpuWithinAccumulationBound) {
     ops::linear(xr.data(), m, k, w.data(), n, want.data());
     expect_gemm_close(y2, want, xr, w, m, k, n, "linear_bf16");
     // Aligned shapes must run on cuBLASLt, not on the fallback kernel.
-    if (k % 8 == 0 && n % 8 == 0) EXPECT_EQ(gpu::gemm_fallback_count(), fallbacks) << m << "x" << k;
+    if (k % 8 == 0 && n % 8 == 0) {
+      EXPECT_EQ(gpu::gemm_fallback_count(), fallbacks) << m << "x" << k;
+    }
   }
 }
 
