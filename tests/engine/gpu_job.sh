@@ -38,6 +38,7 @@ done
 t gpu_vs_cpu.qwen3_moe.experts_only bash $g "$strata" qwen3_moe nvfp4_experts_only-kv_fp8 bf16 0.05
 t gpu_vs_cpu.qwen3_moe.fp8 bash $g "$strata" qwen3_moe fp8-kv_fp8 fp32 0.01
 t gpu_vs_cpu.qwen3_moe.host_store env STRATA_TEST_GPU_HOST_STORE=1 bash $g "$strata" qwen3_moe nvfp4-kv_fp8 fp32 0.01
+t gpu_vs_cpu.qwen3_moe.file_store env STRATA_TEST_GPU_HOST_STORE=1 STRATA_TEST_ACTIVATION_BUDGET=1 bash $g "$strata" qwen3_moe nvfp4-kv_fp8 fp32 0.01
 t gpu_vs_cpu.qwen3_moe.warp_attention env STRATA_GPU_ATTENTION=warp bash $g "$strata" qwen3_moe nvfp4-kv_fp8 fp32 0.01
 t gpu_vs_cpu.qwen3_moe.device_quant env STRATA_GPU_QUANTIZE=1 bash $g "$strata" qwen3_moe nvfp4-kv_fp8 bf16 0.05
 t gpu_vs_cpu.llama.device_quant_fp8 env STRATA_GPU_QUANTIZE=1 bash $g "$strata" llama fp8-kv_fp8 bf16 0.05
