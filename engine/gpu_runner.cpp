@@ -396,6 +396,7 @@ void run_layers_gpu(GpuLoop& loop) {
         for (size_t b = c.first; b < c.last; ++b)
           store.read_raw(b, stage.data() + (token0[b] - c.token0) * H * 2);
         compute.copy_to_device(io[0].data(), stage.data(), static_cast<uint64_t>(n) * 2);
+        compute.synchronize();  // the next chunk reuses `stage`
         gpu::bf16_to_f32(io[0].as<uint16_t>(), xf, n, compute.handle());
         f.forward(g, xf, true);
         if (!last) {
