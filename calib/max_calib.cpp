@@ -7,11 +7,14 @@
 namespace strata {
 
 void MaxCalibrator::observe(std::string_view name, const float* x, int64_t rows, int64_t cols) {
+  record(name, ops::amax(x, rows * cols), rows);
+}
+
+void MaxCalibrator::record(std::string_view name, float m, int64_t rows) {
   auto it = stats_.find(name);
   if (it == stats_.end()) it = stats_.emplace(std::string(name), Stat{}).first;
   Stat& s = it->second;
   s.rows += rows;
-  const float m = ops::amax(x, rows * cols);
   if (std::isnan(m) || std::isnan(s.amax)) {
     s.amax = NAN;
   } else if (m > s.amax) {

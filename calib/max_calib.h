@@ -17,6 +17,9 @@ namespace strata {
 class MaxCalibrator : public Observer {
  public:
   void observe(std::string_view name, const float* x, int64_t rows, int64_t cols) override;
+  // Merges an amax already reduced elsewhere (the GPU forward's observers) over `rows` rows,
+  // exactly as observe() merges its own.
+  void record(std::string_view name, float amax, int64_t rows);
 
   struct Stat {
     float amax = 0.0f;

@@ -10,6 +10,7 @@
 #include "calib/dataset.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/comm.h"
@@ -71,6 +72,14 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   args.flag("--exact_mxfp4",
             "MXFP4 source weights given NVFP4 are converted in closed form, exactly (no weight "
             "calibration; docs/SOURCES.md says when it applies); default: requantize them");
+  args.option("--device", "cpu|cuda",
+              "where the calibration forward runs: cuda reads each layer into GPU memory and runs "
+              "it there (default: cuda when strata was built with CUDA and a GPU is visible, else "
+              "cpu)");
+  args.option("--max_gpu_memory_gb", "GB",
+              "GPU memory the run may use (layer weights, working set, and the calibration hidden "
+              "states when they fit; else they stay in host memory) (0: the GPU's free memory)",
+              "0");
   args.flag("--dry-run", "print the plan (formats per module kind, output size, memory) and stop");
   args.option("--log_dir", "DIR",
               "under mpirun: every rank also writes its log to DIR/rank-<r>.log (rank 0 alone "
@@ -122,6 +131,23 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   const double mem_gb = args.get_double("--max_cpu_memory_gb");
   STRATA_CHECK(mem_gb >= 0, "--max_cpu_memory_gb must not be negative");
   job.max_cpu_memory_bytes = static_cast<uint64_t>(mem_gb * 1024.0 * 1024.0 * 1024.0);
+  if (auto dev = args.get_optional("--device")) {
+    STRATA_CHECK(*dev == "cpu" || *dev == "cuda", "--device must be cpu or cuda, not '", *dev, "'");
+    job.device_explicit = true;
+    if (*dev == "cuda") {
+      STRATA_CHECK(cuda_compiled(),
+                   "--device cuda: this strata was built without CUDA; use --device cpu");
+      STRATA_CHECK(cuda_device_count() > 0,
+                   "--device cuda: no CUDA device is visible (check nvidia-smi and "
+                   "CUDA_VISIBLE_DEVICES); use --device cpu");
+      job.device = QuantizeJob::Device::kCuda;
+    }
+  } else if (cuda_compiled() && cuda_device_count() > 0) {
+    job.device = QuantizeJob::Device::kCuda;
+  }
+  const double gpu_gb = args.get_double("--max_gpu_memory_gb");
+  STRATA_CHECK(gpu_gb >= 0, "--max_gpu_memory_gb must not be negative");
+  job.max_gpu_memory_bytes = static_cast<uint64_t>(gpu_gb * 1024.0 * 1024.0 * 1024.0);
   // Under an MPI launcher (mpirun -np N strata quantize ...) every rank runs this job; an error
   // on any rank ends them all (docs/SCALEOUT.md).
   Comm& comm = world();

@@ -182,6 +182,26 @@ void ActivationStore::write(size_t b, const float* in) {
   }
 }
 
+uint64_t ActivationStore::batch_bytes(size_t b) const {
+  return static_cast<uint64_t>(rows_[b] * hidden_) * elem_bytes(dtype_);
+}
+
+void ActivationStore::read_raw(size_t b, void* out) const {
+  if (spill_) {
+    pread_all(in_fd_, out, batch_bytes(b), offsets_[b], in_path_);
+  } else {
+    std::memcpy(out, mem_[b].data(), batch_bytes(b));
+  }
+}
+
+void ActivationStore::write_raw(size_t b, const void* in) {
+  if (spill_) {
+    pwrite_all(out_fd_, in, batch_bytes(b), offsets_[b], out_path_);
+  } else {
+    std::memcpy(mem_[b].data(), in, batch_bytes(b));
+  }
+}
+
 std::string ActivationStore::commit(const std::string& resume_dir, bool durable) {
   if (spill_) {
     STRATA_CHECK(!durable || ::fsync(out_fd_) == 0, out_path_,

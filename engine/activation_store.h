@@ -50,6 +50,11 @@ class ActivationStore {
   // Micro-batch b of the outputs. Spilled: to the file begin() created; in memory: replaces the
   // input (read it first). In bf16 the values must be bf16-exact.
   void write(size_t b, const float* in);
+  // Micro-batch b as stored (dtype() values, [T_b, H]): the GPU path moves these bytes to and
+  // from the device without widening them.
+  void read_raw(size_t b, void* out) const;
+  void write_raw(size_t b, const void* in);
+  uint64_t batch_bytes(size_t b) const;
   // After every micro-batch is written: the outputs become the current inputs. durable: they are
   // also synced to the returned file (in memory: written to
   // <resume_dir>/hidden-<next>.safetensors), else "" is returned.

@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "core/progress.h"
 #include "engine/activation_store.h"
+#include "engine/gpu_runner.h"
 #include "engine/parallel.h"
 #include "engine/resume.h"
 #include "io/safetensors.h"
@@ -326,6 +327,16 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
                  "exclude it");
   }
   result.calibrated = needs_activations(plan);
+  // --device cuda (engine/gpu_runner.h): its activation store is file-backed (written only at
+  // durable steps); the hidden states live on the device or in pinned host memory.
+  bool on_gpu = job.device == QuantizeJob::Device::kCuda && result.calibrated;
+  if (on_gpu) {
+    std::string why = gpu_unsupported(config, ckpt);
+    if (why.empty() && comm.size() > 1) why = "ranks on GPUs are not wired yet (docs/SCALEOUT.md)";
+    STRATA_CHECK(why.empty() || !job.device_explicit, "--device cuda: ", why, "; use --device cpu");
+    if (!why.empty() && lead) log_warn("calibrating on the CPU: ", why);
+    on_gpu = why.empty();
+  }
   if (lead)
     check_output_early(
         job, job.resume_dir.empty() ? job.export_path + ".strata_resume" : job.resume_dir);
@@ -390,11 +401,12 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   const std::string offload = job.offload_folder.empty()
                                   ? resume_dir
                                   : fs::absolute(job.offload_folder).lexically_normal().string();
-  const std::map<std::string, std::string> identity = run_identity(
-      config, ckpt, plan, calibration.sequences,
-      str("batch_size=", result.calibrated ? job.batch_size : 0,
-          " max_shard_bytes=", job.max_shard_bytes, job.exact_mxfp4 ? " exact_mxfp4" : ""),
-      job.version);
+  const std::map<std::string, std::string> identity =
+      run_identity(config, ckpt, plan, calibration.sequences,
+                   str("batch_size=", result.calibrated ? job.batch_size : 0,
+                       " max_shard_bytes=", job.max_shard_bytes,
+                       job.exact_mxfp4 ? " exact_mxfp4" : "", on_gpu ? " device=cuda" : ""),
+                   job.version);
   // Rank 0 decides between a fresh and a resumed run; the other ranks then take its manifest.
   ResumeState state;
   if (lead) state = prepare_output(job, resume_dir, identity, plan.num_layers + 2);
@@ -482,6 +494,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   std::unique_ptr<ActivationStore> store;
   std::vector<float> buf;  // one micro-batch, fp32 [T_b, H]
   if (result.calibrated && state.next_step <= plan.num_layers) {
+    if (on_gpu) create_dir(offload, "--offload_folder");
     if (result.memory.spilled) {
       create_dir(offload, "--offload_folder");
       log_info("activation store: ", mib(result.memory.activations_all), " spilled to ", offload,
@@ -489,7 +502,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     }
     store = std::make_unique<ActivationStore>(
         batch_tokens, fwd->hidden_size(), fopts.bf16_between_layers ? DType::kBF16 : DType::kF32,
-        result.memory.spilled, offload,
+        result.memory.spilled || on_gpu, offload,
         comm.size() > 1 ? owned_batches(comm, groups.size()) : std::vector<bool>{});
     int64_t most = 0;
     for (size_t b = 0; b < groups.size(); ++b) {
@@ -523,9 +536,30 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     share_tensors(comm, ckpt, exporter.step_sources(l + 1), owner);  // each read by one rank
     return std::async(std::launch::async, [&fwd, l]() { return fwd->layer(l); });
   };
-  if (result.calibrated && first_layer < plan.num_layers) prefetch = fetch(first_layer);
+  if (on_gpu && first_layer < plan.num_layers) {
+    const char* gemm = std::getenv("STRATA_GPU_GEMM");  // test hook: "fp32" for fp32 GEMMs
+    GpuLoop loop{config,
+                 ckpt,
+                 plan,
+                 *store,
+                 batches,
+                 exporter,
+                 first_layer,
+                 job.max_gpu_memory_bytes,
+                 !result.memory.spilled,
+                 resume_dir,
+                 !(gemm && std::string(gemm) == "fp32"),
+                 commit,
+                 [&](const LayerReport& r) {
+                   result.layers.push_back(r);
+                   progress.step(str("layer ", r.layer, ", wrote ",
+                                     human_bytes(static_cast<double>(exporter.bytes_written()))));
+                 }};
+    run_layers_gpu(loop);
+  }
+  if (result.calibrated && !on_gpu && first_layer < plan.num_layers) prefetch = fetch(first_layer);
   uint64_t bytes_read = 0;
-  for (int64_t l = first_layer; l < plan.num_layers; ++l) {
+  for (int64_t l = on_gpu ? plan.num_layers : first_layer; l < plan.num_layers; ++l) {
     calib.clear();
     const bool last = l + 1 == plan.num_layers;
     std::string hidden_path, old_input;

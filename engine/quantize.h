@@ -43,6 +43,12 @@ struct QuantizeJob {
   // The ranks of a scaled-out run (engine/comm.h, docs/SCALEOUT.md); nullptr: a single process.
   // Every rank runs run_quantize with the same job; the output does not depend on the rank count.
   Comm* comm = nullptr;
+  // Where the calibration forward runs (engine/gpu_runner.h). device_explicit: --device was
+  // given; a model the GPU forward does not implement is then an error rather than a fallback.
+  enum class Device { kCpu, kCuda };
+  Device device = Device::kCpu;
+  bool device_explicit = false;
+  uint64_t max_gpu_memory_bytes = 0;  // --max_gpu_memory_gb; 0: the device's free memory
 };
 
 // Host memory a run needs, an upper bound on its peak RSS (docs/QUANTIZE.md "Memory and

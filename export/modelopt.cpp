@@ -5,8 +5,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -136,7 +139,7 @@ ModeloptExporter::ModeloptExporter(const QuantPlan& plan, const ModelConfig& con
   writer_ = std::make_unique<PlannedShardWriter>(out_dir_, outputs_, w);
 }
 
-// What write_tensors writes for `names`, in the same order (write_module for quantized ones).
+// What write_tensors writes for `names`, in the same order (quantize_module for quantized ones).
 std::vector<TensorSpec> ModeloptExporter::outputs_of(const std::vector<std::string>& names) const {
   std::vector<TensorSpec> out;
   for (const std::string& name : names) {
@@ -239,13 +242,16 @@ void ModeloptExporter::write_tail(const MaxCalibrator& calib) {
   write_tensors(tail_tensors_, &calib);
 }
 
-LayerReport ModeloptExporter::write_layer(int64_t layer, const MaxCalibrator& calib) {
+LayerReport ModeloptExporter::write_layer(int64_t layer, const MaxCalibrator& calib,
+                                          const PrecomputedWeights* precomputed) {
   LayerReport report;
   report.layer = layer;
   group_weight_amax_.clear();
   group_input_amax_.clear();
   group_mxfp4_max_.clear();
+  pre_ = precomputed;
   write_tensors(layer_tensors_[layer], &calib);
+  pre_ = nullptr;
   for (const PlannedModule* m : layer_modules_[layer]) {
     if (routed_expert_index(m->module) < 0) continue;
     if (!(m->module.ends_with(".gate_proj") || m->module.ends_with(".w1"))) continue;
@@ -288,10 +294,11 @@ Tensor ModeloptExporter::source_weight(const std::string& module) const {
 
 int ModeloptExporter::exact_mxfp4_group_max(const PlannedModule& m) {
   if (!options_.exact_mxfp4 || m.source != SourceCompression::kMxfp4) return -1;
+  std::lock_guard<std::mutex> lock(memo_mu_);  // write_tensors quantizes on several threads
   const std::string key = fused_group_key(m.module);
   if (auto it = group_mxfp4_max_.find(key); it != group_mxfp4_max_.end()) return it->second;
   std::vector<const PlannedModule*> members;
-  for (const PlannedModule* o : layer_modules_[m.layer]) {
+  for (const PlannedModule* o : layer_modules_.at(m.layer)) {
     if (fused_group_key(o->module) == key) members.push_back(o);
   }
   int best = -1;
@@ -387,37 +394,66 @@ const std::vector<std::string>& ModeloptExporter::step_sources(int64_t step) con
 
 void ModeloptExporter::write_tensors(const std::vector<std::string>& names,
                                      const MaxCalibrator* calib) {
-  for (const std::string& name : names) {
+  // Quantized modules are quantized on up to `workers` threads, a window ahead of the writer;
+  // every tensor is added in plan order, so the bytes do not depend on the thread count.
+  // With ranks, a rank quantizes and writes only the tensors it owns.
+  std::vector<const PlannedModule*> mods(names.size(), nullptr);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    if (is_compressed_aux(ckpt_, name) || !owns(name)) continue;
+    const PlannedModule* m = module_of(name);
+    if (!m || m->format == QFormat::kNone) continue;
+    STRATA_ASSERT(
+        calib != nullptr || m->format == QFormat::kW4A16Nvfp4 || m->format == QFormat::kMxfp8,
+        "quantized module outside a calibrated step: ", m->module);
+    mods[i] = m;
+  }
+  const size_t workers = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+  using Outputs = std::vector<std::pair<std::string, Tensor>>;
+  std::vector<std::future<Outputs>> pending(names.size());
+  size_t launched = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    for (; launched < names.size() && launched < i + workers; ++launched) {
+      if (!mods[launched]) continue;
+      const PlannedModule* m = mods[launched];
+      pending[launched] = std::async(workers > 1 ? std::launch::async : std::launch::deferred,
+                                     [this, m, calib]() { return quantize_module(*m, calib); });
+    }
+    const std::string& name = names[i];
     if (is_compressed_aux(ckpt_, name)) continue;  // consumed by its module's decompression
     if (!owns(name)) {
       for (const TensorSpec& t : outputs_of({name}))
         writer_->skip(t.name);
       continue;
     }
-    if (const PlannedModule* m = module_of(name)) {
-      if (m->format != QFormat::kNone) {
-        STRATA_ASSERT(
-            calib != nullptr || m->format == QFormat::kW4A16Nvfp4 || m->format == QFormat::kMxfp8,
-            "quantized module outside a calibrated step: ", m->module);
-        write_module(*m, calib);
-        continue;
-      }
-      if (m->source != SourceCompression::kNone) {
+    if (!mods[i]) {
+      const PlannedModule* m = module_of(name);
+      if (m && m->source != SourceCompression::kNone)
         writer_->add(m->module + ".weight", source_weight(m->module));  // decompressed bf16
-        continue;
-      }
+      else
+        writer_->add(name, ckpt_.tensor(name));  // a view: read from the mapping as written
+      continue;
     }
-    writer_->add(name, ckpt_.tensor(name));  // a view: read from the mapping as it is written
+    for (auto& [n, t] : pending[i].get())
+      writer_->add(n, t);
   }
 }
 
-void ModeloptExporter::write_module(const PlannedModule& m, const MaxCalibrator* calib) {
+std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
+    const PlannedModule& m, const MaxCalibrator* calib) {
+  std::vector<std::pair<std::string, Tensor>> out;
   const Tensor w = source_weight(m.module);
   // Weight amax of the fused group (NVFP4 shares weight_scale_2 within it).
-  const std::vector<const PlannedModule*>& layer_modules = layer_modules_[m.layer];
+  static const std::vector<const PlannedModule*> kNoModules;
+  const auto lm = layer_modules_.find(m.layer);  // no insertion: several threads read the map
+  const std::vector<const PlannedModule*>& layer_modules =
+      lm == layer_modules_.end() ? kNoModules : lm->second;
   auto group_weight_amax = [&]() {
     const std::string key = fused_group_key(m.module);
-    if (auto it = group_weight_amax_.find(key); it != group_weight_amax_.end()) return it->second;
+    {
+      std::lock_guard<std::mutex> lock(memo_mu_);
+      if (auto it = group_weight_amax_.find(key); it != group_weight_amax_.end()) return it->second;
+    }
     float a = 0.0f;
     for (const PlannedModule* o : layer_modules) {
       if (fused_group_key(o->module) != key) continue;
@@ -425,13 +461,17 @@ void ModeloptExporter::write_module(const PlannedModule& m, const MaxCalibrator*
           o->module == m.module ? weight_amax_of(w) : weight_amax_of(source_weight(o->module));
       a = std::isnan(x) || std::isnan(a) ? NAN : std::max(a, x);
     }
+    std::lock_guard<std::mutex> lock(memo_mu_);
     group_weight_amax_[key] = a;
     return a;
   };
   // Activation amax shared by the input-scale group (fused group, or all experts of the layer).
   auto group_input_amax = [&](bool fused) {
     const std::string key = fused ? input_scale_group_key(m.module) : m.module;
-    if (auto it = group_input_amax_.find(key); it != group_input_amax_.end()) return it->second;
+    {
+      std::lock_guard<std::mutex> lock(memo_mu_);
+      if (auto it = group_input_amax_.find(key); it != group_input_amax_.end()) return it->second;
+    }
     float a = 0.0f;
     bool seen = false;
     for (const PlannedModule* o : layer_modules) {
@@ -444,47 +484,59 @@ void ModeloptExporter::write_module(const PlannedModule& m, const MaxCalibrator*
     STRATA_CHECK(seen, "no calibration token reached '", m.module,
                  "' (nor any module sharing its input scale); ",
                  "use more or different calibration data, or exclude it in the recipe");
+    std::lock_guard<std::mutex> lock(memo_mu_);
     group_input_amax_[key] = a;
     return a;
   };
   const std::string& M = m.module;
+  // Weights quantized elsewhere (the GPU engine): their tensors, then the activation scale.
+  const auto pre = pre_ ? pre_->find(M) : decltype(pre_->find(M)){};
+  const bool have_pre = pre_ && pre != pre_->end();
+  if (have_pre) out = pre->second;
   switch (m.format) {
     case QFormat::kNvfp4:
     case QFormat::kW4A16Nvfp4: {
-      const int mx_max = exact_mxfp4_group_max(m);
-      Nvfp4Weight q = mx_max >= 0
-                          ? *mxfp4_to_nvfp4_exact(ckpt_.tensor(M + ".weight_blocks"),
-                                                  ckpt_.tensor(M + ".weight_scales"), mx_max)
-                          : nvfp4_quantize(w, group_weight_amax(), M);
-      writer_->add(M + ".weight", std::move(q.packed));
-      writer_->add(M + ".weight_scale", std::move(q.block_scale));
-      writer_->add(M + ".weight_scale_2", std::move(q.global_scale));
+      if (!have_pre) {
+        const int mx_max = exact_mxfp4_group_max(m);
+        Nvfp4Weight q = mx_max >= 0
+                            ? *mxfp4_to_nvfp4_exact(ckpt_.tensor(M + ".weight_blocks"),
+                                                    ckpt_.tensor(M + ".weight_scales"), mx_max)
+                            : nvfp4_quantize(w, group_weight_amax(), M);
+        out.emplace_back(M + ".weight", std::move(q.packed));
+        out.emplace_back(M + ".weight_scale", std::move(q.block_scale));
+        out.emplace_back(M + ".weight_scale_2", std::move(q.global_scale));
+      }
       if (m.format == QFormat::kNvfp4) {
-        writer_->add(M + ".input_scale",
-                     Tensor::scalar_f32(nvfp4_input_scale(group_input_amax(true), M)));
+        out.emplace_back(M + ".input_scale",
+                         Tensor::scalar_f32(nvfp4_input_scale(group_input_amax(true), M)));
       }
       break;
     }
     case QFormat::kFp8: {
       // ModelOpt keeps FP8 weight and input scales per module (vLLM takes the max when it
       // fuses); routed experts share the layer's input scale.
-      Fp8Weight q = fp8_quantize(w, weight_amax_of(w), M);
-      writer_->add(M + ".weight", std::move(q.weight));
-      writer_->add(M + ".weight_scale", std::move(q.scale));
+      if (!have_pre) {
+        Fp8Weight q = fp8_quantize(w, weight_amax_of(w), M);
+        out.emplace_back(M + ".weight", std::move(q.weight));
+        out.emplace_back(M + ".weight_scale", std::move(q.scale));
+      }
       const bool expert = routed_expert_index(M) >= 0;
-      writer_->add(M + ".input_scale",
-                   Tensor::scalar_f32(fp8_input_scale(group_input_amax(expert))));
+      out.emplace_back(M + ".input_scale",
+                       Tensor::scalar_f32(fp8_input_scale(group_input_amax(expert))));
       break;
     }
     case QFormat::kMxfp8: {
-      Mxfp8Weight q = mxfp8_quantize(w, M);
-      writer_->add(M + ".weight", std::move(q.weight));
-      writer_->add(M + ".weight_scale", std::move(q.scale));
+      if (!have_pre) {
+        Mxfp8Weight q = mxfp8_quantize(w, M);
+        out.emplace_back(M + ".weight", std::move(q.weight));
+        out.emplace_back(M + ".weight_scale", std::move(q.scale));
+      }
       break;
     }
     case QFormat::kNone:
-      STRATA_ASSERT(false, "write_module on an unquantized module");
+      STRATA_ASSERT(false, "quantize_module on an unquantized module");
   }
+  return out;
 }
 
 std::vector<std::string> ModeloptExporter::finish() {

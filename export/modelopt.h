@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,11 @@ struct ExportOptions {
   // bf16 weight like any other source.
   bool exact_mxfp4 = false;
 };
+
+// Weights quantized elsewhere (the GPU engine, STRATA_GPU_QUANTIZE), per module name: the
+// tensors write_layer would make from the checkpoint, in the same order (weight, weight_scale[,
+// weight_scale_2]); the activation scales are still made here from the calibration.
+using PrecomputedWeights = std::map<std::string, std::vector<std::pair<std::string, Tensor>>>;
 
 // Per-layer summary for the end-of-run report.
 struct LayerReport {
@@ -74,7 +80,8 @@ class ModeloptExporter {
   // Tensors outside the decoder layers that come first (the embeddings).
   void write_head();
   // Every tensor of decoder layer `layer`, quantized per the plan with `calib`'s statistics.
-  LayerReport write_layer(int64_t layer, const MaxCalibrator& calib);
+  LayerReport write_layer(int64_t layer, const MaxCalibrator& calib,
+                          const PrecomputedWeights* precomputed = nullptr);
   // The remaining tensors outside decoder layers (final norm, lm_head, vision tower, MTP ...).
   void write_tail(const MaxCalibrator& calib);
   // Index, config files, sidecar files. Returns the output file names written.
@@ -102,7 +109,6 @@ class ModeloptExporter {
   void write_tensors(const std::vector<std::string>& names, const MaxCalibrator* calib);
   bool owns(const std::string& name) const;
   void assign_owners(const std::vector<std::string>& names);
-  void write_module(const PlannedModule& m, const MaxCalibrator* calib);
   // The planned module whose source weight tensor `name` is (M.weight, M.weight_packed,
   // M.weight_blocks); nullptr for any other tensor.
   const PlannedModule* module_of(const std::string& name) const;
@@ -111,6 +117,10 @@ class ModeloptExporter {
   // The largest MXFP4 scale byte of m's fused group when the exact MXFP4 -> NVFP4 conversion
   // applies to the whole group; -1 when it does not.
   int exact_mxfp4_group_max(const PlannedModule& m);
+  // The output tensors of quantized module m, in write order. Thread-safe: write_tensors runs
+  // several at once (the memos below are guarded by memo_mu_) and adds their outputs in order.
+  std::vector<std::pair<std::string, Tensor>> quantize_module(const PlannedModule& m,
+                                                              const MaxCalibrator* calib);
 
   const QuantPlan& plan_;
   const ModelConfig& config_;
@@ -127,6 +137,8 @@ class ModeloptExporter {
   // each input-scale group's activation amax are computed once, not once per member.
   std::map<std::string, float> group_weight_amax_, group_input_amax_;
   std::map<std::string, int> group_mxfp4_max_;
+  std::mutex memo_mu_;
+  const PrecomputedWeights* pre_ = nullptr;  // during write_layer
   std::vector<std::string> head_tensors_, tail_tensors_;
   std::vector<std::string> written_;  // shard names after finish
   int rank_ = 0, ranks_ = 1;

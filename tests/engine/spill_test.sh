@@ -12,7 +12,7 @@ work=$(mktemp -d)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 python3 tests/fixtures/tokens_jsonl.py "$src/reference.safetensors" > "$work/tokens.jsonl"
 count=$(wc -l < "$work/tokens.jsonl")
-args=(quantize --model "$src" --calib_data "$work/tokens.jsonl" --calib_size "$count"
+args=(quantize --device cpu --model "$src" --calib_data "$work/tokens.jsonl" --calib_size "$count"
       --calib_min_tokens 1 --batch_size 2 --max_shard_size_gb 0.00005 --recipe nvfp4-kv_fp8)
 sums() { (cd "$1" && find . -type f | sort | xargs sha256sum); }
 fail() { echo "FAIL: $*"; exit 1; }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One export test: quantize a transformers fixture with a recipe, calibrating on exactly the
 # tokens transformers saw, then run the independent consumer-contract checker on the result
-# (with the transformers amaxes for the 1% scale check).
+# (with the transformers amaxes for the 1% scale check). On the CPU path (--device cpu) also on
+# a GPU machine; tests/engine/gpu_vs_cpu_test.sh checks the GPU path.
 #   tests/export/run_export_check.sh STRATA MODEL RECIPE
 set -euo pipefail
 strata=$1 model=$2 recipe=$3
@@ -10,6 +11,6 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 tests/fixtures/tokens_jsonl.py "$src/reference.safetensors" > "$work/tokens.jsonl"
 count=$(wc -l < "$work/tokens.jsonl")
-"$strata" quantize -q --model "$src" --recipe "$recipe" --calib_data "$work/tokens.jsonl" --calib_size "$count" \
+"$strata" quantize -q --device cpu --model "$src" --recipe "$recipe" --calib_data "$work/tokens.jsonl" --calib_size "$count" \
   --calib_min_tokens 1 --batch_size 2 --export_path "$work/out"
 python3 tests/export/check_modelopt_export.py "$src" "$work/out" --amax "$src/reference.safetensors"

@@ -1,0 +1,60 @@
+// The decoder-layer loop of `strata quantize --device cuda` (docs/CUDA.md "The engine on the
+// GPU"). run_quantize() prepares everything shared with the CPU path (plan, calibration tokens,
+// embedding, activation store, exporter, resume manifest) and hands the layers to this loop:
+//
+//   read layer l+1 (LayerReader: merged preads into a pinned buffer, then one copy to the device
+//   on a copy stream)   ||   layer l's forward on the device, chunk by chunk   ||   layer l-1
+//   quantized and written by the CPU exporter on a writer thread
+//
+// Hidden states: resident on the device in bf16 (exact: the forward rounds them to bf16 between
+// layers) when the whole store fits in --max_gpu_memory_gb beside two layers' weights and one
+// chunk's working set; otherwise they stay in the host ActivationStore (in memory, or spilled to
+// --offload_folder under --max_cpu_memory_gb, exactly as on the CPU path) and each chunk is
+// copied in and out. A chunk is as many consecutive micro-batches as the working set allows.
+//
+// Resume: the same manifest steps as the CPU path. A step whose hidden states live only on the
+// device (or only in memory) is recorded once it is durable: the hidden states are written to
+// the resume folder when the checkpoint bytes read since the last record reach kResumeEvery
+// times the store's size (always for small stores, so the fixtures record every layer; for a
+// large calibration set writing them every layer would cost more than reading the weights).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/activation_store.h"
+#include "engine/plan.h"
+#include "export/modelopt.h"
+#include "io/checkpoint.h"
+#include "io/hf_config.h"
+#include "model/forward.h"
+
+namespace strata {
+
+struct GpuLoop {
+  const ModelConfig& config;
+  const Checkpoint& ckpt;
+  const QuantPlan& plan;
+  ActivationStore& store;  // holds the inputs of first_layer
+  const std::vector<Batch>& batches;
+  ModeloptExporter& exporter;
+  int64_t first_layer = 0;
+  uint64_t max_gpu_memory_bytes = 0;  // 0: the device's free memory
+  bool host_fits = true;              // the hidden states may be held in (pinned) host memory
+  std::string resume_dir;
+  bool gemm_bf16 = true;
+  // Records step `next` as done (CPU path's commit): hidden = the file holding its inputs.
+  std::function<void(int64_t next, const std::string& hidden, const std::string& old_input)> commit;
+  std::function<void(const LayerReport&)> layer_done;
+};
+
+inline constexpr uint64_t kResumeEvery = 4;
+
+// "" when the GPU path can run this model; else why not.
+std::string gpu_unsupported(const ModelConfig& config, const Checkpoint& ckpt);
+// Runs layers [first_layer, num_layers). Throws strata::Error without CUDA.
+void run_layers_gpu(GpuLoop& loop);
+
+}  // namespace strata

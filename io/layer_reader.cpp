@@ -1,0 +1,152 @@
+#include "io/layer_reader.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+
+namespace strata {
+namespace {
+
+constexpr uint64_t kAlign = 4096;
+
+uint64_t align_down(uint64_t x) {
+  return x / kAlign * kAlign;
+}
+uint64_t align_up(uint64_t x) {
+  return (x + kAlign - 1) / kAlign * kAlign;
+}
+
+struct Chunk {
+  size_t range;
+  uint64_t file_offset, length, buffer_offset;
+};
+
+}  // namespace
+
+LayerReader::LayerReader(const Checkpoint& ckpt, int threads, bool direct)
+    : ckpt_(ckpt), threads_(std::max(threads, 1)), direct_(direct) {}
+
+LayerBlob LayerReader::plan(const std::vector<std::string>& names) const {
+  // (shard path, absolute begin, absolute end, name), sorted by shard then offset.
+  struct Span {
+    std::string path;
+    uint64_t begin, end;
+    const std::string* name;
+  };
+  std::vector<Span> spans;
+  spans.reserve(names.size());
+  for (const std::string& n : names) {
+    const SafetensorsFile& f = ckpt_.shard_of(n);
+    const TensorEntry& e = ckpt_.entry(n);
+    const uint64_t base = f.header().data_offset;
+    spans.push_back({f.path(), base + e.begin, base + e.end, &n});
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    return a.path != b.path ? a.path < b.path : a.begin < b.begin;
+  });
+  LayerBlob blob;
+  uint64_t at = 0;
+  for (size_t i = 0; i < spans.size();) {
+    // One range: spans i..j-1 of one shard whose gaps are small.
+    // Buffered reads start at the first tensor, so that it lands 4096-aligned in the buffer and
+    // its neighbours keep the file's relative alignment (16 bytes for most tensors: what the
+    // GEMMs want); O_DIRECT needs the file offset aligned instead.
+    const uint64_t start = direct_ ? align_down(spans[i].begin) : spans[i].begin;
+    uint64_t end = spans[i].end;
+    size_t j = i + 1;
+    while (j < spans.size() && spans[j].path == spans[i].path &&
+           spans[j].begin <= end + kMergeGapBytes) {
+      end = std::max(end, spans[j].end);
+      ++j;
+    }
+    blob.ranges.push_back({spans[i].path, start, end - start, at});
+    for (size_t k = i; k < j; ++k) {
+      const TensorEntry& e = ckpt_.entry(*spans[k].name);
+      blob.items[*spans[k].name] = {e.dtype, e.shape, at + (spans[k].begin - start),
+                                    spans[k].end - spans[k].begin};
+    }
+    at += align_up(end - start);
+    i = j;
+  }
+  blob.bytes = at;
+  return blob;
+}
+
+void LayerReader::read(const LayerBlob& blob, uint8_t* dst) const {
+  std::vector<int> fds(blob.ranges.size(), -1);
+  std::map<std::string, int> opened;
+  auto close_all = [&]() {
+    for (auto& [p, fd] : opened)
+      ::close(fd);
+  };
+  for (size_t r = 0; r < blob.ranges.size(); ++r) {
+    const std::string& p = blob.ranges[r].path;
+    auto it = opened.find(p);
+    if (it == opened.end()) {
+      int fd = direct_ ? ::open(p.c_str(), O_RDONLY | O_DIRECT) : -1;
+      if (fd < 0) fd = ::open(p.c_str(), O_RDONLY);
+      if (fd < 0) {
+        const int err = errno;
+        close_all();
+        fail(p, ": cannot open for reading: ", std::strerror(err));
+      }
+      it = opened.emplace(p, fd).first;
+    }
+    fds[r] = it->second;
+  }
+  // Chunks in file order, so that each thread reads forward.
+  std::vector<Chunk> chunks;
+  for (size_t r = 0; r < blob.ranges.size(); ++r) {
+    const LayerBlob::Range& g = blob.ranges[r];
+    for (uint64_t o = 0; o < g.length; o += kReadChunkBytes) {
+      chunks.push_back(
+          {r, g.file_offset + o, std::min(kReadChunkBytes, g.length - o), g.buffer_offset + o});
+    }
+  }
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::string error;
+  auto work = [&]() {
+    for (size_t c = next++; c < chunks.size(); c = next++) {
+      const Chunk& k = chunks[c];
+      uint64_t done = 0;
+      // O_DIRECT needs aligned lengths: read whole pages (the buffer has room up to the
+      // range's aligned end) and accept a short read at EOF.
+      const uint64_t want = align_up(k.length);
+      while (done < k.length) {
+        const ssize_t n = ::pread(fds[k.range], dst + k.buffer_offset + done, want - done,
+                                  static_cast<off_t>(k.file_offset + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (error.empty())
+            error = str(blob.ranges[k.range].path, ": read of ", k.length, " bytes at offset ",
+                        k.file_offset,
+                        " failed: ", n < 0 ? std::strerror(errno) : "the file ends early");
+          return;
+        }
+        done += static_cast<uint64_t>(n);
+      }
+    }
+  };
+  const int n_threads = static_cast<int>(std::min<size_t>(threads_, chunks.size()));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < n_threads; ++t)
+    pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool)
+    t.join();
+  close_all();
+  STRATA_CHECK(error.empty(), error);
+}
+
+}  // namespace strata

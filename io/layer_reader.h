@@ -1,0 +1,69 @@
+// Reads one decoder layer's tensors from the checkpoint into one host buffer with few, large,
+// sequential reads: the GPU path's loader (docs/CUDA.md "The engine on the GPU").
+//
+//   LayerReader reader(ckpt);
+//   LayerBlob blob = reader.plan({"model.layers.3.self_attn.q_proj.weight", ...});
+//   PinnedBuffer host(blob.bytes);
+//   reader.read(blob, host.data());     // preads; then one copy of blob.bytes to the device
+//
+// plan() groups the tensors by shard, sorts them by file offset and merges neighbours whose gap
+// is at most kMergeGapBytes into one range (the gap's bytes are read too and ignored). Each range
+// starts at a 4096-aligned buffer offset, at its first tensor's file offset (so that tensor is
+// 4096-aligned in the buffer and the others keep their relative alignment), or with O_DIRECT at
+// that offset rounded down to 4096. Buffer layout: the ranges back to back in plan order (each
+// padded to 4096 bytes);
+// tensor `name` lies at blob.items[name].offset, its bytes exactly as the checkpoint stores them.
+//
+// Reads go through the page cache by default: the CPU exporter reads the same tensors right
+// after through its mapping, and finds them there. read() splits the ranges into
+// kReadChunkBytes preads spread over `threads` threads.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "io/checkpoint.h"
+
+namespace strata {
+
+struct LayerBlob {
+  struct Item {
+    DType dtype;
+    Shape shape;
+    uint64_t offset = 0;  // in the buffer
+    uint64_t bytes = 0;
+  };
+  struct Range {
+    std::string path;        // shard file
+    uint64_t file_offset;    // the first tensor's (4096-aligned with O_DIRECT)
+    uint64_t length;         // bytes to read (ends at the last tensor's end, or EOF)
+    uint64_t buffer_offset;  // 4096-aligned
+  };
+  std::map<std::string, Item> items;
+  std::vector<Range> ranges;
+  uint64_t bytes = 0;  // the buffer size the blob needs
+};
+
+class LayerReader {
+ public:
+  static constexpr uint64_t kMergeGapBytes = 1ull << 20;
+  static constexpr uint64_t kReadChunkBytes = 16ull << 20;
+
+  explicit LayerReader(const Checkpoint& ckpt, int threads = 4, bool direct = false);
+  // Every name must be in the checkpoint.
+  LayerBlob plan(const std::vector<std::string>& names) const;
+  // Fills dst[0, blob.bytes) (dst 4096-aligned). Throws strata::Error naming the shard on a
+  // failed or short read.
+  void read(const LayerBlob& blob, uint8_t* dst) const;
+
+ private:
+  const Checkpoint& ckpt_;
+  int threads_;
+  bool direct_;
+};
+
+}  // namespace strata

@@ -1,0 +1,570 @@
+#include "model/cuda/gpu_forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+#include "model/arch.h"
+#include "model/common.h"
+#include "model/cuda/kernels.h"
+#include "ops/ops.h"
+
+namespace strata::gpu {
+namespace {
+
+constexpr uint64_t kAlign = 256;
+uint64_t align_up(uint64_t x) {
+  return (x + kAlign - 1) / kAlign * kAlign;
+}
+
+struct Swiglu {
+  const void *gate = nullptr, *up = nullptr, *down = nullptr;  // GEMM dtype
+  int64_t inter = 0;
+  int gu_slot = -1, down_slot = -1;
+};
+
+}  // namespace
+
+struct GpuForward::Impl {
+  const ModelConfig& c;
+  const Checkpoint& ckpt;
+  DeviceBudget& budget;
+  const Stream& stream;
+  GpuForwardOptions opt;
+  ArchInfo arch;
+  std::string model_prefix;
+  void* blas = nullptr;
+  int64_t H, nH, nKV, d, qd, kd, E = 0, K = 0, Im = 0, Is = 0;
+  float eps;
+  ops::RopeParams rope_p;
+  DeviceBuffer inv_freq;  // [d/2] fp32
+  DeviceBuffer converted, scratch, slots_dev, moe_ints;
+  DeviceBuffer scores, ptrs;  // attention: S for `seqs_per_call` sequences; 5 pointer arrays
+  int64_t seqs_per_call = 0, longest = 0;
+  PinnedBuffer host_ints;  // counts [E], offsets [E]
+  int64_t max_tokens = 0;
+  uint64_t arena_at = 0;
+
+  // The current layer.
+  int64_t layer = -1;
+  bool moe = false;
+  const float *in_norm = nullptr, *post_norm = nullptr;
+  const void *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;
+  const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *qn = nullptr, *kn = nullptr;
+  Swiglu dense, shared;
+  const float* router = nullptr;       // [E, H] fp32
+  const float* shared_gate = nullptr;  // [1, H] fp32
+  std::vector<Swiglu> experts;
+  int slot_qkv = -1, slot_k = -1, slot_v = -1, slot_o = -1, expert_gu0 = -1, expert_dn0 = -1;
+  std::vector<std::vector<std::string>> slot_names;
+  std::vector<int64_t> slot_rows;
+
+  Impl(const ModelConfig& config, const Checkpoint& ck, DeviceBudget& b, const Stream& s,
+       GpuForwardOptions o)
+      : c(config), ckpt(ck), budget(b), stream(s), opt(o), arch(resolve_arch(config)) {
+    model_prefix = model::find_prefixes(c, ckpt).model;
+    H = c.hidden_size;
+    nH = c.num_attention_heads;
+    nKV = c.num_key_value_heads;
+    d = c.head_dim;
+    qd = nH * d;
+    kd = nKV * d;
+    eps = static_cast<float>(c.rms_norm_eps);
+    if (arch.family == ArchFamily::kQwenMoe) {
+      E = c.num_experts;
+      K = c.num_experts_per_tok;
+      Im = c.moe_intermediate_size;
+    }
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const std::string n = lp(l) + "mlp.shared_expert.gate_proj.weight";
+      if (ckpt.has(n)) Is = std::max(Is, ckpt.entry(n).shape[0]);
+    }
+    rope_p = model::rope_params(c);
+    const std::vector<double> f = ops::rope_inv_freq(rope_p, d);
+    std::vector<float> f32(f.begin(), f.end());
+    inv_freq = DeviceBuffer(budget, f32.size() * 4, "RoPE frequencies");
+    stream.copy_to_device(inv_freq.data(), f32.data(), f32.size() * 4);
+    const int64_t max_slots = 8 + 2 * std::max<int64_t>(E, 1);
+    slots_dev = DeviceBuffer(budget, static_cast<uint64_t>(max_slots) * 4, "amax slots");
+    if (E > 0) {
+      moe_ints = DeviceBuffer(budget, static_cast<uint64_t>(3 * E) * 4, "expert counts");
+      host_ints.reserve(static_cast<uint64_t>(2 * E) * 4);
+    }
+    blas = gemm_handle_create(stream.handle());
+    stream.synchronize();
+  }
+  ~Impl() { gemm_handle_destroy(blas); }
+
+  std::string lp(int64_t l) const { return model_prefix + "layers." + std::to_string(l) + "."; }
+  int64_t esz() const { return opt.gemm_bf16 ? 2 : 4; }
+
+  // ---- weights -------------------------------------------------------------------------------
+  struct Binder {
+    Impl& im;
+    const LayerBlob& blob;
+    const uint8_t* base;  // device blob; null: only count bytes
+    uint64_t used = 0;
+    const LayerBlob::Item& item(const std::string& name, const Shape& shape) {
+      auto it = blob.items.find(name);
+      STRATA_CHECK(it != blob.items.end(), im.ckpt.dir(), ": tensor '", name,
+                   "' is missing; the checkpoint does not match its config.json");
+      STRATA_CHECK(it->second.shape == shape, im.ckpt.dir(), ": tensor '", name, "' has shape ",
+                   shape_str(it->second.shape), " but config.json implies ", shape_str(shape));
+      return it->second;
+    }
+    void* alloc(uint64_t bytes) {
+      const uint64_t at = used;
+      used += align_up(bytes);
+      if (!base) return nullptr;
+      STRATA_ASSERT(used <= im.converted.bytes(), "converted weights overflow");
+      return im.converted.as<uint8_t>() + at;
+    }
+    const void* gemm_w(const std::string& name, const Shape& shape) {
+      const LayerBlob::Item& it = item(name, shape);
+      const int64_t n = shape_numel(shape);
+      const bool as_is = im.opt.gemm_bf16 ? it.dtype == DType::kBF16 : it.dtype == DType::kF32;
+      if (as_is && it.offset % 16 == 0) return base ? base + it.offset : nullptr;
+      void* dst = alloc(static_cast<uint64_t>(n) * static_cast<uint64_t>(im.esz()));
+      if (!base) return nullptr;
+      if (im.opt.gemm_bf16) {
+        convert_to_bf16(base + it.offset, it.dtype, static_cast<uint16_t*>(dst), n,
+                        im.stream.handle());
+      } else {
+        convert_to_f32(base + it.offset, it.dtype, static_cast<float*>(dst), n, im.stream.handle());
+      }
+      return dst;
+    }
+    const float* f32_w(const std::string& name, const Shape& shape) {
+      const LayerBlob::Item& it = item(name, shape);
+      const int64_t n = shape_numel(shape);
+      if (it.dtype == DType::kF32 && it.offset % 16 == 0)
+        return base ? reinterpret_cast<const float*>(base + it.offset) : nullptr;
+      void* dst = alloc(static_cast<uint64_t>(n) * 4);
+      if (!base) return nullptr;
+      convert_to_f32(base + it.offset, it.dtype, static_cast<float*>(dst), n, im.stream.handle());
+      return static_cast<const float*>(dst);
+    }
+    bool has(const std::string& name) const { return blob.items.count(name) > 0; }
+  };
+
+  int add_slot(std::vector<std::string> names) {
+    slot_names.push_back(std::move(names));
+    slot_rows.push_back(0);
+    return static_cast<int>(slot_names.size()) - 1;
+  }
+
+  Swiglu bind_swiglu(Binder& b, const std::string& p, int64_t inter) {
+    Swiglu s;
+    s.inter = inter;
+    s.gate = b.gemm_w(p + "gate_proj.weight", {inter, H});
+    s.up = b.gemm_w(p + "up_proj.weight", {inter, H});
+    s.down = b.gemm_w(p + "down_proj.weight", {H, inter});
+    return s;
+  }
+
+  // Binds (or, with base null, sizes) layer l's weights; returns converted bytes.
+  uint64_t bind(int64_t l, const LayerBlob& blob, const uint8_t* base) {
+    Binder b{*this, blob, base};
+    const std::string p = lp(l), a = p + "self_attn.", m = p + "mlp.";
+    in_norm = b.f32_w(p + "input_layernorm.weight", {H});
+    post_norm = b.f32_w(p + "post_attention_layernorm.weight", {H});
+    wq = b.gemm_w(a + "q_proj.weight", {qd, H});
+    wk = b.gemm_w(a + "k_proj.weight", {kd, H});
+    wv = b.gemm_w(a + "v_proj.weight", {kd, H});
+    wo = b.gemm_w(a + "o_proj.weight", {H, qd});
+    bq = bk = bv = qn = kn = nullptr;
+    if (b.has(a + "q_proj.bias")) {
+      bq = b.f32_w(a + "q_proj.bias", {qd});
+      bk = b.f32_w(a + "k_proj.bias", {kd});
+      bv = b.f32_w(a + "v_proj.bias", {kd});
+    }
+    if (b.has(a + "q_norm.weight")) {
+      qn = b.f32_w(a + "q_norm.weight", {d});
+      kn = b.f32_w(a + "k_norm.weight", {d});
+    }
+    moe = arch.family == ArchFamily::kQwenMoe && layer_is_moe(arch, c, l);
+    experts.clear();
+    shared = Swiglu{};
+    router = shared_gate = nullptr;
+    if (!moe) {
+      dense = bind_swiglu(b, m, c.intermediate_size);
+    } else {
+      router = b.f32_w(m + "gate.weight", {E, H});
+      for (int64_t e = 0; e < E; ++e)
+        experts.push_back(bind_swiglu(b, m + "experts." + std::to_string(e) + ".", Im));
+      if (b.has(m + "shared_expert.gate_proj.weight")) {
+        const int64_t is = blob.items.at(m + "shared_expert.gate_proj.weight").shape[0];
+        shared = bind_swiglu(b, m + "shared_expert.", is);
+        shared_gate = b.f32_w(m + "shared_expert_gate.weight", {1, H});
+      }
+    }
+    if (base) {  // observers of this layer, under the CPU path's hub names
+      slot_names.clear();
+      slot_rows.clear();
+      slot_qkv = add_slot({a + "q_proj", a + "k_proj", a + "v_proj"});
+      slot_k = add_slot({a + "k_cache"});
+      slot_v = add_slot({a + "v_cache"});
+      slot_o = add_slot({a + "o_proj"});
+      auto mlp_slots = [&](Swiglu& s, const std::string& q) {
+        s.gu_slot = add_slot({q + "gate_proj", q + "up_proj"});
+        s.down_slot = add_slot({q + "down_proj"});
+      };
+      if (!moe) {
+        mlp_slots(dense, m);
+      } else {
+        expert_gu0 = static_cast<int>(slot_names.size());
+        for (int64_t e = 0; e < E; ++e) {
+          const std::string q = m + "experts." + std::to_string(e) + ".";
+          experts[e].gu_slot = add_slot({q + "gate_proj", q + "up_proj"});
+        }
+        expert_dn0 = static_cast<int>(slot_names.size());
+        for (int64_t e = 0; e < E; ++e) {
+          const std::string q = m + "experts." + std::to_string(e) + ".";
+          experts[e].down_slot = add_slot({q + "down_proj"});
+        }
+        if (shared.gate) mlp_slots(shared, m + "shared_expert.");
+      }
+      STRATA_ASSERT(slot_names.size() * 4 <= slots_dev.bytes(), "amax slots");
+      stream.zero(slots_dev.data(), slots_dev.bytes());
+    }
+    return b.used;
+  }
+
+  // ---- scratch -------------------------------------------------------------------------------
+  uint64_t per_token() const {
+    const int64_t cast = std::max({H, qd, c.intermediate_size, Im, Is});
+    const int64_t attn = 2 * qd + 2 * kd + cast / 2 + 1;
+    const int64_t dense_mlp = 2 * c.intermediate_size + cast / 2 + 1;
+    int64_t moe_ffn = 0;
+    if (E > 0)
+      moe_ffn = E + 4 * K + K * (2 * H + 2 * Im) + K * std::max(H, Im) / 2 + 1 +
+                (Is > 0 ? 2 * Is + H + 1 + std::max(H, Is) / 2 : 0);
+    return 4ull * static_cast<uint64_t>(2 * H + std::max({attn, dense_mlp, moe_ffn}));
+  }
+
+  template <typename T>
+  T* take(int64_t n) {
+    const uint64_t at = arena_at;
+    arena_at += align_up(static_cast<uint64_t>(n) * sizeof(T));
+    STRATA_ASSERT(arena_at <= scratch.bytes(), "GPU scratch overflow");
+    return reinterpret_cast<T*>(scratch.as<uint8_t>() + at);
+  }
+  // The GEMM input for a[count] fp32: a itself (fp32 GEMMs) or its bf16 copy.
+  const void* gin(const float* a, int64_t count) {
+    if (!opt.gemm_bf16) return a;
+    uint16_t* h = take<uint16_t>(count);
+    cast_bf16(a, h, count, stream.handle());
+    return h;
+  }
+  uint32_t* slot(int s) { return slots_dev.as<uint32_t>() + s; }
+
+  // ---- the layer -----------------------------------------------------------------------------
+  void attention_block(const GpuChunk& ch, const float* n, float* y) {
+    void* s = stream.handle();
+    const int64_t T = ch.tokens;
+    amax(n, T * H, slot(slot_qkv), s);
+    slot_rows[slot_qkv] += T;
+    float* q = take<float>(T * qd);
+    float* k = take<float>(T * kd);
+    float* v = take<float>(T * kd);
+    float* att = take<float>(T * qd);
+    const uint64_t mark = arena_at;
+    const void* xin = gin(n, T * H);
+    gemm(blas, xin, wq, q, T, qd, H, opt.gemm_bf16);
+    gemm(blas, xin, wk, k, T, kd, H, opt.gemm_bf16);
+    gemm(blas, xin, wv, v, T, kd, H, opt.gemm_bf16);
+    arena_at = mark;
+    if (bq) {
+      add_bias(q, T, qd, bq, s);
+      add_bias(k, T, kd, bk, s);
+      add_bias(v, T, kd, bv, s);
+    }
+    if (qn) {
+      rms_norm(q, T * nH, d, qn, eps, q, s);
+      rms_norm(k, T * nKV, d, kn, eps, k, s);
+    }
+    const float* f = inv_freq.as<float>();
+    gpu::rope(q, T, nH, d, 0, d, ch.positions, f, rope_af(), false, s);
+    gpu::rope(k, T, nKV, d, 0, d, ch.positions, f, rope_af(), false, s);
+    amax(k, T * kd, slot(slot_k), s);
+    amax(v, T * kd, slot(slot_v), s);
+    slot_rows[slot_k] += T;
+    slot_rows[slot_v] += T;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    if (seqs_per_call > 0) {
+      attention_gemm(ch, q, k, v, att, scale);
+    } else {
+      attention(q, qd, k, kd, v, kd, T, nH, nKV, d, d, scale, ch.seq_start, att, s);
+    }
+    amax(att, T * qd, slot(slot_o), s);
+    slot_rows[slot_o] += T;
+    gemm(blas, gin(att, T * qd), wo, y, T, H, qd, opt.gemm_bf16);
+  }
+  double rope_af() const { return rope_p.attention_factor; }
+
+  // Sequences of equal length, up to seqs_per_call at a time: one batched GEMM for the scores of
+  // every (sequence, head), the causal softmax, one batched GEMM for the outputs.
+  void attention_gemm(const GpuChunk& ch, const float* q, const float* k, const float* v,
+                      float* att, float scale) {
+    void* s = stream.handle();
+    const int64_t n_seqs = static_cast<int64_t>(ch.seq_bounds.size()) - 1;
+    const int64_t group = nH / nKV;
+    std::vector<bool> done(static_cast<size_t>(n_seqs), false);
+    const int64_t cap = seqs_per_call * nH;
+    std::vector<const void*> host(static_cast<size_t>(5 * cap));
+    for (int64_t first = 0; first < n_seqs; ++first) {
+      if (done[first]) continue;
+      const int64_t L = ch.seq_bounds[first + 1] - ch.seq_bounds[first];
+      std::vector<int64_t> members;
+      for (int64_t i = first; i < n_seqs && static_cast<int64_t>(members.size()) < seqs_per_call;
+           ++i) {
+        if (done[i] || ch.seq_bounds[i + 1] - ch.seq_bounds[i] != L) continue;
+        members.push_back(i);
+        done[i] = true;
+      }
+      if (L == 0) continue;
+      STRATA_ASSERT(L <= longest, "sequence of ", L, " tokens, attention sized for ", longest);
+      const int64_t batch = static_cast<int64_t>(members.size()) * nH;
+      float* S = scores.as<float>();
+      int64_t idx = 0;
+      for (int64_t m : members) {
+        const int64_t b = ch.seq_bounds[m];
+        for (int64_t h = 0; h < nH; ++h, ++idx) {
+          const int64_t g = h / group;
+          host[0 * cap + idx] = q + b * qd + h * d;
+          host[1 * cap + idx] = k + b * kd + g * d;
+          host[2 * cap + idx] = S + idx * L * L;
+          host[3 * cap + idx] = v + b * kd + g * d;
+          host[4 * cap + idx] = att + b * qd + h * d;
+        }
+      }
+      // Pageable copy: staged before it returns, and ordered after the previous group's GEMMs.
+      stream.copy_to_device(ptrs.data(), host.data(), host.size() * sizeof(void*));
+      auto arr = [&](int i) { return ptrs.as<const float*>() + i * cap; };
+      gemm_batched_qk(blas, arr(0), qd, arr(1), kd, const_cast<float* const*>(arr(2)), L, d, batch,
+                      opt.gemm_bf16);
+      causal_softmax(S, batch, L, scale, s);
+      gemm_batched_pv(blas, arr(2), arr(3), kd, const_cast<float* const*>(arr(4)), qd, L, d, batch,
+                      opt.gemm_bf16);
+    }
+  }
+
+  void swiglu_block(const Swiglu& w, const float* n, int64_t T, float* y) {
+    void* s = stream.handle();
+    amax(n, T * H, slot(w.gu_slot), s);
+    slot_rows[w.gu_slot] += T;
+    float* g = take<float>(T * w.inter);
+    float* u = take<float>(T * w.inter);
+    const uint64_t mark = arena_at;
+    const void* xin = gin(n, T * H);
+    gemm(blas, xin, w.gate, g, T, w.inter, H, opt.gemm_bf16);
+    gemm(blas, xin, w.up, u, T, w.inter, H, opt.gemm_bf16);
+    arena_at = mark;
+    swiglu(g, u, T * w.inter, g, s);
+    amax(g, T * w.inter, slot(w.down_slot), s);
+    slot_rows[w.down_slot] += T;
+    gemm(blas, gin(g, T * w.inter), w.down, y, T, H, w.inter, opt.gemm_bf16);
+  }
+
+  void moe_block(const float* n, int64_t T, float* y) {
+    void* s = stream.handle();
+    const int64_t S = T * K;
+    float* logits = take<float>(T * E);
+    float* weight = take<float>(S);
+    int32_t* chosen = take<int32_t>(S);
+    int32_t* pos = take<int32_t>(S);
+    int32_t* row_expert = take<int32_t>(S);
+    int32_t* counts = moe_ints.as<int32_t>();
+    int32_t* offsets = counts + E;
+    int32_t* cursor = counts + 2 * E;
+    gemm(blas, n, router, logits, T, E, H, false);
+    stream.zero(counts, static_cast<uint64_t>(E) * 4);
+    route_softmax_topk(logits, T, E, K, c.norm_topk_prob, chosen, weight, counts, s);
+    int32_t* hc = reinterpret_cast<int32_t*>(host_ints.data());
+    stream.copy_to_host(hc, counts, static_cast<uint64_t>(E) * 4);
+    stream.synchronize();
+    int32_t* ho = hc + E;
+    int32_t at = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      ho[e] = at;
+      at += hc[e];
+      slot_rows[experts[e].gu_slot] += hc[e];
+      slot_rows[experts[e].down_slot] += hc[e];
+    }
+    STRATA_ASSERT(at == S, "routing counts");
+    stream.copy_to_device(offsets, ho, static_cast<uint64_t>(E) * 4);
+    stream.zero(cursor, static_cast<uint64_t>(E) * 4);
+    moe_scatter(chosen, S, offsets, cursor, pos, row_expert, s);
+    float* xg = take<float>(S * H);
+    moe_gather(n, T, H, K, pos, xg, s);
+    amax_rows(xg, S, H, row_expert, slot(expert_gu0), s);
+    float* g = take<float>(S * Im);
+    float* u = take<float>(S * Im);
+    float* og = take<float>(S * H);
+    const uint64_t mark = arena_at;
+    const uint8_t* xin = static_cast<const uint8_t*>(gin(xg, S * H));
+    for (int64_t e = 0; e < E; ++e) {
+      if (hc[e] == 0) continue;
+      const uint8_t* xe = xin + static_cast<int64_t>(ho[e]) * H * esz();
+      gemm(blas, xe, experts[e].gate, g + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H,
+           opt.gemm_bf16);
+      gemm(blas, xe, experts[e].up, u + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H,
+           opt.gemm_bf16);
+    }
+    arena_at = mark;
+    swiglu(g, u, S * Im, g, s);
+    amax_rows(g, S, Im, row_expert, slot(expert_dn0), s);
+    const uint8_t* hin = static_cast<const uint8_t*>(gin(g, S * Im));
+    for (int64_t e = 0; e < E; ++e) {
+      if (hc[e] == 0) continue;
+      gemm(blas, hin + static_cast<int64_t>(ho[e]) * Im * esz(), experts[e].down,
+           og + static_cast<int64_t>(ho[e]) * H, hc[e], H, Im, opt.gemm_bf16);
+    }
+    arena_at = mark;
+    moe_combine(og, pos, weight, T, K, H, y, s);
+    if (shared.gate) {
+      float* sy = take<float>(T * H);
+      float* sg = take<float>(T);
+      const uint64_t m2 = arena_at;
+      swiglu_block(shared, n, T, sy);
+      arena_at = m2;
+      gemm(blas, n, shared_gate, sg, T, 1, H, false);
+      add_sigmoid_gated(y, sy, sg, T, H, s);
+    }
+  }
+
+  void forward(const GpuChunk& ch, float* x, bool round) {
+    STRATA_ASSERT(layer >= 0 && ch.tokens <= max_tokens, "GPU forward: chunk of ", ch.tokens,
+                  " tokens, reserved ", max_tokens);
+    void* s = stream.handle();
+    const int64_t T = ch.tokens;
+    arena_at = 0;
+    float* n = take<float>(T * H);
+    float* y = take<float>(T * H);
+    const uint64_t mark = arena_at;
+    rms_norm(x, T, H, in_norm, eps, n, s);
+    attention_block(ch, n, y);
+    add(x, y, T * H, s);
+    arena_at = mark;
+    rms_norm(x, T, H, post_norm, eps, n, s);
+    if (moe) {
+      moe_block(n, T, y);
+    } else {
+      swiglu_block(dense, n, T, y);
+    }
+    add(x, y, T * H, s);
+    if (round) round_bf16(x, T * H, s);
+  }
+};
+
+std::string GpuForward::unsupported(const ModelConfig& config, const Checkpoint& ckpt) {
+  const ArchInfo arch = resolve_arch(config);
+  if (arch.family != ArchFamily::kLlama && arch.family != ArchFamily::kQwenMoe)
+    return str("the GPU forward implements the llama and qwen_moe families, not ",
+               arch_family_name(arch.family));
+  if (config.head_dim > 256) return str("head_dim ", config.head_dim, " exceeds 256");
+  if (arch.family == ArchFamily::kQwenMoe && config.num_experts_per_tok > 32)
+    return str("num_experts_per_tok ", config.num_experts_per_tok, " exceeds 32");
+  for (const std::string& n : ckpt.tensor_names()) {
+    if (n.find(".layers.") == std::string::npos) continue;
+    const DType t = ckpt.entry(n).dtype;
+    if (t != DType::kF32 && t != DType::kF16 && t != DType::kBF16)
+      return str("tensor '", n, "' has dtype ", dtype_name(t),
+                 " (the GPU forward reads F32, F16 and BF16 weights)");
+  }
+  return "";
+}
+
+GpuForward::GpuForward(const ModelConfig& config, const Checkpoint& ckpt, DeviceBudget& budget,
+                       const Stream& stream, GpuForwardOptions options)
+    : impl_(std::make_unique<Impl>(config, ckpt, budget, stream, options)) {}
+GpuForward::~GpuForward() = default;
+
+std::vector<std::string> GpuForward::layer_tensors(int64_t l) const {
+  const std::string p = impl_->lp(l);
+  std::vector<std::string> out;
+  for (const std::string& n : impl_->ckpt.tensor_names()) {
+    if (n.starts_with(p)) out.push_back(n);
+  }
+  return out;
+}
+
+uint64_t GpuForward::bytes_per_token() const {
+  return impl_->per_token();
+}
+
+uint64_t GpuForward::converted_bytes(int64_t l, const LayerBlob& blob) const {
+  return impl_->bind(l, blob, nullptr);
+}
+
+uint64_t GpuForward::attention_bytes(int64_t longest, uint64_t cap) const {
+  const Impl& im = *impl_;
+  const char* hook = std::getenv("STRATA_GPU_ATTENTION");
+  if (hook && std::string(hook) == "warp") return 0;
+  const uint64_t one = static_cast<uint64_t>(im.nH * longest * longest) * 4;
+  if (one == 0 || one > cap) return 0;
+  // Whole sequences, about 64 MiB of scores per call (at least one sequence).
+  const uint64_t seqs = std::max<uint64_t>(1, (64ull << 20) / one);
+  return seqs * one + seqs * static_cast<uint64_t>(im.nH) * 5 * sizeof(void*);
+}
+
+void GpuForward::reserve(int64_t tokens, int64_t longest, uint64_t attention_cap) {
+  Impl& im = *impl_;
+  const uint64_t att = attention_bytes(longest, attention_cap);
+  if (att > 0 && longest > im.longest) {
+    const uint64_t one = static_cast<uint64_t>(im.nH * longest * longest) * 4;
+    im.seqs_per_call = std::max<int64_t>(1, static_cast<int64_t>((64ull << 20) / one));
+    im.scores = DeviceBuffer();
+    im.ptrs = DeviceBuffer();
+    im.scores =
+        DeviceBuffer(im.budget, static_cast<uint64_t>(im.seqs_per_call) * one, "attention scores");
+    im.ptrs =
+        DeviceBuffer(im.budget, static_cast<uint64_t>(im.seqs_per_call * im.nH) * 5 * sizeof(void*),
+                     "attention pointers");
+    im.longest = longest;
+  }
+  if (tokens <= im.max_tokens) return;
+  im.scratch = DeviceBuffer();
+  im.scratch =
+      DeviceBuffer(im.budget, im.per_token() * static_cast<uint64_t>(tokens) + (1ull << 20),
+                   "the layer's working set");
+  im.max_tokens = tokens;
+}
+
+void GpuForward::set_layer(int64_t l, const LayerBlob& blob, const void* weights) {
+  Impl& im = *impl_;
+  const uint64_t need = im.bind(l, blob, nullptr);
+  if (need > im.converted.bytes()) {
+    im.stream.synchronize();
+    im.converted = DeviceBuffer();
+    im.converted = DeviceBuffer(im.budget, need, "converted layer weights");
+  }
+  im.bind(l, blob, static_cast<const uint8_t*>(weights));
+  im.layer = l;
+}
+
+void GpuForward::forward(const GpuChunk& chunk, float* x, bool round_bf16) {
+  impl_->forward(chunk, x, round_bf16);
+}
+
+std::vector<AmaxStat> GpuForward::take_stats() {
+  Impl& im = *impl_;
+  std::vector<uint32_t> bits(im.slot_names.size());
+  im.stream.copy_to_host(bits.data(), im.slots_dev.data(), bits.size() * 4);
+  im.stream.synchronize();
+  cuda_check_last("GPU forward");
+  std::vector<AmaxStat> out;
+  for (size_t i = 0; i < bits.size(); ++i) {
+    float a;
+    std::memcpy(&a, &bits[i], 4);
+    for (const std::string& n : im.slot_names[i])
+      out.push_back({n, a, im.slot_rows[i]});
+    im.slot_rows[i] = 0;
+  }
+  im.stream.zero(im.slots_dev.data(), im.slots_dev.bytes());
+  return out;
+}
+
+}  // namespace strata::gpu
