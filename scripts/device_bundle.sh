@@ -73,8 +73,8 @@ mapfile -t exes < <(cd "$build_real" && { echo bin/strata; echo bin/make_synthet
   find tests -path '*/CMakeFiles' -prune -o -type f -perm -u+x -print | grep -v -E '\.(sh|py|cmake)$'; } | sort)
 [ ${#exes[@]} -gt 0 ] || { echo "device_bundle: no executables built" >&2; exit 1; }
 
-echo "== shared libraries (allowed: glibc, libgomp, CUDA runtime/cuBLAS, NCCL, MPI)"
-allowed='^(linux-vdso\.so|/lib64/ld-linux-x86-64\.so|ld-linux-x86-64\.so|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libgomp\.so|libcudart\.so|libcublas\.so|libcublasLt\.so|libnccl\.so|libmpi\.so|libmpi_cxx\.so)'
+echo "== shared libraries (allowed: glibc, libgomp, CUDA runtime/cuBLAS, NCCL, MPI, libgcc_s and libstdc++ (NCCL brings them; Ubuntu 24.04 has newer ones))"
+allowed='^(linux-vdso\.so|/lib64/ld-linux-x86-64\.so|ld-linux-x86-64\.so|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libgomp\.so|libcudart\.so|libcublas\.so|libcublasLt\.so|libnccl\.so|libmpi\.so|libmpi_cxx\.so|libgcc_s\.so|libstdc\+\+\.so)'
 bad=0
 declare -A seen=()
 for e in "${exes[@]}"; do
