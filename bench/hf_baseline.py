@@ -24,35 +24,47 @@ import sys
 import time
 
 
+class Shapes:
+    """The sizes both estimates below read from a Qwen3-MoE / Llama config.json."""
+
+    def __init__(self, cfg):
+        self.h = cfg["hidden_size"]
+        self.heads = cfg["num_attention_heads"]
+        self.kv = cfg.get("num_key_value_heads", self.heads)
+        self.hd = cfg.get("head_dim") or self.h // self.heads
+        self.layers = cfg["num_hidden_layers"]
+        self.experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 0
+        self.top_k = cfg.get("num_experts_per_tok", 0)
+        self.moe_i = cfg.get("moe_intermediate_size", 0)
+        self.dense_i = cfg.get("intermediate_size", 0)
+        self.vocab = cfg["vocab_size"]
+        self.qk_norm = cfg.get("model_type") == "qwen3_moe"
+        self._only = set(cfg.get("mlp_only_layers") or [])
+        self._step = cfg.get("decoder_sparse_step", 1) or 1
+
+    def is_moe(self, layer):
+        return self.experts > 0 and layer not in self._only and (layer + 1) % self._step == 0
+
+
 def flops_per_sequence(cfg, seq_len, lm_head):
     """Multiply-adds x 2 of every matmul of one causal forward over one sequence of seq_len
     tokens: the q/k/v/o projections, the attention scores and their product with V (each query
     sees (seq_len + 1) / 2 keys on average), the router and the top-k experts (MoE layers) or
     the dense MLP, and the lm_head if asked. Norms, softmax, RoPE and activations are left out
     (a few percent at most)."""
-    h = cfg["hidden_size"]
-    heads = cfg["num_attention_heads"]
-    kv = cfg.get("num_key_value_heads", heads)
-    hd = cfg.get("head_dim") or h // heads
-    layers = cfg["num_hidden_layers"]
-    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 0
-    top_k = cfg.get("num_experts_per_tok", 0)
-    moe_i = cfg.get("moe_intermediate_size", 0)
-    dense_i = cfg.get("intermediate_size", 0)
-    only = set(cfg.get("mlp_only_layers") or [])
-    step = cfg.get("decoder_sparse_step", 1) or 1
+    s = Shapes(cfg)
     per_token_ctx = (seq_len + 1) / 2.0
     total = 0.0
-    for layer in range(layers):
-        t = 2 * h * (heads * hd) * 2 + 2 * h * (kv * hd) * 2  # q, o and k, v
-        t += 2 * 2 * heads * hd * per_token_ctx  # QK^T and PV
-        if experts > 0 and layer not in only and (layer + 1) % step == 0:
-            t += 2 * h * experts + top_k * 2 * 3 * h * moe_i
+    for layer in range(s.layers):
+        t = 2 * s.h * (s.heads * s.hd) * 2 + 2 * s.h * (s.kv * s.hd) * 2  # q, o and k, v
+        t += 2 * 2 * s.heads * s.hd * per_token_ctx  # QK^T and PV
+        if s.is_moe(layer):
+            t += 2 * s.h * s.experts + s.top_k * 2 * 3 * s.h * s.moe_i
         else:
-            t += 2 * 3 * h * dense_i
+            t += 2 * 3 * s.h * s.dense_i
         total += t
     if lm_head:
-        total += 2 * h * cfg["vocab_size"]
+        total += 2 * s.h * s.vocab
     return total * seq_len
 
 
@@ -60,27 +72,18 @@ def export_bytes(cfg):
     """Bytes of an nvfp4_experts_only export of a Qwen3-MoE / Llama config: every routed
     expert's weights in NVFP4 (half a byte per value plus one FP8 scale per 16), everything
     else in bf16. Per-tensor scales and the config files are left out (kilobytes)."""
-    h = cfg["hidden_size"]
-    heads = cfg["num_attention_heads"]
-    kv = cfg.get("num_key_value_heads", heads)
-    hd = cfg.get("head_dim") or h // heads
-    layers = cfg["num_hidden_layers"]
-    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 0
-    moe_i = cfg.get("moe_intermediate_size", 0)
-    dense_i = cfg.get("intermediate_size", 0)
-    only = set(cfg.get("mlp_only_layers") or [])
-    step = cfg.get("decoder_sparse_step", 1) or 1
-    bf16 = 2 * cfg["vocab_size"] * h + h  # embedding, lm_head, final norm
+    s = Shapes(cfg)
+    bf16 = 2 * s.vocab * s.h + s.h  # embedding, lm_head, final norm
     nvfp4 = 0
-    for layer in range(layers):
-        bf16 += 2 * h * heads * hd + 2 * h * kv * hd + 2 * h  # q, o, k, v, two norms
-        if cfg.get("model_type") == "qwen3_moe":
-            bf16 += 2 * hd  # q_norm, k_norm
-        if experts > 0 and layer not in only and (layer + 1) % step == 0:
-            bf16 += experts * h  # router
-            nvfp4 += experts * 3 * h * moe_i
+    for layer in range(s.layers):
+        bf16 += 2 * s.h * s.heads * s.hd + 2 * s.h * s.kv * s.hd + 2 * s.h  # q, o, k, v, two norms
+        if s.qk_norm:
+            bf16 += 2 * s.hd  # q_norm, k_norm
+        if s.is_moe(layer):
+            bf16 += s.experts * s.h  # router
+            nvfp4 += s.experts * 3 * s.h * s.moe_i
         else:
-            bf16 += 3 * h * dense_i
+            bf16 += 3 * s.h * s.dense_i
     return int(2 * bf16 + nvfp4 * (0.5 + 1 / 16))
 
 
