@@ -442,7 +442,13 @@ void ModeloptExporter::write_tensors(const std::vector<std::string>& names,
 std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
     const PlannedModule& m, const MaxCalibrator* calib) {
   std::vector<std::pair<std::string, Tensor>> out;
-  const Tensor w = source_weight(m.module);
+  const std::string& M = m.module;
+  // Weights quantized elsewhere (the GPU engine): their tensors, then the activation scale; the
+  // source weight (decompressed, for a compressed source) is read only when quantized here.
+  const auto pre = pre_ ? pre_->find(M) : decltype(pre_->find(M)){};
+  const bool have_pre = pre_ && pre != pre_->end();
+  if (have_pre) out = pre->second;
+  const Tensor w = have_pre ? Tensor() : source_weight(M);
   // Weight amax of the fused group (NVFP4 shares weight_scale_2 within it).
   static const std::vector<const PlannedModule*> kNoModules;
   const auto lm = layer_modules_.find(m.layer);  // no insertion: several threads read the map
@@ -488,11 +494,6 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
     group_input_amax_[key] = a;
     return a;
   };
-  const std::string& M = m.module;
-  // Weights quantized elsewhere (the GPU engine): their tensors, then the activation scale.
-  const auto pre = pre_ ? pre_->find(M) : decltype(pre_->find(M)){};
-  const bool have_pre = pre_ && pre != pre_->end();
-  if (have_pre) out = pre->second;
   switch (m.format) {
     case QFormat::kNvfp4:
     case QFormat::kW4A16Nvfp4: {
