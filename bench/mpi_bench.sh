@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Ranks on CPU (docs/SCALEOUT.md): `strata quantize` as one process and as `mpirun -np 2` on a
-# synthetic Qwen3-MoE checkpoint shaped like tests/fixtures/models/qwen3_moe, scaled up; prints
-# the wall time of each, the speedup of 2 ranks over 1, the checkpoint bytes each rank read (their
-# sum must equal one process's read) and checks the two outputs are byte-identical.
+# Ranks on CPU (docs/SCALEOUT.md): `strata quantize` as one process, as `mpirun -np 2` (data
+# parallel) and as `mpirun -np 2 ... --expert_parallel` on a synthetic Qwen3-MoE checkpoint shaped
+# like tests/fixtures/models/qwen3_moe, scaled up; prints the wall time of each, the speedups over
+# one process, the checkpoint bytes each rank read (their sum must equal one process's read), the
+# peak RSS of each rank, the expert rows each rank sent with their exchange time, and checks that
+# every output is byte-identical to one process's.
 #   bench/mpi_bench.sh [BIN_DIR (build/rel/bin)] [GIB (0.5)] [RANKS (2)]
 # BIN_DIR holds strata (built with MPI) and make_synthetic from an optimized build. Each rank
 # gets cores / ranks threads; the speedup is bounded by the machine's cores.
@@ -34,19 +36,27 @@ t1=$(date +%s.%N)
 mpirun -np "$ranks" --oversubscribe --bind-to none "$bin/strata" "${args[@]}" \
   --export_path "$work/many" > "$work/many.log"
 t2=$(date +%s.%N)
+mpirun -np "$ranks" --oversubscribe --bind-to none "$bin/strata" "${args[@]}" --expert_parallel \
+  --export_path "$work/ep" > "$work/ep.log"
+t3=$(date +%s.%N)
 
-one_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}')
-many_s=$(awk -v a="$t1" -v b="$t2" 'BEGIN {print b - a}')
+secs() { awk -v a="$1" -v b="$2" 'BEGIN {print b - a}'; }
+one_s=$(secs "$t0" "$t1") many_s=$(secs "$t1" "$t2") ep_s=$(secs "$t2" "$t3")
 one_read=$(sed -n 's/^checkpoint bytes read: //p' "$work/one.log")
-per_rank=$(sed -n 's/^ranks: [0-9]*; checkpoint bytes read per rank: //p' "$work/many.log")
-identical=no
-diff <(sums "$work/one") <(sums "$work/many") > /dev/null && identical=yes
-printf 'checkpoint        %s (%s bytes of tensors)\n' "$(du -sh "$src" | cut -f1)" "$one_read"
-printf 'cores             %s\n' "$(nproc)"
-printf '1 process         %.2f s\n' "$one_s"
-printf '%d ranks           %.2f s\n' "$ranks" "$many_s"
-printf 'speedup           %.2fx\n' "$(awk -v a="$one_s" -v b="$many_s" 'BEGIN {print a / b}')"
-printf 'bytes read/rank   %s\n' "$per_rank"
-printf 'one process read  %s\n' "$one_read"
-printf 'byte-identical    %s\n' "$identical"
-[ "$identical" = yes ] || exit 1
+one_rss=$(sed -n 's/^peak RSS \([0-9.]*\) MiB.*/\1/p' "$work/one.log")
+field() { sed -n "s/^$1//p" "$2"; }
+identical() { diff <(sums "$work/one") <(sums "$1") > /dev/null && echo yes || echo no; }
+same_dp=$(identical "$work/many") same_ep=$(identical "$work/ep")
+printf 'checkpoint          %s (%s bytes of tensors)\n' "$(du -sh "$src" | cut -f1)" "$one_read"
+printf 'cores               %s\n' "$(nproc)"
+printf '1 process           %.2f s, peak RSS %s MiB\n' "$one_s" "$one_rss"
+for mode in dp ep; do
+  if [ $mode = dp ]; then s=$many_s log=$work/many.log same=$same_dp name="data parallel"; else s=$ep_s log=$work/ep.log same=$same_ep name="expert parallel"; fi
+  printf '%d ranks, %s\n' "$ranks" "$name"
+  printf '  wall              %.2f s (speedup %.2fx)\n' "$s" "$(awk -v a="$one_s" -v b="$s" 'BEGIN {print a / b}')"
+  printf '  bytes read/rank   %s\n' "$(field 'ranks: [0-9]*; checkpoint bytes read per rank: ' "$log")"
+  printf '  peak RSS/rank     %s MiB\n' "$(field 'peak RSS per rank, MiB: ' "$log")"
+  [ $mode = dp ] || printf '  expert rows sent  %s (bytes, ms per rank)\n' "$(field 'expert exchange per rank (bytes sent to other ranks, ms): ' "$log")"
+  printf '  byte-identical    %s\n' "$same"
+done
+[ "$same_dp" = yes ] && [ "$same_ep" = yes ] || exit 1

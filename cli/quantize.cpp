@@ -84,6 +84,10 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   args.option("--log_dir", "DIR",
               "under mpirun: every rank also writes its log to DIR/rank-<r>.log (rank 0 alone "
               "prints progress; see docs/SCALEOUT.md)");
+  args.flag("--expert_parallel",
+            "under mpirun: split the routed experts of every MoE layer over the ranks (each "
+            "reads, runs and writes its range; tokens are sent to their experts' ranks) instead "
+            "of every rank holding all of them; CPU ranks (see docs/SCALEOUT.md)");
   args.flag("--quiet,-q", "only warnings and errors");
   if (!args.parse(argv)) return 0;
   if (args.flag_set("--quiet")) log_set_level(LogLevel::kWarn);
@@ -127,6 +131,7 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   job.resume_dir = args.get_optional("--resume_dir").value_or("");
   job.overwrite = args.flag_set("--overwrite");
   job.exact_mxfp4 = args.flag_set("--exact_mxfp4");
+  job.expert_parallel = args.flag_set("--expert_parallel");
   job.offload_folder = args.get_optional("--offload_folder").value_or("");
   const double mem_gb = args.get_double("--max_cpu_memory_gb");
   STRATA_CHECK(mem_gb >= 0, "--max_cpu_memory_gb must not be negative");
@@ -185,8 +190,15 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     if (log_file) std::fprintf(log_file, "error: %s\n", e.what()), std::fflush(log_file);
     comm.abort(bad_input ? 1 : 3);
   }
-  std::vector<std::string> read_per_rank;
-  if (ranks > 1) read_per_rank = comm.allgather(std::to_string(r.bytes_read));
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  std::vector<std::string> read_per_rank, rss_per_rank, sent_per_rank;
+  if (ranks > 1) {
+    read_per_rank = comm.allgather(std::to_string(r.bytes_read));
+    rss_per_rank = comm.allgather(str(static_cast<double>(ru.ru_maxrss) / 1024.0));
+    sent_per_rank = comm.allgather(
+        str(r.expert_bytes_sent, " ", static_cast<int64_t>(r.expert_exchange_seconds * 1000.0)));
+  }
   comm_finalize();
   if (rank != 0) return 0;
 
@@ -212,8 +224,6 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     }
   }
   std::printf("wrote %zu files\n", r.files.size());
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
   const double to_mib = 1.0 / (1024.0 * 1024.0);
   std::printf("peak RSS %.1f MiB; bound %.1f MiB%s; least %.1f MiB\n",
               static_cast<double>(ru.ru_maxrss) / 1024.0,
@@ -229,6 +239,16 @@ int cmd_quantize(const std::vector<std::string>& argv) {
       sum += std::stoull(b);
     }
     std::printf(" (sum %llu)\n", static_cast<unsigned long long>(sum));
+    std::printf("peak RSS per rank, MiB:");
+    for (const std::string& m : rss_per_rank)
+      std::printf(" %.1f", std::stod(m));
+    std::printf("\n");
+    if (job.expert_parallel) {
+      std::printf("expert exchange per rank (bytes sent to other ranks, ms):");
+      for (const std::string& x : sent_per_rank)
+        std::printf(" %s", x.c_str());
+      std::printf("\n");
+    }
   } else {
     std::printf("checkpoint bytes read: %llu\n", static_cast<unsigned long long>(r.bytes_read));
   }

@@ -10,12 +10,14 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "calib/max_calib.h"
 #include "engine/comm.h"
 #include "engine/resume.h"
 #include "io/checkpoint.h"
+#include "model/forward.h"
 
 namespace strata {
 
@@ -42,6 +44,29 @@ void check_same_step(Comm& comm, int64_t next_step);
 // the rank owner(name) names alone and broadcast, so that the checkpoint is read once in total.
 void share_tensors(Comm& comm, const Checkpoint& ckpt, const std::vector<std::string>& names,
                    const std::function<int(const std::string&)>& owner);
+
+// Expert parallelism (--expert_parallel) over the ranks of a Comm: the forward's exchanges of
+// expert rows are Comm::alltoallv_rows, counted for the run's summary.
+class CommExpertExchange final : public ExpertExchange {
+ public:
+  explicit CommExpertExchange(Comm& comm) : comm_(comm) {}
+  int rank() const override { return comm_.rank(); }
+  int ranks() const override { return comm_.size(); }
+  std::vector<uint8_t> alltoallv_rows(const std::vector<uint8_t>& send,
+                                      const std::vector<int64_t>& send_counts, size_t row_bytes,
+                                      std::vector<int64_t>* recv_counts) override;
+
+  uint64_t bytes_sent = 0;  // rows sent to other ranks
+  double seconds = 0.0;     // in the exchanges (waiting for the slowest rank included)
+
+ private:
+  Comm& comm_;
+};
+
+// The routed expert a decoder-layer tensor belongs to: e for "...experts.<e>.<rest>" (per-expert
+// modules and their compressed scales), -1 for any other tensor (shared experts, the router,
+// transformers v5's fused [E, ...] expert tensors).
+int64_t routed_expert_of(std::string_view name);
 
 // Test hook (tests/engine/mpi_test.sh): STRATA_TEST_FAIL_RANK=r and STRATA_TEST_FAIL_LAYER=l make
 // rank r throw a strata::Error when it starts decoder layer l.

@@ -332,6 +332,8 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   bool on_gpu = job.device == QuantizeJob::Device::kCuda && result.calibrated;
   if (on_gpu) {
     std::string why = gpu_unsupported(config, ckpt);
+    if (why.empty() && comm.size() > 1 && job.expert_parallel)
+      why = "expert parallelism runs on CPU ranks (docs/SCALEOUT.md)";
     if (why.empty() && comm.size() > 1) why = "ranks on GPUs are not wired yet (docs/SCALEOUT.md)";
     STRATA_CHECK(why.empty() || !job.device_explicit, "--device cuda: ", why, "; use --device cpu");
     if (!why.empty() && lead) log_warn("calibrating on the CPU: ", why);
@@ -341,8 +343,20 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     check_output_early(
         job, job.resume_dir.empty() ? job.export_path + ".strata_resume" : job.resume_dir);
 
+  // Expert parallelism (docs/SCALEOUT.md "Expert parallel"): only with ranks, a forward, and
+  // routed experts; the routed experts of each layer are then read, run and written by their
+  // owner (expert_owner) alone.
+  const bool expert_parallel = job.expert_parallel && comm.size() > 1 && result.calibrated &&
+                               !on_gpu && config.num_experts > 0;
+  if (job.expert_parallel && comm.size() > 1 && !expert_parallel && lead)
+    log_warn("--expert_parallel: ",
+             config.num_experts == 0 ? "the model has no routed experts"
+                                     : "no calibration forward runs (weight-only formats)",
+             "; the ranks split the work by tensors");
+  CommExpertExchange exchange(comm);
   std::unique_ptr<ModelForward> fwd;
-  const ForwardOptions fopts;
+  ForwardOptions fopts;
+  if (expert_parallel) fopts.experts = &exchange;
   Calibration calibration;
   if (result.calibrated) {
     fwd = ModelForward::create(config, ckpt, fopts);  // refuses unsupported math before any work
@@ -419,7 +433,25 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   eo.exact_mxfp4 = job.exact_mxfp4;
   ModeloptExporter exporter(plan, config, ckpt, job.export_path, eo);
   STRATA_ASSERT(exporter.steps() == state.steps, "steps");
-  exporter.set_ranks(comm.rank(), comm.size());
+  // With expert parallelism a routed expert's tensors belong to the rank that holds the expert.
+  const int64_t n_experts = config.num_experts;
+  const int n_ranks = comm.size();
+  std::function<int(const std::string&)> expert_pin;
+  if (expert_parallel) {
+    expert_pin = [n_experts, n_ranks](const std::string& name) {
+      const int64_t e = routed_expert_of(name);
+      return e >= 0 && e < n_experts ? expert_owner(e, n_experts, n_ranks) : -1;
+    };
+    if (lead) {
+      std::string ranges;
+      for (int r = 0; r < n_ranks; ++r) {
+        const int64_t lo = n_experts * r / n_ranks, hi = n_experts * (r + 1) / n_ranks;
+        ranges += str(r == 0 ? "" : ", ", "rank ", r, ": ", lo, "-", hi - 1);
+      }
+      log_info("expert parallel: ", n_experts, " routed experts per MoE layer (", ranges, ")");
+    }
+  }
+  exporter.set_ranks(comm.rank(), comm.size(), expert_pin);
   if (!lead) {
     comm.barrier();  // after rank 0 has renamed the shards a kill left complete
     exporter.resume(state.next_step);
@@ -533,7 +565,12 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   // function of the checkpoint, so the results do not depend on the overlap.
   std::future<std::unique_ptr<DecoderLayer>> prefetch;
   auto fetch = [&](int64_t l) {
-    share_tensors(comm, ckpt, exporter.step_sources(l + 1), owner);  // each read by one rank
+    // Each read by one rank; a routed expert only by its holder, which alone needs it.
+    std::vector<std::string> shared;
+    for (const std::string& n : exporter.step_sources(l + 1)) {
+      if (!expert_pin || expert_pin(n) < 0) shared.push_back(n);
+    }
+    share_tensors(comm, ckpt, shared, owner);
     return std::async(std::launch::async, [&fwd, l]() { return fwd->layer(l); });
   };
   if (on_gpu && first_layer < plan.num_layers) {
@@ -568,8 +605,16 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
       if (l + 1 < plan.num_layers) prefetch = fetch(l + 1);
       if (!last) store->begin(l + 2);
       test_fail_hook(comm, l);
-      for (size_t b = 0; b < batches.size(); ++b) {
-        if (!store->owns(b)) continue;
+      // With expert parallelism the ranks run their micro-batches in lockstep rounds (the MoE
+      // exchanges are collective): round k is micro-batch k·N + rank, or an empty batch.
+      const size_t N = expert_parallel ? static_cast<size_t>(comm.size()) : 1;
+      const size_t rounds = (batches.size() + N - 1) / N;
+      for (size_t k = 0; k < rounds; ++k) {
+        const size_t b = expert_parallel ? k * N + static_cast<size_t>(comm.rank()) : k;
+        if (b >= batches.size() || !store->owns(b)) {
+          if (expert_parallel) layer->forward(Batch::from_sequences({}), buf.data(), &calib);
+          continue;
+        }
         store->read(b, buf.data());
         layer->forward(batches[b], buf.data(), &calib);
         if (!last) store->write(b, buf.data());
@@ -595,6 +640,8 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     commit(plan.num_layers + 2, "", "");
   }
   result.bytes_read = ckpt.bytes_read();
+  result.expert_bytes_sent = exchange.bytes_sent;
+  result.expert_exchange_seconds = exchange.seconds;
   if (lead) {
     result.files = exporter.finish();
     // The manifest goes first: once it is gone the export is complete.

@@ -43,6 +43,9 @@ struct QuantizeJob {
   // The ranks of a scaled-out run (engine/comm.h, docs/SCALEOUT.md); nullptr: a single process.
   // Every rank runs run_quantize with the same job; the output does not depend on the rank count.
   Comm* comm = nullptr;
+  // --expert_parallel: with ranks, the routed experts of every MoE layer are split over the ranks
+  // (each reads, computes and writes its range) instead of every rank holding all of them.
+  bool expert_parallel = false;
   // Where the calibration forward runs (engine/gpu_runner.h). device_explicit: --device was
   // given; a model the GPU forward does not implement is then an error rather than a fallback.
   enum class Device { kCpu, kCuda };
@@ -99,6 +102,10 @@ struct QuantizeResult {
   // Checkpoint tensor bytes this rank read from the files (every tensor when single-process;
   // with ranks each tensor is read by one rank, so the ranks' sum is one read of the checkpoint).
   uint64_t bytes_read = 0;
+  // With --expert_parallel: bytes of expert rows this rank sent to other ranks (dispatch and
+  // results), and the seconds spent in those exchanges.
+  uint64_t expert_bytes_sent = 0;
+  double expert_exchange_seconds = 0.0;
 };
 
 // Everything `--dry-run` prints: formats per kind, which rule decided, estimated output size and

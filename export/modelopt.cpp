@@ -328,7 +328,8 @@ int ModeloptExporter::exact_mxfp4_group_max(const PlannedModule& m) {
   return result;
 }
 
-void ModeloptExporter::set_ranks(int rank, int ranks) {
+void ModeloptExporter::set_ranks(int rank, int ranks,
+                                 const std::function<int(const std::string&)>& pinned) {
   STRATA_ASSERT(ranks >= 1 && rank >= 0 && rank < ranks, "rank ", rank, " of ", ranks);
   rank_ = rank;
   ranks_ = ranks;
@@ -337,15 +338,18 @@ void ModeloptExporter::set_ranks(int rank, int ranks) {
   writer_->set_shared(rank_ == 0);
   assign_owners(head_tensors_);
   for (const auto& [layer, names] : layer_tensors_)
-    assign_owners(names);
+    assign_owners(names, pinned);
   assign_owners(tail_tensors_);
 }
 
-void ModeloptExporter::assign_owners(const std::vector<std::string>& names) {
-  // Units in order of first appearance, with their source bytes.
+void ModeloptExporter::assign_owners(const std::vector<std::string>& names,
+                                     const std::function<int(const std::string&)>& pinned) {
+  // Units in order of first appearance, with their source bytes; a pinned unit takes the rank
+  // of its tensors and is left out of the byte split.
   std::vector<std::string> unit_of(names.size());
   std::vector<std::string> units;
   std::map<std::string, uint64_t> unit_bytes;
+  std::map<std::string, int> unit_owner;
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& name = names[i];
     // A compressed source's scales go with their module.
@@ -353,6 +357,13 @@ void ModeloptExporter::assign_owners(const std::vector<std::string>& names) {
     if (!m && is_compressed_aux(ckpt_, name))
       m = plan_.find(std::string_view(name).substr(0, name.rfind(".weight")));
     unit_of[i] = m && m->format != QFormat::kNone ? "group:" + fused_group_key(m->module) : name;
+    const int pin = pinned ? pinned(name) : -1;
+    if (pin >= 0) {
+      STRATA_ASSERT(pin < ranks_, "rank ", pin, " pinned for '", name, "'");
+      auto [it, fresh] = unit_owner.emplace(unit_of[i], pin);
+      STRATA_ASSERT(it->second == pin, "'", name, "' is pinned to another rank than its group");
+      continue;
+    }
     if (!unit_bytes.count(unit_of[i])) units.push_back(unit_of[i]);
     const TensorEntry& e = ckpt_.entry(name);
     unit_bytes[unit_of[i]] += e.end - e.begin;
@@ -361,9 +372,9 @@ void ModeloptExporter::assign_owners(const std::vector<std::string>& names) {
   for (const auto& [u, b] : unit_bytes)
     total += b;
   // Contiguous ranges: a unit goes to the rank whose share holds the unit's middle byte.
-  std::map<std::string, int> unit_owner;
   uint64_t before = 0;
   for (const std::string& u : units) {
+    STRATA_ASSERT(!unit_owner.count(u), "unit '", u, "' is partly pinned");
     const uint64_t mid = before + unit_bytes[u] / 2;
     const uint64_t r = total == 0 ? 0 : mid * static_cast<uint64_t>(ranks_) / total;
     unit_owner[u] = static_cast<int>(std::min<uint64_t>(r, static_cast<uint64_t>(ranks_ - 1)));

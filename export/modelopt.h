@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -93,7 +94,11 @@ class ModeloptExporter {
   // amax is read by one rank; any other tensor alone), split into contiguous ranges of about
   // equal source bytes; k/v cache scales belong to rank 0. Rank 0 publishes shards and writes
   // the index and config files (finish()); the output bytes do not depend on the rank count.
-  void set_ranks(int rank, int ranks);
+  // `pinned` (optional) names the rank that must own a decoder layer's checkpoint tensor, or -1
+  // when any may: with expert parallelism a routed expert is written by the rank that holds it
+  // for the forward (and so read once). The other units are split as above.
+  void set_ranks(int rank, int ranks,
+                 const std::function<int(const std::string&)>& pinned = nullptr);
   // The rank that writes checkpoint tensor `name` (0 when single-process).
   int owner_of(const std::string& name) const;
   // The checkpoint tensors step `step` reads (0 the head, 1..num_layers the layers, then the tail).
@@ -108,7 +113,8 @@ class ModeloptExporter {
   std::vector<TensorSpec> kv_outputs(int64_t layer) const;
   void write_tensors(const std::vector<std::string>& names, const MaxCalibrator* calib);
   bool owns(const std::string& name) const;
-  void assign_owners(const std::vector<std::string>& names);
+  void assign_owners(const std::vector<std::string>& names,
+                     const std::function<int(const std::string&)>& pinned = nullptr);
   // The planned module whose source weight tensor `name` is (M.weight, M.weight_packed,
   // M.weight_blocks); nullptr for any other tensor.
   const PlannedModule* module_of(const std::string& name) const;

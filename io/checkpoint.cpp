@@ -186,6 +186,17 @@ Tensor Checkpoint::tensor(std::string_view name) const {
   return shard_of(name).tensor(e);
 }
 
+Tensor Checkpoint::metadata(std::string_view name) const {
+  const TensorEntry& e = entry(name);
+  STRATA_CHECK(e.end - e.begin <= 64, dir_, ": '", name, "' is ", e.end - e.begin,
+               " bytes; it should hold a few integers (a shape)");
+  {
+    std::lock_guard<std::mutex> lock(held_->mutex);
+    held_->read.insert(std::string(name));  // so that tensor() does not count it later either
+  }
+  return shard_of(name).tensor(e);
+}
+
 void Checkpoint::hold(const std::string& name,
                       std::shared_ptr<const std::vector<uint8_t>> bytes) const {
   const TensorEntry& e = entry(name);

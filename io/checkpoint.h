@@ -39,6 +39,10 @@ class Checkpoint {
   const TensorEntry& entry(std::string_view name) const;         // throws when absent
   const SafetensorsFile& shard_of(std::string_view name) const;  // throws when absent
   Tensor tensor(std::string_view name) const;  // zero-copy view; throws when absent
+  // tensor() for a few bytes every rank reads while planning, part of the checkpoint's
+  // description like its headers (an INT4 source's weight_shape): never counted in bytes_read(),
+  // not even when tensor() reads it again later.
+  Tensor metadata(std::string_view name) const;
   const std::vector<SafetensorsFile>& shards() const { return shards_; }
   // Drops the tensor's pages from this process's resident set (they stay in the page cache and
   // fault back in if read again): what keeps RSS at one layer while the whole file is mapped.
@@ -59,8 +63,8 @@ class Checkpoint {
   std::string dir_;
   std::vector<SafetensorsFile> shards_;
   std::map<std::string, std::pair<size_t, size_t>, std::less<>> where_;  // name -> (shard, entry)
-  struct Held;                       // held copies and the names read, shared by copies of this
-  std::shared_ptr<Held> held_;       // object and guarded by a mutex (the prefetch thread reads)
+  struct Held;                  // held copies and the names read, shared by copies of this
+  std::shared_ptr<Held> held_;  // object and guarded by a mutex (the prefetch thread reads)
 };
 
 }  // namespace strata

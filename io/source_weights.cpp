@@ -198,7 +198,7 @@ std::optional<SourceWeight> find_source_weight(const Checkpoint& ckpt, const std
                  "(only symmetric pack-quantized, as Kimi-K2-Thinking ships)");
     STRATA_CHECK(!ckpt.has(m + ".weight_g_idx"), ckpt.dir(), ": '", m,
                  ".weight_g_idx' is present: INT4 sources with activation order are not supported");
-    const Tensor shape = ckpt.tensor(m + ".weight_shape");
+    const Tensor shape = ckpt.metadata(m + ".weight_shape");
     STRATA_CHECK(
         (shape.dtype() == DType::kI32 || shape.dtype() == DType::kI64) && shape.numel() == 2,
         ckpt.dir(), ": '", m, ".weight_shape' must hold two integers (out, in), got ",

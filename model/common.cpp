@@ -1,6 +1,7 @@
 #include "model/common.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 #include "io/source_weights.h"
@@ -186,13 +187,23 @@ void Ends::logits(const float* hidden, int64_t n_tokens, float* out) const {
   ops::linear(xn.data(), n_tokens, hidden_, head.data(), vocab_, out);
 }
 
-SwigluWeights load_swiglu(const Checkpoint& ckpt, const std::string& gate, const std::string& up,
-                          const std::string& down, int64_t hidden, int64_t inter) {
+SwigluWeights swiglu_names(const std::string& gate, const std::string& up, const std::string& down,
+                           int64_t inter) {
   SwigluWeights w;
   w.gate_name = gate;
   w.up_name = up;
   w.down_name = down;
   w.inter = inter;
+  return w;
+}
+
+bool holds_expert(const ExpertExchange* exchange, int64_t e, int64_t experts) {
+  return !exchange || expert_owner(e, experts, exchange->ranks()) == exchange->rank();
+}
+
+SwigluWeights load_swiglu(const Checkpoint& ckpt, const std::string& gate, const std::string& up,
+                          const std::string& down, int64_t hidden, int64_t inter) {
+  SwigluWeights w = swiglu_names(gate, up, down, inter);
   w.gate = load_weight(ckpt, gate + ".weight", {inter, hidden});
   w.up = load_weight(ckpt, up + ".weight", {inter, hidden});
   w.down = load_weight(ckpt, down + ".weight", {hidden, inter});
@@ -227,10 +238,21 @@ void residual_layer(int64_t T, int64_t H, float eps, const std::vector<float>& i
     x[i] += y[i];
 }
 
-void moe_dispatch_combine(const std::vector<SwigluWeights>& experts, const float* n, int64_t T,
-                          int64_t H, int64_t K, const std::vector<int32_t>& chosen,
-                          const std::vector<float>& weight, float* y, Observer* observer) {
-  std::vector<float> slot_out(T * K * H);  // [T, K, H]
+namespace {
+
+// Expert e on rows[0, count) of in [count, H] into out [count, H].
+void run_expert(const SwigluWeights& expert, const float* in, int64_t count, int64_t H, float* out,
+                Observer* observer) {
+  STRATA_ASSERT(count == 0 || !expert.gate.empty(), "expert ", expert.gate_name,
+                " is not held by this rank");
+  swiglu_mlp(expert, in, count, H, out, observer);
+}
+
+// slot_out [T*K, H] = the output of expert chosen[s] on row s / K of n, for every slot s; each
+// expert runs on the slots routed to it in increasing order.
+void experts_local(const std::vector<SwigluWeights>& experts, const float* n, int64_t T, int64_t H,
+                   int64_t K, const std::vector<int32_t>& chosen, float* slot_out,
+                   Observer* observer) {
   for (int64_t e = 0; e < static_cast<int64_t>(experts.size()); ++e) {
     std::vector<int64_t> slots;  // t*K + j routed to e
     for (int64_t s = 0; s < T * K; ++s) {
@@ -240,9 +262,87 @@ void moe_dispatch_combine(const std::vector<SwigluWeights>& experts, const float
     std::vector<float> in(rows * H), out(rows * H);  // [rows, H]
     for (int64_t r = 0; r < rows; ++r)
       std::copy_n(n + (slots[r] / K) * H, H, &in[r * H]);
-    swiglu_mlp(experts[e], in.data(), rows, H, out.data(), observer);
+    run_expert(experts[e], in.data(), rows, H, out.data(), observer);
     for (int64_t r = 0; r < rows; ++r)
       std::copy_n(&out[r * H], H, &slot_out[slots[r] * H]);
+  }
+}
+
+// The same with the experts spread over ranks. Dispatch rows are [i32 expert | H x f32]; each
+// rank sends, in rank order, its slots grouped by expert (ascending: the owners' ranges are
+// contiguous) and in increasing slot order within an expert. The owner runs each of its experts
+// once per source rank on that rank's rows, then returns [H x f32] rows in the order received.
+void experts_exchanged(const std::vector<SwigluWeights>& experts, const float* n, int64_t T,
+                       int64_t H, int64_t K, const std::vector<int32_t>& chosen, float* slot_out,
+                       Observer* observer, ExpertExchange& exchange) {
+  const int ranks = exchange.ranks(), me = exchange.rank();
+  const int64_t E = static_cast<int64_t>(experts.size());
+  std::vector<int64_t> order;  // slots in send order
+  std::vector<int64_t> send_counts(static_cast<size_t>(ranks), 0);
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t s = 0; s < T * K; ++s) {
+      if (chosen[s] != e) continue;
+      order.push_back(s);
+      ++send_counts[static_cast<size_t>(expert_owner(e, E, ranks))];
+    }
+  }
+  const size_t in_bytes = sizeof(int32_t) + static_cast<size_t>(H) * sizeof(float);
+  const size_t out_bytes = static_cast<size_t>(H) * sizeof(float);
+  std::vector<uint8_t> send(order.size() * in_bytes);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int32_t e = chosen[static_cast<size_t>(order[i])];
+    std::memcpy(&send[i * in_bytes], &e, sizeof e);
+    std::memcpy(&send[i * in_bytes + sizeof e], n + (order[i] / K) * H, out_bytes);
+  }
+  std::vector<int64_t> recv_counts;
+  const std::vector<uint8_t> recv =
+      exchange.alltoallv_rows(send, send_counts, in_bytes, &recv_counts);
+  const size_t received = recv.size() / in_bytes;
+  std::vector<uint8_t> results(received * out_bytes);
+  // Per source rank j, rows [first, first + recv_counts[j]), runs of one expert each.
+  size_t first = 0;
+  for (int j = 0; j < ranks; ++j) {
+    const size_t end = first + static_cast<size_t>(recv_counts[static_cast<size_t>(j)]);
+    size_t at = first;
+    for (int64_t e = 0; e < E; ++e) {
+      if (expert_owner(e, E, ranks) != me) continue;
+      size_t stop = at;
+      while (stop < end) {
+        int32_t tag = 0;
+        std::memcpy(&tag, &recv[stop * in_bytes], sizeof tag);
+        if (tag != e) break;
+        ++stop;
+      }
+      const int64_t rows = static_cast<int64_t>(stop - at);
+      std::vector<float> in(rows * H), out(rows * H);  // [rows, H]
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(&in[r * H], &recv[(at + r) * in_bytes + sizeof(int32_t)], out_bytes);
+      run_expert(experts[e], in.data(), rows, H, out.data(), observer);
+      if (rows > 0) std::memcpy(&results[at * out_bytes], out.data(), rows * out_bytes);
+      at = stop;
+    }
+    STRATA_ASSERT(at == end, "rank ", j, " sent rows for experts rank ", me, " does not hold");
+    first = end;
+  }
+  std::vector<int64_t> back_counts;
+  const std::vector<uint8_t> back =
+      exchange.alltoallv_rows(results, recv_counts, out_bytes, &back_counts);
+  STRATA_ASSERT(back_counts == send_counts, "expert results came back in other counts");
+  for (size_t i = 0; i < order.size(); ++i)
+    std::memcpy(&slot_out[order[i] * H], &back[i * out_bytes], out_bytes);
+}
+
+}  // namespace
+
+void moe_dispatch_combine(const std::vector<SwigluWeights>& experts, const float* n, int64_t T,
+                          int64_t H, int64_t K, const std::vector<int32_t>& chosen,
+                          const std::vector<float>& weight, float* y, Observer* observer,
+                          ExpertExchange* exchange) {
+  std::vector<float> slot_out(T * K * H);  // [T, K, H]
+  if (exchange && exchange->ranks() > 1) {
+    experts_exchanged(experts, n, T, H, K, chosen, slot_out.data(), observer, *exchange);
+  } else {
+    experts_local(experts, n, T, H, K, chosen, slot_out.data(), observer);
   }
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t c = 0; c < H; ++c) {

@@ -52,6 +52,11 @@ struct SwigluWeights {
 };
 SwigluWeights load_swiglu(const Checkpoint& ckpt, const std::string& gate, const std::string& up,
                           const std::string& down, int64_t hidden, int64_t inter);
+// The module names only, no weights: a routed expert another rank holds (ExpertExchange).
+SwigluWeights swiglu_names(const std::string& gate, const std::string& up, const std::string& down,
+                           int64_t inter);
+// Whether routed expert e of `experts` is loaded and computed here.
+bool holds_expert(const ExpertExchange* exchange, int64_t e, int64_t experts);
 // out[rows, H] = mlp(x[rows, H]).
 void swiglu_mlp(const SwigluWeights& w, const float* x, int64_t rows, int64_t hidden, float* out,
                 Observer* observer);
@@ -67,9 +72,14 @@ void residual_layer(int64_t T, int64_t H, float eps, const std::vector<float>& i
 // Routed experts: token t goes to experts chosen[t*K + j] with weights weight[t*K + j]. Each
 // expert runs on the rows routed to it (observers see exactly those rows); y[t] is the weighted
 // sum over j in slot order (a fixed order, whatever the expert order).
+// With an exchange (expert parallelism) `experts` holds weights only for this rank's range; the
+// rows routed elsewhere are sent to their owners, which run each expert on each source rank's
+// rows separately, exactly the rows (in the order) one process would run it on for this
+// micro-batch. The results, and so the output bytes, do not depend on the rank count.
 void moe_dispatch_combine(const std::vector<SwigluWeights>& experts, const float* n, int64_t T,
                           int64_t H, int64_t K, const std::vector<int32_t>& chosen,
-                          const std::vector<float>& weight, float* y, Observer* observer);
+                          const std::vector<float>& weight, float* y, Observer* observer,
+                          ExpertExchange* exchange = nullptr);
 
 }  // namespace strata::model
 

@@ -133,8 +133,10 @@ void MlaAttention::forward(const Batch& batch, const float* x, float* out, Obser
 
 void SigmoidMoe::load(const Checkpoint& ckpt, const std::string& block,
                       const char* const expert_leaves[3], int64_t hidden,
-                      const SigmoidMoeConfig& config, const std::string& config_path) {
+                      const SigmoidMoeConfig& config, const std::string& config_path,
+                      ExpertExchange* exchange_in) {
   cfg = config;
+  exchange = exchange_in;
   H = hidden;
   const int64_t E = cfg.experts, K = cfg.top_k;
   STRATA_CHECK(cfg.n_group > 0 && E % cfg.n_group == 0 && cfg.topk_group >= 1 &&
@@ -150,8 +152,11 @@ void SigmoidMoe::load(const Checkpoint& ckpt, const std::string& block,
   experts.clear();
   for (int64_t e = 0; e < E; ++e) {
     const std::string p = block + "experts." + std::to_string(e) + ".";
-    experts.push_back(load_swiglu(ckpt, p + expert_leaves[0], p + expert_leaves[1],
-                                  p + expert_leaves[2], H, cfg.inter));
+    experts.push_back(holds_expert(exchange, e, E)
+                          ? load_swiglu(ckpt, p + expert_leaves[0], p + expert_leaves[1],
+                                        p + expert_leaves[2], H, cfg.inter)
+                          : swiglu_names(p + expert_leaves[0], p + expert_leaves[1],
+                                         p + expert_leaves[2], cfg.inter));
   }
   if (cfg.n_shared > 0) {
     const std::string p = block + "shared_experts.";
@@ -201,7 +206,7 @@ void SigmoidMoe::forward(const float* n, int64_t T, float* y, Observer* obs) con
   std::vector<float> weight(T * K);
   for (int64_t t = 0; t < T; ++t)
     route(&s[t * E], &chosen[t * K], &weight[t * K]);
-  moe_dispatch_combine(experts, n, T, H, K, chosen, weight, y, obs);
+  moe_dispatch_combine(experts, n, T, H, K, chosen, weight, y, obs, exchange);
   if (cfg.n_shared > 0) {
     std::vector<float> sh(T * H);
     swiglu_mlp(shared, n, T, H, sh.data(), obs);
@@ -237,7 +242,7 @@ class DeepseekV3Layer : public DecoderLayer {
     mc.inter = c_.moe_intermediate_size;
     mc.n_shared = c_.n_shared_experts;
     static constexpr const char* kLeaves[3] = {"gate_proj", "up_proj", "down_proj"};
-    moe_.load(ctx.ckpt, m, kLeaves, H, mc, c_.path);
+    moe_.load(ctx.ckpt, m, kLeaves, H, mc, c_.path, ctx.experts);
   }
 
   void forward(const Batch& batch, float* x, Observer* obs) override {

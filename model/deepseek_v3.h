@@ -51,14 +51,16 @@ struct SigmoidMoeConfig {
 struct SigmoidMoe {
   SigmoidMoeConfig cfg;
   int64_t H = 0;
-  std::vector<float> router, bias;  // [E, H], [E]
-  std::vector<SwigluWeights> experts;
+  std::vector<float> router, bias;     // [E, H], [E]
+  std::vector<SwigluWeights> experts;  // weights only for the experts held here
   SwigluWeights shared;
+  ExpertExchange* exchange = nullptr;  // expert parallelism; nullptr: every expert here
 
   // Module names: block + "gate", block + "experts.E." + expert_leaves[0..2] (gate, up, down),
   // block + "shared_experts.{gate,up,down}_proj".
   void load(const Checkpoint& ckpt, const std::string& block, const char* const expert_leaves[3],
-            int64_t hidden, const SigmoidMoeConfig& config, const std::string& config_path);
+            int64_t hidden, const SigmoidMoeConfig& config, const std::string& config_path,
+            ExpertExchange* exchange);
   // y[T, H] = moe(n[T, H]).
   void forward(const float* n, int64_t T, float* y, Observer* obs) const;
 

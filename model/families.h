@@ -16,6 +16,7 @@ struct LayerContext {
   const Checkpoint& ckpt;
   std::string prefix;  // "model.layers.N."
   int64_t index;
+  ExpertExchange* experts = nullptr;  // ForwardOptions::experts
 };
 
 // Llama, Mistral, Qwen2, Qwen3: GQA attention (+ q/k norm) and a dense SwiGLU MLP.

@@ -20,6 +20,14 @@ Batch Batch::from_sequences(const std::vector<std::vector<int32_t>>& seqs) {
   return b;
 }
 
+int expert_owner(int64_t e, int64_t experts, int ranks) {
+  STRATA_ASSERT(e >= 0 && e < experts && ranks >= 1, "expert ", e, " of ", experts);
+  int r = 0;
+  while (experts * (r + 1) / ranks <= e)
+    ++r;
+  return r;
+}
+
 namespace {
 
 using LayerFactory = std::unique_ptr<DecoderLayer> (*)(const model::LayerContext&);
@@ -46,7 +54,7 @@ class DecoderModel : public ModelForward {
   std::unique_ptr<DecoderLayer> layer(int64_t i) const override {
     STRATA_ASSERT(i >= 0 && i < num_layers());
     model::LayerContext ctx{config_, ckpt_, prefixes_.model + "layers." + std::to_string(i) + ".",
-                            i};
+                            i, options_.experts};
     auto inner = factory_(ctx);
     if (!options_.bf16_between_layers) return inner;
     return std::make_unique<RoundingLayer>(std::move(inner), config_.hidden_size);

@@ -214,7 +214,7 @@ class KimiLinearLayer : public DecoderLayer {
     mc.inter = c_.moe_intermediate_size;
     mc.n_shared = c_.n_shared_experts;
     static constexpr const char* kLeaves[3] = {"w1", "w3", "w2"};  // gate, up, down
-    moe_.load(ctx.ckpt, ctx.prefix + "block_sparse_moe.", kLeaves, H, mc, c_.path);
+    moe_.load(ctx.ckpt, ctx.prefix + "block_sparse_moe.", kLeaves, H, mc, c_.path, ctx.experts);
   }
 
   void forward(const Batch& batch, float* x, Observer* obs) override {

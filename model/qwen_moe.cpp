@@ -16,7 +16,7 @@ namespace {
 
 class QwenMoeLayer : public DecoderLayer {
  public:
-  explicit QwenMoeLayer(const LayerContext& ctx) : c_(ctx.config) {
+  explicit QwenMoeLayer(const LayerContext& ctx) : c_(ctx.config), exchange_(ctx.experts) {
     const int64_t H = c_.hidden_size;
     in_norm_ = load_weight(ctx.ckpt, ctx.prefix + "input_layernorm.weight", {H});
     post_norm_ = load_weight(ctx.ckpt, ctx.prefix + "post_attention_layernorm.weight", {H});
@@ -38,7 +38,9 @@ class QwenMoeLayer : public DecoderLayer {
     for (int64_t e = 0; e < E; ++e) {
       const std::string p = m + "experts." + std::to_string(e) + ".";
       experts_.push_back(
-          load_swiglu(ctx.ckpt, p + "gate_proj", p + "up_proj", p + "down_proj", H, I));
+          holds_expert(exchange_, e, E)
+              ? load_swiglu(ctx.ckpt, p + "gate_proj", p + "up_proj", p + "down_proj", H, I)
+              : swiglu_names(p + "gate_proj", p + "up_proj", p + "down_proj", I));
     }
     if (ctx.ckpt.has(m + "shared_expert.gate_proj.weight")) {
       const int64_t Is = ctx.ckpt.entry(m + "shared_expert.gate_proj.weight").shape[0];
@@ -80,7 +82,7 @@ class QwenMoeLayer : public DecoderLayer {
         weight[t * K + j] = probs[t * E + idx[j]] / (c_.norm_topk_prob ? sum : 1.0f);
       }
     }
-    moe_dispatch_combine(experts_, n, T, H, K, chosen, weight, y, observer);
+    moe_dispatch_combine(experts_, n, T, H, K, chosen, weight, y, observer, exchange_);
     if (!shared_gate_.empty()) {
       std::vector<float> s(T * H), g(T);
       swiglu_mlp(shared_, n, T, H, s.data(), observer);
@@ -94,6 +96,7 @@ class QwenMoeLayer : public DecoderLayer {
   }
 
   const ModelConfig& c_;
+  ExpertExchange* exchange_ = nullptr;  // expert parallelism; nullptr: every expert here
   bool moe_ = false;
   std::vector<float> in_norm_, post_norm_;
   GqaAttention attn_;

@@ -3,7 +3,9 @@
 # every file): `mpirun -np 2` and `-np 3` on CPU ranks, oversubscribed; a run of 2 ranks stopped
 # mid-way and resumed with 3 ranks, and one of 3 ranks resumed by a single process; the bytes the
 # ranks read of the checkpoint add up to one process's (each tensor read by one rank).
-#   tests/engine/mpi_test.sh STRATA MODEL [failure]
+#   tests/engine/mpi_test.sh STRATA MODEL [failure|expert]
+# With "expert": the same with --expert_parallel (the routed experts split over the ranks, rows
+# exchanged between them); the reference stays a single process without it.
 # With "failure": one rank that fails (test hook STRATA_TEST_FAIL_RANK/STRATA_TEST_FAIL_LAYER of
 # engine/parallel.h) or is killed makes the others stop with a non-zero exit in bounded time, and
 # a later run with another rank count resumes the state it left to the same bytes.
@@ -32,13 +34,24 @@ if [ -f "$src/reference.safetensors" ]; then
   python3 tests/fixtures/tokens_jsonl.py "$src/reference.safetensors" > "$work/tokens.jsonl"
   count=$(wc -l < "$work/tokens.jsonl")
   data=(--calib_data "$work/tokens.jsonl" --calib_size "$count" --calib_min_tokens 1)
-else
+elif [ -f "$src/tokenizer.json" ]; then
   data=(--calib_size 12 --calib_seq 24)  # the bundled corpus through the model's tokenizer
+else  # no tokenizer (the compressed fixtures): 6 fixed sequences of token ids below the vocab
+  python3 - "$src/config.json" > "$work/tokens.jsonl" << 'EOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+vocab = c.get("vocab_size") or c.get("text_config", {}).get("vocab_size")
+for s in range(6):
+    print(json.dumps([(s * 131 + i * 17 + 3) % vocab for i in range(5 + 3 * s)]))
+EOF
+  data=(--calib_data "$work/tokens.jsonl" --calib_size 6 --calib_min_tokens 1)
 fi
 # Micro-batches of 2 sequences (several per rank); shards of ~52 KiB, some shared by two layers
 # and so written by several ranks.
 args=(quantize --model "$src" "${data[@]}" --batch_size 2 --max_shard_size_gb 0.00005
       --recipe nvfp4-kv_fp8)
+extra=()
+[ "$mode" != expert ] || extra=(--expert_parallel)
 sums() { (cd "$1" && find . -type f | sort | xargs sha256sum); }
 fail() { echo "FAIL: $*"; exit 1; }
 same() {  # dir, what
@@ -56,7 +69,7 @@ sums "$work/ref" > "$work/ref.sums"
 
 if [ "$mode" != failure ]; then
   for n in 2 3; do
-    mpi "$n" "${args[@]}" --export_path "$work/np$n" --log_dir "$work/logs$n" > "$work/np$n.out" 2> "$work/np$n.err" || { cat "$work/np$n.err"; fail "-np $n failed"; }
+    mpi "$n" "${args[@]}" "${extra[@]}" --export_path "$work/np$n" --log_dir "$work/logs$n" > "$work/np$n.out" 2> "$work/np$n.err" || { cat "$work/np$n.err"; fail "-np $n failed"; }
     same "$work/np$n" "-np $n"
     grep -q "^wrote " "$work/np$n.out" || fail "-np $n: rank 0 printed no summary"
     [ "$(grep -c "^wrote " "$work/np$n.out")" -eq 1 ] || fail "-np $n: more than one rank printed the summary"
@@ -64,13 +77,21 @@ if [ "$mode" != failure ]; then
     sum=$(sed -n 's/^ranks: .*(sum \([0-9]*\))$/\1/p' "$work/np$n.out")
     [ "$sum" = "$one_read" ] || { grep "^ranks:" "$work/np$n.out"; fail "-np $n read $sum bytes in total, one process $one_read"; }
     for ((r = 0; r < n; r++)); do [ -s "$work/logs$n/rank-$r.log" ] || fail "-np $n: no log of rank $r"; done
+    if [ "$mode" = expert ]; then
+      grep -q "expert parallel: " "$work/np$n.err" || fail "-np $n: expert parallelism did not engage"
+      # Rows crossed between ranks: some rank sent some.
+      sent=$(sed -n 's/^expert exchange per rank (bytes sent to other ranks, ms): //p' "$work/np$n.out")
+      [ -n "$sent" ] || fail "-np $n: no expert exchange reported"
+      awk -v s="$sent" 'BEGIN { n = split(s, a, " "); t = 0; for (i = 1; i <= n; i += 2) t += a[i]; exit !(t > 0) }' ||
+        fail "-np $n: no expert rows were exchanged ($sent)"
+    fi
   done
   # Every rank killed (SIGKILL) once a layer is committed, resumed with another rank count:
   # 2 -> 3, then 3 -> 1 (a single process).
   for pair in "2 3" "3 1"; do
     set -- $pair
     out=$work/stop$1
-    STRATA_TEST_SLOW_LAYER_MS=1000 "${launch[@]}" -np "$1" "$strata" "${args[@]}" -q --export_path "$out" > /dev/null 2>&1 &
+    STRATA_TEST_SLOW_LAYER_MS=1000 "${launch[@]}" -np "$1" "$strata" "${args[@]}" "${extra[@]}" -q --export_path "$out" > /dev/null 2>&1 &
     pid=$!
     for _ in $(seq 1200); do [ "$(next_step "$out")" -ge 2 ] && break; sleep 0.05; done
     [ "$(next_step "$out")" -ge 2 ] || fail "-np $1: no layer committed"
@@ -80,12 +101,12 @@ if [ "$mode" != failure ]; then
     if [ "$2" -eq 1 ]; then
       "$strata" "${args[@]}" --export_path "$out" > "$out.log" 2>&1 || { cat "$out.log"; fail "resume by one process failed"; }
     else
-      mpi "$2" "${args[@]}" --export_path "$out" > "$out.log" 2>&1 || { cat "$out.log"; fail "resume with -np $2 failed"; }
+      mpi "$2" "${args[@]}" "${extra[@]}" --export_path "$out" > "$out.log" 2>&1 || { cat "$out.log"; fail "resume with -np $2 failed"; }
     fi
     grep -q "resuming at" "$out.log" || { cat "$out.log"; fail "-np $1 -> $2 did not resume"; }
     same "$out" "stopped with -np $1, resumed with -np $2"
   done
-  echo "ok: -np 2, -np 3 and resumed runs (2 -> 3, 3 -> 1) give one process's bytes"
+  echo "ok: -np 2, -np 3 and resumed runs (2 -> 3, 3 -> 1) give one process's bytes${extra:+ (${extra[*]})}"
   exit 0
 fi
 

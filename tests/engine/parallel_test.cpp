@@ -47,6 +47,21 @@ TEST(Parallel, MicroBatchesGoRoundRobin) {
   EXPECT_EQ(r0, (std::vector<bool>{true, true, true}));
 }
 
+TEST(Parallel, RoutedExpertOfNames) {
+  EXPECT_EQ(routed_expert_of("model.layers.3.mlp.experts.17.down_proj.weight"), 17);
+  EXPECT_EQ(routed_expert_of("model.layers.3.mlp.experts.0.gate_proj.weight_scale_inv"), 0);
+  EXPECT_EQ(routed_expert_of("language_model.model.layers.1.mlp.experts.5.up_proj.weight_packed"),
+            5);
+  EXPECT_EQ(routed_expert_of("model.layers.2.block_sparse_moe.experts.31.w1.weight"), 31);
+  // Not routed experts: shared experts, the router, fused [E, ...] tensors, other layers.
+  EXPECT_EQ(routed_expert_of("model.layers.3.mlp.shared_experts.down_proj.weight"), -1);
+  EXPECT_EQ(routed_expert_of("model.layers.3.mlp.shared_expert.up_proj.weight"), -1);
+  EXPECT_EQ(routed_expert_of("model.layers.3.mlp.gate.weight"), -1);
+  EXPECT_EQ(routed_expert_of("model.layers.3.mlp.experts.gate_up_proj"), -1);
+  EXPECT_EQ(routed_expert_of("model.layers.3.self_attn.q_proj.weight"), -1);
+  EXPECT_EQ(routed_expert_of("model.layers.3.mlp.experts.12"), -1);
+}
+
 // Hand-worked: rank A saw a (|x| up to 1.5, 3 rows) and b; rank B saw a (4, 2 rows) and c (NaN).
 TEST(Parallel, MergedStatisticsHandWorked) {
   MaxCalibrator a, b;
