@@ -73,6 +73,7 @@ class ThreadExchange final : public ExpertExchange {
         before += (*p.counts)[static_cast<size_t>(r)];
       const int64_t n = (*p.counts)[static_cast<size_t>(rank_)];
       (*recv_counts)[src] = n;
+      if (n == 0) continue;
       const uint8_t* first = p.rows->data() + before * static_cast<int64_t>(row_bytes);
       out.insert(out.end(), first, first + n * static_cast<int64_t>(row_bytes));
     }
