@@ -32,19 +32,41 @@ double number_or(const Json& j, const char* key, double fallback) {
 
 }  // namespace
 
+MlaParams mla_params(const ModelConfig& c, bool nope) {
+  MlaParams m;
+  m.nope = nope;
+  m.H = c.hidden_size;
+  m.nH = c.num_attention_heads;
+  m.q_rank = c.q_lora_rank;
+  m.kv_rank = c.kv_lora_rank;
+  m.dn = c.qk_nope_head_dim;
+  m.dr = c.qk_rope_head_dim;
+  m.dv = c.v_head_dim;
+  STRATA_CHECK(m.kv_rank > 0 && m.dr > 0 && m.dr % 2 == 0 && m.dv > 0, c.path,
+               ": MLA needs kv_lora_rank, an even qk_rope_head_dim and v_head_dim");
+  double s = 1.0 / std::sqrt(static_cast<double>(m.dn + m.dr));
+  if (nope) {
+    m.scale = static_cast<float>(s);
+    return m;
+  }
+  ops::RopeParams rp = rope_params(c);
+  m.inv_freq = ops::rope_inv_freq(rp, m.dr);
+  m.attention_factor = rp.attention_factor;
+  const Json& t = c.text;
+  m.interleaved = !t.contains("rope_interleave") || t["rope_interleave"].is_null() ||
+                  t["rope_interleave"].get<bool>();
+  if (c.rope.type == "yarn" && c.rope.mscale_all_dim > 0.0 && c.rope.factor > 1.0) {
+    const double ms = 0.1 * c.rope.mscale_all_dim * std::log(c.rope.factor) + 1.0;
+    s *= ms * ms;
+  }
+  m.scale = static_cast<float>(s);
+  return m;
+}
+
 void MlaAttention::load(const ModelConfig& c, const Checkpoint& ckpt, const std::string& p,
                         bool no_rope) {
+  static_cast<MlaParams&>(*this) = mla_params(c, no_rope);
   prefix = p;
-  nope = no_rope;
-  H = c.hidden_size;
-  nH = c.num_attention_heads;
-  q_rank = c.q_lora_rank;
-  kv_rank = c.kv_lora_rank;
-  dn = c.qk_nope_head_dim;
-  dr = c.qk_rope_head_dim;
-  dv = c.v_head_dim;
-  STRATA_CHECK(kv_rank > 0 && dr > 0 && dr % 2 == 0 && dv > 0, c.path,
-               ": MLA needs kv_lora_rank, an even qk_rope_head_dim and v_head_dim");
   const int64_t dq = dn + dr;
   if (q_rank > 0) {
     wqa = load_weight(ckpt, p + "q_a_proj.weight", {q_rank, H});
@@ -57,22 +79,6 @@ void MlaAttention::load(const ModelConfig& c, const Checkpoint& ckpt, const std:
   kv_a_norm = load_weight(ckpt, p + "kv_a_layernorm.weight", {kv_rank});
   wkvb = load_weight(ckpt, p + "kv_b_proj.weight", {nH * (dn + dv), kv_rank});
   wo = load_weight(ckpt, p + "o_proj.weight", {H, nH * dv});
-  double s = 1.0 / std::sqrt(static_cast<double>(dq));
-  if (nope) {
-    scale = static_cast<float>(s);
-    return;
-  }
-  ops::RopeParams rp = rope_params(c);
-  inv_freq = ops::rope_inv_freq(rp, dr);
-  attention_factor = rp.attention_factor;
-  const Json& t = c.text;
-  interleaved = !t.contains("rope_interleave") || t["rope_interleave"].is_null() ||
-                t["rope_interleave"].get<bool>();
-  if (c.rope.type == "yarn" && c.rope.mscale_all_dim > 0.0 && c.rope.factor > 1.0) {
-    const double m = 0.1 * c.rope.mscale_all_dim * std::log(c.rope.factor) + 1.0;
-    s *= m * m;
-  }
-  scale = static_cast<float>(s);
 }
 
 void MlaAttention::forward(const Batch& batch, const float* x, float* out, Observer* obs) const {
@@ -165,6 +171,20 @@ void SigmoidMoe::load(const Checkpoint& ckpt, const std::string& block,
   }
 }
 
+SigmoidMoeConfig deepseek_moe_config(const ModelConfig& c) {
+  const Json& t = c.text;
+  SigmoidMoeConfig mc;
+  mc.experts = c.num_experts;
+  mc.top_k = c.num_experts_per_tok;
+  mc.n_group = static_cast<int64_t>(number_or(t, "n_group", 1));
+  mc.topk_group = static_cast<int64_t>(number_or(t, "topk_group", 1));
+  mc.routed_scaling = static_cast<float>(number_or(t, "routed_scaling_factor", 1.0));
+  mc.renormalize = c.norm_topk_prob;
+  mc.inter = c.moe_intermediate_size;
+  mc.n_shared = c.n_shared_experts;
+  return mc;
+}
+
 // Chosen experts and weights of one token from its router scores s[E].
 void SigmoidMoe::route(const float* s, int32_t* chosen, float* weight) const {
   const int64_t E = cfg.experts, K = cfg.top_k, n_group = cfg.n_group;
@@ -231,18 +251,8 @@ class DeepseekV3Layer : public DecoderLayer {
                            c_.intermediate_size);
       return;
     }
-    const Json& t = c_.text;
-    SigmoidMoeConfig mc;
-    mc.experts = c_.num_experts;
-    mc.top_k = c_.num_experts_per_tok;
-    mc.n_group = static_cast<int64_t>(number_or(t, "n_group", 1));
-    mc.topk_group = static_cast<int64_t>(number_or(t, "topk_group", 1));
-    mc.routed_scaling = static_cast<float>(number_or(t, "routed_scaling_factor", 1.0));
-    mc.renormalize = c_.norm_topk_prob;
-    mc.inter = c_.moe_intermediate_size;
-    mc.n_shared = c_.n_shared_experts;
     static constexpr const char* kLeaves[3] = {"gate_proj", "up_proj", "down_proj"};
-    moe_.load(ctx.ckpt, m, kLeaves, H, mc, c_.path, ctx.experts);
+    moe_.load(ctx.ckpt, m, kLeaves, H, deepseek_moe_config(c_), c_.path, ctx.experts);
   }
 
   void forward(const Batch& batch, float* x, Observer* obs) override {

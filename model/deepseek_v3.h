@@ -22,15 +22,20 @@ namespace strata::model {
 //   `nope` (Kimi-Linear: the d_r dims are used unrotated and the scale has no mscale).
 // Observers: q_proj or q_a_proj and q_b_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj, and the
 // k_cache [T, nH·(d_n+d_r)] / v_cache [T, nH·d_v] of the layer.
-struct MlaAttention {
-  std::string prefix;  // "model.layers.N.self_attn."
+// MLA's sizes and scalars from the config (shared with the GPU forward, model/cuda/).
+struct MlaParams {
   int64_t H = 0, nH = 0, q_rank = 0, kv_rank = 0, dn = 0, dr = 0, dv = 0;
-  std::vector<float> wq, wqa, q_a_norm, wqb, wkva, kv_a_norm, wkvb, wo;
   bool nope = false;
-  std::vector<double> inv_freq;
+  std::vector<double> inv_freq;  // [dr / 2], empty when nope
   double attention_factor = 1.0;
   bool interleaved = true;
-  float scale = 1.0f;
+  float scale = 1.0f;  // (dn + dr)^-1/2, times yarn's mscale² when it applies
+};
+MlaParams mla_params(const ModelConfig& c, bool nope);
+
+struct MlaAttention : MlaParams {
+  std::string prefix;  // "model.layers.N.self_attn."
+  std::vector<float> wq, wqa, q_a_norm, wqb, wkva, kv_a_norm, wkvb, wo;
 
   void load(const ModelConfig& c, const Checkpoint& ckpt, const std::string& prefix, bool nope);
   // out[T, H] = attention(x[T, H]).
@@ -44,6 +49,10 @@ struct SigmoidMoeConfig {
   float routed_scaling = 1.0f;
   bool renormalize = false;  // norm_topk_prob
 };
+
+// DeepSeek-V3 / Kimi-K2's MoE settings from the config (n_group, topk_group,
+// routed_scaling_factor, norm_topk_prob, moe_intermediate_size, n_shared_experts).
+SigmoidMoeConfig deepseek_moe_config(const ModelConfig& c);
 
 // noaux_tc routing: s = σ(gate x) in fp32; choice = s + e_score_correction_bias; keep the
 // topk_group groups whose top-2 choice sum is largest (others -inf); top-k of choice; weights are

@@ -9,6 +9,7 @@
 #include "model/arch.h"
 #include "model/common.h"
 #include "model/cuda/kernels.h"
+#include "model/deepseek_v3.h"
 #include "ops/ops.h"
 
 namespace strata::gpu {
@@ -39,7 +40,11 @@ struct GpuForward::Impl {
   int64_t H, nH, nKV, d, qd, kd, E = 0, K = 0, Im = 0, Is = 0;
   float eps;
   ops::RopeParams rope_p;
-  DeviceBuffer inv_freq;  // [d/2] fp32
+  DeviceBuffer inv_freq;  // [d/2] fp32 (MLA: [dr/2])
+  // DeepSeek-V3 / Kimi-K2 (MLA attention, sigmoid-routed MoE with plain shared experts).
+  bool mla = false;
+  model::MlaParams mp;
+  model::SigmoidMoeConfig smoe;
   DeviceBuffer converted, scratch, slots_dev, moe_ints;
   DeviceBuffer scores, ptrs;  // attention: S for `seqs_per_call` sequences; 5 pointer arrays
   int64_t seqs_per_call = 0, longest = 0;
@@ -53,6 +58,9 @@ struct GpuForward::Impl {
   const float *in_norm = nullptr, *post_norm = nullptr;
   const void *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *qn = nullptr, *kn = nullptr;
+  const void *wqa = nullptr, *wqb = nullptr, *wkva = nullptr, *wkvb = nullptr;  // MLA
+  const float *q_a_norm = nullptr, *kv_a_norm = nullptr, *router_bias = nullptr;
+  int slot_qb = -1, slot_kvb = -1;
   Swiglu dense, shared;
   const float* router = nullptr;       // [E, H] fp32
   const float* shared_gate = nullptr;  // [1, H] fp32
@@ -72,21 +80,32 @@ struct GpuForward::Impl {
     qd = nH * d;
     kd = nKV * d;
     eps = static_cast<float>(c.rms_norm_eps);
-    if (arch.family == ArchFamily::kQwenMoe) {
+    mla = arch.family == ArchFamily::kDeepseekV3;
+    if (arch.family == ArchFamily::kQwenMoe || (mla && c.num_experts > 0)) {
       E = c.num_experts;
       K = c.num_experts_per_tok;
       Im = c.moe_intermediate_size;
     }
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      const std::string n = lp(l) + "mlp.shared_expert.gate_proj.weight";
-      if (ckpt.has(n)) Is = std::max(Is, ckpt.entry(n).shape[0]);
+      for (const char* leaf :
+           {"mlp.shared_expert.gate_proj.weight", "mlp.shared_experts.gate_proj.weight"}) {
+        const std::string n = lp(l) + leaf;
+        if (ckpt.has(n)) Is = std::max(Is, ckpt.entry(n).shape[0]);
+      }
     }
     rope_p = model::rope_params(c);
-    const std::vector<double> f = ops::rope_inv_freq(rope_p, d);
+    std::vector<double> f;
+    if (mla) {
+      mp = model::mla_params(c, /*nope=*/false);
+      smoe = model::deepseek_moe_config(c);
+      f = mp.inv_freq;
+    } else {
+      f = ops::rope_inv_freq(rope_p, d);
+    }
     std::vector<float> f32(f.begin(), f.end());
     inv_freq = DeviceBuffer(budget, f32.size() * 4, "RoPE frequencies");
     stream.copy_to_device(inv_freq.data(), f32.data(), f32.size() * 4);
-    const int64_t max_slots = 8 + 2 * std::max<int64_t>(E, 1);
+    const int64_t max_slots = 12 + 2 * std::max<int64_t>(E, 1);
     slots_dev = DeviceBuffer(budget, static_cast<uint64_t>(max_slots) * 4, "amax slots");
     if (E > 0) {
       moe_ints = DeviceBuffer(budget, static_cast<uint64_t>(3 * E) * 4, "expert counts");
@@ -170,21 +189,38 @@ struct GpuForward::Impl {
     const std::string p = lp(l), a = p + "self_attn.", m = p + "mlp.";
     in_norm = b.f32_w(p + "input_layernorm.weight", {H});
     post_norm = b.f32_w(p + "post_attention_layernorm.weight", {H});
-    wq = b.gemm_w(a + "q_proj.weight", {qd, H});
-    wk = b.gemm_w(a + "k_proj.weight", {kd, H});
-    wv = b.gemm_w(a + "v_proj.weight", {kd, H});
-    wo = b.gemm_w(a + "o_proj.weight", {H, qd});
     bq = bk = bv = qn = kn = nullptr;
-    if (b.has(a + "q_proj.bias")) {
+    wq = wk = wv = wqa = wqb = wkva = wkvb = nullptr;
+    q_a_norm = kv_a_norm = router_bias = nullptr;
+    if (mla) {
+      const int64_t dq = mp.dn + mp.dr;
+      if (mp.q_rank > 0) {
+        wqa = b.gemm_w(a + "q_a_proj.weight", {mp.q_rank, H});
+        q_a_norm = b.f32_w(a + "q_a_layernorm.weight", {mp.q_rank});
+        wqb = b.gemm_w(a + "q_b_proj.weight", {nH * dq, mp.q_rank});
+      } else {
+        wq = b.gemm_w(a + "q_proj.weight", {nH * dq, H});
+      }
+      wkva = b.gemm_w(a + "kv_a_proj_with_mqa.weight", {mp.kv_rank + mp.dr, H});
+      kv_a_norm = b.f32_w(a + "kv_a_layernorm.weight", {mp.kv_rank});
+      wkvb = b.gemm_w(a + "kv_b_proj.weight", {nH * (mp.dn + mp.dv), mp.kv_rank});
+      wo = b.gemm_w(a + "o_proj.weight", {H, nH * mp.dv});
+    } else {
+      wq = b.gemm_w(a + "q_proj.weight", {qd, H});
+      wk = b.gemm_w(a + "k_proj.weight", {kd, H});
+      wv = b.gemm_w(a + "v_proj.weight", {kd, H});
+      wo = b.gemm_w(a + "o_proj.weight", {H, qd});
+    }
+    if (!mla && b.has(a + "q_proj.bias")) {
       bq = b.f32_w(a + "q_proj.bias", {qd});
       bk = b.f32_w(a + "k_proj.bias", {kd});
       bv = b.f32_w(a + "v_proj.bias", {kd});
     }
-    if (b.has(a + "q_norm.weight")) {
+    if (!mla && b.has(a + "q_norm.weight")) {
       qn = b.f32_w(a + "q_norm.weight", {d});
       kn = b.f32_w(a + "k_norm.weight", {d});
     }
-    moe = arch.family == ArchFamily::kQwenMoe && layer_is_moe(arch, c, l);
+    moe = E > 0 && layer_is_moe(arch, c, l);
     experts.clear();
     shared = Swiglu{};
     router = shared_gate = nullptr;
@@ -192,9 +228,13 @@ struct GpuForward::Impl {
       dense = bind_swiglu(b, m, c.intermediate_size);
     } else {
       router = b.f32_w(m + "gate.weight", {E, H});
+      if (mla && b.has(m + "gate.e_score_correction_bias"))
+        router_bias = b.f32_w(m + "gate.e_score_correction_bias", {E});
       for (int64_t e = 0; e < E; ++e)
         experts.push_back(bind_swiglu(b, m + "experts." + std::to_string(e) + ".", Im));
-      if (b.has(m + "shared_expert.gate_proj.weight")) {
+      if (mla && smoe.n_shared > 0) {
+        shared = bind_swiglu(b, m + "shared_experts.", Im * smoe.n_shared);
+      } else if (b.has(m + "shared_expert.gate_proj.weight")) {
         const int64_t is = blob.items.at(m + "shared_expert.gate_proj.weight").shape[0];
         shared = bind_swiglu(b, m + "shared_expert.", is);
         shared_gate = b.f32_w(m + "shared_expert_gate.weight", {1, H});
@@ -203,7 +243,14 @@ struct GpuForward::Impl {
     if (base) {  // observers of this layer, under the CPU path's hub names
       slot_names.clear();
       slot_rows.clear();
-      slot_qkv = add_slot({a + "q_proj", a + "k_proj", a + "v_proj"});
+      if (mla) {
+        slot_qkv =
+            add_slot({a + (mp.q_rank > 0 ? "q_a_proj" : "q_proj"), a + "kv_a_proj_with_mqa"});
+        slot_qb = mp.q_rank > 0 ? add_slot({a + "q_b_proj"}) : -1;
+        slot_kvb = add_slot({a + "kv_b_proj"});
+      } else {
+        slot_qkv = add_slot({a + "q_proj", a + "k_proj", a + "v_proj"});
+      }
       slot_k = add_slot({a + "k_cache"});
       slot_v = add_slot({a + "v_cache"});
       slot_o = add_slot({a + "o_proj"});
@@ -224,7 +271,7 @@ struct GpuForward::Impl {
           const std::string q = m + "experts." + std::to_string(e) + ".";
           experts[e].down_slot = add_slot({q + "down_proj"});
         }
-        if (shared.gate) mlp_slots(shared, m + "shared_expert.");
+        if (shared.gate) mlp_slots(shared, m + (mla ? "shared_experts." : "shared_expert."));
       }
       STRATA_ASSERT(slot_names.size() * 4 <= slots_dev.bytes(), "amax slots");
       stream.zero(slots_dev.data(), slots_dev.bytes());
@@ -234,8 +281,15 @@ struct GpuForward::Impl {
 
   // ---- scratch -------------------------------------------------------------------------------
   uint64_t per_token() const {
-    const int64_t cast = std::max({H, qd, c.intermediate_size, Im, Is});
-    const int64_t attn = 2 * qd + 2 * kd + cast / 2 + 1;
+    int64_t cast = std::max({H, qd, c.intermediate_size, Im, Is});
+    int64_t attn = 2 * qd + 2 * kd + cast / 2 + 1;
+    if (mla) {
+      const int64_t dq = mp.dn + mp.dr;
+      cast = std::max({cast, mp.q_rank, mp.kv_rank, nH * mp.dv});
+      // q, cq, c|kr, c, kr, kv, k, v, attention output, one bf16 GEMM input
+      attn = nH * dq + mp.q_rank + 2 * (mp.kv_rank + mp.dr) + nH * (mp.dn + mp.dv) + nH * dq +
+             2 * nH * mp.dv + cast / 2 + 1;
+    }
     const int64_t dense_mlp = 2 * c.intermediate_size + cast / 2 + 1;
     int64_t moe_ffn = 0;
     if (E > 0)
@@ -294,7 +348,7 @@ struct GpuForward::Impl {
     slot_rows[slot_v] += T;
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     if (seqs_per_call > 0) {
-      attention_gemm(ch, q, k, v, att, scale);
+      attention_gemm(ch, {q, qd, k, kd, v, kd, att, qd, d, d, nH / nKV}, scale);
     } else {
       attention(q, qd, k, kd, v, kd, T, nH, nKV, d, d, scale, ch.seq_start, att, s);
     }
@@ -304,13 +358,24 @@ struct GpuForward::Impl {
   }
   double rope_af() const { return rope_p.attention_factor; }
 
+  // Attention operands: per token, nH query heads of dq values (row stride qs), kv heads of dq /
+  // dv values (strides ks, vs; query head h reads kv head h / group), outputs nH x dv (stride os).
+  struct AttnArgs {
+    const float* q;
+    int64_t qs;
+    const float* k;
+    int64_t ks;
+    const float* v;
+    int64_t vs;
+    float* out;
+    int64_t os, dq, dv, group;
+  };
   // Sequences of equal length, up to seqs_per_call at a time: one batched GEMM for the scores of
   // every (sequence, head), the causal softmax, one batched GEMM for the outputs.
-  void attention_gemm(const GpuChunk& ch, const float* q, const float* k, const float* v,
-                      float* att, float scale) {
+  void attention_gemm(const GpuChunk& ch, const AttnArgs& A, float scale) {
     void* s = stream.handle();
     const int64_t n_seqs = static_cast<int64_t>(ch.seq_bounds.size()) - 1;
-    const int64_t group = nH / nKV;
+    const int64_t group = A.group;
     std::vector<bool> done(static_cast<size_t>(n_seqs), false);
     const int64_t cap = seqs_per_call * nH;
     std::vector<const void*> host(static_cast<size_t>(5 * cap));
@@ -333,22 +398,81 @@ struct GpuForward::Impl {
         const int64_t b = ch.seq_bounds[m];
         for (int64_t h = 0; h < nH; ++h, ++idx) {
           const int64_t g = h / group;
-          host[0 * cap + idx] = q + b * qd + h * d;
-          host[1 * cap + idx] = k + b * kd + g * d;
+          host[0 * cap + idx] = A.q + b * A.qs + h * A.dq;
+          host[1 * cap + idx] = A.k + b * A.ks + g * A.dq;
           host[2 * cap + idx] = S + idx * L * L;
-          host[3 * cap + idx] = v + b * kd + g * d;
-          host[4 * cap + idx] = att + b * qd + h * d;
+          host[3 * cap + idx] = A.v + b * A.vs + g * A.dv;
+          host[4 * cap + idx] = A.out + b * A.os + h * A.dv;
         }
       }
       // Pageable copy: staged before it returns, and ordered after the previous group's GEMMs.
       stream.copy_to_device(ptrs.data(), host.data(), host.size() * sizeof(void*));
       auto arr = [&](int i) { return ptrs.as<const float*>() + i * cap; };
-      gemm_batched_qk(blas, arr(0), qd, arr(1), kd, const_cast<float* const*>(arr(2)), L, d, batch,
-                      opt.gemm_bf16);
+      gemm_batched_qk(blas, arr(0), A.qs, arr(1), A.ks, const_cast<float* const*>(arr(2)), L, A.dq,
+                      batch, opt.gemm_bf16);
       causal_softmax(S, batch, L, scale, s);
-      gemm_batched_pv(blas, arr(2), arr(3), kd, const_cast<float* const*>(arr(4)), qd, L, d, batch,
-                      opt.gemm_bf16);
+      gemm_batched_pv(blas, arr(2), arr(3), A.vs, const_cast<float* const*>(arr(4)), A.os, L, A.dv,
+                      batch, opt.gemm_bf16);
     }
+  }
+
+  // MLA (model/deepseek_v3.h MlaAttention::forward, the same observers).
+  void mla_block(const GpuChunk& ch, const float* n, float* y) {
+    void* s = stream.handle();
+    const int64_t T = ch.tokens, dq = mp.dn + mp.dr, dkv = mp.kv_rank + mp.dr;
+    amax(n, T * H, slot(slot_qkv), s);
+    slot_rows[slot_qkv] += T;
+    float* q = take<float>(T * nH * dq);                           // [T, nH, dn + dr]
+    float* ckr = take<float>(T * dkv);                             // [T, r_kv + dr]
+    float* kv = take<float>(T * nH * (mp.dn + mp.dv));             // [T, nH, dn + dv]
+    float* k = take<float>(T * nH * dq);                           // [T, nH, dn + dr]
+    float* v = take<float>(T * nH * mp.dv);                        // [T, nH, dv]
+    float* att = take<float>(T * nH * mp.dv);                      // [T, nH, dv]
+    float* cq = take<float>(T * std::max<int64_t>(mp.q_rank, 1));  // [T, r_q]
+    float* c = take<float>(T * mp.kv_rank);                        // [T, r_kv]
+    float* kr = take<float>(T * mp.dr);                            // [T, dr]
+    uint64_t mark = arena_at;
+    const void* xin = gin(n, T * H);
+    if (mp.q_rank > 0) {
+      gemm(blas, xin, wqa, cq, T, mp.q_rank, H, opt.gemm_bf16);
+    } else {
+      gemm(blas, xin, wq, q, T, nH * dq, H, opt.gemm_bf16);
+    }
+    gemm(blas, xin, wkva, ckr, T, dkv, H, opt.gemm_bf16);
+    arena_at = mark;
+    if (mp.q_rank > 0) {
+      rms_norm(cq, T, mp.q_rank, q_a_norm, 1e-6f, cq, s);
+      amax(cq, T * mp.q_rank, slot(slot_qb), s);
+      slot_rows[slot_qb] += T;
+      gemm(blas, gin(cq, T * mp.q_rank), wqb, q, T, nH * dq, mp.q_rank, opt.gemm_bf16);
+      arena_at = mark;
+    }
+    copy_cols(ckr, dkv, c, mp.kv_rank, T, mp.kv_rank, s);
+    copy_cols(ckr + mp.kv_rank, dkv, kr, mp.dr, T, mp.dr, s);
+    rms_norm(c, T, mp.kv_rank, kv_a_norm, 1e-6f, c, s);
+    amax(c, T * mp.kv_rank, slot(slot_kvb), s);
+    slot_rows[slot_kvb] += T;
+    gemm(blas, gin(c, T * mp.kv_rank), wkvb, kv, T, nH * (mp.dn + mp.dv), mp.kv_rank,
+         opt.gemm_bf16);
+    arena_at = mark;
+    const float* f = inv_freq.as<float>();
+    gpu::rope(q, T, nH, dq, mp.dn, mp.dr, ch.positions, f, mp.attention_factor, mp.interleaved, s);
+    gpu::rope(kr, T, 1, mp.dr, 0, mp.dr, ch.positions, f, mp.attention_factor, mp.interleaved, s);
+    mla_kv(kv, kr, T, nH, mp.dn, mp.dr, mp.dv, k, v, s);
+    amax(k, T * nH * dq, slot(slot_k), s);
+    amax(v, T * nH * mp.dv, slot(slot_v), s);
+    slot_rows[slot_k] += T;
+    slot_rows[slot_v] += T;
+    if (seqs_per_call > 0) {
+      attention_gemm(ch, {q, nH * dq, k, nH * dq, v, nH * mp.dv, att, nH * mp.dv, dq, mp.dv, 1},
+                     mp.scale);
+    } else {
+      attention(q, nH * dq, k, nH * dq, v, nH * mp.dv, T, nH, nH, dq, mp.dv, mp.scale, ch.seq_start,
+                att, s);
+    }
+    amax(att, T * nH * mp.dv, slot(slot_o), s);
+    slot_rows[slot_o] += T;
+    gemm(blas, gin(att, T * nH * mp.dv), wo, y, T, H, nH * mp.dv, opt.gemm_bf16);
   }
 
   void swiglu_block(const Swiglu& w, const float* n, int64_t T, float* y) {
@@ -381,7 +505,12 @@ struct GpuForward::Impl {
     int32_t* cursor = counts + 2 * E;
     gemm(blas, n, router, logits, T, E, H, false);
     stream.zero(counts, static_cast<uint64_t>(E) * 4);
-    route_softmax_topk(logits, T, E, K, c.norm_topk_prob, chosen, weight, counts, s);
+    if (mla) {
+      route_sigmoid_grouped(logits, T, E, K, router_bias, smoe.n_group, smoe.topk_group,
+                            smoe.renormalize, smoe.routed_scaling, chosen, weight, counts, s);
+    } else {
+      route_softmax_topk(logits, T, E, K, c.norm_topk_prob, chosen, weight, counts, s);
+    }
     int32_t* hc = reinterpret_cast<int32_t*>(host_ints.data());
     stream.copy_to_host(hc, counts, static_cast<uint64_t>(E) * 4);
     stream.synchronize();
@@ -430,8 +559,12 @@ struct GpuForward::Impl {
       const uint64_t m2 = arena_at;
       swiglu_block(shared, n, T, sy);
       arena_at = m2;
-      gemm(blas, n, shared_gate, sg, T, 1, H, false);
-      add_sigmoid_gated(y, sy, sg, T, H, s);
+      if (shared_gate) {
+        gemm(blas, n, shared_gate, sg, T, 1, H, false);
+        add_sigmoid_gated(y, sy, sg, T, H, s);
+      } else {  // DeepSeek's shared experts: added as they are
+        add(y, sy, T * H, s);
+      }
     }
   }
 
@@ -445,7 +578,11 @@ struct GpuForward::Impl {
     float* y = take<float>(T * H);
     const uint64_t mark = arena_at;
     rms_norm(x, T, H, in_norm, eps, n, s);
-    attention_block(ch, n, y);
+    if (mla) {
+      mla_block(ch, n, y);
+    } else {
+      attention_block(ch, n, y);
+    }
     add(x, y, T * H, s);
     arena_at = mark;
     rms_norm(x, T, H, post_norm, eps, n, s);
@@ -461,10 +598,20 @@ struct GpuForward::Impl {
 
 std::string GpuForward::unsupported(const ModelConfig& config, const Checkpoint& ckpt) {
   const ArchInfo arch = resolve_arch(config);
-  if (arch.family != ArchFamily::kLlama && arch.family != ArchFamily::kQwenMoe)
-    return str("the GPU forward implements the llama and qwen_moe families, not ",
+  if (arch.family != ArchFamily::kLlama && arch.family != ArchFamily::kQwenMoe &&
+      arch.family != ArchFamily::kDeepseekV3)
+    return str("the GPU forward implements the llama, qwen_moe and deepseek_v3 families, not ",
                arch_family_name(arch.family));
-  if (config.head_dim > 256) return str("head_dim ", config.head_dim, " exceeds 256");
+  if (arch.family == ArchFamily::kDeepseekV3) {
+    if (config.v_head_dim > 256) return str("v_head_dim ", config.v_head_dim, " exceeds 256");
+    if (config.num_experts > 0) {
+      const model::SigmoidMoeConfig m = model::deepseek_moe_config(config);
+      if (m.top_k > 32) return str("num_experts_per_tok ", m.top_k, " exceeds 32");
+      if (m.n_group > 64) return str("n_group ", m.n_group, " exceeds 64");
+    }
+  } else if (config.head_dim > 256) {
+    return str("head_dim ", config.head_dim, " exceeds 256");
+  }
   if (arch.family == ArchFamily::kQwenMoe && config.num_experts_per_tok > 32)
     return str("num_experts_per_tok ", config.num_experts_per_tok, " exceeds 32");
   for (const std::string& n : ckpt.tensor_names()) {

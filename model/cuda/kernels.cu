@@ -294,6 +294,99 @@ __global__ void k_combine(const float* outg, const int32_t* pos, const float* we
   }
 }
 
+constexpr int kMaxGroups = 64;
+// DeepSeek-V3's noaux_tc routing, one thread per token, the CPU's SigmoidMoe::route step by step:
+// s = 1 / (1 + exp(-logit)); choice = s + bias; group score = sum of the group's top 2 choices
+// (top 1 when a group has one expert); keep the topk_group best groups; top K of choice among
+// the kept experts; weight = s (/ (sum + 1e-20) when norm) * scaling. Ties go to the lower index.
+__global__ void k_route_sigmoid(const float* logits, int64_t T, int64_t E, int64_t K,
+                                const float* bias, int64_t n_group, int64_t topk_group, bool norm,
+                                float scaling, int32_t* chosen, float* weight, int32_t* counts) {
+  FOR_N(t, T) {
+    const float* x = logits + t * E;
+    auto score = [&](int64_t e) { return 1.0f / (1.0f + expf(-x[e])); };
+    auto choice = [&](int64_t e) { return bias ? score(e) + bias[e] : score(e); };
+    const int64_t per = E / n_group;
+    float group_score[kMaxGroups];
+    for (int64_t g = 0; g < n_group; ++g) {
+      int64_t a = -1;
+      float av = -INFINITY;
+      for (int64_t i = 0; i < per; ++i) {
+        const float v = choice(g * per + i);
+        if (a < 0 || v > av) a = i, av = v;
+      }
+      float sum = 0.0f;
+      sum += av;
+      if (per >= 2) {
+        int64_t b = -1;
+        float bv = -INFINITY;
+        for (int64_t i = 0; i < per; ++i) {
+          if (i == a) continue;
+          const float v = choice(g * per + i);
+          if (b < 0 || v > bv) b = i, bv = v;
+        }
+        sum += bv;
+      }
+      group_score[g] = sum;
+    }
+    uint64_t keep = 0;
+    for (int64_t j = 0; j < topk_group; ++j) {
+      int64_t best = -1;
+      float bv = -INFINITY;
+      for (int64_t g = 0; g < n_group; ++g) {
+        if ((keep >> g) & 1) continue;
+        if (best < 0 || group_score[g] > bv) best = g, bv = group_score[g];
+      }
+      keep |= uint64_t{1} << best;
+    }
+    int32_t pick[kMaxTopK];
+    float total = 0.0f;
+    for (int64_t j = 0; j < K; ++j) {
+      int32_t best = -1;
+      float bv = -INFINITY;
+      for (int64_t e = 0; e < E; ++e) {
+        bool taken = false;
+        for (int64_t i = 0; i < j; ++i)
+          taken |= pick[i] == e;
+        if (taken) continue;
+        const float v = (keep >> (e / per)) & 1 ? choice(e) : -INFINITY;
+        if (best < 0 || v > bv) best = static_cast<int32_t>(e), bv = v;
+      }
+      pick[j] = best;
+      total += score(best);
+    }
+    for (int64_t j = 0; j < K; ++j) {
+      float w = score(pick[j]);
+      if (norm) w /= (total + 1e-20f);
+      chosen[t * K + j] = pick[j];
+      weight[t * K + j] = w * scaling;
+      atomicAdd(&counts[pick[j]], 1);
+    }
+  }
+}
+
+__global__ void k_copy_cols(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
+                            int64_t rows, int64_t cols) {
+  FOR_N(i, rows * cols) {
+    const int64_t r = i / cols, c = i % cols;
+    dst[r * dst_stride + c] = src[r * src_stride + c];
+  }
+}
+
+// k[t, h, :] = [kv[t, h, 0:dn] | kr[t, :]], v[t, h, :] = kv[t, h, dn:dn+dv].
+__global__ void k_mla_kv(const float* kv, const float* kr, int64_t T, int64_t nH, int64_t dn,
+                         int64_t dr, int64_t dv, float* k, float* v) {
+  const int64_t dq = dn + dr, dkv = dn + dv;
+  FOR_N(i, T * nH * dq) {
+    const int64_t th = i / dq, c = i % dq, t = th / nH;
+    k[i] = c < dn ? kv[th * dkv + c] : kr[t * dr + (c - dn)];
+  }
+  FOR_N(i, T * nH * dv) {
+    const int64_t th = i / dv, c = i % dv;
+    v[i] = kv[th * dkv + dn + c];
+  }
+}
+
 void launched(const char* what) {
   const cudaError_t e = cudaGetLastError();
   STRATA_CHECK(e == cudaSuccess, "CUDA kernel ", what, ": ", cudaGetErrorString(e));
@@ -396,6 +489,34 @@ void route_softmax_topk(const float* logits, int64_t T, int64_t E, int64_t K, bo
   k_route<<<static_cast<unsigned>((T + 127) / 128), 128, 0, st(s)>>>(logits, T, E, K, norm, chosen,
                                                                      weight, counts);
   launched("route_softmax_topk");
+}
+void route_sigmoid_grouped(const float* logits, int64_t T, int64_t E, int64_t K, const float* bias,
+                           int64_t n_group, int64_t topk_group, bool norm, float scaling,
+                           int32_t* chosen, float* weight, int32_t* counts, void* s) {
+  if (T == 0) return;
+  STRATA_CHECK(K <= kMaxTopK, "GPU routing: num_experts_per_tok ", K,
+               " exceeds 32; use --device cpu");
+  STRATA_CHECK(n_group >= 1 && n_group <= kMaxGroups && E % n_group == 0 && topk_group >= 1 &&
+                   topk_group <= n_group,
+               "GPU routing: n_group ", n_group, " / topk_group ", topk_group,
+               " unsupported (n_group <= 64 dividing the experts); use --device cpu");
+  k_route_sigmoid<<<static_cast<unsigned>((T + 127) / 128), 128, 0, st(s)>>>(
+      logits, T, E, K, bias, n_group, topk_group, norm, scaling, chosen, weight, counts);
+  launched("route_sigmoid_grouped");
+}
+void copy_cols(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
+               int64_t cols, void* s) {
+  if (rows * cols == 0) return;
+  k_copy_cols<<<blocks_for(rows * cols), kThreads, 0, st(s)>>>(src, src_stride, dst, dst_stride,
+                                                               rows, cols);
+  launched("copy_cols");
+}
+void mla_kv(const float* kv, const float* kr, int64_t T, int64_t n_heads, int64_t dn, int64_t dr,
+            int64_t dv, float* k, float* v, void* s) {
+  if (T == 0) return;
+  k_mla_kv<<<blocks_for(T * n_heads * (dn + dr)), kThreads, 0, st(s)>>>(kv, kr, T, n_heads, dn, dr,
+                                                                        dv, k, v);
+  launched("mla_kv");
 }
 void moe_scatter(const int32_t* chosen, int64_t slots, const int32_t* offsets, int32_t* cursor,
                  int32_t* pos, int32_t* row_expert, void* s) {

@@ -74,6 +74,18 @@ void amax_rows(const float* x, int64_t rows, int64_t cols, const int32_t* row_sl
 // weight[T, K]; counts[E] += tokens per expert (zero it first).
 void route_softmax_topk(const float* logits, int64_t T, int64_t E, int64_t K, bool norm,
                         int32_t* chosen, float* weight, int32_t* counts, void* stream);
+// Sigmoid routing with group-limited selection (DeepSeek-V3 noaux_tc, model/deepseek_v3.h
+// SigmoidMoe::route), one thread per token; bias fp32 [E] or null; counts[E] += tokens per expert.
+void route_sigmoid_grouped(const float* logits, int64_t T, int64_t E, int64_t K, const float* bias,
+                           int64_t n_group, int64_t topk_group, bool norm, float scaling,
+                           int32_t* chosen, float* weight, int32_t* counts, void* stream);
+// dst[r, 0:cols] = src[r, 0:cols] for r < rows; strides in elements.
+void copy_cols(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
+               int64_t cols, void* stream);
+// MLA's per-head K and V: k[T, nH, dn + dr] = [kv[t, h, 0:dn] | kr[t, 0:dr]] (kr shared by the
+// heads), v[T, nH, dv] = kv[t, h, dn:dn + dv], from kv[T, nH, dn + dv] and kr[T, dr].
+void mla_kv(const float* kv, const float* kr, int64_t T, int64_t n_heads, int64_t dn, int64_t dr,
+            int64_t dv, float* k, float* v, void* stream);
 // Slots s = t*K + j are grouped by expert: pos[s] = offsets[e] + (order of arrival); cursor[E]
 // zeroed first. row_expert[pos] = e.
 void moe_scatter(const int32_t* chosen, int64_t slots, const int32_t* offsets, int32_t* cursor,

@@ -44,13 +44,13 @@ t gpu_vs_cpu.qwen3_moe.device_quant env STRATA_GPU_QUANTIZE=1 bash $g "$strata" 
 t gpu_vs_cpu.llama.device_quant_fp8 env STRATA_GPU_QUANTIZE=1 bash $g "$strata" llama fp8-kv_fp8 bf16 0.05
 t kill_resume_gpu.qwen3_moe bash tests/engine/kill_resume_test.sh "$strata" qwen3_moe 4
 refused() {  # an explicit --device cuda on a family the GPU forward lacks: exit 1, named
-  "$strata" quantize -q --model tests/fixtures/models/deepseek_v3 --export_path /tmp/ds_out \
+  "$strata" quantize -q --model tests/fixtures/models/kimi_linear --export_path /tmp/ds_out \
     --device cuda 2> /tmp/ds_err
   local rc=$?
   cat /tmp/ds_err
-  [ $rc -eq 1 ] && grep -q "GPU forward implements the llama and qwen_moe families" /tmp/ds_err
+  [ $rc -eq 1 ] && grep -q "GPU forward implements the llama, qwen_moe and deepseek_v3 families" /tmp/ds_err
 }
-t deepseek_refused refused
+t kimi_linear_refused refused
 
 echo "== demo/tiny-moe (256 x 512 tokens, nvfp4_experts_only + fp8 kv)" >> "$tm"
 for dev in cuda cpu; do
