@@ -16,6 +16,7 @@ namespace strata::gpu {
 namespace {
 
 constexpr uint64_t kAlign = 256;
+constexpr int64_t kFp8Block = 128;  // DeepSeek's FP8 weight blocks (io/source_weights.h)
 uint64_t align_up(uint64_t x) {
   return (x + kAlign - 1) / kAlign * kAlign;
 }
@@ -143,6 +144,22 @@ struct GpuForward::Impl {
     const void* gemm_w(const std::string& name, const Shape& shape) {
       const LayerBlob::Item& it = item(name, shape);
       const int64_t n = shape_numel(shape);
+      if (it.dtype == DType::kF8E4M3) {  // an FP8-block source, decompressed as on the CPU
+        const std::string sname = name + "_scale_inv";
+        auto sc = blob.items.find(sname);
+        STRATA_CHECK(sc != blob.items.end(), im.ckpt.dir(), ": '", name, "' is F8_E4M3 without '",
+                     sname, "'");
+        const Shape want{(shape[0] + kFp8Block - 1) / kFp8Block,
+                         (shape[1] + kFp8Block - 1) / kFp8Block};
+        STRATA_CHECK(sc->second.shape == want, im.ckpt.dir(), ": '", sname, "' has shape ",
+                     shape_str(sc->second.shape), "; 128x128 blocks of ", shape_str(shape),
+                     " need ", shape_str(want));
+        void* dst = alloc(static_cast<uint64_t>(n) * static_cast<uint64_t>(im.esz()));
+        if (!base) return nullptr;
+        dequant_fp8_block(base + it.offset, shape[0], shape[1], kFp8Block, base + sc->second.offset,
+                          sc->second.dtype, dst, im.opt.gemm_bf16, im.stream.handle());
+        return dst;
+      }
       const bool as_is = im.opt.gemm_bf16 ? it.dtype == DType::kBF16 : it.dtype == DType::kF32;
       if (as_is && it.offset % 16 == 0) return base ? base + it.offset : nullptr;
       void* dst = alloc(static_cast<uint64_t>(n) * static_cast<uint64_t>(im.esz()));
@@ -617,9 +634,12 @@ std::string GpuForward::unsupported(const ModelConfig& config, const Checkpoint&
   for (const std::string& n : ckpt.tensor_names()) {
     if (n.find(".layers.") == std::string::npos) continue;
     const DType t = ckpt.entry(n).dtype;
-    if (t != DType::kF32 && t != DType::kF16 && t != DType::kBF16)
-      return str("tensor '", n, "' has dtype ", dtype_name(t),
-                 " (the GPU forward reads F32, F16 and BF16 weights)");
+    if (t == DType::kF32 || t == DType::kF16 || t == DType::kBF16) continue;
+    // DeepSeek FP8 blocks: decompressed on the device (dequant_fp8_block).
+    const std::string m = n.ends_with(".weight") ? n.substr(0, n.size() - 7) : "";
+    if (t == DType::kF8E4M3 && !m.empty() && ckpt.has(m + ".weight_scale_inv")) continue;
+    return str("tensor '", n, "' has dtype ", dtype_name(t),
+               " (the GPU forward reads F32, F16 and BF16 weights, and DeepSeek FP8 blocks)");
   }
   return "";
 }

@@ -294,6 +294,38 @@ __global__ void k_combine(const float* outg, const int32_t* pos, const float* we
   }
 }
 
+// e4m3fn byte -> fp32 exactly: S.EEEE.MMM, bias 7, subnormals below E = 0, S.1111.111 NaN.
+__device__ __forceinline__ float e4m3_f32(uint8_t b) {
+  const uint32_t e = (b >> 3) & 0xFu, m = b & 7u;
+  float v;
+  if (e == 0xFu && m == 7u) {
+    v = __uint_as_float(0x7FC00000u);
+  } else if (e == 0) {
+    v = static_cast<float>(m) * 0x1p-9f;  // subnormal: m/8 · 2^-6
+  } else {
+    v = __uint_as_float(((e + 120u) << 23) | (m << 20));  // 2^(e-7) · (1 + m/8)
+  }
+  return (b & 0x80u) ? -v : v;
+}
+
+// DeepSeek FP8 blocks (io/source_weights.h decompress_fp8_block): w[r, c] = bf16(e4m3(w8[r, c]) *
+// scale_inv[r / block, c / block]), one fp32 product rounded to bf16; stored as bf16 bits or as
+// the fp32 value of that bf16.
+__global__ void k_dequant_fp8_block(const uint8_t* w, int64_t out, int64_t in, int64_t block,
+                                    const void* scale, int scale_dt, void* dst, bool to_bf16) {
+  const int64_t blocks_per_row = (in + block - 1) / block;
+  FOR_N(i, out * in) {
+    const int64_t r = i / in, c = i % in;
+    const float sc = load_as_f32(scale, scale_dt, (r / block) * blocks_per_row + c / block);
+    const uint16_t b = f32_bf16_bits(__fmul_rn(e4m3_f32(w[i]), sc));
+    if (to_bf16) {
+      static_cast<uint16_t*>(dst)[i] = b;
+    } else {
+      static_cast<float*>(dst)[i] = bf16_bits_f32(b);
+    }
+  }
+}
+
 constexpr int kMaxGroups = 64;
 // DeepSeek-V3's noaux_tc routing, one thread per token, the CPU's SigmoidMoe::route step by step:
 // s = 1 / (1 + exp(-logit)); choice = s + bias; group score = sum of the group's top 2 choices
@@ -403,6 +435,13 @@ void convert_to_bf16(const void* src, DType dtype, uint16_t* dst, int64_t n, voi
   if (n == 0) return;
   k_to_bf16<<<blocks_for(n), kThreads, 0, st(s)>>>(src, dtype_code(dtype), dst, n);
   launched("convert_to_bf16");
+}
+void dequant_fp8_block(const uint8_t* w, int64_t out, int64_t in, int64_t block, const void* scale,
+                       DType scale_dtype, void* dst, bool to_bf16, void* s) {
+  if (out * in == 0) return;
+  k_dequant_fp8_block<<<blocks_for(out * in), kThreads, 0, st(s)>>>(
+      w, out, in, block, scale, dtype_code(scale_dtype), dst, to_bf16);
+  launched("dequant_fp8_block");
 }
 void cast_bf16(const float* x, uint16_t* y, int64_t n, void* s) {
   if (n == 0) return;

@@ -14,6 +14,12 @@ namespace strata::gpu {
 // dst[n] = src[n] converted from a floating dtype (F32, F16, BF16) to fp32 / bf16 bits.
 void convert_to_f32(const void* src, DType dtype, float* dst, int64_t n, void* stream);
 void convert_to_bf16(const void* src, DType dtype, uint16_t* dst, int64_t n, void* stream);
+// A DeepSeek FP8-block weight w8 F8_E4M3 [out, in] with scale_inv [ceil(out/block),
+// ceil(in/block)] (F32, F16 or BF16) decompressed as the CPU does (io/source_weights.h): one fp32
+// product rounded to bf16; dst is bf16 bits (to_bf16) or the fp32 value of that bf16.
+void dequant_fp8_block(const uint8_t* w8, int64_t out, int64_t in, int64_t block,
+                       const void* scale_inv, DType scale_dtype, void* dst, bool to_bf16,
+                       void* stream);
 // y[n] = bf16(x[n]) (nearest, ties to even; NaN stays NaN).
 void cast_bf16(const float* x, uint16_t* y, int64_t n, void* stream);
 void bf16_to_f32(const uint16_t* x, float* y, int64_t n, void* stream);
