@@ -209,8 +209,12 @@ std::string MemoryEstimate::describe() const {
 
 MemoryEstimate estimate_memory(const QuantPlan& plan, const Checkpoint& ckpt,
                                const std::vector<int64_t>& micro_batch_tokens, int64_t seq_len,
-                               int64_t hidden_size, bool bf16_store) {
+                               int64_t hidden_size, bool bf16_store, int expert_ranks,
+                               int64_t experts) {
   MemoryEstimate m;
+  // With expert parallelism a rank holds at most ceil(E / ranks) of a layer's E routed experts.
+  const int64_t held =
+      expert_ranks > 1 && experts > 0 ? (experts + expert_ranks - 1) / expert_ranks : experts;
   m.calibrated = needs_activations(plan);
   m.overhead = kMemoryOverheadBytes;
   std::map<int64_t, std::pair<uint64_t, uint64_t>> layer;  // layer -> (params, source bytes)
@@ -223,8 +227,11 @@ MemoryEstimate estimate_memory(const QuantPlan& plan, const Checkpoint& ckpt,
       m.quantizer = std::max(m.quantizer, 3 * n * 4 + decompressed);
     m.quantizer = std::max(m.quantizer, decompressed);
     if (p.layer < 0 || p.layer >= plan.num_layers) continue;
-    layer[p.layer].first += n;
-    layer[p.layer].second += n * static_cast<uint64_t>(dtype_bits(p.dtype)) / 8;
+    const uint64_t share = p.kind == TensorKind::kRoutedExperts && held < experts
+                               ? n * static_cast<uint64_t>(held) / static_cast<uint64_t>(experts)
+                               : n;
+    layer[p.layer].first += share;
+    layer[p.layer].second += share * static_cast<uint64_t>(dtype_bits(p.dtype)) / 8;
   }
   for (const auto& [l, ps] : layer) {
     if (m.calibrated) m.layer_weights = std::max(m.layer_weights, ps.first * 4);
@@ -389,7 +396,8 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     batch_tokens.push_back(t);
   }
   result.memory = estimate_memory(plan, ckpt, batch_tokens, longest, config.hidden_size,
-                                  fopts.bf16_between_layers);
+                                  fopts.bf16_between_layers, expert_parallel ? comm.size() : 1,
+                                  config.num_experts);
   {
     const uint64_t cap = job.max_cpu_memory_bytes;
     const std::optional<uint64_t> test_budget = test_activation_budget();

@@ -57,7 +57,8 @@ struct QuantizeJob {
 // Host memory a run needs, an upper bound on its peak RSS (docs/QUANTIZE.md "Memory and
 // progress"); each term is the largest of its kind:
 //   layer_weights   one decoder layer's weights in fp32, x2 when calibrating (the layer computing
-//                   and the one prefetched)
+//                   and the one prefetched); with --expert_parallel, this rank's routed experts
+//                   only
 //   layer_source    one layer's source pages while they are read (mapped), x2 likewise
 //   quantizer       fp32 temporaries of the largest module while it is quantized (plus its
 //                   bf16 decompression when the source is compressed)
@@ -86,9 +87,12 @@ struct MemoryEstimate {
 };
 inline constexpr uint64_t kMemoryOverheadBytes = 48ull << 20;
 // micro_batch_tokens: tokens per micro-batch (empty when weight-only).
+// expert_ranks > 1: expert parallelism over that many ranks, so that a rank holds only its
+// share of each layer's `experts` routed experts (the largest share).
 MemoryEstimate estimate_memory(const QuantPlan& plan, const Checkpoint& ckpt,
                                const std::vector<int64_t>& micro_batch_tokens, int64_t seq_len,
-                               int64_t hidden_size, bool bf16_store);
+                               int64_t hidden_size, bool bf16_store, int expert_ranks = 1,
+                               int64_t experts = 0);
 
 struct QuantizeResult {
   QuantPlan plan;

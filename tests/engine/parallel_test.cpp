@@ -13,6 +13,10 @@
 #include <unistd.h>
 
 #include "engine/activation_store.h"
+#include "engine/plan.h"
+#include "engine/quantize.h"
+#include "io/hf_config.h"
+#include "quant/recipe.h"
 
 namespace strata {
 namespace {
@@ -60,6 +64,41 @@ TEST(Parallel, RoutedExpertOfNames) {
   EXPECT_EQ(routed_expert_of("model.layers.3.mlp.experts.gate_up_proj"), -1);
   EXPECT_EQ(routed_expert_of("model.layers.3.self_attn.q_proj.weight"), -1);
   EXPECT_EQ(routed_expert_of("model.layers.3.mlp.experts.12"), -1);
+}
+
+// With expert parallelism the memory bound counts a rank's share of the routed experts: the
+// largest layer's weights in fp32, with only ceil(E / ranks) experts of each MoE layer.
+TEST(Parallel, MemoryBoundCountsTheRanksExperts) {
+  const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/qwen3_moe";
+  const ModelConfig config = read_model_config(dir);
+  const Checkpoint ckpt = Checkpoint::open(dir);
+  const QuantPlan plan = make_plan(config, ckpt, load_recipe("nvfp4-kv_fp8"));
+  const int64_t E = config.num_experts;
+  ASSERT_GE(E, 3);
+  for (int ranks : {1, 2, 3}) {
+    const int64_t held = (E + ranks - 1) / ranks;
+    // Independently: the 2-D weights of each decoder layer from the checkpoint's headers.
+    uint64_t want = 0;
+    for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+      const std::string prefix = "model.layers." + std::to_string(l) + ".";
+      uint64_t params = 0, experts = 0;
+      for (const std::string& n : ckpt.tensor_names()) {
+        const TensorEntry& e = ckpt.entry(n);
+        if (!n.starts_with(prefix) || e.shape.size() != 2) continue;
+        const uint64_t k = static_cast<uint64_t>(e.shape[0] * e.shape[1]);
+        if (routed_expert_of(n) >= 0) {
+          experts += k;
+        } else {
+          params += k;
+        }
+      }
+      params += experts * static_cast<uint64_t>(held) / static_cast<uint64_t>(E);
+      want = std::max(want, params * 4);
+    }
+    const MemoryEstimate m =
+        estimate_memory(plan, ckpt, {64}, 32, config.hidden_size, true, ranks, E);
+    EXPECT_EQ(m.layer_weights, want) << ranks << " ranks";
+  }
 }
 
 // Hand-worked: rank A saw a (|x| up to 1.5, 3 rows) and b; rank B saw a (4, 2 rows) and c (NaN).
