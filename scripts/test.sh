@@ -17,5 +17,10 @@ ctest --preset default -j "$jobs"
 echo "== ASan + UBSan build =="
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs"
+# Under the sanitizers the rank tests (label mpi) run on one fixture each way (data parallel,
+# expert parallel, spilled store, failures): the other fixtures take the same code paths and
+# already passed in the release build above; this keeps CI well under 20 minutes on 2 cores.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --preset asan -j "$jobs"
+  ctest --preset asan -j "$jobs" \
+  -E '^engine\.mpi(_expert)?\.(qwen3_moe_nonorm|deepseek_v3|deepseek_v3_noqlora|tiny-moe|kimi_linear|kimi_k25_int4)$'
+

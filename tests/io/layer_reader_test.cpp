@@ -69,7 +69,9 @@ TEST(LayerReader, ScatteredNamesAndDirectReads) {
     const LayerBlob blob = reader.plan(names);
     for (const LayerBlob::Range& r : blob.ranges) {
       EXPECT_EQ(r.buffer_offset % 4096, 0u);
-      if (direct) EXPECT_EQ(r.file_offset % 4096, 0u);
+      if (direct) {
+        EXPECT_EQ(r.file_offset % 4096, 0u);
+      }
     }
     gpu::PinnedBuffer buf(blob.bytes);
     reader.read(blob, buf.data());
