@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "engine/activation_store.h"
+#include "engine/comm.h"
 #include "engine/plan.h"
 #include "export/modelopt.h"
 #include "io/checkpoint.h"
@@ -48,6 +49,10 @@ struct GpuLoop {
   // Records step `next` as done (CPU path's commit): hidden = the file holding its inputs.
   std::function<void(int64_t next, const std::string& hidden, const std::string& old_input)> commit;
   std::function<void(const LayerReport&)> layer_done;
+  // Ranks (engine/gpu_ranks.h): null or one rank, the single process. With several, `batches`
+  // are this rank's micro-batches, store_ids[i] the store's index of batches[i].
+  Comm* comm = nullptr;
+  std::vector<size_t> store_ids;
 };
 
 inline constexpr uint64_t kResumeEvery = 4;
