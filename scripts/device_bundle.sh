@@ -60,12 +60,16 @@ if git -C "$root" rev-parse --git-dir >/dev/null 2>&1 && ! git -C "$root" check-
   echo "/.xfer/" >>"$(git -C "$root" rev-parse --git-common-dir)/info/exclude"
 fi
 
+# --mpi: only the libraries a binary uses are recorded (libmpi, not the C++ bindings' libmpi_cxx,
+# which Open MPI 5 no longer ships).
+mpi_flags=()
+[ "$mpi" = ON ] && mpi_flags=(-DCMAKE_EXE_LINKER_FLAGS=-Wl,--as-needed)
 echo "== configure ($root, build in $build_real)"
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 (cd "$fixed/src" && cmake -S "$fixed/src" -B "$fixed/build" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DSTRATA_TESTS=ON -DSTRATA_BENCH=ON -DSTRATA_STATIC_DEPS=ON -DSTRATA_MPI=$mpi "${launcher[@]}" >"$build_real/configure.log") ||
+  -DSTRATA_TESTS=ON -DSTRATA_BENCH=ON -DSTRATA_STATIC_DEPS=ON -DSTRATA_MPI=$mpi "${mpi_flags[@]}" "${launcher[@]}" >"$build_real/configure.log") ||
   { tail -30 "$build_real/configure.log"; exit 1; }
 grep -q "^CMAKE_HOME_DIRECTORY:INTERNAL=$fixed/src$" "$build_real/CMakeCache.txt" ||
   { echo "device_bundle: CMake resolved the source path; tests would carry this machine's paths" >&2; exit 1; }
