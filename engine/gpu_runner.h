@@ -12,6 +12,11 @@
 // --offload_folder under --max_cpu_memory_gb, exactly as on the CPU path) and each chunk is
 // copied in and out. A chunk is as many consecutive micro-batches as the working set allows.
 //
+// Ranks (engine/gpu_ranks.h): with GpuLoop::comm of several ranks, each runs its own
+// micro-batches on GPU local_rank mod devices; a layer is read once in total (each tensor by its
+// writer, then broadcast) and the statistics are combined over the ranks before the writer
+// thread gets them.
+//
 // Resume: the same manifest steps as the CPU path. A step whose hidden states live only on the
 // device (or only in memory) is recorded once it is durable: the hidden states are written to
 // the resume folder when the checkpoint bytes read since the last record reach kResumeEvery

@@ -4,7 +4,7 @@
 # cuda` (ranks may share one GPU: rank r uses GPU local_rank mod the device count); the bytes the
 # ranks read of the checkpoint add up to one process's (each tensor read by one rank).
 #   tests/engine/mpi_gpu_test.sh STRATA MODEL [full]
-# With "full" also: a run of 2 ranks killed (SIGKILL) once a layer is committed and resumed with 3
+# With "full" also: -np 4 (a rank without micro-batches), a run of 2 ranks killed (SIGKILL) once a layer is committed and resumed with 3
 # ranks, one of 3 ranks resumed by one process, and a rank that fails (test hook
 # STRATA_TEST_FAIL_RANK/STRATA_TEST_FAIL_LAYER) stopping every rank, its state resumed with 2 ranks:
 # each gives the same bytes. The environment passes through (STRATA_GPU_QUANTIZE,
@@ -52,7 +52,9 @@ one_read=$(sed -n 's/^checkpoint bytes read: //p' "$work/ref.out")
 sums "$work/ref" > "$work/ref.sums"
 [ "$(wc -l < "$work/ref.sums")" -ge 5 ] || fail "reference export has too few files"
 
-for n in 2 3; do
+counts="2 3"
+[ "$mode" = full ] && counts="2 3 4"  # 4: more ranks than the fixture's 3 micro-batches
+for n in $counts; do
   mpi "$n" "${args[@]}" --export_path "$work/np$n" --log_dir "$work/logs$n" > "$work/np$n.out" 2> "$work/np$n.err" || { cat "$work/np$n.err"; fail "-np $n failed"; }
   grep -q "GPU: " "$work/np$n.err" || { cat "$work/np$n.err"; fail "-np $n did not run on the GPU"; }
   grep -q "calibrating on the CPU" "$work/np$n.err" && fail "-np $n fell back to the CPU"
@@ -62,7 +64,7 @@ for n in 2 3; do
   [ "$sum" = "$one_read" ] || { grep "^ranks:" "$work/np$n.out"; fail "-np $n read $sum bytes in total, one process $one_read"; }
   grep "^ranks:" "$work/np$n.out"
 done
-echo "ok: -np 2 and -np 3 on the GPU give one process's bytes; reads sum to one process's ($one_read)"
+echo "ok: -np $counts on the GPU give one process's bytes; reads sum to one process's ($one_read)"
 [ "$mode" = full ] || exit 0
 
 # Every rank killed once a layer is committed, resumed with another rank count: 2 -> 3, 3 -> 1.
