@@ -54,8 +54,8 @@ BlobShare plan_share(const Checkpoint& ckpt, const LayerBlob& blob,
   items.reserve(blob.items.size());
   for (const auto& [name, it] : blob.items) {
     const SafetensorsFile& f = ckpt.shard_of(name);
-    items.push_back({&name, it.offset, it.bytes,
-                     f.header().data_offset + ckpt.entry(name).begin, &f.path()});
+    items.push_back(
+        {&name, it.offset, it.bytes, f.header().data_offset + ckpt.entry(name).begin, &f.path()});
   }
   std::sort(items.begin(), items.end(),
             [](const Item& a, const Item& b) { return a.buffer_offset < b.buffer_offset; });

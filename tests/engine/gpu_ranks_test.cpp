@@ -41,8 +41,7 @@ TEST(GpuRanks, SharesCoverTheBlobOnceWithTheFilesBytes) {
     int i = 0;
     for (const auto& [n, it] : blob.items)
       who[n] = (i++ / 3) % ranks;
-    const BlobShare share =
-        plan_share(ckpt, blob, [&](const std::string& n) { return who.at(n); });
+    const BlobShare share = plan_share(ckpt, blob, [&](const std::string& n) { return who.at(n); });
     std::map<std::string, int> covered;
     uint64_t prev_end = 0;
     for (const BlobShare::Run& run : share.runs) {
