@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -158,6 +159,27 @@ void exchange_share(Comm& comm, const BlobShare& share, uint8_t* dst) {
   if (comm.size() == 1) return;
   for (const BlobShare::Run& run : share.runs)
     comm.broadcast(dst + run.buffer_offset, run.length, run.reader);
+}
+
+void exchange_share(ThreadChannel& channel, const BlobShare& share, uint8_t* dst) {
+  for (const BlobShare::Run& run : share.runs)
+    channel.broadcast(dst + run.buffer_offset, run.length, run.reader);
+}
+
+#ifdef STRATA_HAVE_MPI
+// engine/gpu_ranks_mpi.cpp.
+std::unique_ptr<ThreadChannel> make_mpi_thread_channel(Comm& comm);
+#endif
+
+std::unique_ptr<ThreadChannel> make_thread_channel(Comm& comm) {
+  if (comm.size() == 1) return nullptr;
+  const char* hook = std::getenv("STRATA_GPU_RANKS_EXCHANGE");
+  if (hook && std::string(hook) == "main") return nullptr;
+#ifdef STRATA_HAVE_MPI
+  return make_mpi_thread_channel(comm);
+#else
+  return nullptr;
+#endif
 }
 
 bool any_rank(Comm& comm, bool v) {

@@ -12,10 +12,15 @@
 //   blob buffer (offsets of plan()):  | q k v o (rank 0 reads) | experts 0..3 (rank 1) | ... |
 //   read_share():                     rank r preads the runs of items it owns, exact lengths
 //   exchange_share():                 per run, one broadcast from its reader to every rank
+//
+// The exchange of layer l+1 runs on the reader thread, over its own communicator
+// (make_thread_channel), while layer l computes; without MPI_THREAD_MULTIPLE, on the main thread
+// between two layers.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -56,9 +61,22 @@ BlobShare plan_share(const Checkpoint& ckpt, const LayerBlob& blob,
 // read. Throws strata::Error naming the shard on a failed or short read.
 uint64_t read_share(const Checkpoint& ckpt, const BlobShare& share, int rank, uint8_t* dst,
                     int threads = 4);
+// The reader thread's own channel to the other ranks (a duplicate of the world's MPI
+// communicator), so that it can broadcast layer l+1 while the main thread runs layer l's
+// collectives on the world. Null on every rank without MPI, when MPI lacks MPI_THREAD_MULTIPLE
+// on some rank, or when STRATA_GPU_RANKS_EXCHANGE=main (the exchange then runs on the main
+// thread). Collective.
+class ThreadChannel {
+ public:
+  virtual ~ThreadChannel() = default;
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+};
+std::unique_ptr<ThreadChannel> make_thread_channel(Comm& comm);
+
 // Every run from its reader to every rank, into `dst` at its buffer offset: one broadcast per
-// run, in run order. Collective.
+// run, in run order. Collective over `comm` (or the channel's ranks).
 void exchange_share(Comm& comm, const BlobShare& share, uint8_t* dst);
+void exchange_share(ThreadChannel& channel, const BlobShare& share, uint8_t* dst);
 
 // Whether `v` holds on any rank (the same answer on every rank). Collective.
 bool any_rank(Comm& comm, bool v);

@@ -162,6 +162,8 @@ void run_layers_gpu(GpuLoop& loop) {
   if (comm && gpu_limit == 0)
     gpu_limit = gpu::cuda_memory_info().free / 20 * 19 /
                 static_cast<uint64_t>(gpu_rank_sharers(*comm, cuda_device_count()));
+  // The reader thread's own communicator, so that layer l+1's exchange overlaps layer l.
+  std::unique_ptr<ThreadChannel> channel = comm ? make_thread_channel(*comm) : nullptr;
   // The store's index of loop.batches[b].
   auto sid = [&](size_t b) { return loop.store_ids.empty() ? b : loop.store_ids[b]; };
   gpu::DeviceBudget budget(gpu_limit);
@@ -343,8 +345,13 @@ void run_layers_gpu(GpuLoop& loop) {
   auto fetch = [&](int64_t l) {
     return std::async(std::launch::async, [&, l]() {
       const int i = static_cast<int>(l % 2);
-      if (comm) {  // this rank's share; the exchange and the copy follow on the main thread
+      if (comm) {  // this rank's share, then every rank's over the channel, then the copy
         read_share(loop.ckpt, shares[l], comm->rank(), host_weights[i].data());
+        if (!channel) return;  // the exchange and the copy follow on the main thread
+        set_cuda_device(device);
+        exchange_share(*channel, shares[l], host_weights[i].data());
+        copy.copy_to_device(weights[i].data(), host_weights[i].data(), blobs[l].bytes);
+        copy.synchronize();
         return;
       }
       reader.read(blobs[l], host_weights[i].data());
@@ -380,7 +387,7 @@ void run_layers_gpu(GpuLoop& loop) {
     auto t0 = std::chrono::steady_clock::now();
     if (comm) test_fail_hook(*comm, l);
     prefetch.get();
-    if (comm) {  // every rank's share into every rank's buffer, then onto this rank's GPU
+    if (comm && !channel) {  // every rank's share into every rank's buffer, then onto the GPU
       const int i = static_cast<int>(l % 2);
       exchange_share(*comm, shares[l], host_weights[i].data());
       copy.copy_to_device(weights[i].data(), host_weights[i].data(), blobs[l].bytes);

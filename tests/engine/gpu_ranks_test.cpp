@@ -8,7 +8,9 @@
 
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace strata {
@@ -81,6 +83,53 @@ TEST(GpuRanks, SharesCoverTheBlobOnceWithTheFilesBytes) {
     }
     EXPECT_EQ(read_sum, item_bytes) << ranks << " ranks";
   }
+}
+
+// Under mpirun (ctest engine.gpu_ranks_mpi): each rank reads its share of a layer, then the
+// shares are exchanged on a thread over the reader's channel while the main thread runs
+// collectives on the world, as the GPU loop does; every rank must end with LayerReader's bytes of
+// every tensor, and the ranks' reads must add up to the tensors once. Skipped as one process.
+TEST(GpuRanksMpi, ExchangeGivesEveryRankTheLayer) {
+  Comm& comm = world();
+  if (comm.size() < 2) GTEST_SKIP() << "run under mpirun";
+  const Checkpoint ckpt = Checkpoint::open(kModel);
+  LayerReader reader(ckpt);
+  const LayerBlob blob = reader.plan(layer_names(ckpt, 0));
+  std::vector<uint8_t> full(blob.bytes);
+  reader.read(blob, full.data());
+  std::map<std::string, int> who;
+  int i = 0;
+  for (const auto& [n, it] : blob.items)
+    who[n] = (i++ / 2) % comm.size();
+  const BlobShare share = plan_share(ckpt, blob, [&](const std::string& n) { return who.at(n); });
+  std::unique_ptr<ThreadChannel> channel = make_thread_channel(comm);
+  EXPECT_TRUE(channel) << "MPI without MPI_THREAD_MULTIPLE: the exchange runs on the main thread";
+  for (int round = 0; round < 3; ++round) {
+    const Checkpoint own = Checkpoint::open(kModel);
+    std::vector<uint8_t> buf(blob.bytes, 0xA5);
+    read_share(own, share, comm.rank(), buf.data());
+    if (channel) {
+      std::thread t([&]() { exchange_share(*channel, share, buf.data()); });
+      for (int k = 0; k < 20; ++k) {
+        uint64_t one = 1;
+        comm.allreduce_sum(&one, 1);
+        EXPECT_EQ(one, static_cast<uint64_t>(comm.size()));
+      }
+      t.join();
+    } else {
+      exchange_share(comm, share, buf.data());
+    }
+    for (const auto& [n, it] : blob.items)
+      EXPECT_EQ(0, std::memcmp(buf.data() + it.offset, full.data() + it.offset, it.bytes)) << n;
+    uint64_t read = own.bytes_read(), items = 0;
+    comm.allreduce_sum(&read, 1);
+    for (const auto& [n, it] : blob.items)
+      items += it.bytes;
+    EXPECT_EQ(read, items);
+  }
+  channel.reset();  // its communicator goes before MPI does
+  comm.barrier();
+  comm_finalize();  // this test runs alone in its processes (mpirun ... --gtest_filter)
 }
 
 // A host of `local` ranks, this one the `mine`-th.
