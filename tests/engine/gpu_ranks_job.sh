@@ -4,7 +4,7 @@
 #   STRATA_BUNDLE_SRC=$PWD bash BUNDLE/run.sh 'bash tests/engine/gpu_ranks_job.sh [SECONDS]'
 # Probes the machine's MPI, runs the rank tests on the GPU (ctest engine.mpi_gpu.*, then the
 # other gpu-labelled tests of the engine), and, while time is left, times one process against
-# `mpirun -np 2` (both ranks on the one GPU) on a synthetic Qwen3-MoE. Logs go to $OUT; a summary
+# `mpirun -np 2` and `-np 4` (all ranks on the one GPU) on a synthetic Qwen3-MoE. Logs go to $OUT; a summary
 # is printed last. SECONDS (default 200) bounds the whole job.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_ranks_out}
@@ -42,35 +42,32 @@ else
   fi
   if [ "$(left)" -gt 50 ]; then
     syn=/tmp/syn_ranks
-    python3 bench/gpu/make_synthetic_moe.py $syn --layers 4 --experts 64 --seqs 64 --seq_len 512 \
+    python3 bench/gpu/make_synthetic_moe.py $syn --layers 6 --experts 64 --seqs 64 --seq_len 512 \
       > "$OUT/timing.log" 2>&1
     a=(quantize --model $syn --qformat nvfp4_experts_only --kv_cache_qformat fp8
        --calib_data $syn/calib.jsonl --calib_size 64 --calib_min_tokens 1 --batch_size 8
        --device cuda --max_gpu_memory_gb 8)
     cat $syn/*.safetensors > /dev/null
-    for run in one np2; do
+    # one process; 2 ranks (exchange on the reader thread); 2 ranks with the exchange on the main
+    # thread; 4 ranks. All on the one GPU.
+    for run in one np2 np2_main np4; do
       [ "$(left)" -gt 20 ] || break
       rm -rf /tmp/syn_out_$run
       t0=$(date +%s%N)
-      if [ $run = one ]; then
-        STRATA_GPU_QUANTIZE=1 timeout $(left) strata "${a[@]}" --export_path /tmp/syn_out_$run > "$OUT/$run.out" 2>&1
-      else
-        STRATA_GPU_QUANTIZE=1 timeout $(left) mpirun --oversubscribe --bind-to none -np 2 -x STRATA_GPU_QUANTIZE \
-          strata "${a[@]}" --export_path /tmp/syn_out_$run > "$OUT/$run.out" 2>&1
-      fi
+      case $run in
+        one) STRATA_GPU_QUANTIZE=1 timeout $(left) strata "${a[@]}" --export_path /tmp/syn_out_$run > "$OUT/$run.out" 2>&1 ;;
+        *) n=${run:2:1}; ex=thread; [ $run = np2_main ] && ex=main
+           STRATA_GPU_QUANTIZE=1 STRATA_GPU_RANKS_EXCHANGE=$ex timeout $(left) mpirun --oversubscribe --bind-to none -np $n \
+             -x STRATA_GPU_QUANTIZE -x STRATA_GPU_RANKS_EXCHANGE strata "${a[@]}" --export_path /tmp/syn_out_$run > "$OUT/$run.out" 2>&1 ;;
+      esac
       echo "synthetic $run rc $? wall $((($(date +%s%N) - t0) / 1000000)) ms" >> "$OUT/timing.log"
       grep -E "GPU:|^ranks:|checkpoint bytes read" "$OUT/$run.out" >> "$OUT/timing.log"
+      [ $run = one ] || { diff -q <(cd /tmp/syn_out_one && find . -type f | sort | xargs sha256sum) \
+        <(cd /tmp/syn_out_$run && find . -type f | sort | xargs sha256sum) > /dev/null && echo "$run: identical to one" >> "$OUT/timing.log" || echo "$run: DIFFERS from one" >> "$OUT/timing.log"; }
     done
-    if [ -d /tmp/syn_out_np2 ] && [ -d /tmp/syn_out_one ]; then
-      (cd /tmp/syn_out_one && find . -type f | sort | xargs sha256sum) > /tmp/one.sums
-      (cd /tmp/syn_out_np2 && find . -type f | sort | xargs sha256sum) > /tmp/np2.sums
-      if diff -q /tmp/one.sums /tmp/np2.sums > /dev/null; then echo "synthetic: identical" >> "$OUT/timing.log"
-      else echo "synthetic: outputs differ" >> "$OUT/timing.log"
-        python3 tests/engine/compare_exports.py /tmp/syn_out_one /tmp/syn_out_np2 --rel 1 2>&1 | tail -5 >> "$OUT/timing.log"; fi
-    fi
   fi
 fi
 echo "== probe"; cat "$OUT/probe.log" | head -30
 echo "== failures"; grep -B2 -A25 "FAIL:" "$OUT/mpi_gpu.log" 2>/dev/null | head -60
-echo "== timing"; cat "$OUT/timing.log" 2>/dev/null | tail -14
+echo "== timing"; cat "$OUT/timing.log" 2>/dev/null | tail -30
 echo "== summary"; printf '%s\n' "${summary[@]}"
