@@ -14,7 +14,7 @@
 //
 // Ranks (engine/gpu_ranks.h): with GpuLoop::comm of several ranks, each runs its own
 // micro-batches on GPU local_rank mod devices; a layer is read once in total (each tensor by its
-// writer, then broadcast) and the statistics are combined over the ranks before the writer
+// writer, then broadcast, on the reader thread) and the statistics are combined over the ranks before the writer
 // thread gets them.
 //
 // Resume: the same manifest steps as the CPU path. A step whose hidden states live only on the
