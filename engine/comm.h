@@ -20,7 +20,7 @@ class Comm {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // Ranks on this host (they share its cores and GPUs) and this rank's index among them: in CUDA
-  // mode rank local_rank() uses GPU local_rank() (one rank per GPU).
+  // mode rank local_rank() uses GPU local_rank() mod the device count (engine/gpu_ranks.h).
   virtual int local_size() const { return 1; }
   virtual int local_rank() const { return 0; }
   // Element-wise, in place, over every rank.

@@ -36,7 +36,9 @@ class MpiComm final : public Comm {
  public:
   MpiComm() {
     int provided = 0;
-    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    // Multiple: GPU ranks' reader thread broadcasts layers over its own duplicate of the world
+    // (engine/gpu_ranks.h); every call on this communicator stays on the main thread.
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     MPI_Comm local;

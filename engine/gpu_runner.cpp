@@ -5,12 +5,15 @@
 #include <cstdlib>
 #include <future>
 #include <memory>
+#include <set>
 
 #include "calib/max_calib.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/gpu_memory.h"
 #include "core/log.h"
+#include "engine/gpu_ranks.h"
+#include "engine/parallel.h"
 #include "io/layer_reader.h"
 
 #if STRATA_WITH_CUDA
@@ -64,7 +67,8 @@ struct Pending {
 // the CPU exporter only adds the activation scales and writes.
 PrecomputedWeights quantize_on_device(const QuantPlan& plan, int64_t l, const LayerBlob& blob,
                                       const uint8_t* dev, gpu::DeviceBudget& budget,
-                                      strata::cuda::Stream& qs) {
+                                      strata::cuda::Stream& qs,
+                                      const std::function<bool(const std::string&)>& mine) {
   namespace qc = strata::quant::cuda;
   PrecomputedWeights out;
   gpu::DeviceBuffer slot(budget, 4, "a weight amax");
@@ -93,7 +97,7 @@ PrecomputedWeights quantize_on_device(const QuantPlan& plan, int64_t l, const La
     if (m.layer == l) layer.push_back(&m);
   std::map<std::string, float> group_amax;
   for (const PlannedModule* m : layer) {
-    if (m->format == QFormat::kNone) continue;
+    if (m->format == QFormat::kNone || !mine(m->module + ".weight")) continue;
     const LayerBlob::Item& it = weight(m->module);
     const void* w = dev + it.offset;
     const int64_t rows = m->shape[0], cols = m->shape[1];
@@ -150,7 +154,19 @@ void run_layers_gpu(GpuLoop& loop) {
                "cpu");
   const int64_t L = loop.plan.num_layers, H = loop.config.hidden_size;
   ActivationStore& store = loop.store;
-  gpu::DeviceBudget budget(loop.max_gpu_memory_bytes);
+  // Ranks (engine/gpu_ranks.h): this rank's GPU; ranks sharing one split its memory by default.
+  Comm* comm = loop.comm && loop.comm->size() > 1 ? loop.comm : nullptr;
+  const int device = comm ? gpu_rank_device(*comm, cuda_device_count()) : 0;
+  set_cuda_device(device);
+  uint64_t gpu_limit = loop.max_gpu_memory_bytes;
+  if (comm && gpu_limit == 0)
+    gpu_limit = gpu::cuda_memory_info().free / 20 * 19 /
+                static_cast<uint64_t>(gpu_rank_sharers(*comm, cuda_device_count()));
+  // The reader thread's own communicator, so that layer l+1's exchange overlaps layer l.
+  std::unique_ptr<ThreadChannel> channel = comm ? make_thread_channel(*comm) : nullptr;
+  // The store's index of loop.batches[b].
+  auto sid = [&](size_t b) { return loop.store_ids.empty() ? b : loop.store_ids[b]; };
+  gpu::DeviceBudget budget(gpu_limit);
   gpu::Stream compute, copy;
   gpu::GpuForwardOptions fo;
   fo.gemm_bf16 = loop.gemm_bf16;
@@ -159,9 +175,18 @@ void run_layers_gpu(GpuLoop& loop) {
 
   // Every layer's read plan (headers only), and the largest buffers they need.
   std::vector<LayerBlob> blobs(static_cast<size_t>(L));
+  std::vector<BlobShare> shares(static_cast<size_t>(L));
   uint64_t max_blob = 0, max_conv = 0;
   for (int64_t l = loop.first_layer; l < L; ++l) {
     blobs[l] = reader.plan(f.layer_tensors(l));
+    if (comm) {
+      // Each tensor read by the rank that writes it (rank 0 for one no step names).
+      std::set<std::string> sources(loop.exporter.step_sources(l + 1).begin(),
+                                    loop.exporter.step_sources(l + 1).end());
+      shares[l] = plan_share(loop.ckpt, blobs[l], [&](const std::string& n) {
+        return sources.count(n) ? loop.exporter.owner_of(n) : 0;
+      });
+    }
     max_blob = std::max(max_blob, blobs[l].bytes);
     max_conv = std::max(max_conv, f.converted_bytes(l, blobs[l]));
   }
@@ -264,7 +289,7 @@ void run_layers_gpu(GpuLoop& loop) {
   }
   if (tier == Tier::kPinned) hstore.reserve(store_bytes);
   stage.reserve(tier == Tier::kFile ? chunk_bf16 : static_cast<uint64_t>(largest * H) * 2);
-  log_info("GPU: ", cuda_device_description(0), ", budget ", gib(budget.limit()),
+  log_info("GPU: ", cuda_device_description(device), ", budget ", gib(budget.limit()),
            "; hidden states (", gib(store_bytes), ") ",
            tier == Tier::kDevice   ? "resident on the device"
            : tier == Tier::kPinned ? "in pinned host memory"
@@ -291,11 +316,11 @@ void run_layers_gpu(GpuLoop& loop) {
   // The store's current inputs into the device or pinned tier.
   if (tier != Tier::kFile) {
     for (size_t b = 0; b < loop.batches.size(); ++b) {
-      const uint64_t n = store.batch_bytes(b);
+      const uint64_t n = store.batch_bytes(sid(b));
       if (tier == Tier::kPinned) {
-        store.read_raw(b, host_at(token0[b]));
+        store.read_raw(sid(b), host_at(token0[b]));
       } else {
-        store.read_raw(b, stage.data());
+        store.read_raw(sid(b), stage.data());
         compute.copy_to_device(dev_at(token0[b]), stage.data(), n);
         compute.synchronize();
       }
@@ -306,11 +331,11 @@ void run_layers_gpu(GpuLoop& loop) {
     store.begin(next);
     for (size_t b = 0; b < loop.batches.size(); ++b) {
       if (tier == Tier::kPinned) {
-        store.write_raw(b, host_at(token0[b]));
+        store.write_raw(sid(b), host_at(token0[b]));
       } else {
-        compute.copy_to_host(stage.data(), dev_at(token0[b]), store.batch_bytes(b));
+        compute.copy_to_host(stage.data(), dev_at(token0[b]), store.batch_bytes(sid(b)));
         compute.synchronize();
-        store.write_raw(b, stage.data());
+        store.write_raw(sid(b), stage.data());
       }
     }
   };
@@ -320,7 +345,18 @@ void run_layers_gpu(GpuLoop& loop) {
   auto fetch = [&](int64_t l) {
     return std::async(std::launch::async, [&, l]() {
       const int i = static_cast<int>(l % 2);
+      if (comm) {  // this rank's share, then every rank's over the channel, then the copy
+        read_share(loop.ckpt, shares[l], comm->rank(), host_weights[i].data());
+        if (!channel) return;  // the exchange and the copy follow on the main thread
+        set_cuda_device(device);
+        exchange_share(*channel, shares[l], host_weights[i].data());
+        copy.copy_to_device(weights[i].data(), host_weights[i].data(), blobs[l].bytes);
+        copy.synchronize();
+        return;
+      }
       reader.read(blobs[l], host_weights[i].data());
+      for (const auto& [n, item] : blobs[l].items)
+        (void)loop.ckpt.tensor(n);  // read by this process (Checkpoint::bytes_read)
       copy.copy_to_device(weights[i].data(), host_weights[i].data(), blobs[l].bytes);
       copy.synchronize();
     });
@@ -342,14 +378,21 @@ void run_layers_gpu(GpuLoop& loop) {
   const char* dq_hook = std::getenv("STRATA_GPU_QUANTIZE");
   const bool device_quantize = dq_hook && std::string(dq_hook) == "1";
   std::unique_ptr<strata::cuda::Stream> qs;
-  if (device_quantize) qs = std::make_unique<strata::cuda::Stream>();
+  if (device_quantize) qs = std::make_unique<strata::cuda::Stream>(device);
   gpu::Event in_ready[2], out_ready[2], io_free[2];
   uint64_t since_durable = 0;
   double t_wait = 0, t_compute = 0;
   for (int64_t l = loop.first_layer; l < L; ++l) {
     const bool last = l + 1 == L;
     auto t0 = std::chrono::steady_clock::now();
+    if (comm) test_fail_hook(*comm, l);
     prefetch.get();
+    if (comm && !channel) {  // every rank's share into every rank's buffer, then onto the GPU
+      const int i = static_cast<int>(l % 2);
+      exchange_share(*comm, shares[l], host_weights[i].data());
+      copy.copy_to_device(weights[i].data(), host_weights[i].data(), blobs[l].bytes);
+      copy.synchronize();
+    }
     auto t1 = std::chrono::steady_clock::now();
     t_wait += std::chrono::duration<double>(t1 - t0).count();
     f.set_layer(l, blobs[l], weights[l % 2].data());
@@ -357,7 +400,8 @@ void run_layers_gpu(GpuLoop& loop) {
     compute.synchronize();
     if (!last) prefetch = fetch(l + 1);
     since_durable += loop.exporter.source_bytes(l + 1);
-    const bool durable = last || tier == Tier::kFile || since_durable >= kResumeEvery * store_bytes;
+    bool durable = last || tier == Tier::kFile || since_durable >= kResumeEvery * store_bytes;
+    if (comm) durable = any_rank(*comm, durable);  // ranks commit the same steps
     float* xf = x.as<float>();
     if (tier == Tier::kFile && !last) store.begin(l + 2);
     // kPinned: chunk i+1 is copied in (h2d) and chunk i-1 out (d2h) while chunk i computes.
@@ -394,7 +438,7 @@ void run_layers_gpu(GpuLoop& loop) {
         io_free[j].record(d2h);
       } else {
         for (size_t b = c.first; b < c.last; ++b)
-          store.read_raw(b, stage.data() + (token0[b] - c.token0) * H * 2);
+          store.read_raw(sid(b), stage.data() + (token0[b] - c.token0) * H * 2);
         compute.copy_to_device(io[0].data(), stage.data(), static_cast<uint64_t>(n) * 2);
         compute.synchronize();  // the next chunk reuses `stage`
         gpu::bf16_to_f32(io[0].as<uint16_t>(), xf, n, compute.handle());
@@ -404,7 +448,7 @@ void run_layers_gpu(GpuLoop& loop) {
           compute.copy_to_host(stage.data(), io[0].data(), static_cast<uint64_t>(n) * 2);
           compute.synchronize();
           for (size_t b = c.first; b < c.last; ++b)
-            store.write_raw(b, stage.data() + (token0[b] - c.token0) * H * 2);
+            store.write_raw(sid(b), stage.data() + (token0[b] - c.token0) * H * 2);
         }
       }
     }
@@ -412,6 +456,7 @@ void run_layers_gpu(GpuLoop& loop) {
     auto calib = std::make_unique<MaxCalibrator>();
     for (const gpu::AmaxStat& s : f.take_stats())
       calib->record(s.name, s.amax, s.rows);
+    if (comm) allreduce_calibration(*comm, *calib);  // one process's statistics on every rank
     t_compute += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     std::string hidden, old_input;
     if (durable) {
@@ -433,7 +478,10 @@ void run_layers_gpu(GpuLoop& loop) {
     pending.old_input = old_input;
     if (device_quantize) {
       pending.weights = std::make_unique<PrecomputedWeights>(
-          quantize_on_device(loop.plan, l, blobs[l], weights[l % 2].as<uint8_t>(), budget, *qs));
+          quantize_on_device(loop.plan, l, blobs[l], weights[l % 2].as<uint8_t>(), budget, *qs,
+                             [&](const std::string& n) {
+                               return !comm || loop.exporter.owner_of(n) == comm->rank();
+                             }));
     }
     const MaxCalibrator* cp = pending.calib.get();
     const PrecomputedWeights* pw = pending.weights.get();

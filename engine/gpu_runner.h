@@ -12,6 +12,11 @@
 // --offload_folder under --max_cpu_memory_gb, exactly as on the CPU path) and each chunk is
 // copied in and out. A chunk is as many consecutive micro-batches as the working set allows.
 //
+// Ranks (engine/gpu_ranks.h): with GpuLoop::comm of several ranks, each runs its own
+// micro-batches on GPU local_rank mod devices; a layer is read once in total (each tensor by its
+// writer, then broadcast, on the reader thread) and the statistics are combined over the ranks before the writer
+// thread gets them.
+//
 // Resume: the same manifest steps as the CPU path. A step whose hidden states live only on the
 // device (or only in memory) is recorded once it is durable: the hidden states are written to
 // the resume folder when the checkpoint bytes read since the last record reach kResumeEvery
@@ -25,6 +30,7 @@
 #include <vector>
 
 #include "engine/activation_store.h"
+#include "engine/comm.h"
 #include "engine/plan.h"
 #include "export/modelopt.h"
 #include "io/checkpoint.h"
@@ -48,6 +54,10 @@ struct GpuLoop {
   // Records step `next` as done (CPU path's commit): hidden = the file holding its inputs.
   std::function<void(int64_t next, const std::string& hidden, const std::string& old_input)> commit;
   std::function<void(const LayerReport&)> layer_done;
+  // Ranks (engine/gpu_ranks.h): null or one rank, the single process. With several, `batches`
+  // are this rank's micro-batches, store_ids[i] the store's index of batches[i].
+  Comm* comm = nullptr;
+  std::vector<size_t> store_ids;
 };
 
 inline constexpr uint64_t kResumeEvery = 4;

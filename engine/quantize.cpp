@@ -341,7 +341,6 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     std::string why = gpu_unsupported(config, ckpt);
     if (why.empty() && comm.size() > 1 && job.expert_parallel)
       why = "expert parallelism runs on CPU ranks (docs/SCALEOUT.md)";
-    if (why.empty() && comm.size() > 1) why = "ranks on GPUs are not wired yet (docs/SCALEOUT.md)";
     STRATA_CHECK(why.empty() || !job.device_explicit, "--device cuda: ", why, "; use --device cpu");
     if (!why.empty() && lead) log_warn("calibrating on the CPU: ", why);
     on_gpu = why.empty();
@@ -583,11 +582,19 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   };
   if (on_gpu && first_layer < plan.num_layers) {
     const char* gemm = std::getenv("STRATA_GPU_GEMM");  // test hook: "fp32" for fp32 GEMMs
+    // With ranks, each runs its own micro-batches on its GPU (engine/gpu_ranks.h).
+    std::vector<Batch> mine;
+    std::vector<size_t> mine_ids;
+    for (size_t b = 0; comm.size() > 1 && b < batches.size(); ++b) {
+      if (!store->owns(b)) continue;
+      mine.push_back(batches[b]);
+      mine_ids.push_back(b);
+    }
     GpuLoop loop{config,
                  ckpt,
                  plan,
                  *store,
-                 batches,
+                 comm.size() > 1 ? mine : batches,
                  exporter,
                  first_layer,
                  job.max_gpu_memory_bytes,
@@ -599,7 +606,9 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
                    result.layers.push_back(r);
                    progress.step(str("layer ", r.layer, ", wrote ",
                                      human_bytes(static_cast<double>(exporter.bytes_written()))));
-                 }};
+                 },
+                 &comm,
+                 mine_ids};
     run_layers_gpu(loop);
   }
   if (result.calibrated && !on_gpu && first_layer < plan.num_layers) prefetch = fetch(first_layer);

@@ -2,7 +2,11 @@
 # Builds strata for the GPU machine here and packs it into .xfer/bundle/ of the repository this
 # script lives in (any worktree), so a `run` call can carry it instead of building there.
 #
-#   bash scripts/device_bundle.sh [-j N]
+#   bash scripts/device_bundle.sh [-j N] [--mpi]
+#
+# --mpi: built with MPI (GPU ranks under mpirun, docs/SCALEOUT.md), libmpi linked dynamically:
+# Open MPI's libraries (libmpi.so.40 and what it loads) come from the GPU machine, whose mpirun
+# must be Open MPI 4.x or 5.x (the same libmpi.so.40 ABI). run.sh finds them beside its mpirun.
 #
 # The build: Release, CUDA on (sm_90), tests and benches on, with STRATA_STATIC_DEPS=ON (and no MPI: one GPU, one process) so
 # yaml-cpp, PCRE2, ICU, OpenBLAS and the C++ runtime are linked from their static archives; the
@@ -22,10 +26,12 @@
 set -euo pipefail
 
 jobs=2
+mpi=OFF
 while [ $# -gt 0 ]; do
   case "$1" in
     -j) jobs="$2"; shift 2 ;;
     -j*) jobs="${1#-j}"; shift ;;
+    --mpi) mpi=ON; shift ;;
     -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "device_bundle: unknown argument $1 (use -j N)" >&2; exit 2 ;;
   esac
@@ -54,12 +60,16 @@ if git -C "$root" rev-parse --git-dir >/dev/null 2>&1 && ! git -C "$root" check-
   echo "/.xfer/" >>"$(git -C "$root" rev-parse --git-common-dir)/info/exclude"
 fi
 
+# --mpi: only the libraries a binary uses are recorded (libmpi, not the C++ bindings' libmpi_cxx,
+# which Open MPI 5 no longer ships).
+mpi_flags=()
+[ "$mpi" = ON ] && mpi_flags=(-DCMAKE_EXE_LINKER_FLAGS=-Wl,--as-needed)
 echo "== configure ($root, build in $build_real)"
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 (cd "$fixed/src" && cmake -S "$fixed/src" -B "$fixed/build" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DSTRATA_TESTS=ON -DSTRATA_BENCH=ON -DSTRATA_STATIC_DEPS=ON -DSTRATA_MPI=OFF "${launcher[@]}" >"$build_real/configure.log") ||
+  -DSTRATA_TESTS=ON -DSTRATA_BENCH=ON -DSTRATA_STATIC_DEPS=ON -DSTRATA_MPI=$mpi "${mpi_flags[@]}" "${launcher[@]}" >"$build_real/configure.log") ||
   { tail -30 "$build_real/configure.log"; exit 1; }
 grep -q "^CMAKE_HOME_DIRECTORY:INTERNAL=$fixed/src$" "$build_real/CMakeCache.txt" ||
   { echo "device_bundle: CMake resolved the source path; tests would carry this machine's paths" >&2; exit 1; }
@@ -75,6 +85,8 @@ mapfile -t exes < <(cd "$build_real" && { echo bin/strata; echo bin/make_synthet
 
 echo "== shared libraries (allowed: glibc, libgomp, CUDA runtime/cuBLAS, NCCL, MPI, libgcc_s and libstdc++ (NCCL brings them; Ubuntu 24.04 has newer ones))"
 allowed='^(linux-vdso\.so|/lib64/ld-linux-x86-64\.so|ld-linux-x86-64\.so|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libgomp\.so|libcudart\.so|libcublas\.so|libcublasLt\.so|libnccl\.so|libmpi\.so|libmpi_cxx\.so|libgcc_s\.so|libstdc\+\+\.so)'
+# With --mpi, Open MPI's libraries and theirs (hwloc, libevent, PMIx, ...).
+[ "$mpi" = ON ] && allowed="${allowed%)}|libopen-rte\.so|libopen-pal\.so|libhwloc\.so|libevent.*\.so|libpmix\.so|libz\.so|libudev\.so|libltdl\.so|libfabric\.so|libucp\.so|libucs\.so|libucm\.so|libuct\.so|libibverbs\.so|librdmacm\.so|libnl-.*\.so|libcap\.so|libmunge\.so|libpsm.*\.so|libefa\.so|libatomic\.so|libnuma\.so|libgfortran\.so|libquadmath\.so|libcrypto\.so|libssl\.so)"
 bad=0
 declare -A seen=()
 for e in "${exes[@]}"; do
@@ -115,6 +127,7 @@ mkdir -p "$bundle"
 tar -C "$stage" -cf - . | xz -T1 --lzma2=preset=3,dict=192MiB >"$bundle/payload.tar.xz"
 {
   echo "commit $(git -C "$root" rev-parse HEAD 2>/dev/null)$(git -C "$root" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "mpi $mpi"
   echo "built $(date -u +%FT%TZ) on $(uname -n), $(g++ --version | head -1), $(nvcc --version | tail -1)"
   echo "source path $fixed/src, build path $fixed/build"
   echo "executables: ${exes[*]}"

@@ -41,6 +41,14 @@ fi
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib; do
   [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
 done
+# A bundle built with --mpi loads libmpi.so.40 from that machine: the library folder of the Open MPI
+# its mpirun belongs to, unless the loader already finds it.
+if ldd "$fixed/build/bin/strata" | grep -q "libmpi.*not found" && command -v mpirun >/dev/null; then
+  prefix=$(dirname "$(dirname "$(readlink -f "$(command -v mpirun)")")")
+  for d in "$prefix/lib" "$prefix/lib64" "$prefix/lib/x86_64-linux-gnu"; do
+    [ -e "$d/libmpi.so.40" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+  done
+fi
 if ldd "$fixed/build/bin/strata" | grep -q "not found"; then
   for d in $(python3 -c 'import nvidia, os; [print(os.path.join(p, s, "lib")) for p in nvidia.__path__ for s in os.listdir(p)]' 2>/dev/null); do
     [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"

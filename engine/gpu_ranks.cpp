@@ -1,0 +1,191 @@
+#include "engine/gpu_ranks.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+
+#if STRATA_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace strata {
+
+int gpu_rank_device(const Comm& comm, int devices) {
+  STRATA_ASSERT(devices > 0, "no CUDA device");
+  return comm.local_rank() % devices;
+}
+
+int gpu_rank_sharers(const Comm& comm, int devices) {
+  STRATA_ASSERT(devices > 0, "no CUDA device");
+  const int mine = gpu_rank_device(comm, devices);
+  int n = 0;
+  for (int r = 0; r < comm.local_size(); ++r)
+    n += r % devices == mine ? 1 : 0;
+  return std::max(n, 1);
+}
+
+void set_cuda_device(int device) {
+#if STRATA_WITH_CUDA
+  const cudaError_t e = cudaSetDevice(device);
+  STRATA_CHECK(e == cudaSuccess, "--device cuda: cannot use GPU ", device, ": ",
+               cudaGetErrorString(e), "; check CUDA_VISIBLE_DEVICES");
+#else
+  (void)device;
+#endif
+}
+
+BlobShare plan_share(const Checkpoint& ckpt, const LayerBlob& blob,
+                     const std::function<int(const std::string&)>& reader) {
+  struct Item {
+    const std::string* name;
+    uint64_t buffer_offset, bytes, file_offset;
+    const std::string* path;
+  };
+  std::vector<Item> items;
+  items.reserve(blob.items.size());
+  for (const auto& [name, it] : blob.items) {
+    const SafetensorsFile& f = ckpt.shard_of(name);
+    items.push_back(
+        {&name, it.offset, it.bytes, f.header().data_offset + ckpt.entry(name).begin, &f.path()});
+  }
+  std::sort(items.begin(), items.end(),
+            [](const Item& a, const Item& b) { return a.buffer_offset < b.buffer_offset; });
+  BlobShare share;
+  for (const Item& it : items) {
+    const int r = reader(*it.name);
+    if (!share.runs.empty()) {
+      BlobShare::Run& run = share.runs.back();
+      const uint64_t end = run.buffer_offset + run.length;
+      // Same reader, same shard, the same buffer-to-file shift (one range of the blob), and a
+      // gap no larger than the reader would read anyway.
+      if (run.reader == r && run.path == *it.path && it.buffer_offset >= end &&
+          it.buffer_offset - end <= LayerReader::kMergeGapBytes &&
+          it.file_offset >= run.file_offset &&
+          it.file_offset - run.file_offset == it.buffer_offset - run.buffer_offset) {
+        run.length = it.buffer_offset + it.bytes - run.buffer_offset;
+        run.items.push_back(*it.name);
+        continue;
+      }
+    }
+    share.runs.push_back({r, *it.path, it.file_offset, it.buffer_offset, it.bytes, {*it.name}});
+  }
+  return share;
+}
+
+uint64_t read_share(const Checkpoint& ckpt, const BlobShare& share, int rank, uint8_t* dst,
+                    int threads) {
+  struct Chunk {
+    size_t run;
+    uint64_t offset, length;  // within the run
+  };
+  std::vector<Chunk> chunks;
+  std::map<std::string, int> fds;
+  auto close_all = [&]() {
+    for (auto& [p, fd] : fds)
+      ::close(fd);
+  };
+  uint64_t total = 0;
+  for (size_t r = 0; r < share.runs.size(); ++r) {
+    const BlobShare::Run& run = share.runs[r];
+    if (run.reader != rank) continue;
+    if (!fds.count(run.path)) {
+      const int fd = ::open(run.path.c_str(), O_RDONLY);
+      if (fd < 0) {
+        const int err = errno;
+        close_all();
+        fail(run.path, ": cannot open for reading: ", std::strerror(err));
+      }
+      fds[run.path] = fd;
+    }
+    for (uint64_t o = 0; o < run.length; o += LayerReader::kReadChunkBytes)
+      chunks.push_back({r, o, std::min(LayerReader::kReadChunkBytes, run.length - o)});
+    total += run.length;
+  }
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::string error;
+  auto work = [&]() {
+    for (size_t c = next++; c < chunks.size(); c = next++) {
+      const Chunk& k = chunks[c];
+      const BlobShare::Run& run = share.runs[k.run];
+      const int fd = fds.at(run.path);
+      uint64_t done = 0;
+      while (done < k.length) {
+        const ssize_t n = ::pread(fd, dst + run.buffer_offset + k.offset + done, k.length - done,
+                                  static_cast<off_t>(run.file_offset + k.offset + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (error.empty())
+            error = str(run.path, ": read of ", k.length, " bytes at offset ",
+                        run.file_offset + k.offset,
+                        " failed: ", n < 0 ? std::strerror(errno) : "the file ends early");
+          return;
+        }
+        done += static_cast<uint64_t>(n);
+      }
+    }
+  };
+  const int n_threads = static_cast<int>(std::min<size_t>(std::max(threads, 1), chunks.size()));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < n_threads; ++t)
+    pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool)
+    t.join();
+  close_all();
+  STRATA_CHECK(error.empty(), error);
+  // What this process took from the files (Checkpoint::bytes_read counts each tensor once per
+  // process): tensor() marks it; the view itself is not touched.
+  for (const BlobShare::Run& run : share.runs) {
+    if (run.reader != rank) continue;
+    for (const std::string& n : run.items)
+      (void)ckpt.tensor(n);
+  }
+  return total;
+}
+
+void exchange_share(Comm& comm, const BlobShare& share, uint8_t* dst) {
+  if (comm.size() == 1) return;
+  for (const BlobShare::Run& run : share.runs)
+    comm.broadcast(dst + run.buffer_offset, run.length, run.reader);
+}
+
+void exchange_share(ThreadChannel& channel, const BlobShare& share, uint8_t* dst) {
+  for (const BlobShare::Run& run : share.runs)
+    channel.broadcast(dst + run.buffer_offset, run.length, run.reader);
+}
+
+#ifdef STRATA_HAVE_MPI
+// engine/gpu_ranks_mpi.cpp.
+std::unique_ptr<ThreadChannel> make_mpi_thread_channel(Comm& comm);
+#endif
+
+std::unique_ptr<ThreadChannel> make_thread_channel(Comm& comm) {
+  if (comm.size() == 1) return nullptr;
+  const char* hook = std::getenv("STRATA_GPU_RANKS_EXCHANGE");
+  if (hook && std::string(hook) == "main") return nullptr;
+#ifdef STRATA_HAVE_MPI
+  return make_mpi_thread_channel(comm);
+#else
+  return nullptr;
+#endif
+}
+
+bool any_rank(Comm& comm, bool v) {
+  uint64_t n = v ? 1 : 0;
+  comm.allreduce_sum(&n, 1);
+  return n > 0;
+}
+
+}  // namespace strata
