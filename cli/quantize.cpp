@@ -212,6 +212,8 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     }
   }
   std::printf("wrote %zu files\n", r.files.size());
+  // Wall time per phase (engine/run_times.h): where a slow run spent it.
+  std::fputs(r.times.describe().c_str(), stdout);
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   const double to_mib = 1.0 / (1024.0 * 1024.0);

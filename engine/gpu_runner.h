@@ -26,6 +26,7 @@
 
 #include "engine/activation_store.h"
 #include "engine/plan.h"
+#include "engine/run_times.h"
 #include "export/modelopt.h"
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
@@ -48,9 +49,13 @@ struct GpuLoop {
   // Records step `next` as done (CPU path's commit): hidden = the file holding its inputs.
   std::function<void(int64_t next, const std::string& hidden, const std::string& old_input)> commit;
   std::function<void(const LayerReport&)> layer_done;
+  RunTimes* times = nullptr;  // the loop's parts and device_setup are added here
 };
 
-inline constexpr uint64_t kResumeEvery = 4;
+// A step's hidden states are made durable once the checkpoint bytes read since the last durable
+// step reach kResumeEvery times their size: writing them costs at most 1/kResumeEvery of the
+// reading, and a kill costs at most kResumeEvery times their size of reading again.
+inline constexpr uint64_t kResumeEvery = 8;
 
 // "" when the GPU path can run this model; else why not.
 std::string gpu_unsupported(const ModelConfig& config, const Checkpoint& ckpt);

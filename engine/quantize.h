@@ -20,6 +20,7 @@
 #include "calib/dataset.h"
 #include "engine/comm.h"
 #include "engine/plan.h"
+#include "engine/run_times.h"
 #include "export/modelopt.h"
 
 namespace strata {
@@ -99,6 +100,7 @@ struct QuantizeResult {
   // Checkpoint tensor bytes this rank read from the files (every tensor when single-process;
   // with ranks each tensor is read by one rank, so the ranks' sum is one read of the checkpoint).
   uint64_t bytes_read = 0;
+  RunTimes times;  // wall time per phase (engine/run_times.h)
 };
 
 // Everything `--dry-run` prints: formats per kind, which rule decided, estimated output size and
