@@ -249,6 +249,7 @@ void run_layers_gpu(GpuLoop& loop) {
     max_blob = std::max(max_blob, blobs[l].bytes);
     max_conv = std::max(max_conv, f.converted_bytes(l, blobs[l]));
   }
+  const LayerBlob tail = reader.plan(loop.exporter.step_sources(L + 1));
   // Tokens: micro-batches back to back.
   std::vector<int64_t> token0(loop.batches.size() + 1, 0);
   for (size_t b = 0; b < loop.batches.size(); ++b)
@@ -459,7 +460,14 @@ void run_layers_gpu(GpuLoop& loop) {
     // The next layer's buffer was last read by layer l-1 (forward and quantization), which
     // have finished.
     compute.synchronize();
-    if (!last) prefetch = fetch(l + 1);
+    if (!last) {
+      prefetch = fetch(l + 1);
+    } else if (tail.bytes > 0 && tail.bytes <= max_blob) {
+      // The tensors after the layers (lm_head, final norm) read into the page cache while the
+      // last layer computes, so that the exporter's tail step finds them there.
+      prefetch =
+          std::async(std::launch::async, [&]() { reader.read(tail, host_weights[L % 2].data()); });
+    }
     since_durable += loop.exporter.source_bytes(l + 1);
     const bool durable = last || tier == Tier::kFile || since_durable >= kResumeEvery * store_bytes;
     float* xf = x.as<float>();
@@ -557,6 +565,7 @@ void run_layers_gpu(GpuLoop& loop) {
     });
   }
   finish_pending();
+  if (prefetch.valid()) prefetch.get();
   times.layers += loop_timer.lap(nullptr);
   log_info("GPU: peak device memory ", gib(budget.peak()), " of ", gib(budget.limit()), "; waited ",
            str(times.read_wait).substr(0, 6), " s for weights, ", str(times.compute).substr(0, 6),
