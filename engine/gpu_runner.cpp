@@ -28,6 +28,19 @@
 
 namespace strata {
 
+std::unique_ptr<PageWarmer> gpu_warm_start(const Checkpoint& ckpt, const ModeloptExporter& exporter,
+                                           int64_t first_layer, int64_t num_layers) {
+  LayerReader reader(ckpt);
+  std::vector<LayerBlob> blobs;
+  uint64_t bytes = 0;
+  for (int64_t l = std::max<int64_t>(first_layer, 0); l < num_layers && bytes < kWarmBytes; ++l) {
+    blobs.push_back(reader.plan(exporter.step_sources(l + 1)));
+    bytes += blobs.back().bytes;
+  }
+  if (blobs.empty()) return nullptr;
+  return std::make_unique<PageWarmer>(std::move(blobs), kWarmBytes);
+}
+
 #if !STRATA_WITH_CUDA
 
 std::string gpu_unsupported(const ModelConfig&, const Checkpoint&) {
@@ -232,6 +245,7 @@ void run_layers_gpu(GpuLoop& loop) {
   RunTimes unused_times;
   RunTimes& times = loop.times ? *loop.times : unused_times;
   PhaseTimer setup;
+  double setup_parts[4] = {0, 0, 0, 0};  // device and forward, plans, buffers, hidden states in
   const int64_t L = loop.plan.num_layers, H = loop.config.hidden_size;
   ActivationStore& store = loop.store;
   gpu::DeviceBudget budget(loop.max_gpu_memory_bytes);
@@ -239,6 +253,7 @@ void run_layers_gpu(GpuLoop& loop) {
   gpu::GpuForwardOptions fo;
   fo.gemm_bf16 = loop.gemm_bf16;
   gpu::GpuForward f(loop.config, loop.ckpt, budget, compute, fo);
+  setup_parts[0] = setup.lap(&times.device_setup);
   LayerReader reader(loop.ckpt);
 
   // Every layer's read plan (headers only), and the largest buffers they need.
@@ -318,6 +333,7 @@ void run_layers_gpu(GpuLoop& loop) {
   for (const Chunk& c : chunks)
     chunk_max = std::max(chunk_max, c.tokens);
 
+  setup_parts[1] = setup.lap(&times.device_setup);
   // Device allocations.
   gpu::DeviceBuffer weights[2] = {gpu::DeviceBuffer(budget, max_blob, "a layer's weights"),
                                   gpu::DeviceBuffer(budget, max_blob, "the next layer's weights")};
@@ -356,6 +372,7 @@ void run_layers_gpu(GpuLoop& loop) {
   }
   if (tier == Tier::kPinned) hstore.reserve(store_bytes);
   stage.reserve(tier == Tier::kFile ? chunk_bf16 : static_cast<uint64_t>(largest * H) * 2);
+  setup_parts[2] = setup.lap(&times.device_setup);
   log_info("GPU: ", cuda_device_description(0), ", budget ", gib(budget.limit()),
            "; hidden states (", gib(store_bytes), ") ",
            tier == Tier::kDevice   ? "resident on the device"
@@ -395,6 +412,10 @@ void run_layers_gpu(GpuLoop& loop) {
     }
   }
   // A durable step off the file tier: the outputs go to the store's next file.
+  setup_parts[3] = setup.lap(&times.device_setup);
+  log_info("GPU setup: device and forward ", str(setup_parts[0]).substr(0, 5), " s, plans ",
+           str(setup_parts[1]).substr(0, 5), " s, buffers ", str(setup_parts[2]).substr(0, 5),
+           " s, hidden states in ", str(setup_parts[3]).substr(0, 5), " s");
   auto write_store = [&](int64_t next) {
     store.begin(next);
     for (size_t b = 0; b < loop.batches.size(); ++b) {

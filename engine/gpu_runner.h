@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@
 #include "export/modelopt.h"
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
+#include "io/layer_reader.h"
 #include "model/forward.h"
 
 namespace strata {
@@ -59,6 +61,12 @@ inline constexpr uint64_t kResumeEvery = 8;
 
 // "" when the GPU path can run this model; else why not.
 std::string gpu_unsupported(const ModelConfig& config, const Checkpoint& ckpt);
+// Starts reading layers [first_layer, ...)'s tensors into the page cache in the background, up to
+// kWarmBytes (io/layer_reader.h PageWarmer), so that the disk works while the run starts up; the
+// caller keeps it until the run ends. nullptr when there is nothing to read.
+inline constexpr uint64_t kWarmBytes = 8ull << 30;
+std::unique_ptr<PageWarmer> gpu_warm_start(const Checkpoint& ckpt, const ModeloptExporter& exporter,
+                                           int64_t first_layer, int64_t num_layers);
 // Runs layers [first_layer, num_layers). Throws strata::Error without CUDA.
 void run_layers_gpu(GpuLoop& loop);
 

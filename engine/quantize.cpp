@@ -445,6 +445,10 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   if (comm.size() > 1) check_same_step(comm, state.next_step);
   result.resumed_at_step = state.next_step;
   result.layers = state.layers;
+  // GPU path: the first layers' weights are read into the page cache while the run starts up.
+  std::unique_ptr<PageWarmer> warm;
+  if (on_gpu && state.next_step <= plan.num_layers)
+    warm = gpu_warm_start(ckpt, exporter, state.next_step - 1, plan.num_layers);
   if (state.next_step > 0) {
     log_info("resuming at ",
              state.next_step <= plan.num_layers

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -147,6 +149,62 @@ void LayerReader::read(const LayerBlob& blob, uint8_t* dst) const {
     t.join();
   close_all();
   STRATA_CHECK(error.empty(), error);
+}
+
+struct PageWarmer::Impl {
+  std::vector<std::thread> pool;
+  std::atomic<bool> stop{false};
+};
+
+PageWarmer::PageWarmer(std::vector<LayerBlob> blobs, uint64_t max_bytes, int threads)
+    : impl_(std::make_unique<Impl>()) {
+  // Every range's chunks in blob order, up to max_bytes.
+  struct Piece {
+    std::string path;
+    uint64_t offset, length;
+  };
+  auto pieces = std::make_shared<std::vector<Piece>>();
+  uint64_t total = 0;
+  for (const LayerBlob& b : blobs) {
+    for (const LayerBlob::Range& r : b.ranges) {
+      for (uint64_t o = 0; o < r.length && total < max_bytes; o += LayerReader::kReadChunkBytes) {
+        const uint64_t n = std::min(LayerReader::kReadChunkBytes, r.length - o);
+        pieces->push_back({r.path, r.file_offset + o, n});
+        total += n;
+      }
+    }
+  }
+  auto next = std::make_shared<std::atomic<size_t>>(0);
+  for (int t = 0; t < std::max(threads, 1); ++t) {
+    impl_->pool.emplace_back([this, pieces, next]() {
+      std::vector<uint8_t> buf(LayerReader::kReadChunkBytes);
+      std::map<std::string, int> fds;
+      for (size_t i = (*next)++; i < pieces->size() && !impl_->stop.load(); i = (*next)++) {
+        const Piece& p = (*pieces)[i];
+        auto it = fds.find(p.path);
+        if (it == fds.end()) it = fds.emplace(p.path, ::open(p.path.c_str(), O_RDONLY)).first;
+        if (it->second < 0) break;
+        uint64_t got = 0;
+        while (got < p.length && !impl_->stop.load()) {
+          const ssize_t n =
+              ::pread(it->second, buf.data(), p.length - got, static_cast<off_t>(p.offset + got));
+          if (n < 0 && errno == EINTR) continue;
+          if (n <= 0) break;
+          got += static_cast<uint64_t>(n);
+          done_ += static_cast<uint64_t>(n);
+        }
+        if (got < p.length) break;
+      }
+      for (auto& [path, fd] : fds)
+        if (fd >= 0) ::close(fd);
+    });
+  }
+}
+
+PageWarmer::~PageWarmer() {
+  impl_->stop = true;
+  for (std::thread& t : impl_->pool)
+    t.join();
 }
 
 }  // namespace strata

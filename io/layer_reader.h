@@ -19,8 +19,10 @@
 // kReadChunkBytes preads spread over `threads` threads.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -64,6 +66,26 @@ class LayerReader {
   const Checkpoint& ckpt_;
   int threads_;
   bool direct_;
+};
+
+// Reads tensors' bytes into the page cache on background threads and drops them: the GPU path
+// starts it on the first decoder layers before anything else, so that the disk, idle while the
+// run starts up (export head, embedding, device setup), already delivers what the layer loop
+// reads first. Blobs are read in the order given (each as LayerReader::read would, in
+// kReadChunkBytes preads), until `max_bytes` or the destructor, which stops after the reads in
+// flight and joins. A failed read ends the warming silently: the loop's own read reports it.
+class PageWarmer {
+ public:
+  PageWarmer(std::vector<LayerBlob> blobs, uint64_t max_bytes, int threads = 4);
+  ~PageWarmer();
+  PageWarmer(const PageWarmer&) = delete;
+  PageWarmer& operator=(const PageWarmer&) = delete;
+  uint64_t bytes_read() const { return done_.load(); }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::atomic<uint64_t> done_{0};
 };
 
 }  // namespace strata
