@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -81,6 +83,33 @@ TEST(LayerReader, UnknownTensorIsAnError) {
   const Checkpoint ckpt = Checkpoint::open(kModel);
   LayerReader reader(ckpt);
   EXPECT_THROW(reader.plan({"model.layers.1.no_such.weight"}), Error);
+}
+
+// PageWarmer reads every planned byte once, in order, up to its cap, and stops there.
+TEST(PageWarmer, ReadsThePlannedBytesUpToItsCap) {
+  const Checkpoint ckpt = Checkpoint::open(kModel);
+  LayerReader reader(ckpt);
+  std::vector<LayerBlob> blobs = {reader.plan(with_prefix(ckpt, "model.layers.0.")),
+                                  reader.plan(with_prefix(ckpt, "model.layers.1."))};
+  uint64_t planned = 0;
+  for (const LayerBlob& b : blobs)
+    for (const LayerBlob::Range& r : b.ranges)
+      planned += r.length;
+  ASSERT_GT(planned, 0u);
+  {
+    PageWarmer all(blobs, planned + 4096, 3);
+    for (int i = 0; i < 2000 && all.bytes_read() < planned; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(all.bytes_read(), planned);
+  }
+  // A cap inside the first range: its first kReadChunkBytes piece (or the whole range, if
+  // smaller) is read, and nothing after it.
+  const uint64_t first = std::min(blobs[0].ranges[0].length, LayerReader::kReadChunkBytes);
+  PageWarmer capped(blobs, 1, 2);
+  for (int i = 0; i < 2000 && capped.bytes_read() < first; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(capped.bytes_read(), first);
 }
 
 }  // namespace
