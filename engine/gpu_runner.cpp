@@ -32,12 +32,9 @@ std::unique_ptr<PageWarmer> gpu_warm_start(const Checkpoint& ckpt, const Modelop
                                            int64_t first_layer, int64_t num_layers) {
   LayerReader reader(ckpt);
   std::vector<LayerBlob> blobs;
-  uint64_t bytes = 0;
-  for (int64_t l = std::max<int64_t>(first_layer, 0); l < num_layers && bytes < kWarmBytes; ++l) {
-    blobs.push_back(reader.plan(exporter.step_sources(l + 1)));
-    bytes += blobs.back().bytes;
-  }
-  if (blobs.empty()) return nullptr;
+  for (int64_t l = std::max<int64_t>(first_layer, 0); l <= num_layers; ++l)
+    blobs.push_back(reader.plan(exporter.step_sources(l + 1)));  // the last: the tail's
+  if (blobs.size() < 2) return nullptr;
   return std::make_unique<PageWarmer>(std::move(blobs), kWarmBytes);
 }
 
@@ -468,6 +465,7 @@ void run_layers_gpu(GpuLoop& loop) {
     const bool last = l + 1 == L;
     phase.lap(nullptr);
     prefetch.get();
+    if (loop.warm) loop.warm->advance();
     phase.lap(&times.read_wait);
     // Layer l's weights are quantized on a helper thread (own stream) while its forward runs.
     std::future<PrecomputedWeights> quantized;

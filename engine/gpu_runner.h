@@ -51,7 +51,8 @@ struct GpuLoop {
   // Records step `next` as done (CPU path's commit): hidden = the file holding its inputs.
   std::function<void(int64_t next, const std::string& hidden, const std::string& old_input)> commit;
   std::function<void(const LayerReport&)> layer_done;
-  RunTimes* times = nullptr;  // the loop's parts and device_setup are added here
+  RunTimes* times = nullptr;   // the loop's parts and device_setup are added here
+  PageWarmer* warm = nullptr;  // gpu_warm_start's, told of each layer read
 };
 
 // A step's hidden states are made durable once the checkpoint bytes read since the last durable
@@ -61,9 +62,11 @@ inline constexpr uint64_t kResumeEvery = 8;
 
 // "" when the GPU path can run this model; else why not.
 std::string gpu_unsupported(const ModelConfig& config, const Checkpoint& ckpt);
-// Starts reading layers [first_layer, ...)'s tensors into the page cache in the background, up to
-// kWarmBytes (io/layer_reader.h PageWarmer), so that the disk works while the run starts up; the
-// caller keeps it until the run ends. nullptr when there is nothing to read.
+// Starts reading the tensors of layers [first_layer, num_layers), then the tail's, into the page
+// cache in the background (io/layer_reader.h PageWarmer), at most kWarmBytes ahead of the layer
+// loop, so that the disk works while the run starts up and while the loop computes and writes;
+// the caller keeps it until the run ends and hands it to the loop (GpuLoop::warm). nullptr when
+// there is nothing to read.
 inline constexpr uint64_t kWarmBytes = 8ull << 30;
 std::unique_ptr<PageWarmer> gpu_warm_start(const Checkpoint& ckpt, const ModeloptExporter& exporter,
                                            int64_t first_layer, int64_t num_layers);

@@ -572,7 +572,8 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
                    progress.step(str("layer ", r.layer, ", wrote ",
                                      human_bytes(static_cast<double>(exporter.bytes_written()))));
                  },
-                 &result.times};
+                 &result.times,
+                 warm.get()};
     commit_time = &result.times.commit;
     run_layers_gpu(loop);  // fills result.times.device_setup and the loop's parts
   }
