@@ -304,6 +304,9 @@ run_strata() {  # name, extra flags...
     R[${name}_compute_s]=$(sed -n 's/.* \([0-9.]*\) s computing.*/\1/p' "$logs/strata_$name.log" | tail -1)
     R[${name}_wait_s]=$(sed -n 's/.*waited \([0-9.]*\) s for weights.*/\1/p' "$logs/strata_$name.log" | tail -1)
     R[${name}_rss_mib]=$(sed -n 's/^peak RSS \([0-9.]*\) MiB.*/\1/p' "$logs/strata_$name.log" | tail -1)
+    # Wall time per phase, from the summary's "time ..." and "layers ..." lines.
+    R[${name}_phases]=$(sed -n 's/^time //p' "$logs/strata_$name.log" | tail -1)
+    R[${name}_layer_phases]=$(sed -n 's/^layers \([0-9.]* s = .*\)/\1/p' "$logs/strata_$name.log" | tail -1)
   fi
   rm -rf "$work/out_$name"
   say "strata $name: ${R[${name}_s]} s"
@@ -356,6 +359,12 @@ frac() {  # flops, seconds -> percent of the measured bf16 matmul rate
     echo "| transformers: forward with amax hooks | ${R[hf_fwd_s]:-} | $(ratio "${R[hf_fwd_s]:-}" "${R[read_s]}") | | micro-batches of $micro_batch; $(frac "${R[hf_flops]}" "${R[hf_fwd_s]:-}") of bf16 rate; ${R[hf_linears]:-} nn.Linear hooked, ${R[hf_experts]:-} fused experts modules (${R[hf_grouped]:-} grouped matmuls recorded); amax finite: ${R[hf_finite]:-} |"
     echo "| transformers: load + forward | ${R[hf_total_s]} | $(ratio "${R[hf_total_s]}" "${R[read_s]}") | ${R[hf_gpu_mib]:-} | torch peak allocated ${R[hf_alloc_gib]:-} GiB |"
   fi
+  for name in free capped; do
+    [ -n "${R[${name}_phases]:-}" ] || continue
+    echo
+    echo "strata $name, wall time by phase: ${R[${name}_phases]}"
+    [ -n "${R[${name}_layer_phases]:-}" ] && echo "strata $name, the layer loop: ${R[${name}_layer_phases]}"
+  done
   echo
   echo "x cold read: against the faster cold read (${R[read_s]:-?} s)."
   if [ -n "${R[capped_s]:-}" ] && [ "${R[capped_s]}" != failed ] && [ -n "${R[read_s]}" ]; then

@@ -224,6 +224,8 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     }
   }
   std::printf("wrote %zu files\n", r.files.size());
+  // Wall time per phase (engine/run_times.h): where a slow run spent it.
+  std::fputs(r.times.describe().c_str(), stdout);
   const double to_mib = 1.0 / (1024.0 * 1024.0);
   std::printf("peak RSS %.1f MiB; bound %.1f MiB%s; least %.1f MiB\n",
               static_cast<double>(ru.ru_maxrss) / 1024.0,

@@ -1,11 +1,17 @@
 #include "engine/gpu_runner.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <chrono>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <future>
+#include <map>
 #include <memory>
 #include <set>
+#include <utility>
 
 #include "calib/max_calib.h"
 #include "core/device.h"
@@ -24,6 +30,16 @@
 #endif
 
 namespace strata {
+
+std::unique_ptr<PageWarmer> gpu_warm_start(const Checkpoint& ckpt, const ModeloptExporter& exporter,
+                                           int64_t first_layer, int64_t num_layers) {
+  LayerReader reader(ckpt);
+  std::vector<LayerBlob> blobs;
+  for (int64_t l = std::max<int64_t>(first_layer, 0); l <= num_layers; ++l)
+    blobs.push_back(reader.plan(exporter.step_sources(l + 1)));  // the last: the tail's
+  if (blobs.size() < 2) return nullptr;
+  return std::make_unique<PageWarmer>(std::move(blobs), kWarmBytes);
+}
 
 #if !STRATA_WITH_CUDA
 
@@ -46,6 +62,16 @@ std::string gib(uint64_t b) {
   return str(static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0)).substr(0, 6) + " GiB";
 }
 
+// Makes a written file durable (its dirty pages, through a fresh descriptor).
+void fsync_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  STRATA_CHECK(fd >= 0, path, ": cannot open to sync: ", std::strerror(errno));
+  const bool ok = ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  STRATA_CHECK(ok, path, ": fsync failed: ", std::strerror(err));
+}
+
 struct Chunk {
   size_t first, last;  // micro-batches [first, last)
   int64_t token0 = 0, tokens = 0;
@@ -54,97 +80,171 @@ struct Chunk {
 struct Pending {
   int64_t layer = -1;
   std::unique_ptr<MaxCalibrator> calib;
-  std::unique_ptr<PrecomputedWeights> weights;  // STRATA_GPU_QUANTIZE
-  std::future<LayerReport> report;
+  std::unique_ptr<PrecomputedWeights> weights;          // quantized on the device
+  std::future<std::pair<LayerReport, double> > report;  // and the writer's seconds
   bool durable = false;
   std::string hidden, old_input;
 };
 
-// STRATA_GPU_QUANTIZE=1 (experimental, off by default until tests/engine/gpu_vs_cpu_test.sh has
-// passed with it on a GPU): layer l's quantized weights made on the device from its blob with
-// quant/cuda (bit-identical to the CPU encoders: the fused group's weight amax for NVFP4's
-// weight_scale_2, the module's own amax for FP8), copied back for the writer thread, so that
-// the CPU exporter only adds the activation scales and writes.
-PrecomputedWeights quantize_on_device(const QuantPlan& plan, int64_t l, const LayerBlob& blob,
-                                      const uint8_t* dev, gpu::DeviceBudget& budget,
-                                      strata::cuda::Stream& qs,
-                                      const std::function<bool(const std::string&)>& mine) {
-  namespace qc = strata::quant::cuda;
-  PrecomputedWeights out;
-  gpu::DeviceBuffer slot(budget, 4, "a weight amax");
-  auto weight = [&](const std::string& module) -> const LayerBlob::Item& {
-    auto it = blob.items.find(module + ".weight");
-    STRATA_ASSERT(it != blob.items.end(), "no blob item for ", module);
-    return it->second;
-  };
-  auto amax_of = [&](const std::vector<const PlannedModule*>& mods) {
-    strata::cuda::fill_zero(slot.data(), 4, qs);
-    for (const PlannedModule* o : mods) {
-      const LayerBlob::Item& it = weight(o->module);
-      qc::weight_amax(dev + it.offset, it.dtype, shape_numel(it.shape), slot.as<float>(), qs);
+// Weight quantization on the device (the default; STRATA_GPU_QUANTIZE=0 leaves it to the CPU
+// exporter): layer l's quantized modules encoded from its device blob with quant/cuda
+// (bit-identical to the CPU encoders: the fused group's weight amax for NVFP4's weight_scale_2,
+// the module's own amax for FP8) and copied back for the writer thread, which then only adds the
+// activation scales and writes. It runs on a helper thread with its own stream while layer l's
+// forward computes on the compute stream (both only read the blob), and needs no allocation per
+// layer: the amax slots and one module's outputs (the arena) are reserved up front.
+class DeviceQuantizer {
+ public:
+  // Groups every layer's quantized modules (amax slots: one per NVFP4 fused group, one per FP8
+  // module); sizes the arena for the largest module's outputs. Only the modules `take` accepts
+  // (with ranks, the ones this rank writes) are quantized here; so are none of a fused group with
+  // a compressed source (an FP8-block weight in the blob): the CPU exporter decompresses and
+  // quantizes those. The stream is on `device`.
+  DeviceQuantizer(const QuantPlan& plan, int64_t first_layer, int device,
+                  const std::function<bool(const PlannedModule&)>& take)
+      : qs_(device) {
+    layers_.resize(static_cast<size_t>(plan.num_layers));
+    std::vector<std::map<std::string, int> > group_slot(layers_.size());
+    std::set<std::string> compressed_groups;
+    for (const PlannedModule& m : plan.modules) {
+      if (m.source != SourceCompression::kNone) compressed_groups.insert(fused_group_key(m.module));
     }
-    float a = 0.0f;
-    strata::cuda::copy_to_host(&a, slot.data(), 4, qs);
-    return a;
-  };
-  auto fetch = [&](const gpu::DeviceBuffer& b, DType dtype, Shape shape) {
-    Tensor t = Tensor::zeros(dtype, std::move(shape));
-    strata::cuda::copy_to_host(t.mutable_bytes(), b.data(), t.nbytes(), qs);
-    return t;
-  };
-  std::vector<const PlannedModule*> layer;
-  for (const PlannedModule& m : plan.modules)
-    if (m.layer == l) layer.push_back(&m);
-  std::map<std::string, float> group_amax;
-  for (const PlannedModule* m : layer) {
-    if (m->format == QFormat::kNone || !mine(m->module + ".weight")) continue;
-    const LayerBlob::Item& it = weight(m->module);
-    const void* w = dev + it.offset;
-    const int64_t rows = m->shape[0], cols = m->shape[1];
-    const std::string& M = m->module;
-    std::vector<std::pair<std::string, Tensor> >& o = out[M];
-    switch (m->format) {
-      case QFormat::kNvfp4:
-      case QFormat::kW4A16Nvfp4: {
-        const std::string key = fused_group_key(M);
-        auto g = group_amax.find(key);
-        if (g == group_amax.end()) {
-          std::vector<const PlannedModule*> members;
-          for (const PlannedModule* x : layer)
-            if (fused_group_key(x->module) == key) members.push_back(x);
-          g = group_amax.emplace(key, amax_of(members)).first;
+    for (const PlannedModule& m : plan.modules) {
+      if (m.layer < first_layer || m.layer >= plan.num_layers || m.format == QFormat::kNone ||
+          compressed_groups.count(fused_group_key(m.module)) || !take(m))
+        continue;
+      Layer& L = layers_[static_cast<size_t>(m.layer)];
+      const int64_t n = m.shape[0] * m.shape[1];
+      int slot = -1;
+      uint64_t out = 0;
+      switch (m.format) {
+        case QFormat::kNvfp4:
+        case QFormat::kW4A16Nvfp4: {
+          const std::string key = fused_group_key(m.module);
+          auto [it, fresh] = group_slot[static_cast<size_t>(m.layer)].emplace(
+              key, static_cast<int>(L.slots.size()));
+          if (fresh) L.slots.emplace_back();
+          slot = it->second;
+          out = static_cast<uint64_t>(n / 2 + n / 16);
+          break;
         }
-        gpu::DeviceBuffer packed(budget, static_cast<uint64_t>(rows * cols / 2), "NVFP4 codes");
-        gpu::DeviceBuffer scales(budget, static_cast<uint64_t>(rows * cols / 16), "NVFP4 scales");
-        const float ws2 = qc::nvfp4_quantize(w, it.dtype, rows, cols, g->second,
-                                             packed.as<uint8_t>(), scales.as<uint8_t>(), M, qs);
-        o.emplace_back(M + ".weight", fetch(packed, DType::kU8, {rows, cols / 2}));
-        o.emplace_back(M + ".weight_scale", fetch(scales, DType::kF8E4M3, {rows, cols / 16}));
-        o.emplace_back(M + ".weight_scale_2", Tensor::scalar_f32(ws2));
-        break;
+        case QFormat::kFp8:
+          slot = static_cast<int>(L.slots.size());
+          L.slots.emplace_back();
+          out = static_cast<uint64_t>(n);
+          break;
+        case QFormat::kMxfp8:
+          out = static_cast<uint64_t>(n + n / 32);
+          break;
+        case QFormat::kNone:
+          break;
       }
-      case QFormat::kFp8: {
-        const float a = amax_of({m});
-        gpu::DeviceBuffer q(budget, static_cast<uint64_t>(rows * cols), "FP8 weights");
-        const float ws = qc::fp8_quantize(w, it.dtype, rows * cols, a, q.as<uint8_t>(), M, qs);
-        o.emplace_back(M + ".weight", fetch(q, DType::kF8E4M3, {rows, cols}));
-        o.emplace_back(M + ".weight_scale", Tensor::scalar_f32(ws));
-        break;
-      }
-      case QFormat::kMxfp8: {
-        gpu::DeviceBuffer q(budget, static_cast<uint64_t>(rows * cols), "MXFP8 weights");
-        gpu::DeviceBuffer sc(budget, static_cast<uint64_t>(rows * cols / 32), "MXFP8 scales");
-        qc::mxfp8_quantize(w, it.dtype, rows, cols, q.as<uint8_t>(), sc.as<uint8_t>(), M, qs);
-        o.emplace_back(M + ".weight", fetch(q, DType::kF8E4M3, {rows, cols}));
-        o.emplace_back(M + ".weight_scale", fetch(sc, DType::kU8, {rows, cols / 32}));
-        break;
-      }
-      case QFormat::kNone:
-        break;
+      if (m.format == QFormat::kFp8) L.slots[static_cast<size_t>(slot)].push_back(&m);
+      L.jobs.push_back({&m, slot});
+      arena_bytes_ = std::max(arena_bytes_, out);
+      max_slots_ = std::max(max_slots_, L.slots.size());
+    }
+    // An NVFP4 group's amax covers every planned module of its fused group, quantized or not,
+    // as the CPU exporter's does.
+    for (const PlannedModule& m : plan.modules) {
+      if (m.layer < first_layer || m.layer >= plan.num_layers) continue;
+      const std::map<std::string, int>& g = group_slot[static_cast<size_t>(m.layer)];
+      auto it = g.find(fused_group_key(m.module));
+      if (it != g.end())
+        layers_[static_cast<size_t>(m.layer)].slots[static_cast<size_t>(it->second)].push_back(&m);
     }
   }
-  return out;
-}
+  // Device bytes reserve() takes.
+  uint64_t device_bytes() const { return arena_bytes_ + 4 * max_slots_ + 256; }
+  void reserve(gpu::DeviceBudget& budget) {
+    arena_ = gpu::DeviceBuffer(budget, std::max<uint64_t>(arena_bytes_, 1), "weight quantization");
+    slots_ = gpu::DeviceBuffer(budget, 4 * std::max<uint64_t>(max_slots_, 1), "weight amaxes");
+  }
+
+  PrecomputedWeights quantize(int64_t l, const LayerBlob& blob, const uint8_t* dev) {
+    namespace qc = strata::quant::cuda;
+    const Layer& L = layers_[static_cast<size_t>(l)];
+    PrecomputedWeights out;
+    if (L.jobs.empty()) return out;
+    auto weight = [&](const std::string& module) -> const LayerBlob::Item& {
+      auto it = blob.items.find(module + ".weight");
+      STRATA_ASSERT(it != blob.items.end(), "no blob item for ", module);
+      return it->second;
+    };
+    // Every amax slot at once: one copy back for the layer.
+    float* slots = slots_.as<float>();
+    std::vector<float> amax(L.slots.size(), 0.0f);
+    if (!amax.empty()) {
+      strata::cuda::fill_zero(slots, amax.size() * 4, qs_);
+      for (size_t s = 0; s < L.slots.size(); ++s) {
+        for (const PlannedModule* o : L.slots[s]) {
+          const LayerBlob::Item& it = weight(o->module);
+          qc::weight_amax(dev + it.offset, it.dtype, shape_numel(it.shape), slots + s, qs_);
+        }
+      }
+      strata::cuda::copy_to_host(amax.data(), slots, amax.size() * 4, qs_);
+    }
+    uint8_t* arena = arena_.as<uint8_t>();
+    auto fetch = [&](const uint8_t* src, DType dtype, Shape shape) {
+      Tensor t = Tensor::zeros(dtype, std::move(shape));
+      strata::cuda::copy_to_host(t.mutable_bytes(), src, t.nbytes(), qs_);
+      return t;
+    };
+    for (const Job& j : L.jobs) {
+      const PlannedModule& m = *j.module;
+      const LayerBlob::Item& it = weight(m.module);
+      const void* w = dev + it.offset;
+      const int64_t rows = m.shape[0], cols = m.shape[1];
+      const std::string& M = m.module;
+      std::vector<std::pair<std::string, Tensor> >& o = out[M];
+      switch (m.format) {
+        case QFormat::kNvfp4:
+        case QFormat::kW4A16Nvfp4: {
+          uint8_t* packed = arena;
+          uint8_t* scales = arena + rows * cols / 2;
+          const float ws2 = qc::nvfp4_quantize(
+              w, it.dtype, rows, cols, amax[static_cast<size_t>(j.slot)], packed, scales, M, qs_);
+          o.emplace_back(M + ".weight", fetch(packed, DType::kU8, {rows, cols / 2}));
+          o.emplace_back(M + ".weight_scale", fetch(scales, DType::kF8E4M3, {rows, cols / 16}));
+          o.emplace_back(M + ".weight_scale_2", Tensor::scalar_f32(ws2));
+          break;
+        }
+        case QFormat::kFp8: {
+          const float ws = qc::fp8_quantize(w, it.dtype, rows * cols,
+                                            amax[static_cast<size_t>(j.slot)], arena, M, qs_);
+          o.emplace_back(M + ".weight", fetch(arena, DType::kF8E4M3, {rows, cols}));
+          o.emplace_back(M + ".weight_scale", Tensor::scalar_f32(ws));
+          break;
+        }
+        case QFormat::kMxfp8: {
+          uint8_t* scales = arena + rows * cols;
+          qc::mxfp8_quantize(w, it.dtype, rows, cols, arena, scales, M, qs_);
+          o.emplace_back(M + ".weight", fetch(arena, DType::kF8E4M3, {rows, cols}));
+          o.emplace_back(M + ".weight_scale", fetch(scales, DType::kU8, {rows, cols / 32}));
+          break;
+        }
+        case QFormat::kNone:
+          break;
+      }
+    }
+    return out;
+  }
+
+ private:
+  struct Job {
+    const PlannedModule* module;
+    int slot;  // its amax slot; -1 for MXFP8 (no amax)
+  };
+  struct Layer {
+    std::vector<Job> jobs;                                  // plan order
+    std::vector<std::vector<const PlannedModule*> > slots;  // slot -> the modules of its amax
+  };
+  std::vector<Layer> layers_;
+  uint64_t arena_bytes_ = 0;
+  size_t max_slots_ = 0;
+  gpu::DeviceBuffer arena_, slots_;
+  strata::cuda::Stream qs_;
+};
 
 }  // namespace
 
@@ -152,6 +252,10 @@ void run_layers_gpu(GpuLoop& loop) {
   STRATA_CHECK(cuda_device_count() > 0,
                "--device cuda: no CUDA device is visible; use --device "
                "cpu");
+  RunTimes unused_times;
+  RunTimes& times = loop.times ? *loop.times : unused_times;
+  PhaseTimer setup;
+  double setup_parts[4] = {0, 0, 0, 0};  // device and forward, plans, buffers, hidden states in
   const int64_t L = loop.plan.num_layers, H = loop.config.hidden_size;
   ActivationStore& store = loop.store;
   // Ranks (engine/gpu_ranks.h): this rank's GPU; ranks sharing one split its memory by default.
@@ -171,6 +275,7 @@ void run_layers_gpu(GpuLoop& loop) {
   gpu::GpuForwardOptions fo;
   fo.gemm_bf16 = loop.gemm_bf16;
   gpu::GpuForward f(loop.config, loop.ckpt, budget, compute, fo);
+  setup_parts[0] = setup.lap(&times.device_setup);
   LayerReader reader(loop.ckpt);
 
   // Every layer's read plan (headers only), and the largest buffers they need.
@@ -190,6 +295,7 @@ void run_layers_gpu(GpuLoop& loop) {
     max_blob = std::max(max_blob, blobs[l].bytes);
     max_conv = std::max(max_conv, f.converted_bytes(l, blobs[l]));
   }
+  const LayerBlob tail = reader.plan(loop.exporter.step_sources(L + 1));
   // Tokens: micro-batches back to back.
   std::vector<int64_t> token0(loop.batches.size() + 1, 0);
   for (size_t b = 0; b < loop.batches.size(); ++b)
@@ -211,8 +317,17 @@ void run_layers_gpu(GpuLoop& loop) {
   // Attention scores through GEMMs when one sequence's take at most an eighth of the budget.
   const uint64_t attention_cap = budget.limit() / 8;
   const uint64_t attention = f.attention_bytes(longest_seq, attention_cap);
-  const uint64_t fixed =
-      2 * max_blob + max_conv + attention + static_cast<uint64_t>(total) * 16 + (16 << 20);
+  // Weights quantized on the device unless STRATA_GPU_QUANTIZE=0 (tests compare both with the
+  // CPU exporter's bytes).
+  const char* dq_hook = std::getenv("STRATA_GPU_QUANTIZE");
+  std::unique_ptr<DeviceQuantizer> dq;
+  if (!(dq_hook && std::string(dq_hook) == "0"))
+    dq = std::make_unique<DeviceQuantizer>(
+        loop.plan, loop.first_layer, device, [&](const PlannedModule& m) {
+          return !comm || loop.exporter.owner_of(m.module + ".weight") == comm->rank();
+        });
+  const uint64_t fixed = 2 * max_blob + max_conv + attention + static_cast<uint64_t>(total) * 16 +
+                         (16 << 20) + (dq ? dq->device_bytes() : 0);
   const uint64_t per_token = f.bytes_per_token() + static_cast<uint64_t>(H) * 4;
   const uint64_t left = budget.left();
   const uint64_t least =
@@ -252,6 +367,7 @@ void run_layers_gpu(GpuLoop& loop) {
   for (const Chunk& c : chunks)
     chunk_max = std::max(chunk_max, c.tokens);
 
+  setup_parts[1] = setup.lap(&times.device_setup);
   // Device allocations.
   gpu::DeviceBuffer weights[2] = {gpu::DeviceBuffer(budget, max_blob, "a layer's weights"),
                                   gpu::DeviceBuffer(budget, max_blob, "the next layer's weights")};
@@ -276,6 +392,7 @@ void run_layers_gpu(GpuLoop& loop) {
     compute.synchronize();
   }
   f.reserve(chunk_max, longest_seq, attention_cap);
+  if (dq) dq->reserve(budget);
   const uint64_t chunk_bf16 = static_cast<uint64_t>(chunk_max * H) * 2;
   gpu::DeviceBuffer x(budget, chunk_bf16 * 2, "a chunk's hidden states");
   gpu::DeviceBuffer dstore, io[2];
@@ -289,13 +406,15 @@ void run_layers_gpu(GpuLoop& loop) {
   }
   if (tier == Tier::kPinned) hstore.reserve(store_bytes);
   stage.reserve(tier == Tier::kFile ? chunk_bf16 : static_cast<uint64_t>(largest * H) * 2);
+  setup_parts[2] = setup.lap(&times.device_setup);
   log_info("GPU: ", cuda_device_description(device), ", budget ", gib(budget.limit()),
            "; hidden states (", gib(store_bytes), ") ",
            tier == Tier::kDevice   ? "resident on the device"
            : tier == Tier::kPinned ? "in pinned host memory"
                                    : "streamed from --offload_folder",
            ", ", chunks.size(), " chunk(s) of up to ", chunk_max, " tokens; layer weights up to ",
-           gib(max_blob), attention ? "; attention through batched GEMMs" : "");
+           gib(max_blob), attention ? "; attention through batched GEMMs" : "",
+           dq ? "; weights quantized on the device" : "; weights quantized by the CPU exporter");
 
   auto chunk_of = [&](const Chunk& c) {
     gpu::GpuChunk g;
@@ -327,6 +446,10 @@ void run_layers_gpu(GpuLoop& loop) {
     }
   }
   // A durable step off the file tier: the outputs go to the store's next file.
+  setup_parts[3] = setup.lap(&times.device_setup);
+  log_info("GPU setup: device and forward ", str(setup_parts[0]).substr(0, 5), " s, plans ",
+           str(setup_parts[1]).substr(0, 5), " s, buffers ", str(setup_parts[2]).substr(0, 5),
+           " s, hidden states in ", str(setup_parts[3]).substr(0, 5), " s");
   auto write_store = [&](int64_t next) {
     store.begin(next);
     for (size_t b = 0; b < loop.batches.size(); ++b) {
@@ -363,28 +486,32 @@ void run_layers_gpu(GpuLoop& loop) {
   };
   std::future<void> prefetch = fetch(loop.first_layer);
   Pending pending;
+  PhaseTimer phase;                 // laps into `times` (the loop's parts)
+  std::future<void> hidden_synced;  // the last durable step's hidden states reach the disk
   auto finish_pending = [&]() {
     if (pending.layer < 0) return;
-    LayerReport r = pending.report.get();
+    phase.lap(nullptr);
+    const auto [r, busy] = pending.report.get();
+    times.writer_busy += busy;
+    if (hidden_synced.valid()) hidden_synced.get();
+    phase.lap(&times.writer_wait);
     loop.layer_done(r);
     if (pending.durable) {
-      loop.commit(pending.layer + 2, pending.hidden, pending.old_input);
+      loop.commit(pending.layer + 2, pending.hidden, pending.old_input);  // times its own part
     } else {
       loop.exporter.release_source(pending.layer + 1);
     }
+    phase.lap(nullptr);
     pending = Pending{};
   };
   gpu::Stream h2d, d2h;
-  const char* dq_hook = std::getenv("STRATA_GPU_QUANTIZE");
-  const bool device_quantize = dq_hook && std::string(dq_hook) == "1";
-  std::unique_ptr<strata::cuda::Stream> qs;
-  if (device_quantize) qs = std::make_unique<strata::cuda::Stream>(device);
   gpu::Event in_ready[2], out_ready[2], io_free[2];
   uint64_t since_durable = 0;
-  double t_wait = 0, t_compute = 0;
+  times.device_setup += setup.lap(nullptr);
+  PhaseTimer loop_timer;
   for (int64_t l = loop.first_layer; l < L; ++l) {
     const bool last = l + 1 == L;
-    auto t0 = std::chrono::steady_clock::now();
+    phase.lap(nullptr);
     if (comm) test_fail_hook(*comm, l);
     prefetch.get();
     if (comm && !channel) {  // every rank's share into every rank's buffer, then onto the GPU
@@ -393,12 +520,28 @@ void run_layers_gpu(GpuLoop& loop) {
       copy.copy_to_device(weights[i].data(), host_weights[i].data(), blobs[l].bytes);
       copy.synchronize();
     }
-    auto t1 = std::chrono::steady_clock::now();
-    t_wait += std::chrono::duration<double>(t1 - t0).count();
+    if (loop.warm) loop.warm->advance();
+    phase.lap(&times.read_wait);
+    // Layer l's weights are quantized on a helper thread (own stream) while its forward runs.
+    std::future<PrecomputedWeights> quantized;
+    if (dq) {
+      const LayerBlob* blob = &blobs[static_cast<size_t>(l)];
+      const uint8_t* dev = weights[l % 2].as<uint8_t>();
+      quantized = std::async(std::launch::async,
+                             [&dq, l, blob, dev]() { return dq->quantize(l, *blob, dev); });
+    }
     f.set_layer(l, blobs[l], weights[l % 2].data());
-    // The next layer's buffer was last read by layer l-1, which has finished.
+    // The next layer's buffer was last read by layer l-1 (forward and quantization), which
+    // have finished.
     compute.synchronize();
-    if (!last) prefetch = fetch(l + 1);
+    if (!last) {
+      prefetch = fetch(l + 1);
+    } else if (tail.bytes > 0 && tail.bytes <= max_blob) {
+      // The tensors after the layers (lm_head, final norm) read into the page cache while the
+      // last layer computes, so that the exporter's tail step finds them there.
+      prefetch =
+          std::async(std::launch::async, [&]() { reader.read(tail, host_weights[L % 2].data()); });
+    }
     since_durable += loop.exporter.source_bytes(l + 1);
     bool durable = last || tier == Tier::kFile || since_durable >= kResumeEvery * store_bytes;
     if (comm) durable = any_rank(*comm, durable);  // ranks commit the same steps
@@ -457,40 +600,51 @@ void run_layers_gpu(GpuLoop& loop) {
     for (const gpu::AmaxStat& s : f.take_stats())
       calib->record(s.name, s.amax, s.rows);
     if (comm) allreduce_calibration(*comm, *calib);  // one process's statistics on every rank
-    t_compute += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    phase.lap(&times.compute);
+    // Layer l-1's tensors are written (and synced) by now or soon; record it, then hand layer l
+    // over. (Before this step's hidden states are written: the sync of the last durable ones
+    // is waited for here.)
+    finish_pending();
     std::string hidden, old_input;
     if (durable) {
       // The file the inputs were read from (the embedding's, or the last durable step's) goes
       // once this step is recorded.
       old_input = store.input_path();
       if (!last) {
+        // Written here (the next layer overwrites the host copy); synced on a helper thread,
+        // waited for before this step is recorded.
         if (tier != Tier::kFile) write_store(l + 2);
-        hidden = store.commit(loop.resume_dir, true);
+        store.commit(loop.resume_dir, false);
+        hidden = store.input_path();
+        hidden_synced = std::async(std::launch::async, [hidden]() { fsync_file(hidden); });
+        ++times.hidden_write_count;
       }
+      since_durable = 0;
     }
-    // Layer l-1's tensors are written by now or soon; record it, then hand layer l over.
-    finish_pending();
-    if (durable) since_durable = 0;
+    phase.lap(&times.hidden_writes);
     pending.layer = l;
     pending.calib = std::move(calib);
     pending.durable = durable;
     pending.hidden = hidden;
     pending.old_input = old_input;
-    if (device_quantize) {
-      pending.weights = std::make_unique<PrecomputedWeights>(
-          quantize_on_device(loop.plan, l, blobs[l], weights[l % 2].as<uint8_t>(), budget, *qs,
-                             [&](const std::string& n) {
-                               return !comm || loop.exporter.owner_of(n) == comm->rank();
-                             }));
-    }
+    if (dq) pending.weights = std::make_unique<PrecomputedWeights>(quantized.get());
+    phase.lap(&times.quantize);
     const MaxCalibrator* cp = pending.calib.get();
     const PrecomputedWeights* pw = pending.weights.get();
-    pending.report = std::async(
-        std::launch::async, [&loop, l, cp, pw]() { return loop.exporter.write_layer(l, *cp, pw); });
+    // The writer thread quantizes what is left on the CPU, writes, and syncs its shards, so that
+    // the step's commit finds them durable.
+    pending.report = std::async(std::launch::async, [&loop, l, cp, pw]() {
+      PhaseTimer busy;
+      LayerReport r = loop.exporter.write_layer(l, *cp, pw);
+      loop.exporter.sync();
+      return std::make_pair(r, busy.lap(nullptr));
+    });
   }
   finish_pending();
+  if (prefetch.valid()) prefetch.get();
+  times.layers += loop_timer.lap(nullptr);
   log_info("GPU: peak device memory ", gib(budget.peak()), " of ", gib(budget.limit()), "; waited ",
-           str(t_wait).substr(0, 6), " s for weights, ", str(t_compute).substr(0, 6),
+           str(times.read_wait).substr(0, 6), " s for weights, ", str(times.compute).substr(0, 6),
            " s computing");
 }
 

@@ -14,8 +14,8 @@
 //
 // Ranks (engine/gpu_ranks.h): with GpuLoop::comm of several ranks, each runs its own
 // micro-batches on GPU local_rank mod devices; a layer is read once in total (each tensor by its
-// writer, then broadcast, on the reader thread) and the statistics are combined over the ranks before the writer
-// thread gets them.
+// writer, then broadcast, on the reader thread) and the statistics are combined over the ranks
+// before the writer thread gets them.
 //
 // Resume: the same manifest steps as the CPU path. A step whose hidden states live only on the
 // device (or only in memory) is recorded once it is durable: the hidden states are written to
@@ -26,15 +26,18 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/activation_store.h"
 #include "engine/comm.h"
 #include "engine/plan.h"
+#include "engine/run_times.h"
 #include "export/modelopt.h"
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
+#include "io/layer_reader.h"
 #include "model/forward.h"
 
 namespace strata {
@@ -58,12 +61,25 @@ struct GpuLoop {
   // are this rank's micro-batches, store_ids[i] the store's index of batches[i].
   Comm* comm = nullptr;
   std::vector<size_t> store_ids;
+  RunTimes* times = nullptr;   // the loop's parts and device_setup are added here
+  PageWarmer* warm = nullptr;  // gpu_warm_start's, told of each layer read
 };
 
-inline constexpr uint64_t kResumeEvery = 4;
+// A step's hidden states are made durable once the checkpoint bytes read since the last durable
+// step reach kResumeEvery times their size: writing them costs at most 1/kResumeEvery of the
+// reading, and a kill costs at most kResumeEvery times their size of reading again.
+inline constexpr uint64_t kResumeEvery = 8;
 
 // "" when the GPU path can run this model; else why not.
 std::string gpu_unsupported(const ModelConfig& config, const Checkpoint& ckpt);
+// Starts reading the tensors of layers [first_layer, num_layers), then the tail's, into the page
+// cache in the background (io/layer_reader.h PageWarmer), at most kWarmBytes ahead of the layer
+// loop, so that the disk works while the run starts up and while the loop computes and writes;
+// the caller keeps it until the run ends and hands it to the loop (GpuLoop::warm). nullptr when
+// there is nothing to read.
+inline constexpr uint64_t kWarmBytes = 8ull << 30;
+std::unique_ptr<PageWarmer> gpu_warm_start(const Checkpoint& ckpt, const ModeloptExporter& exporter,
+                                           int64_t first_layer, int64_t num_layers);
 // Runs layers [first_layer, num_layers). Throws strata::Error without CUDA.
 void run_layers_gpu(GpuLoop& loop);
 

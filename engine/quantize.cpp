@@ -314,6 +314,7 @@ std::string describe_plan(const QuantPlan& plan, const Checkpoint& ckpt, const C
 
 QuantizeResult run_quantize(const QuantizeJob& job) {
   const auto t0 = std::chrono::steady_clock::now();
+  PhaseTimer phase;  // laps into result.times (engine/run_times.h)
   SingleComm single;
   Comm& comm = job.comm ? *job.comm : single;
   const bool lead = comm.rank() == 0;  // rank 0 prepares, publishes and finishes the output
@@ -366,6 +367,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   Calibration calibration;
   if (result.calibrated) {
     fwd = ModelForward::create(config, ckpt, fopts);  // refuses unsupported math before any work
+    phase.lap(&result.times.startup);
     std::unique_ptr<Tokenizer> tok;
     const bool has_tokenizer = fs::exists(fs::path(job.model_dir) / "tokenizer.json") ||
                                fs::exists(fs::path(job.model_dir) / "tiktoken.model");
@@ -376,6 +378,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
                  "no calibration sequences: ", calibration.report.summary());
     log_info("calibration: ", calibration.report.sequences, " sequences, ",
              calibration.report.tokens, " tokens");
+    phase.lap(&result.times.calib_data);
   }
 
   // Micro-batches: consecutive sequences by index, batch_size at a time.
@@ -481,6 +484,12 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   if (comm.size() > 1) check_same_step(comm, state.next_step);
   result.resumed_at_step = state.next_step;
   result.layers = state.layers;
+  // GPU path: the first layers' weights are read into the page cache while the run starts up.
+  // Not with ranks: each rank reads only its share of every layer (and, on several hosts, a
+  // warmer per rank would read the checkpoint once per rank).
+  std::unique_ptr<PageWarmer> warm;
+  if (on_gpu && state.next_step <= plan.num_layers && comm.size() == 1)
+    warm = gpu_warm_start(ckpt, exporter, state.next_step - 1, plan.num_layers);
   if (state.next_step > 0) {
     log_info("resuming at ",
              state.next_step <= plan.num_layers
@@ -490,6 +499,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
              " (", manifest, ")");
   }
   const int64_t slow_ms = test_slow_step_ms();
+  double* commit_time = nullptr;  // in the layer loop: result.times.commit
   // The file holding the inputs of the next layer, as the manifest names it: relative to the
   // resume folder when it lies there.
   auto manifest_name = [&](const std::string& path) {
@@ -500,6 +510,12 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   // layer's inputs ("" when none); the previous inputs' file goes once the manifest is written.
   auto commit = [&](int64_t next, const std::string& hidden_path, const std::string& old_input) {
     if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+    PhaseTimer timer;
+    struct Lap {
+      PhaseTimer& t;
+      double* into;
+      ~Lap() { t.lap(into); }
+    } lap{timer, commit_time};
     exporter.sync();
     comm.barrier();  // every rank's part of the step is durable
     if (!lead) {
@@ -520,10 +536,12 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     if (!old_input.empty()) fs::remove(old_input, ec);
   };
 
+  phase.lap(&result.times.startup);
   if (state.next_step == 0) {
     exporter.write_head();
     commit(1, "", "");
   }
+  phase.lap(&result.times.head);
 
   // With ranks, tensors every rank needs are read by their writer and broadcast.
   const std::function<int(const std::string&)> owner = [&exporter](const std::string& n) {
@@ -564,6 +582,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
       store->load((fs::path(resume_dir) / state.hidden_file).string());
     }
   }
+  phase.lap(&result.times.embedding);
 
   MaxCalibrator calib;
   const int64_t first_layer = std::min(std::max<int64_t>(state.next_step - 1, 0), plan.num_layers);
@@ -608,17 +627,23 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
                                      human_bytes(static_cast<double>(exporter.bytes_written()))));
                  },
                  &comm,
-                 mine_ids};
-    run_layers_gpu(loop);
+                 mine_ids,
+                 &result.times,
+                 warm.get()};
+    commit_time = &result.times.commit;
+    run_layers_gpu(loop);  // fills result.times.device_setup and the loop's parts
   }
   if (result.calibrated && !on_gpu && first_layer < plan.num_layers) prefetch = fetch(first_layer);
   uint64_t bytes_read = 0;
+  commit_time = &result.times.commit;
   for (int64_t l = on_gpu ? plan.num_layers : first_layer; l < plan.num_layers; ++l) {
+    PhaseTimer layer_timer;
     calib.clear();
     const bool last = l + 1 == plan.num_layers;
     std::string hidden_path, old_input;
     if (result.calibrated) {
       std::unique_ptr<DecoderLayer> layer = prefetch.get();
+      layer_timer.lap(&result.times.read_wait);
       if (l + 1 < plan.num_layers) prefetch = fetch(l + 1);
       if (!last) store->begin(l + 2);
       test_fail_hook(comm, l);
@@ -636,12 +661,17 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
         layer->forward(batches[b], buf.data(), &calib);
         if (!last) store->write(b, buf.data());
       }
+      layer_timer.lap(&result.times.compute);
       old_input = store->spilled() ? store->input_path() : "";
       if (!last) hidden_path = store->commit(resume_dir, true);
+      if (!last) ++result.times.hidden_write_count;
+      layer_timer.lap(&result.times.hidden_writes);
       allreduce_calibration(comm, calib);  // every rank now holds one process's statistics
     }
     bytes_read += exporter.source_bytes(l + 1);
+    layer_timer.lap(nullptr);
     LayerReport r = exporter.write_layer(l, calib);
+    layer_timer.lap(&result.times.writer_wait);
     result.layers.push_back(r);
     commit(l + 2, hidden_path, old_input);
     progress.step(str(
@@ -651,11 +681,22 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
                   : ""));
   }
   progress.finish();
+  commit_time = nullptr;
+  {
+    const double s = phase.lap(nullptr);
+    // The GPU runner timed its loop; the rest of its time is setup and teardown.
+    if (on_gpu) {
+      result.times.device_setup = s - result.times.layers;
+    } else {
+      result.times.layers += s;
+    }
+  }
   if (state.next_step == plan.num_layers + 1) {
     calib.clear();
     exporter.write_tail(calib);
     commit(plan.num_layers + 2, "", "");
   }
+  phase.lap(&result.times.tail);
   result.bytes_read = ckpt.bytes_read();
   result.expert_bytes_sent = exchange.bytes_sent;
   result.expert_exchange_seconds = exchange.seconds;
@@ -666,7 +707,9 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     fs::remove_all(resume_dir, ec);
   }
   comm.barrier();
+  phase.lap(&result.times.finish);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.times.total = result.seconds;
   return result;
 }
 

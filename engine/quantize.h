@@ -20,6 +20,7 @@
 #include "calib/dataset.h"
 #include "engine/comm.h"
 #include "engine/plan.h"
+#include "engine/run_times.h"
 #include "export/modelopt.h"
 
 namespace strata {
@@ -110,6 +111,7 @@ struct QuantizeResult {
   // results), and the seconds spent in those exchanges.
   uint64_t expert_bytes_sent = 0;
   double expert_exchange_seconds = 0.0;
+  RunTimes times;  // wall time per phase (engine/run_times.h)
 };
 
 // Everything `--dry-run` prints: formats per kind, which rule decided, estimated output size and

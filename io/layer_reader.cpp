@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <exception>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -147,6 +150,98 @@ void LayerReader::read(const LayerBlob& blob, uint8_t* dst) const {
     t.join();
   close_all();
   STRATA_CHECK(error.empty(), error);
+}
+
+struct PageWarmer::Impl {
+  struct Piece {
+    std::string path;
+    uint64_t offset, length;
+    uint64_t start;  // bytes of the blobs before it
+  };
+  std::vector<Piece> pieces;
+  std::vector<uint64_t> blob_end;  // bytes of blobs [0, b]
+  uint64_t window = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t consumed = 0;  // bytes of the blobs the consumer has read (under mu)
+  size_t advanced = 0;    // blobs the consumer has read (under mu)
+  bool stop = false;      // (under mu)
+  size_t next = 0;        // the next piece to read (under mu)
+  std::atomic<uint64_t> done{0};
+  std::vector<std::thread> pool;
+
+  void work() {
+    std::vector<uint8_t> buf(LayerReader::kReadChunkBytes);
+    std::map<std::string, int> fds;
+    for (;;) {
+      size_t i;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] {
+          return stop || next >= pieces.size() || pieces[next].start < consumed + window;
+        });
+        if (stop || next >= pieces.size()) break;
+        i = next++;
+      }
+      const Piece& p = pieces[i];
+      auto it = fds.find(p.path);
+      if (it == fds.end()) it = fds.emplace(p.path, ::open(p.path.c_str(), O_RDONLY)).first;
+      if (it->second < 0) break;
+      uint64_t got = 0;
+      while (got < p.length) {
+        const ssize_t n =
+            ::pread(it->second, buf.data(), p.length - got, static_cast<off_t>(p.offset + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += static_cast<uint64_t>(n);
+        done += static_cast<uint64_t>(n);
+      }
+      if (got < p.length) break;
+    }
+    for (auto& [path, fd] : fds)
+      if (fd >= 0) ::close(fd);
+  }
+};
+
+PageWarmer::PageWarmer(std::vector<LayerBlob> blobs, uint64_t window, int threads)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->window = window;
+  uint64_t total = 0;
+  for (const LayerBlob& b : blobs) {
+    for (const LayerBlob::Range& r : b.ranges) {
+      for (uint64_t o = 0; o < r.length; o += LayerReader::kReadChunkBytes) {
+        const uint64_t n = std::min(LayerReader::kReadChunkBytes, r.length - o);
+        impl_->pieces.push_back({r.path, r.file_offset + o, n, total});
+        total += n;
+      }
+    }
+    impl_->blob_end.push_back(total);
+  }
+  for (int t = 0; t < std::max(threads, 1); ++t)
+    impl_->pool.emplace_back([this]() { impl_->work(); });
+}
+
+PageWarmer::~PageWarmer() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->cv.notify_all();
+  for (std::thread& t : impl_->pool)
+    t.join();
+}
+
+void PageWarmer::advance(size_t blobs) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->advanced = std::min(impl_->advanced + blobs, impl_->blob_end.size());
+    impl_->consumed = impl_->advanced == 0 ? 0 : impl_->blob_end[impl_->advanced - 1];
+  }
+  impl_->cv.notify_all();
+}
+
+uint64_t PageWarmer::bytes_read() const {
+  return impl_->done.load();
 }
 
 }  // namespace strata

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,30 @@ class LayerReader {
   const Checkpoint& ckpt_;
   int threads_;
   bool direct_;
+};
+
+// Reads tensors' bytes into the page cache on background threads and drops them, ahead of a
+// consumer that reads the same blobs in the same order: the GPU path starts it on the decoder
+// layers before anything else, so that the disk, idle while the run starts up (export head,
+// embedding, device setup), already delivers what the layer loop reads first, and then keeps
+// reading while the loop computes, quantizes and writes. Blobs are read in the order given (in
+// kReadChunkBytes preads) but never more than `window` bytes beyond what the consumer has
+// declared done with advance(), so the page cache holds at most about `window` bytes of
+// read-ahead. The destructor stops after the reads in flight and joins. A failed read ends the
+// warming silently: the consumer's own read reports it.
+class PageWarmer {
+ public:
+  PageWarmer(std::vector<LayerBlob> blobs, uint64_t window, int threads = 4);
+  ~PageWarmer();
+  PageWarmer(const PageWarmer&) = delete;
+  PageWarmer& operator=(const PageWarmer&) = delete;
+  // The consumer has read the next `blobs` blobs (in the order given).
+  void advance(size_t blobs = 1);
+  uint64_t bytes_read() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace strata

@@ -169,14 +169,27 @@ void Ends::embed(const Batch& batch, float* hidden, bool round) const {
   Tensor e = ckpt_.tensor(embed_name_);
   STRATA_CHECK(e.ndim() == 2 && e.dim(1) == hidden_, ckpt_.dir(), ": '", embed_name_,
                "' has shape ", shape_str(e.shape()), ", expected [vocab, ", hidden_, "]");
+  const uint16_t* bf16 = e.dtype() == DType::kBF16 ? e.data<uint16_t>() : nullptr;
   for (int64_t t = 0; t < batch.n_tokens(); ++t) {
     const int32_t id = batch.tokens[t];
     STRATA_CHECK(id >= 0 && id < e.dim(0), "token id ", id, " is outside the vocabulary [0, ",
                  e.dim(0), ")");
+    float* row = hidden + t * hidden_;
+    if (bf16) {
+      // The common case, bit by bit: a bf16 value widens exactly, and rounding it to bf16 again
+      // changes only a NaN (to the canonical 0x7FC0, as ops::round_bf16 does).
+      const uint16_t* src = bf16 + id * hidden_;
+      for (int64_t c = 0; c < hidden_; ++c) {
+        const uint16_t v = round && (src[c] & 0x7FFF) > 0x7F80 ? 0x7FC0 : src[c];
+        const uint32_t bits = static_cast<uint32_t>(v) << 16;
+        std::memcpy(row + c, &bits, 4);
+      }
+      continue;
+    }
     for (int64_t c = 0; c < hidden_; ++c)
-      hidden[t * hidden_ + c] = e.item_f32(id * hidden_ + c);
+      row[c] = e.item_f32(id * hidden_ + c);
   }
-  if (round) ops::round_bf16(hidden, batch.n_tokens() * hidden_);
+  if (round && !bf16) ops::round_bf16(hidden, batch.n_tokens() * hidden_);
 }
 
 void Ends::logits(const float* hidden, int64_t n_tokens, float* out) const {

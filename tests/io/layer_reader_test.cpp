@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -83,6 +85,36 @@ TEST(LayerReader, UnknownTensorIsAnError) {
   const Checkpoint ckpt = Checkpoint::open(kModel);
   LayerReader reader(ckpt);
   EXPECT_THROW(reader.plan({"model.layers.1.no_such.weight"}), Error);
+}
+
+// PageWarmer reads the planned bytes in order, never more than its window past what the
+// consumer has declared read, and all of them once the consumer is through.
+TEST(PageWarmer, ReadsAheadOfTheConsumerWithinItsWindow) {
+  const Checkpoint ckpt = Checkpoint::open(kModel);
+  LayerReader reader(ckpt);
+  std::vector<LayerBlob> blobs = {reader.plan(with_prefix(ckpt, "model.layers.0.")),
+                                  reader.plan(with_prefix(ckpt, "model.layers.1."))};
+  uint64_t bytes[2] = {0, 0};
+  for (int b = 0; b < 2; ++b)
+    for (const LayerBlob::Range& r : blobs[b].ranges)
+      bytes[b] += r.length;
+  ASSERT_GT(bytes[0], 0u);
+  ASSERT_GT(bytes[1], 0u);
+  auto first_piece = [](const LayerBlob& b) {
+    return std::min(b.ranges[0].length, LayerReader::kReadChunkBytes);
+  };
+  PageWarmer warm(blobs, 1, 3);  // a window of one byte: one piece past the consumer at a time
+  auto settle = [&](uint64_t want) {
+    for (int i = 0; i < 2000 && warm.bytes_read() < want; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // no read beyond it follows
+    return warm.bytes_read();
+  };
+  EXPECT_EQ(settle(first_piece(blobs[0])), first_piece(blobs[0]));
+  warm.advance();  // the consumer read blob 0: the warmer may start blob 1
+  EXPECT_EQ(settle(bytes[0] + first_piece(blobs[1])), bytes[0] + first_piece(blobs[1]));
+  warm.advance();
+  EXPECT_EQ(settle(bytes[0] + bytes[1]), bytes[0] + bytes[1]);
 }
 
 }  // namespace

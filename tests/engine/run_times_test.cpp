@@ -1,0 +1,48 @@
+// RunTimes::describe: the summary's time lines list the phases that took time, in order, and
+// what they leave of the total as "other" (values worked by hand).
+#include "engine/run_times.h"
+
+#include <gtest/gtest.h>
+
+namespace strata {
+namespace {
+
+TEST(RunTimes, ListsPhasesThatTookTimeAndTheRest) {
+  RunTimes t;
+  t.total = 10.0;
+  t.startup = 1.0;
+  t.embedding = 0.001;  // under 5 ms: left out
+  t.layers = 8.0;
+  t.read_wait = 2.0;
+  t.compute = 5.0;
+  t.hidden_writes = 0.5;
+  t.hidden_write_count = 2;
+  t.writer_busy = 3.0;
+  EXPECT_EQ(t.describe(),
+            "time 10.00 s = startup 1.00 + layers 8.00 + other 1.00\n"
+            "layers 8.00 s = waiting for weights 2.00 + computing 5.00 + hidden states for resume "
+            "(2x) 0.50 + other 0.50; writer thread busy 3.00 s\n");
+}
+
+TEST(RunTimes, NoLayerLineWithoutALoop) {
+  RunTimes t;
+  t.total = 2.0;
+  t.startup = 0.5;
+  t.head = 0.5;
+  t.tail = 0.5;
+  t.finish = 0.5;
+  EXPECT_EQ(t.describe(),
+            "time 2.00 s = startup 0.50 + export head 0.50 + tail 0.50 + finish 0.50\n");
+}
+
+TEST(PhaseTimer, LapAddsTheElapsedTime) {
+  PhaseTimer p;
+  double into = 1.0;
+  const double s = p.lap(&into);
+  EXPECT_GE(s, 0.0);
+  EXPECT_DOUBLE_EQ(into, 1.0 + s);
+  EXPECT_GE(p.lap(nullptr), 0.0);
+}
+
+}  // namespace
+}  // namespace strata
