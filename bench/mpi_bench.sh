@@ -26,7 +26,7 @@ for _ in range(32):
     print(json.dumps([r.randrange(8192) for _ in range(128)]))
 PY
 args=(quantize --model "$src" --calib_data "$work/calib.jsonl" --calib_size 32 --calib_seq 128
-      --calib_min_tokens 1 --batch_size 4 --recipe nvfp4-kv_fp8 -q)
+      --calib_min_tokens 1 --batch_size 4 --recipe nvfp4-kv_fp8 --device cpu -q)
 sums() { (cd "$1" && find . -type f | sort | xargs sha256sum); }
 cat "$src"/*.safetensors > /dev/null  # warm page cache for both runs
 

@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string_view>
 
@@ -68,6 +69,14 @@ size_t dtype_bytes(DType dtype, int64_t numel);
 
 float bf16_to_f32(uint16_t bits);
 uint16_t f32_to_bf16(float x);
+// f32_to_bf16 by bit arithmetic (round to nearest even on the bits; NaN gives 0x7FC0): the same
+// result for every input, several times faster. f32_to_bf16 is its reference (tests/core).
+inline uint16_t f32_to_bf16_fast(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);  // (CUDA sources include this header as C++17: no std::bit_cast)
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
 float f16_to_f32(uint16_t bits);
 uint16_t f32_to_f16(float x);
 float e4m3_to_f32(uint8_t bits);

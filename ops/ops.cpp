@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "core/error.h"
@@ -15,10 +16,30 @@ extern "C" void openblas_set_num_threads(int n) __attribute__((weak));
 
 namespace strata::ops {
 
+namespace {
+
+// OpenBLAS runs single-threaded: linear() parallelises over its own fixed tiles (below).
+void blas_single_threaded() {
+  static const bool done = [] {
+    if (openblas_set_num_threads) openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)done;
+}
+
+// linear() computes y in tiles of at most kTileRows x kTileCols, one single-threaded sgemm each,
+// spread over the OpenMP threads. The tiles depend only on the sizes, so every output element is
+// computed by the same kernel call whatever the thread count. (Left to OpenBLAS's own threads,
+// the tile edges move with the thread count, and its edge kernels may sum in another order: the
+// bits of y would then depend on how many threads a process or rank has.)
+constexpr int64_t kTileRows = 128, kTileCols = 128;
+
+}  // namespace
+
 void set_threads(int n) {
   n = n < 1 ? 1 : n;
   omp_set_num_threads(n);
-  if (openblas_set_num_threads) openblas_set_num_threads(n);
+  blas_single_threaded();
 }
 
 std::vector<float> weight_f32(const Tensor& w) {
@@ -37,11 +58,19 @@ std::vector<float> weight_f32(const Tensor& w) {
 void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
             const float* bias) {
   if (m == 0 || n == 0) return;
-  // y[m, n] = x[m, k] · w[n, k]^T. OpenBLAS sgemm accumulates in fp32; its blocking is fixed
-  // for given sizes and thread count, and strata pins the BLAS thread count (see ops docs).
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), 1.0f, x, static_cast<int>(k), w, static_cast<int>(k), 0.0f, y,
-              static_cast<int>(n));
+  blas_single_threaded();
+  // y[m, n] = x[m, k] · w[n, k]^T, tile by tile; OpenBLAS sgemm accumulates in fp32.
+  const int64_t row_tiles = (m + kTileRows - 1) / kTileRows;
+  const int64_t col_tiles = (n + kTileCols - 1) / kTileCols;
+  const int64_t tiles = row_tiles * col_tiles;
+#pragma omp parallel for schedule(dynamic, 1) if (tiles > 1 && m * n * k >= (1 << 20))
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t r0 = (t / col_tiles) * kTileRows, c0 = (t % col_tiles) * kTileCols;
+    const int64_t rows = std::min(kTileRows, m - r0), cols = std::min(kTileCols, n - c0);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
+                static_cast<int>(cols), static_cast<int>(k), 1.0f, x + r0 * k, static_cast<int>(k),
+                w + c0 * k, static_cast<int>(k), 0.0f, y + r0 * n + c0, static_cast<int>(n));
+  }
   if (bias) {
     for (int64_t r = 0; r < m; ++r) {
       for (int64_t c = 0; c < n; ++c) y[r * n + c] += bias[c];
@@ -50,7 +79,10 @@ void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, flo
 }
 
 void round_bf16(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t b = static_cast<uint32_t>(f32_to_bf16_fast(x[i])) << 16;
+    std::memcpy(&x[i], &b, 4);
+  }
 }
 
 void rms_norm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y) {

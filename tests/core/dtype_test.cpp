@@ -4,11 +4,13 @@
 // anything off the midpoint goes to the nearer one.
 #include <gtest/gtest.h>
 
+
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "core/dtype.h"
@@ -163,6 +165,27 @@ TEST(DType, Bf16MatchesTruncationArithmetic) {
     uint32_t rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16;
     ASSERT_EQ(f32_to_bf16(x), static_cast<uint16_t>(rounded)) << std::hex << u;
   }
+}
+
+// The fast bf16 encoder against the reference: every sign, exponent and top-7 mantissa
+// combination (all 2^16 bf16 codes) with the low 16 bits at and around the rounding boundary,
+// plus a million random patterns (NaNs among them).
+TEST(DType, Bf16FastMatchesReference) {
+  int64_t bad = 0;
+  auto check = [&](uint32_t u) {
+    const float x = std::bit_cast<float>(u);
+    if (f32_to_bf16_fast(x) != f32_to_bf16(x) && bad++ < 5)
+      ADD_FAILURE() << std::hex << u << ": fast " << f32_to_bf16_fast(x) << ", reference "
+                    << f32_to_bf16(x);
+  };
+  for (uint32_t high = 0; high < (1u << 16); ++high) {
+    for (uint32_t low : {0x0000u, 0x0001u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu})
+      check((high << 16) | low);
+  }
+  std::mt19937 rng(99);
+  for (int i = 0; i < 1000000; ++i)
+    check(static_cast<uint32_t>(rng()));
+  EXPECT_EQ(bad, 0);
 }
 
 TEST(DType, F16RoundTripsEveryCode) {
