@@ -28,10 +28,12 @@ int cmd_version(const std::vector<std::string>&) {
 
 namespace {
 void print_usage() {
-  std::printf("usage: strata <command> [options]\n\n"
-              "strata quantizes Hugging Face checkpoints layer by layer into NVIDIA ModelOpt's format.\n\n"
-              "commands:\n");
-  for (const Command& c : commands()) std::printf("  %-10s %s\n", c.name, c.summary);
+  std::printf(
+      "usage: strata <command> [options]\n\n"
+      "strata quantizes Hugging Face checkpoints layer by layer into NVIDIA ModelOpt's format.\n\n"
+      "commands:\n");
+  for (const Command& c : commands())
+    std::printf("  %-10s %s\n", c.name, c.summary);
   std::printf("\n'strata <command> --help' describes a command's options.\n");
 }
 }  // namespace
@@ -40,7 +42,8 @@ void print_usage() {
 
 int main(int argc, char** argv) {
   using namespace strata::cli;
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
     print_usage();
     return argc < 2 ? 2 : 0;
   }
@@ -57,12 +60,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "strata %s: %s\n", c.name, e.what());
       return 3;
     } catch (const std::bad_alloc&) {
-      std::fprintf(stderr, "strata %s: error: out of memory; lower the memory the run needs or use a larger machine\n",
+      std::fprintf(stderr,
+                   "strata %s: error: out of memory; lower the memory the run needs or use a "
+                   "larger machine\n",
                    c.name);
       return 1;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "strata %s: internal error: %s; this is a bug in strata, please report it\n", c.name,
-                   e.what());
+      std::fprintf(stderr,
+                   "strata %s: internal error: %s; this is a bug in strata, please report it\n",
+                   c.name, e.what());
       return 3;
     }
   }

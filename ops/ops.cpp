@@ -48,9 +48,11 @@ std::vector<float> weight_f32(const Tensor& w) {
     std::copy_n(w.data<float>(), out.size(), out.data());
   } else if (w.dtype() == DType::kBF16) {
     const uint16_t* src = w.data<uint16_t>();
-    for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_f32(src[i]);
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = bf16_to_f32(src[i]);
   } else {
-    for (size_t i = 0; i < out.size(); ++i) out[i] = w.item_f32(static_cast<int64_t>(i));
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = w.item_f32(static_cast<int64_t>(i));
   }
   return out;
 }
@@ -73,7 +75,8 @@ void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, flo
   }
   if (bias) {
     for (int64_t r = 0; r < m; ++r) {
-      for (int64_t c = 0; c < n; ++c) y[r * n + c] += bias[c];
+      for (int64_t c = 0; c < n; ++c)
+        y[r * n + c] += bias[c];
     }
   }
 }
@@ -90,9 +93,11 @@ void rms_norm(const float* x, int64_t rows, int64_t dim, const float* w, float e
     const float* xr = x + r * dim;
     float* yr = y + r * dim;
     double sum = 0.0;
-    for (int64_t i = 0; i < dim; ++i) sum += static_cast<double>(xr[i]) * xr[i];
+    for (int64_t i = 0; i < dim; ++i)
+      sum += static_cast<double>(xr[i]) * xr[i];
     const float inv = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(dim)) + eps);
-    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * (w ? w[i] : 1.0f);
+    for (int64_t i = 0; i < dim; ++i)
+      yr[i] = xr[i] * inv * (w ? w[i] : 1.0f);
   }
 }
 
@@ -100,19 +105,22 @@ void softmax(float* x, int64_t rows, int64_t dim) {
   for (int64_t r = 0; r < rows; ++r) {
     float* xr = x + r * dim;
     float mx = -INFINITY;
-    for (int64_t i = 0; i < dim; ++i) mx = std::max(mx, xr[i]);
+    for (int64_t i = 0; i < dim; ++i)
+      mx = std::max(mx, xr[i]);
     double sum = 0.0;
     for (int64_t i = 0; i < dim; ++i) {
       xr[i] = std::exp(xr[i] - mx);
       sum += xr[i];
     }
     const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t i = 0; i < dim; ++i) xr[i] *= inv;
+    for (int64_t i = 0; i < dim; ++i)
+      xr[i] *= inv;
   }
 }
 
 void swiglu(const float* gate, const float* up, int64_t count, float* h) {
-  for (int64_t i = 0; i < count; ++i) h[i] = silu(gate[i]) * up[i];
+  for (int64_t i = 0; i < count; ++i)
+    h[i] = silu(gate[i]) * up[i];
 }
 
 std::vector<double> rope_inv_freq(const RopeParams& p, int64_t rot_dim) {
@@ -126,7 +134,8 @@ std::vector<double> rope_inv_freq(const RopeParams& p, int64_t rot_dim) {
     case RopeParams::Kind::kDefault:
       break;
     case RopeParams::Kind::kLinear:
-      for (double& v : f) v /= p.factor;
+      for (double& v : f)
+        v /= p.factor;
       break;
     case RopeParams::Kind::kLlama3: {
       // wavelen = 2π/f; short wavelengths keep f, long ones use f/factor, a smooth blend between.
@@ -208,7 +217,8 @@ void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t 
       for (int64_t j = 0; j <= i; ++j) {  // causal: keys up to and including i
         const float* kj = k + j * k_stride + kvh * dq;
         float s = 0.0f;
-        for (int64_t d = 0; d < dq; ++d) s += qi[d] * kj[d];
+        for (int64_t d = 0; d < dq; ++d)
+          s += qi[d] * kj[d];
         p[j] = s * scale;
         mx = std::max(mx, p[j]);
       }

@@ -4,7 +4,6 @@
 // anything off the midpoint goes to the nearer one.
 #include <gtest/gtest.h>
 
-
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -36,22 +35,22 @@ TEST(DType, NamesRoundTrip) {
 TEST(DType, E4M3HandWorked) {
   EXPECT_EQ(f32_to_e4m3(0.0f), 0x00);
   EXPECT_EQ(f32_to_e4m3(-0.0f), 0x80);
-  EXPECT_EQ(f32_to_e4m3(1.0f), 0x38);          // exponent 7 (bias 7), mantissa 0
-  EXPECT_EQ(f32_to_e4m3(448.0f), 0x7E);        // largest finite
+  EXPECT_EQ(f32_to_e4m3(1.0f), 0x38);    // exponent 7 (bias 7), mantissa 0
+  EXPECT_EQ(f32_to_e4m3(448.0f), 0x7E);  // largest finite
   EXPECT_EQ(f32_to_e4m3(-448.0f), 0xFE);
-  EXPECT_EQ(f32_to_e4m3(464.0f), 0x7E);        // tie between 448 (even) and 480 (NaN slot)
-  EXPECT_EQ(f32_to_e4m3(464.5f), 0x7F);        // rounds past 448: NaN, no saturation
+  EXPECT_EQ(f32_to_e4m3(464.0f), 0x7E);  // tie between 448 (even) and 480 (NaN slot)
+  EXPECT_EQ(f32_to_e4m3(464.5f), 0x7F);  // rounds past 448: NaN, no saturation
   EXPECT_EQ(f32_to_e4m3(1000.0f), 0x7F);
   EXPECT_EQ(f32_to_e4m3(INFINITY), 0x7F);
   EXPECT_EQ(f32_to_e4m3(-INFINITY), 0xFF);
   EXPECT_EQ(f32_to_e4m3(NAN) & 0x7F, 0x7F);
-  EXPECT_EQ(f32_to_e4m3(0x1p-9f), 0x01);       // smallest subnormal
-  EXPECT_EQ(f32_to_e4m3(0x1p-10f), 0x00);      // half of it: tie to even (0)
-  EXPECT_EQ(f32_to_e4m3(0x1.8p-10f), 0x01);    // 0.75 of it rounds up
-  EXPECT_EQ(f32_to_e4m3(0x1.8p-9f), 0x02);     // 1.5 quanta: tie, 2 is even
-  EXPECT_EQ(f32_to_e4m3(0x1p-6f), 0x08);       // smallest normal
-  EXPECT_EQ(f32_to_e4m3(1.0625f), 0x38);       // 1 + 1/16: tie between 1 and 1.125 -> 1
-  EXPECT_EQ(f32_to_e4m3(1.1875f), 0x3A);       // 1 + 3/16: tie between 1.125 and 1.25 -> 1.25
+  EXPECT_EQ(f32_to_e4m3(0x1p-9f), 0x01);     // smallest subnormal
+  EXPECT_EQ(f32_to_e4m3(0x1p-10f), 0x00);    // half of it: tie to even (0)
+  EXPECT_EQ(f32_to_e4m3(0x1.8p-10f), 0x01);  // 0.75 of it rounds up
+  EXPECT_EQ(f32_to_e4m3(0x1.8p-9f), 0x02);   // 1.5 quanta: tie, 2 is even
+  EXPECT_EQ(f32_to_e4m3(0x1p-6f), 0x08);     // smallest normal
+  EXPECT_EQ(f32_to_e4m3(1.0625f), 0x38);     // 1 + 1/16: tie between 1 and 1.125 -> 1
+  EXPECT_EQ(f32_to_e4m3(1.1875f), 0x3A);     // 1 + 3/16: tie between 1.125 and 1.25 -> 1.25
   EXPECT_FLOAT_EQ(e4m3_to_f32(0x7E), 448.0f);
   EXPECT_FLOAT_EQ(e4m3_to_f32(0x01), 0x1p-9f);
   EXPECT_TRUE(std::isnan(e4m3_to_f32(0x7F)));
@@ -94,7 +93,7 @@ TEST(DType, E8M0HandWorked) {
 
 TEST(DType, E2M1HandWorked) {
   // The table of format.md §1.
-  const float in[] = {0.0f, 0.25f, 0.26f, 0.5f, 0.75f, 1.0f, 1.25f, 1.3f, 1.5f, 1.75f,
+  const float in[] = {0.0f, 0.25f, 0.26f, 0.5f, 0.75f, 1.0f, 1.25f, 1.3f,  1.5f, 1.75f,
                       2.0f, 2.5f,  2.6f,  3.0f, 3.5f,  4.0f, 5.0f,  5.01f, 6.0f, 7.0f};
   const uint8_t want[] = {0, 0, 1, 1, 2, 2, 2, 3, 3, 4, 4, 4, 5, 5, 6, 6, 6, 7, 7, 7};
   for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); ++i) {
@@ -138,7 +137,8 @@ void check_rne_exhaustive(const char* name, int codes, const std::function<float
     if (std::isfinite(v) && !std::signbit(v)) values.push_back({v, static_cast<uint8_t>(c)});
   }
   std::sort(values.begin(), values.end());
-  for (auto [v, c] : values) ASSERT_EQ(encode(v), c) << name << " value " << v;
+  for (auto [v, c] : values)
+    ASSERT_EQ(encode(v), c) << name << " value " << v;
   for (size_t i = 0; i + 1 < values.size(); ++i) {
     auto [lo, clo] = values[i];
     auto [hi, chi] = values[i + 1];
@@ -150,9 +150,15 @@ void check_rne_exhaustive(const char* name, int codes, const std::function<float
   }
 }
 
-TEST(DType, E4M3ExhaustiveRne) { check_rne_exhaustive("e4m3", 256, e4m3_to_f32, f32_to_e4m3); }
-TEST(DType, E5M2ExhaustiveRne) { check_rne_exhaustive("e5m2", 256, e5m2_to_f32, f32_to_e5m2); }
-TEST(DType, E2M1ExhaustiveRne) { check_rne_exhaustive("e2m1", 16, e2m1_to_f32, f32_to_e2m1); }
+TEST(DType, E4M3ExhaustiveRne) {
+  check_rne_exhaustive("e4m3", 256, e4m3_to_f32, f32_to_e4m3);
+}
+TEST(DType, E5M2ExhaustiveRne) {
+  check_rne_exhaustive("e5m2", 256, e5m2_to_f32, f32_to_e5m2);
+}
+TEST(DType, E2M1ExhaustiveRne) {
+  check_rne_exhaustive("e2m1", 16, e2m1_to_f32, f32_to_e2m1);
+}
 
 TEST(DType, Bf16MatchesTruncationArithmetic) {
   // Independent formulation for bf16: add 0x7FFF plus the lowest kept bit, then truncate.
