@@ -537,9 +537,21 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   };
 
   phase.lap(&result.times.startup);
+  // Step 0 (the embedding table copied to the export, synced, recorded). A single process writes
+  // it on a helper thread while the first hidden states are computed below (they only read the
+  // table); it is waited for before the layers. With ranks its commit is collective, so it runs
+  // here, in order.
+  std::future<void> head_written;
   if (state.next_step == 0) {
-    exporter.write_head();
-    commit(1, "", "");
+    auto write_head = [&exporter, &commit]() {
+      exporter.write_head();
+      commit(1, "", "");
+    };
+    if (comm.size() == 1) {
+      head_written = std::async(std::launch::async, write_head);
+    } else {
+      write_head();
+    }
   }
   phase.lap(&result.times.head);
 
@@ -583,6 +595,8 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     }
   }
   phase.lap(&result.times.embedding);
+  if (head_written.valid()) head_written.get();  // what the embedding did not hide
+  phase.lap(&result.times.head);
 
   MaxCalibrator calib;
   const int64_t first_layer = std::min(std::max<int64_t>(state.next_step - 1, 0), plan.num_layers);

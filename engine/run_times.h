@@ -14,7 +14,8 @@ namespace strata {
 struct RunTimes {
   double startup = 0;        // config, checkpoint headers, plan, output folder, exporter layout
   double calib_data = 0;     // reading (and tokenizing) the calibration set
-  double head = 0;           // step 0: the embedding table written to the export, synced
+  double head = 0;           // step 0: the embedding table written to the export, synced (a
+                             // single process: the part the embedding below did not hide)
   double embedding = 0;      // the first hidden states (token embeddings into the store)
   double device_setup = 0;   // GPU: context, buffers, pinned memory, hidden states onto the device
   double layers = 0;         // the decoder-layer loop, of which:
