@@ -1,16 +1,7 @@
 #include "engine/gpu_ranks.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
-#include <map>
-#include <mutex>
-#include <thread>
 
 #include "core/error.h"
 
@@ -84,67 +75,14 @@ BlobShare plan_share(const Checkpoint& ckpt, const LayerBlob& blob,
 
 uint64_t read_share(const Checkpoint& ckpt, const BlobShare& share, int rank, uint8_t* dst,
                     int threads) {
-  struct Chunk {
-    size_t run;
-    uint64_t offset, length;  // within the run
-  };
-  std::vector<Chunk> chunks;
-  std::map<std::string, int> fds;
-  auto close_all = [&]() {
-    for (auto& [p, fd] : fds)
-      ::close(fd);
-  };
+  std::vector<FileRead> reads;
   uint64_t total = 0;
-  for (size_t r = 0; r < share.runs.size(); ++r) {
-    const BlobShare::Run& run = share.runs[r];
+  for (const BlobShare::Run& run : share.runs) {
     if (run.reader != rank) continue;
-    if (!fds.count(run.path)) {
-      const int fd = ::open(run.path.c_str(), O_RDONLY);
-      if (fd < 0) {
-        const int err = errno;
-        close_all();
-        fail(run.path, ": cannot open for reading: ", std::strerror(err));
-      }
-      fds[run.path] = fd;
-    }
-    for (uint64_t o = 0; o < run.length; o += LayerReader::kReadChunkBytes)
-      chunks.push_back({r, o, std::min(LayerReader::kReadChunkBytes, run.length - o)});
+    reads.push_back({run.path, run.file_offset, run.buffer_offset, run.length});
     total += run.length;
   }
-  std::atomic<size_t> next{0};
-  std::mutex mu;
-  std::string error;
-  auto work = [&]() {
-    for (size_t c = next++; c < chunks.size(); c = next++) {
-      const Chunk& k = chunks[c];
-      const BlobShare::Run& run = share.runs[k.run];
-      const int fd = fds.at(run.path);
-      uint64_t done = 0;
-      while (done < k.length) {
-        const ssize_t n = ::pread(fd, dst + run.buffer_offset + k.offset + done, k.length - done,
-                                  static_cast<off_t>(run.file_offset + k.offset + done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (error.empty())
-            error = str(run.path, ": read of ", k.length, " bytes at offset ",
-                        run.file_offset + k.offset,
-                        " failed: ", n < 0 ? std::strerror(errno) : "the file ends early");
-          return;
-        }
-        done += static_cast<uint64_t>(n);
-      }
-    }
-  };
-  const int n_threads = static_cast<int>(std::min<size_t>(std::max(threads, 1), chunks.size()));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < n_threads; ++t)
-    pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool)
-    t.join();
-  close_all();
-  STRATA_CHECK(error.empty(), error);
+  read_files(reads, dst, threads, /*direct=*/false, /*whole_pages=*/false);  // exact lengths
   // What this process took from the files (Checkpoint::bytes_read counts each tensor once per
   // process): tensor() marks it; the view itself is not touched.
   for (const BlobShare::Run& run : share.runs) {

@@ -665,10 +665,11 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
       // exchanges are collective): round k is micro-batch k·N + rank, or an empty batch.
       const size_t N = expert_parallel ? static_cast<size_t>(comm.size()) : 1;
       const size_t rounds = (batches.size() + N - 1) / N;
+      const Batch none = Batch::from_sequences({});
       for (size_t k = 0; k < rounds; ++k) {
         const size_t b = expert_parallel ? k * N + static_cast<size_t>(comm.rank()) : k;
         if (b >= batches.size() || !store->owns(b)) {
-          if (expert_parallel) layer->forward(Batch::from_sequences({}), buf.data(), &calib);
+          if (expert_parallel) layer->forward(none, buf.data(), &calib);
           continue;
         }
         store->read(b, buf.data());

@@ -28,12 +28,79 @@ uint64_t align_up(uint64_t x) {
   return (x + kAlign - 1) / kAlign * kAlign;
 }
 
-struct Chunk {
-  size_t range;
-  uint64_t file_offset, length, buffer_offset;
-};
-
 }  // namespace
+
+void read_files(const std::vector<FileRead>& reads, uint8_t* dst, int threads, bool direct,
+                bool whole_pages) {
+  std::vector<int> fds(reads.size(), -1);
+  std::map<std::string, int> opened;
+  auto close_all = [&]() {
+    for (auto& [p, fd] : opened)
+      ::close(fd);
+  };
+  for (size_t r = 0; r < reads.size(); ++r) {
+    const std::string& p = reads[r].path;
+    auto it = opened.find(p);
+    if (it == opened.end()) {
+      int fd = direct ? ::open(p.c_str(), O_RDONLY | O_DIRECT) : -1;
+      if (fd < 0) fd = ::open(p.c_str(), O_RDONLY);
+      if (fd < 0) {
+        const int err = errno;
+        close_all();
+        fail(p, ": cannot open for reading: ", std::strerror(err));
+      }
+      it = opened.emplace(p, fd).first;
+    }
+    fds[r] = it->second;
+  }
+  struct Chunk {
+    size_t read;
+    uint64_t file_offset, length, buffer_offset;
+  };
+  // Chunks in file order, so that each thread reads forward.
+  std::vector<Chunk> chunks;
+  for (size_t r = 0; r < reads.size(); ++r) {
+    const FileRead& g = reads[r];
+    for (uint64_t o = 0; o < g.length; o += LayerReader::kReadChunkBytes) {
+      chunks.push_back({r, g.file_offset + o, std::min(LayerReader::kReadChunkBytes, g.length - o),
+                        g.buffer_offset + o});
+    }
+  }
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::string error;
+  auto work = [&]() {
+    for (size_t c = next++; c < chunks.size(); c = next++) {
+      const Chunk& k = chunks[c];
+      uint64_t done = 0;
+      const uint64_t want = whole_pages ? align_up(k.length) : k.length;
+      while (done < k.length) {
+        const ssize_t n = ::pread(fds[k.read], dst + k.buffer_offset + done, want - done,
+                                  static_cast<off_t>(k.file_offset + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (error.empty())
+            error =
+                str(reads[k.read].path, ": read of ", k.length, " bytes at offset ", k.file_offset,
+                    " failed: ", n < 0 ? std::strerror(errno) : "the file ends early");
+          return;
+        }
+        done += static_cast<uint64_t>(n);
+      }
+    }
+  };
+  const int n_threads =
+      static_cast<int>(std::min<size_t>(static_cast<size_t>(std::max(threads, 1)), chunks.size()));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < n_threads; ++t)
+    pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool)
+    t.join();
+  close_all();
+  STRATA_CHECK(error.empty(), error);
+}
 
 LayerReader::LayerReader(const Checkpoint& ckpt, int threads, bool direct)
     : ckpt_(ckpt), threads_(std::max(threads, 1)), direct_(direct) {}
@@ -85,71 +152,13 @@ LayerBlob LayerReader::plan(const std::vector<std::string>& names) const {
 }
 
 void LayerReader::read(const LayerBlob& blob, uint8_t* dst) const {
-  std::vector<int> fds(blob.ranges.size(), -1);
-  std::map<std::string, int> opened;
-  auto close_all = [&]() {
-    for (auto& [p, fd] : opened)
-      ::close(fd);
-  };
-  for (size_t r = 0; r < blob.ranges.size(); ++r) {
-    const std::string& p = blob.ranges[r].path;
-    auto it = opened.find(p);
-    if (it == opened.end()) {
-      int fd = direct_ ? ::open(p.c_str(), O_RDONLY | O_DIRECT) : -1;
-      if (fd < 0) fd = ::open(p.c_str(), O_RDONLY);
-      if (fd < 0) {
-        const int err = errno;
-        close_all();
-        fail(p, ": cannot open for reading: ", std::strerror(err));
-      }
-      it = opened.emplace(p, fd).first;
-    }
-    fds[r] = it->second;
-  }
-  // Chunks in file order, so that each thread reads forward.
-  std::vector<Chunk> chunks;
-  for (size_t r = 0; r < blob.ranges.size(); ++r) {
-    const LayerBlob::Range& g = blob.ranges[r];
-    for (uint64_t o = 0; o < g.length; o += kReadChunkBytes) {
-      chunks.push_back(
-          {r, g.file_offset + o, std::min(kReadChunkBytes, g.length - o), g.buffer_offset + o});
-    }
-  }
-  std::atomic<size_t> next{0};
-  std::mutex mu;
-  std::string error;
-  auto work = [&]() {
-    for (size_t c = next++; c < chunks.size(); c = next++) {
-      const Chunk& k = chunks[c];
-      uint64_t done = 0;
-      // O_DIRECT needs aligned lengths: read whole pages (the buffer has room up to the
-      // range's aligned end) and accept a short read at EOF.
-      const uint64_t want = align_up(k.length);
-      while (done < k.length) {
-        const ssize_t n = ::pread(fds[k.range], dst + k.buffer_offset + done, want - done,
-                                  static_cast<off_t>(k.file_offset + done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (error.empty())
-            error = str(blob.ranges[k.range].path, ": read of ", k.length, " bytes at offset ",
-                        k.file_offset,
-                        " failed: ", n < 0 ? std::strerror(errno) : "the file ends early");
-          return;
-        }
-        done += static_cast<uint64_t>(n);
-      }
-    }
-  };
-  const int n_threads = static_cast<int>(std::min<size_t>(threads_, chunks.size()));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < n_threads; ++t)
-    pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool)
-    t.join();
-  close_all();
-  STRATA_CHECK(error.empty(), error);
+  std::vector<FileRead> reads;
+  reads.reserve(blob.ranges.size());
+  for (const LayerBlob::Range& g : blob.ranges)
+    reads.push_back({g.path, g.file_offset, g.buffer_offset, g.length});
+  // Whole pages: O_DIRECT needs aligned lengths, and the buffer has room up to each range's
+  // aligned end.
+  read_files(reads, dst, threads_, direct_, true);
 }
 
 struct PageWarmer::Impl {

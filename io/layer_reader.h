@@ -49,6 +49,21 @@ struct LayerBlob {
   uint64_t bytes = 0;  // the buffer size the blob needs
 };
 
+// One contiguous read: `length` bytes of file `path` at `file_offset`, into dst + buffer_offset.
+struct FileRead {
+  std::string path;
+  uint64_t file_offset = 0, buffer_offset = 0, length = 0;
+};
+
+// Performs every read in LayerReader::kReadChunkBytes preads spread over `threads` threads.
+// direct: files opened with O_DIRECT where the file system allows it (else buffered).
+// whole_pages: each pread asks up to its 4096-aligned end (what O_DIRECT needs; dst must have room
+// there) and a short read at the end of the file is accepted past `length`; otherwise exactly the
+// `length` bytes of each read are written. A failed or short read is a strata::Error naming the
+// file.
+void read_files(const std::vector<FileRead>& reads, uint8_t* dst, int threads, bool direct,
+                bool whole_pages);
+
 class LayerReader {
  public:
   static constexpr uint64_t kMergeGapBytes = 1ull << 20;

@@ -224,6 +224,28 @@ __global__ void k_amax_rows(const float* x, int64_t cols, const int32_t* row_slo
 }
 
 constexpr int kMaxTopK = 32;
+
+// pick[0, k) = the top k of value(e) over e in [0, n) by repeated selection, largest first, ties
+// to the lower index (ops::top_k).
+template <typename Value>
+__device__ void select_top_k(int64_t n, int64_t k, Value value, int32_t* pick) {
+  for (int64_t j = 0; j < k; ++j) {
+    int32_t best = -1;
+    float bv = -INFINITY;
+    for (int64_t e = 0; e < n; ++e) {
+      bool taken = false;
+      for (int64_t i = 0; i < j; ++i)
+        taken |= pick[i] == e;
+      if (taken) continue;
+      const float v = value(e);
+      if (best < 0 || v > bv) {
+        best = static_cast<int32_t>(e);
+        bv = v;
+      }
+    }
+    pick[j] = best;
+  }
+}
 __global__ void k_route(const float* logits, int64_t T, int64_t E, int64_t K, bool norm,
                         int32_t* chosen, float* weight, int32_t* counts) {
   FOR_N(t, T) {
@@ -239,23 +261,11 @@ __global__ void k_route(const float* logits, int64_t T, int64_t E, int64_t K, bo
     int32_t pick[kMaxTopK];
     float val[kMaxTopK];
     float total = 0.0f;
+    auto prob = [&](int64_t e) { return expf(x[e] - mx) * inv; };
+    select_top_k(E, K, prob, pick);
     for (int64_t j = 0; j < K; ++j) {
-      int32_t best = -1;
-      float bv = -INFINITY;
-      for (int64_t e = 0; e < E; ++e) {
-        bool taken = false;
-        for (int64_t i = 0; i < j; ++i)
-          taken |= pick[i] == e;
-        if (taken) continue;
-        const float p = expf(x[e] - mx) * inv;
-        if (best < 0 || p > bv) {
-          best = static_cast<int32_t>(e);
-          bv = p;
-        }
-      }
-      pick[j] = best;
-      val[j] = bv;
-      total += bv;
+      val[j] = prob(pick[j]);
+      total += val[j];
     }
     for (int64_t j = 0; j < K; ++j) {
       chosen[t * K + j] = pick[j];
@@ -341,52 +351,26 @@ __global__ void k_route_sigmoid(const float* logits, int64_t T, int64_t E, int64
     const int64_t per = E / n_group;
     float group_score[kMaxGroups];
     for (int64_t g = 0; g < n_group; ++g) {
-      int64_t a = -1;
-      float av = -INFINITY;
-      for (int64_t i = 0; i < per; ++i) {
-        const float v = choice(g * per + i);
-        if (a < 0 || v > av) a = i, av = v;
-      }
+      auto in_group = [&](int64_t i) { return choice(g * per + i); };
+      int32_t top2[2];
+      select_top_k(per, per >= 2 ? 2 : 1, in_group, top2);
       float sum = 0.0f;
-      sum += av;
-      if (per >= 2) {
-        int64_t b = -1;
-        float bv = -INFINITY;
-        for (int64_t i = 0; i < per; ++i) {
-          if (i == a) continue;
-          const float v = choice(g * per + i);
-          if (b < 0 || v > bv) b = i, bv = v;
-        }
-        sum += bv;
-      }
+      sum += in_group(top2[0]);
+      if (per >= 2) sum += in_group(top2[1]);
       group_score[g] = sum;
     }
+    int32_t kept[kMaxGroups];
+    select_top_k(
+        n_group, topk_group, [&](int64_t g) { return group_score[g]; }, kept);
     uint64_t keep = 0;
-    for (int64_t j = 0; j < topk_group; ++j) {
-      int64_t best = -1;
-      float bv = -INFINITY;
-      for (int64_t g = 0; g < n_group; ++g) {
-        if ((keep >> g) & 1) continue;
-        if (best < 0 || group_score[g] > bv) best = g, bv = group_score[g];
-      }
-      keep |= uint64_t{1} << best;
-    }
+    for (int64_t j = 0; j < topk_group; ++j)
+      keep |= uint64_t{1} << kept[j];
     int32_t pick[kMaxTopK];
+    select_top_k(
+        E, K, [&](int64_t e) { return (keep >> (e / per)) & 1 ? choice(e) : -INFINITY; }, pick);
     float total = 0.0f;
-    for (int64_t j = 0; j < K; ++j) {
-      int32_t best = -1;
-      float bv = -INFINITY;
-      for (int64_t e = 0; e < E; ++e) {
-        bool taken = false;
-        for (int64_t i = 0; i < j; ++i)
-          taken |= pick[i] == e;
-        if (taken) continue;
-        const float v = (keep >> (e / per)) & 1 ? choice(e) : -INFINITY;
-        if (best < 0 || v > bv) best = static_cast<int32_t>(e), bv = v;
-      }
-      pick[j] = best;
-      total += score(best);
-    }
+    for (int64_t j = 0; j < K; ++j)
+      total += score(pick[j]);
     for (int64_t j = 0; j < K; ++j) {
       float w = score(pick[j]);
       if (norm) w /= (total + 1e-20f);

@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/engine/fake_comm.h"
+
 namespace strata {
 namespace {
 
@@ -132,43 +134,18 @@ TEST(GpuRanksMpi, ExchangeGivesEveryRankTheLayer) {
   comm_finalize();  // this test runs alone in its processes (mpirun ... --gtest_filter)
 }
 
-// A host of `local` ranks, this one the `mine`-th.
-class LocalComm final : public Comm {
- public:
-  LocalComm(int local, int mine) : local_(local), mine_(mine) {}
-  int rank() const override { return mine_; }
-  int size() const override { return local_; }
-  int local_size() const override { return local_; }
-  int local_rank() const override { return mine_; }
-  void allreduce_max(float*, size_t) override {}
-  void allreduce_sum(uint64_t*, size_t) override {}
-  void allreduce_sum(double*, size_t) override {}
-  void broadcast(void*, size_t, int) override {}
-  std::vector<std::string> allgather(const std::string& m) override { return {m}; }
-  std::vector<uint8_t> alltoallv_rows(const std::vector<uint8_t>& s, const std::vector<int64_t>&,
-                                      size_t, std::vector<int64_t>*) override {
-    return s;
-  }
-  void barrier() override {}
-  [[noreturn]] void abort(int code) override { std::exit(code); }
-  std::string describe() const override { return "local"; }
-
- private:
-  int local_, mine_;
-};
-
 TEST(GpuRanks, DeviceIsLocalRankModDevices) {
   // 5 ranks on a host with 2 GPUs: ranks 0, 2, 4 on GPU 0, ranks 1, 3 on GPU 1.
   const int expect_device[5] = {0, 1, 0, 1, 0};
   const int expect_sharers[5] = {3, 2, 3, 2, 3};
   for (int r = 0; r < 5; ++r) {
-    const LocalComm c(5, r);
+    const FakeRank c(r, 5, /*one_host=*/true);
     EXPECT_EQ(gpu_rank_device(c, 2), expect_device[r]);
     EXPECT_EQ(gpu_rank_sharers(c, 2), expect_sharers[r]);
   }
-  EXPECT_EQ(gpu_rank_device(LocalComm(2, 1), 1), 0);  // two ranks on one GPU
-  EXPECT_EQ(gpu_rank_sharers(LocalComm(2, 1), 1), 2);
-  EXPECT_EQ(gpu_rank_sharers(LocalComm(2, 1), 8), 1);  // more GPUs than ranks
+  EXPECT_EQ(gpu_rank_device(FakeRank(1, 2, true), 1), 0);  // two ranks on one GPU
+  EXPECT_EQ(gpu_rank_sharers(FakeRank(1, 2, true), 1), 2);
+  EXPECT_EQ(gpu_rank_sharers(FakeRank(1, 2, true), 8), 1);  // more GPUs than ranks
 }
 
 }  // namespace

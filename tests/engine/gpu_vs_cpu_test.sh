@@ -16,17 +16,8 @@ fi
 src=tests/fixtures/models/$model
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-if [ -f "$src/reference.safetensors" ]; then
-  python3 tests/fixtures/tokens_jsonl.py "$src/reference.safetensors" > "$work/tokens.jsonl"
-else  # the compressed fixtures: 6 fixed sequences of token ids below the vocab
-  python3 - "$src/config.json" > "$work/tokens.jsonl" << 'EOF'
-import json, sys
-c = json.load(open(sys.argv[1]))
-vocab = c.get("vocab_size") or c.get("text_config", {}).get("vocab_size")
-for s in range(6):
-    print(json.dumps([(s * 131 + i * 17 + 3) % vocab for i in range(5 + 3 * s)]))
-EOF
-fi
+# The reference's tokens, or fixed ids for the compressed fixtures (no reference).
+python3 tests/fixtures/tokens_jsonl.py "$src" > "$work/tokens.jsonl"
 count=$(wc -l < "$work/tokens.jsonl")
 common=(quantize -q --model "$src" --recipe "$recipe" --calib_data "$work/tokens.jsonl"
         --calib_size "$count" --calib_min_tokens 1 --batch_size 2)

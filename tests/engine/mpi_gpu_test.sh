@@ -25,14 +25,14 @@ mpi() {  # N, args...
   local n=$1; shift
   "${launch[@]}" -np "$n" "$strata" "$@"
 }
-python3 tests/fixtures/tokens_jsonl.py "$src/reference.safetensors" > "$work/tokens.jsonl"
+python3 tests/fixtures/tokens_jsonl.py "$src" > "$work/tokens.jsonl"
 count=$(wc -l < "$work/tokens.jsonl")
 # Micro-batches of 2 sequences; shards of ~52 KiB, some shared by two layers and so written by
 # several ranks. Each rank's GPU budget is 1 GiB (the fixtures need far less).
 args=(quantize --model "$src" --calib_data "$work/tokens.jsonl" --calib_size "$count"
       --calib_min_tokens 1 --batch_size 2 --max_shard_size_gb 0.00005 --recipe nvfp4-kv_fp8
       --device cuda --max_gpu_memory_gb 1)
-sums() { (cd "$1" && find . -type f | sort | xargs sha256sum); }
+extra=()
 fail() { echo "FAIL: $*"; exit 1; }
 same() {  # dir, what
   if ! diff "$work/ref.sums" <(sums "$1") > /dev/null; then
@@ -42,8 +42,7 @@ same() {  # dir, what
   fi
   [ ! -e "$1.strata_resume" ] || fail "$2: resume folder left behind"
 }
-ranks_of() { pgrep -P "$(pgrep -f -P "$1" "^mpirun")" strata; }  # of `timeout mpirun`, pid $1
-next_step() { grep -o '"next_step": *[0-9]*' "$1.strata_resume/manifest.json" 2> /dev/null | grep -o '[0-9]*$' || echo 0; }
+source tests/engine/mpi_lib.sh  # sums, ranks_of, next_step, kill_and_resume
 
 "$strata" "${args[@]}" --export_path "$work/ref" > "$work/ref.out" 2> "$work/ref.err" || { cat "$work/ref.err"; fail "one process failed"; }
 grep -q "GPU: " "$work/ref.err" || { cat "$work/ref.err"; fail "one process did not run on the GPU"; }
@@ -68,24 +67,7 @@ echo "ok: -np $counts on the GPU give one process's bytes; reads sum to one proc
 [ "$mode" = full ] || exit 0
 
 # Every rank killed once a layer is committed, resumed with another rank count: 2 -> 3, 3 -> 1.
-for pair in "2 3" "3 1"; do
-  set -- $pair
-  out=$work/stop$1
-  STRATA_TEST_SLOW_LAYER_MS=1000 "${launch[@]}" -np "$1" "$strata" "${args[@]}" -q --export_path "$out" > /dev/null 2>&1 &
-  pid=$!
-  for _ in $(seq 1200); do [ "$(next_step "$out")" -ge 2 ] && break; sleep 0.05; done
-  [ "$(next_step "$out")" -ge 2 ] || fail "-np $1: no layer committed"
-  kill -9 $(ranks_of "$pid") 2> /dev/null || true
-  wait "$pid" 2> /dev/null || true
-  [ -f "$out.strata_resume/manifest.json" ] || fail "-np $1 stopped: no manifest left to resume"
-  if [ "$2" -eq 1 ]; then
-    "$strata" "${args[@]}" --export_path "$out" > "$out.log" 2>&1 || { cat "$out.log"; fail "resume by one process failed"; }
-  else
-    mpi "$2" "${args[@]}" --export_path "$out" > "$out.log" 2>&1 || { cat "$out.log"; fail "resume with -np $2 failed"; }
-  fi
-  grep -q "resuming at" "$out.log" || { cat "$out.log"; fail "-np $1 -> $2 did not resume"; }
-  same "$out" "stopped with -np $1, resumed with -np $2"
-done
+kill_and_resume
 
 # A rank that fails: every rank stops, non-zero, in bounded time; the message names the rank.
 out=$work/failed

@@ -30,21 +30,12 @@ mpi() {  # N, args...
   local n=$1; shift
   "${launch[@]}" -np "$n" "$strata" "$@"
 }
-if [ -f "$src/reference.safetensors" ]; then
-  python3 tests/fixtures/tokens_jsonl.py "$src/reference.safetensors" > "$work/tokens.jsonl"
+if [ -f "$src/tokenizer.json" ] && [ ! -f "$src/reference.safetensors" ]; then
+  data=(--calib_size 12 --calib_seq 24)  # the bundled corpus through the model's tokenizer
+else  # the reference's tokens, or fixed ids for fixtures without one (tokens_jsonl.py)
+  python3 tests/fixtures/tokens_jsonl.py "$src" > "$work/tokens.jsonl"
   count=$(wc -l < "$work/tokens.jsonl")
   data=(--calib_data "$work/tokens.jsonl" --calib_size "$count" --calib_min_tokens 1)
-elif [ -f "$src/tokenizer.json" ]; then
-  data=(--calib_size 12 --calib_seq 24)  # the bundled corpus through the model's tokenizer
-else  # no tokenizer (the compressed fixtures): 6 fixed sequences of token ids below the vocab
-  python3 - "$src/config.json" > "$work/tokens.jsonl" << 'EOF'
-import json, sys
-c = json.load(open(sys.argv[1]))
-vocab = c.get("vocab_size") or c.get("text_config", {}).get("vocab_size")
-for s in range(6):
-    print(json.dumps([(s * 131 + i * 17 + 3) % vocab for i in range(5 + 3 * s)]))
-EOF
-  data=(--calib_data "$work/tokens.jsonl" --calib_size 6 --calib_min_tokens 1)
 fi
 # Micro-batches of 2 sequences (several per rank); shards of ~52 KiB, some shared by two layers
 # and so written by several ranks.
@@ -52,14 +43,12 @@ args=(quantize --model "$src" "${data[@]}" --batch_size 2 --max_shard_size_gb 0.
       --recipe nvfp4-kv_fp8)
 extra=()
 [ "$mode" != expert ] || extra=(--expert_parallel)
-sums() { (cd "$1" && find . -type f | sort | xargs sha256sum); }
 fail() { echo "FAIL: $*"; exit 1; }
 same() {  # dir, what
   diff "$work/ref.sums" <(sums "$1") > /dev/null || { diff "$work/ref.sums" <(sums "$1"); fail "$2: output differs from one process"; }
   [ ! -e "$1.strata_resume" ] || fail "$2: resume folder left behind"
 }
-ranks_of() { pgrep -P "$(pgrep -f -P "$1" "^mpirun")" strata; }  # of `timeout env mpirun`, pid $1
-next_step() { grep -o '"next_step": *[0-9]*' "$1.strata_resume/manifest.json" 2> /dev/null | grep -o '[0-9]*$' || echo 0; }
+source tests/engine/mpi_lib.sh  # sums, ranks_of, next_step, kill_and_resume
 
 "$strata" "${args[@]}" -q --export_path "$work/ref" > "$work/ref.out"
 one_read=$(sed -n 's/^checkpoint bytes read: //p' "$work/ref.out")
@@ -86,26 +75,7 @@ if [ "$mode" != failure ]; then
         fail "-np $n: no expert rows were exchanged ($sent)"
     fi
   done
-  # Every rank killed (SIGKILL) once a layer is committed, resumed with another rank count:
-  # 2 -> 3, then 3 -> 1 (a single process).
-  for pair in "2 3" "3 1"; do
-    set -- $pair
-    out=$work/stop$1
-    STRATA_TEST_SLOW_LAYER_MS=1000 "${launch[@]}" -np "$1" "$strata" "${args[@]}" "${extra[@]}" -q --export_path "$out" > /dev/null 2>&1 &
-    pid=$!
-    for _ in $(seq 1200); do [ "$(next_step "$out")" -ge 2 ] && break; sleep 0.05; done
-    [ "$(next_step "$out")" -ge 2 ] || fail "-np $1: no layer committed"
-    kill -9 $(ranks_of "$pid") 2> /dev/null || true
-    wait "$pid" 2> /dev/null || true
-    [ -f "$out.strata_resume/manifest.json" ] || fail "-np $1 stopped: no manifest left to resume"
-    if [ "$2" -eq 1 ]; then
-      "$strata" "${args[@]}" --export_path "$out" > "$out.log" 2>&1 || { cat "$out.log"; fail "resume by one process failed"; }
-    else
-      mpi "$2" "${args[@]}" "${extra[@]}" --export_path "$out" > "$out.log" 2>&1 || { cat "$out.log"; fail "resume with -np $2 failed"; }
-    fi
-    grep -q "resuming at" "$out.log" || { cat "$out.log"; fail "-np $1 -> $2 did not resume"; }
-    same "$out" "stopped with -np $1, resumed with -np $2"
-  done
+  kill_and_resume
   echo "ok: -np 2, -np 3 and resumed runs (2 -> 3, 3 -> 1) give one process's bytes${extra:+ (${extra[*]})}"
   exit 0
 fi

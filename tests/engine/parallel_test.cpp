@@ -17,32 +17,10 @@
 #include "engine/quantize.h"
 #include "io/hf_config.h"
 #include "quant/recipe.h"
+#include "tests/engine/fake_comm.h"
 
 namespace strata {
 namespace {
-
-// A rank of `n` whose collectives are never called.
-class FakeRank final : public Comm {
- public:
-  FakeRank(int rank, int n) : rank_(rank), n_(n) {}
-  int rank() const override { return rank_; }
-  int size() const override { return n_; }
-  void allreduce_max(float*, size_t) override {}
-  void allreduce_sum(uint64_t*, size_t) override {}
-  void allreduce_sum(double*, size_t) override {}
-  void broadcast(void*, size_t, int) override {}
-  std::vector<std::string> allgather(const std::string& m) override { return {m}; }
-  std::vector<uint8_t> alltoallv_rows(const std::vector<uint8_t>& s, const std::vector<int64_t>&,
-                                      size_t, std::vector<int64_t>*) override {
-    return s;
-  }
-  void barrier() override {}
-  [[noreturn]] void abort(int) override { std::abort(); }
-  std::string describe() const override { return "fake"; }
-
- private:
-  int rank_, n_;
-};
 
 TEST(Parallel, MicroBatchesGoRoundRobin) {
   const std::vector<bool> r1 = owned_batches(FakeRank(1, 3), 8);
