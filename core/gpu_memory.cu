@@ -173,9 +173,10 @@ void Stream::zero(void* dst, uint64_t bytes) const {
   check(cudaMemsetAsync(dst, 0, bytes, static_cast<cudaStream_t>(s_)), "memset");
 }
 
-Event::Event() {
+Event::Event(bool timing) {
   cudaEvent_t e;
-  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  check(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming),
+        "cudaEventCreate");
   e_ = e;
 }
 Event::~Event() {
@@ -191,6 +192,13 @@ void Event::wait(const Stream& s) const {
 }
 void Event::synchronize() const {
   check(cudaEventSynchronize(static_cast<cudaEvent_t>(e_)), "event synchronize");
+}
+
+double Event::ms_since(const Event& start) const {
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start.e_), static_cast<cudaEvent_t>(e_)),
+        "event elapsed time");
+  return ms;
 }
 
 void cuda_check_last(const char* what) {

@@ -106,16 +106,19 @@ class Stream {
   void* s_ = nullptr;
 };
 
-// A CUDA event (timing disabled): record on one stream, make another wait on it.
+// A CUDA event: record on one stream, make another wait on it. Timing is off unless asked for
+// (ms_since then gives the device time between two recorded timing events).
 class Event {
  public:
-  Event();
+  explicit Event(bool timing = false);
   ~Event();
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
   void record(const Stream& s);
   void wait(const Stream& s) const;  // s waits for the last record
   void synchronize() const;          // the host waits
+  // Milliseconds from `start` to this event; both timing events, both complete.
+  double ms_since(const Event& start) const;
 
  private:
   void* e_ = nullptr;

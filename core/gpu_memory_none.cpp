@@ -85,13 +85,16 @@ void Stream::copy_to_host(void*, const void*, uint64_t) const {}
 void Stream::copy_device(void*, const void*, uint64_t) const {}
 void Stream::zero(void*, uint64_t) const {}
 
-Event::Event() {
+Event::Event(bool) {
   no_cuda("CUDA event");
 }
 Event::~Event() = default;
 void Event::record(const Stream&) {}
 void Event::wait(const Stream&) const {}
 void Event::synchronize() const {}
+double Event::ms_since(const Event&) const {
+  return 0;
+}
 
 void cuda_check_last(const char*) {}
 

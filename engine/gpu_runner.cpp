@@ -326,51 +326,83 @@ void run_layers_gpu(GpuLoop& loop) {
         loop.plan, loop.first_layer, device, [&](const PlannedModule& m) {
           return !comm || loop.exporter.owner_of(m.module + ".weight") == comm->rank();
         });
-  const uint64_t fixed = 2 * max_blob + max_conv + attention + static_cast<uint64_t>(total) * 16 +
-                         (16 << 20) + (dq ? dq->device_bytes() : 0);
+  // Two device buffers for layer weights let layer l+1 be copied in while layer l computes;
+  // with one, the copy (a layer over the host link, tens of milliseconds) waits for layer l to
+  // finish, and the memory of the second goes to larger chunks. One buffer is used when two do
+  // not fit beside one micro-batch, or when it cuts the chunk count by at least a quarter (fewer
+  // chunks: fewer and larger expert GEMMs); STRATA_GPU_WEIGHT_BUFFERS=1|2 forces the count.
   const uint64_t per_token = f.bytes_per_token() + static_cast<uint64_t>(H) * 4;
   const uint64_t left = budget.left();
-  const uint64_t least =
-      fixed + (per_token + 4 * static_cast<uint64_t>(H)) * static_cast<uint64_t>(largest);
-  STRATA_CHECK(least <= left, "GPU memory: --max_gpu_memory_gb leaves ", gib(left),
-               " but two layers' weights (", gib(2 * max_blob), ") and one micro-batch of ",
-               largest, " tokens need ", gib(least),
-               "; raise --max_gpu_memory_gb or lower --batch_size");
   // Test hook (tests/engine/CMakeLists.txt): hidden states in host memory, one micro-batch per
   // chunk, as a budget far below the store would make them on a large run.
   const char* host_hook = std::getenv("STRATA_TEST_GPU_HOST_STORE");
   const bool force_host = host_hook && std::string(host_hook) == "1";
   enum class Tier { kDevice, kPinned, kFile };
-  Tier tier = Tier::kFile;
-  if (!force_host && fixed + store_bytes + per_token * static_cast<uint64_t>(largest) <= left) {
-    tier = Tier::kDevice;
-  } else if (loop.host_fits) {
-    tier = Tier::kPinned;
-  }
-  // Off the device, each chunk also needs two bf16 in/out buffers for the overlapped copies.
-  const uint64_t token_bytes =
-      per_token + (tier == Tier::kDevice ? 0 : 4 * static_cast<uint64_t>(H));
-  const uint64_t room = left - fixed - (tier == Tier::kDevice ? store_bytes : 0);
-  const int64_t cap =
-      force_host ? largest : std::max<int64_t>(largest, static_cast<int64_t>(room / token_bytes));
-  std::vector<Chunk> chunks;
-  for (size_t b = 0; b < loop.batches.size();) {
-    Chunk c{b, b, token0[b], 0};
-    while (c.last < loop.batches.size() && c.tokens + loop.batches[c.last].n_tokens() <= cap) {
-      c.tokens += loop.batches[c.last].n_tokens();
-      ++c.last;
+  struct Layout {
+    uint64_t fixed = 0, least = 0;
+    bool fits = false;
+    Tier tier = Tier::kFile;
+    std::vector<Chunk> chunks;
+  };
+  auto layout = [&](int buffers) {
+    Layout o;
+    o.fixed = static_cast<uint64_t>(buffers) * max_blob + max_conv + attention +
+              static_cast<uint64_t>(total) * 16 + (16 << 20) + (dq ? dq->device_bytes() : 0);
+    o.least = o.fixed + (per_token + 4 * static_cast<uint64_t>(H)) * static_cast<uint64_t>(largest);
+    o.fits = o.least <= left;
+    if (!o.fits) return o;
+    if (!force_host && o.fixed + store_bytes + per_token * static_cast<uint64_t>(largest) <= left) {
+      o.tier = Tier::kDevice;
+    } else if (loop.host_fits) {
+      o.tier = Tier::kPinned;
     }
-    chunks.push_back(c);
-    b = c.last;
+    // Off the device, each chunk also needs two bf16 in/out buffers for the overlapped copies.
+    const uint64_t token_bytes =
+        per_token + (o.tier == Tier::kDevice ? 0 : 4 * static_cast<uint64_t>(H));
+    const uint64_t room = left - o.fixed - (o.tier == Tier::kDevice ? store_bytes : 0);
+    const int64_t cap =
+        force_host ? largest : std::max<int64_t>(largest, static_cast<int64_t>(room / token_bytes));
+    for (size_t b = 0; b < loop.batches.size();) {
+      Chunk c{b, b, token0[b], 0};
+      while (c.last < loop.batches.size() && c.tokens + loop.batches[c.last].n_tokens() <= cap) {
+        c.tokens += loop.batches[c.last].n_tokens();
+        ++c.last;
+      }
+      o.chunks.push_back(c);
+      b = c.last;
+    }
+    return o;
+  };
+  Layout two = layout(2), one = layout(1);
+  STRATA_CHECK(one.fits, "GPU memory: --max_gpu_memory_gb leaves ",
+               gib(left), " but a layer's weights (", gib(max_blob), ") and one micro-batch of ",
+               largest, " tokens need ", gib(one.least),
+               "; raise --max_gpu_memory_gb or lower --batch_size");
+  const char* buffers_hook = std::getenv("STRATA_GPU_WEIGHT_BUFFERS");
+  int buffers = 2;
+  if (buffers_hook && std::string(buffers_hook) == "1") {
+    buffers = 1;
+  } else if (buffers_hook && std::string(buffers_hook) == "2") {
+    STRATA_CHECK(two.fits, "STRATA_GPU_WEIGHT_BUFFERS=2: ",
+                 "two layers' weights (", gib(2 * max_blob), ") and one micro-batch need ",
+                 gib(two.least), " of GPU memory, more than the ", gib(left), " left");
+  } else if (!two.fits || 4 * one.chunks.size() <= 3 * two.chunks.size()) {
+    buffers = 1;
   }
+  const Layout& chosen = buffers == 2 ? two : one;
+  const Tier tier = chosen.tier;
+  const std::vector<Chunk>& chunks = chosen.chunks;
   int64_t chunk_max = 0;
   for (const Chunk& c : chunks)
     chunk_max = std::max(chunk_max, c.tokens);
 
   setup_parts[1] = setup.lap(&times.device_setup);
   // Device allocations.
-  gpu::DeviceBuffer weights[2] = {gpu::DeviceBuffer(budget, max_blob, "a layer's weights"),
-                                  gpu::DeviceBuffer(budget, max_blob, "the next layer's weights")};
+  gpu::DeviceBuffer weights[2];
+  weights[0] = gpu::DeviceBuffer(budget, max_blob, "a layer's weights");
+  if (buffers == 2) weights[1] = gpu::DeviceBuffer(budget, max_blob, "the next layer's weights");
+  // Layer l's device copy.
+  auto dev_weights = [&](int64_t l) -> gpu::DeviceBuffer& { return weights[buffers == 2 ? l % 2 : 0]; };
   gpu::PinnedBuffer host_weights[2] = {gpu::PinnedBuffer(max_blob), gpu::PinnedBuffer(max_blob)};
   gpu::DeviceBuffer meta(budget, static_cast<uint64_t>(total) * 16, "token positions");
   {
@@ -413,7 +445,8 @@ void run_layers_gpu(GpuLoop& loop) {
            : tier == Tier::kPinned ? "in pinned host memory"
                                    : "streamed from --offload_folder",
            ", ", chunks.size(), " chunk(s) of up to ", chunk_max, " tokens; layer weights up to ",
-           gib(max_blob), attention ? "; attention through batched GEMMs" : "",
+           gib(max_blob), buffers == 2 ? " in two device buffers" : " in one device buffer",
+           attention ? "; attention through batched GEMMs" : "",
            dq ? "; weights quantized on the device" : "; weights quantized by the CPU exporter");
 
   auto chunk_of = [&](const Chunk& c) {
@@ -463,8 +496,9 @@ void run_layers_gpu(GpuLoop& loop) {
     }
   };
 
-  // Layer l's weights: read into pinned memory, then copied on the copy stream; both on a
-  // helper thread, while the device computes the previous layer.
+  // Layer l's weights: read into pinned memory, then (two device buffers) copied on the copy
+  // stream; both on a helper thread, while the device computes the previous layer. With one
+  // device buffer the copy waits for the previous layer at the top of the loop.
   auto fetch = [&](int64_t l) {
     return std::async(std::launch::async, [&, l]() {
       const int i = static_cast<int>(l % 2);
@@ -473,14 +507,13 @@ void run_layers_gpu(GpuLoop& loop) {
         if (!channel) return;  // the exchange and the copy follow on the main thread
         set_cuda_device(device);
         exchange_share(*channel, shares[l], host_weights[i].data());
-        copy.copy_to_device(weights[i].data(), host_weights[i].data(), blobs[l].bytes);
-        copy.synchronize();
-        return;
+      } else {
+        reader.read(blobs[l], host_weights[i].data());
+        for (const auto& [n, item] : blobs[l].items)
+          (void)loop.ckpt.tensor(n);  // read by this process (Checkpoint::bytes_read)
       }
-      reader.read(blobs[l], host_weights[i].data());
-      for (const auto& [n, item] : blobs[l].items)
-        (void)loop.ckpt.tensor(n);  // read by this process (Checkpoint::bytes_read)
-      copy.copy_to_device(weights[i].data(), host_weights[i].data(), blobs[l].bytes);
+      if (buffers == 1) return;
+      copy.copy_to_device(dev_weights(l).data(), host_weights[i].data(), blobs[l].bytes);
       copy.synchronize();
     });
   };
@@ -514,10 +547,11 @@ void run_layers_gpu(GpuLoop& loop) {
     phase.lap(nullptr);
     if (comm) test_fail_hook(*comm, l);
     prefetch.get();
-    if (comm && !channel) {  // every rank's share into every rank's buffer, then onto the GPU
-      const int i = static_cast<int>(l % 2);
-      exchange_share(*comm, shares[l], host_weights[i].data());
-      copy.copy_to_device(weights[i].data(), host_weights[i].data(), blobs[l].bytes);
+    const int hi = static_cast<int>(l % 2);
+    // Without a reader thread's channel, every rank's share into every rank's buffer here.
+    if (comm && !channel) exchange_share(*comm, shares[l], host_weights[hi].data());
+    if (buffers == 1 || (comm && !channel)) {  // onto the GPU (layer l-1 is done with it)
+      copy.copy_to_device(dev_weights(l).data(), host_weights[hi].data(), blobs[l].bytes);
       copy.synchronize();
     }
     if (loop.warm) loop.warm->advance();
@@ -526,13 +560,13 @@ void run_layers_gpu(GpuLoop& loop) {
     std::future<PrecomputedWeights> quantized;
     if (dq) {
       const LayerBlob* blob = &blobs[static_cast<size_t>(l)];
-      const uint8_t* dev = weights[l % 2].as<uint8_t>();
+      const uint8_t* dev = dev_weights(l).as<uint8_t>();
       quantized = std::async(std::launch::async,
                              [&dq, l, blob, dev]() { return dq->quantize(l, *blob, dev); });
     }
-    f.set_layer(l, blobs[l], weights[l % 2].data());
+    f.set_layer(l, blobs[l], dev_weights(l).data());
     // The next layer's buffer was last read by layer l-1 (forward and quantization), which
-    // have finished.
+    // have finished (one buffer: its copy waits for layer l, at the top of the next step).
     compute.synchronize();
     if (!last) {
       prefetch = fetch(l + 1);

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "model/arch.h"
 #include "model/common.h"
 #include "model/cuda/kernels.h"
@@ -20,6 +21,48 @@ constexpr int64_t kFp8Block = 128;  // DeepSeek's FP8 weight blocks (io/source_w
 uint64_t align_up(uint64_t x) {
   return (x + kAlign - 1) / kAlign * kAlign;
 }
+
+// STRATA_GPU_PROFILE=1: the device time of each part of the forward, from timing events recorded
+// between the parts, summed over the run and logged when the forward is destroyed. The events
+// cost a little; off by default.
+enum Part { kNorms, kAttention, kRouter, kExpertGateUp, kExpertDown, kExpertOther, kCombine,
+            kDenseMlp, kParts };
+const char* const kPartNames[kParts] = {"norms and residuals", "attention",
+                                        "router (and the host's wait for counts)",
+                                        "expert gate/up GEMMs", "expert down GEMMs",
+                                        "expert gather, amax, SwiGLU", "combine and shared experts",
+                                        "dense MLP"};
+
+struct Profile {
+  bool on = false;
+  std::vector<std::unique_ptr<Event> > events;  // a pool, reused after each take
+  std::vector<int> part;                        // events[i] closes a span of part[i] (-1: none)
+  double ms[kParts] = {};
+  int64_t gemms = 0, forwards = 0;
+  void mark(int p, const Stream& s) {
+    if (!on) return;
+    if (part.size() == events.size()) events.push_back(std::make_unique<Event>(true));
+    events[part.size()]->record(s);
+    part.push_back(p);
+  }
+  // After the stream has synchronized.
+  void collect() {
+    for (size_t i = 1; i < part.size(); ++i) {
+      if (part[i] >= 0) ms[part[i]] += events[i]->ms_since(*events[i - 1]);
+    }
+    part.clear();
+  }
+  void log() const {
+    if (!on || forwards == 0) return;
+    double total = 0;
+    for (double m : ms)
+      total += m;
+    log_info("GPU profile: ", forwards, " chunk forwards, ", gemms, " GEMM calls, ",
+             str(total / 1000).substr(0, 6), " s of device time in the parts:");
+    for (int p = 0; p < kParts; ++p)
+      log_info("  ", kPartNames[p], ": ", str(ms[p] / 1000).substr(0, 6), " s");
+  }
+};
 
 struct Swiglu {
   const void *gate = nullptr, *up = nullptr, *down = nullptr;  // GEMM dtype
@@ -69,6 +112,7 @@ struct GpuForward::Impl {
   int slot_qkv = -1, slot_k = -1, slot_v = -1, slot_o = -1, expert_gu0 = -1, expert_dn0 = -1;
   std::vector<std::vector<std::string>> slot_names;
   std::vector<int64_t> slot_rows;
+  Profile prof;
 
   Impl(const ModelConfig& config, const Checkpoint& ck, DeviceBudget& b, const Stream& s,
        GpuForwardOptions o)
@@ -114,8 +158,18 @@ struct GpuForward::Impl {
     }
     blas = gemm_handle_create(stream.handle());
     stream.synchronize();
+    const char* p = std::getenv("STRATA_GPU_PROFILE");
+    prof.on = p && std::string(p) == "1";
   }
-  ~Impl() { gemm_handle_destroy(blas); }
+  ~Impl() {
+    prof.log();
+    gemm_handle_destroy(blas);
+  }
+  void span(int part) { prof.mark(part, stream); }
+  void mm(const void* x, const void* w, float* y, int64_t M, int64_t N, int64_t K, bool bf16) {
+    ++prof.gemms;
+    gemm(blas, x, w, y, M, N, K, bf16);
+  }
 
   std::string lp(int64_t l) const { return model_prefix + "layers." + std::to_string(l) + "."; }
   int64_t esz() const { return opt.gemm_bf16 ? 2 : 4; }
@@ -309,9 +363,10 @@ struct GpuForward::Impl {
     }
     const int64_t dense_mlp = 2 * c.intermediate_size + cast / 2 + 1;
     int64_t moe_ffn = 0;
-    if (E > 0)
-      moe_ffn = E + 4 * K + K * (2 * H + 2 * Im) + K * std::max(H, Im) / 2 + 1 +
-                (Is > 0 ? 2 * Is + H + 1 + std::max(H, Is) / 2 : 0);
+    if (E > 0)  // moe_block: routing, og/g/u, then the bf16 copies (or the shared expert)
+      moe_ffn = E + 4 * K + K * (H + 2 * Im) +
+                std::max((H + K * std::max(H, Im)) / 2 + 2,
+                         Is > 0 ? 2 * Is + H + 1 + std::max(H, Is) / 2 + 1 : 0);
     return 4ull * static_cast<uint64_t>(2 * H + std::max({attn, dense_mlp, moe_ffn}));
   }
 
@@ -343,9 +398,9 @@ struct GpuForward::Impl {
     float* att = take<float>(T * qd);
     const uint64_t mark = arena_at;
     const void* xin = gin(n, T * H);
-    gemm(blas, xin, wq, q, T, qd, H, opt.gemm_bf16);
-    gemm(blas, xin, wk, k, T, kd, H, opt.gemm_bf16);
-    gemm(blas, xin, wv, v, T, kd, H, opt.gemm_bf16);
+    mm(xin, wq, q, T, qd, H, opt.gemm_bf16);
+    mm(xin, wk, k, T, kd, H, opt.gemm_bf16);
+    mm(xin, wv, v, T, kd, H, opt.gemm_bf16);
     arena_at = mark;
     if (bq) {
       add_bias(q, T, qd, bq, s);
@@ -371,7 +426,7 @@ struct GpuForward::Impl {
     }
     amax(att, T * qd, slot(slot_o), s);
     slot_rows[slot_o] += T;
-    gemm(blas, gin(att, T * qd), wo, y, T, H, qd, opt.gemm_bf16);
+    mm(gin(att, T * qd), wo, y, T, H, qd, opt.gemm_bf16);
   }
   double rope_af() const { return rope_p.attention_factor; }
 
@@ -451,17 +506,17 @@ struct GpuForward::Impl {
     uint64_t mark = arena_at;
     const void* xin = gin(n, T * H);
     if (mp.q_rank > 0) {
-      gemm(blas, xin, wqa, cq, T, mp.q_rank, H, opt.gemm_bf16);
+      mm(xin, wqa, cq, T, mp.q_rank, H, opt.gemm_bf16);
     } else {
-      gemm(blas, xin, wq, q, T, nH * dq, H, opt.gemm_bf16);
+      mm(xin, wq, q, T, nH * dq, H, opt.gemm_bf16);
     }
-    gemm(blas, xin, wkva, ckr, T, dkv, H, opt.gemm_bf16);
+    mm(xin, wkva, ckr, T, dkv, H, opt.gemm_bf16);
     arena_at = mark;
     if (mp.q_rank > 0) {
       rms_norm(cq, T, mp.q_rank, q_a_norm, 1e-6f, cq, s);
       amax(cq, T * mp.q_rank, slot(slot_qb), s);
       slot_rows[slot_qb] += T;
-      gemm(blas, gin(cq, T * mp.q_rank), wqb, q, T, nH * dq, mp.q_rank, opt.gemm_bf16);
+      mm(gin(cq, T * mp.q_rank), wqb, q, T, nH * dq, mp.q_rank, opt.gemm_bf16);
       arena_at = mark;
     }
     copy_cols(ckr, dkv, c, mp.kv_rank, T, mp.kv_rank, s);
@@ -469,7 +524,7 @@ struct GpuForward::Impl {
     rms_norm(c, T, mp.kv_rank, kv_a_norm, 1e-6f, c, s);
     amax(c, T * mp.kv_rank, slot(slot_kvb), s);
     slot_rows[slot_kvb] += T;
-    gemm(blas, gin(c, T * mp.kv_rank), wkvb, kv, T, nH * (mp.dn + mp.dv), mp.kv_rank,
+    mm(gin(c, T * mp.kv_rank), wkvb, kv, T, nH * (mp.dn + mp.dv), mp.kv_rank,
          opt.gemm_bf16);
     arena_at = mark;
     const float* f = inv_freq.as<float>();
@@ -489,7 +544,7 @@ struct GpuForward::Impl {
     }
     amax(att, T * nH * mp.dv, slot(slot_o), s);
     slot_rows[slot_o] += T;
-    gemm(blas, gin(att, T * nH * mp.dv), wo, y, T, H, nH * mp.dv, opt.gemm_bf16);
+    mm(gin(att, T * nH * mp.dv), wo, y, T, H, nH * mp.dv, opt.gemm_bf16);
   }
 
   void swiglu_block(const Swiglu& w, const float* n, int64_t T, float* y) {
@@ -500,13 +555,13 @@ struct GpuForward::Impl {
     float* u = take<float>(T * w.inter);
     const uint64_t mark = arena_at;
     const void* xin = gin(n, T * H);
-    gemm(blas, xin, w.gate, g, T, w.inter, H, opt.gemm_bf16);
-    gemm(blas, xin, w.up, u, T, w.inter, H, opt.gemm_bf16);
+    mm(xin, w.gate, g, T, w.inter, H, opt.gemm_bf16);
+    mm(xin, w.up, u, T, w.inter, H, opt.gemm_bf16);
     arena_at = mark;
     swiglu(g, u, T * w.inter, g, s);
     amax(g, T * w.inter, slot(w.down_slot), s);
     slot_rows[w.down_slot] += T;
-    gemm(blas, gin(g, T * w.inter), w.down, y, T, H, w.inter, opt.gemm_bf16);
+    mm(gin(g, T * w.inter), w.down, y, T, H, w.inter, opt.gemm_bf16);
   }
 
   void moe_block(const float* n, int64_t T, float* y) {
@@ -520,7 +575,7 @@ struct GpuForward::Impl {
     int32_t* counts = moe_ints.as<int32_t>();
     int32_t* offsets = counts + E;
     int32_t* cursor = counts + 2 * E;
-    gemm(blas, n, router, logits, T, E, H, false);
+    mm(n, router, logits, T, E, H, false);
     stream.zero(counts, static_cast<uint64_t>(E) * 4);
     if (mla) {
       route_sigmoid_grouped(logits, T, E, K, router_bias, smoe.n_group, smoe.topk_group,
@@ -543,31 +598,48 @@ struct GpuForward::Impl {
     stream.copy_to_device(offsets, ho, static_cast<uint64_t>(E) * 4);
     stream.zero(cursor, static_cast<uint64_t>(E) * 4);
     moe_scatter(chosen, S, offsets, cursor, pos, row_expert, s);
-    float* xg = take<float>(S * H);
-    moe_gather(n, T, H, K, pos, xg, s);
-    amax_rows(xg, S, H, row_expert, slot(expert_gu0), s);
-    float* g = take<float>(S * Im);
-    float* u = take<float>(S * Im);
-    float* og = take<float>(S * H);
+    span(kRouter);
+    // The rows an expert sees are its tokens' n: each token's amax goes to its K experts' slots.
+    amax_rows(n, T, H, chosen, slot(expert_gu0), s, K);
+    float* og = take<float>(S * H);  // [S, H] the experts' outputs, rows grouped by expert
+    float* g = take<float>(S * Im);  // [S, Im]
+    float* u = take<float>(S * Im);  // [S, Im]
     const uint64_t mark = arena_at;
-    const uint8_t* xin = static_cast<const uint8_t*>(gin(xg, S * H));
+    // The GEMM inputs [S, H], rows grouped by expert: gathered in bf16 from n's bf16 copy (the
+    // same bits as gathering, then rounding), or for fp32 GEMMs in fp32 into og, which the down
+    // GEMMs overwrite once gate/up have read them.
+    const uint8_t* xin = nullptr;
+    if (opt.gemm_bf16) {
+      uint16_t* n16 = take<uint16_t>(T * H);
+      uint16_t* x16 = take<uint16_t>(S * H);
+      cast_bf16(n, n16, T * H, s);
+      moe_gather(n16, T, H, K, pos, x16, s);
+      xin = reinterpret_cast<const uint8_t*>(x16);
+    } else {
+      moe_gather(n, T, H, K, pos, og, s);
+      xin = reinterpret_cast<const uint8_t*>(og);
+    }
+    span(kExpertOther);
     for (int64_t e = 0; e < E; ++e) {
       if (hc[e] == 0) continue;
       const uint8_t* xe = xin + static_cast<int64_t>(ho[e]) * H * esz();
-      gemm(blas, xe, experts[e].gate, g + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H,
+      mm(xe, experts[e].gate, g + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H,
            opt.gemm_bf16);
-      gemm(blas, xe, experts[e].up, u + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H,
+      mm(xe, experts[e].up, u + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H,
            opt.gemm_bf16);
     }
+    span(kExpertGateUp);
     arena_at = mark;
     swiglu(g, u, S * Im, g, s);
     amax_rows(g, S, Im, row_expert, slot(expert_dn0), s);
     const uint8_t* hin = static_cast<const uint8_t*>(gin(g, S * Im));
+    span(kExpertOther);
     for (int64_t e = 0; e < E; ++e) {
       if (hc[e] == 0) continue;
-      gemm(blas, hin + static_cast<int64_t>(ho[e]) * Im * esz(), experts[e].down,
+      mm(hin + static_cast<int64_t>(ho[e]) * Im * esz(), experts[e].down,
            og + static_cast<int64_t>(ho[e]) * H, hc[e], H, Im, opt.gemm_bf16);
     }
+    span(kExpertDown);
     arena_at = mark;
     moe_combine(og, pos, weight, T, K, H, y, s);
     if (shared.gate) {
@@ -577,12 +649,13 @@ struct GpuForward::Impl {
       swiglu_block(shared, n, T, sy);
       arena_at = m2;
       if (shared_gate) {
-        gemm(blas, n, shared_gate, sg, T, 1, H, false);
+        mm(n, shared_gate, sg, T, 1, H, false);
         add_sigmoid_gated(y, sy, sg, T, H, s);
       } else {  // DeepSeek's shared experts: added as they are
         add(y, sy, T * H, s);
       }
     }
+    span(kCombine);
   }
 
   void forward(const GpuChunk& ch, float* x, bool round) {
@@ -593,23 +666,30 @@ struct GpuForward::Impl {
     arena_at = 0;
     float* n = take<float>(T * H);
     float* y = take<float>(T * H);
-    const uint64_t mark = arena_at;
+    const uint64_t top = arena_at;
+    ++prof.forwards;
+    span(-1);
     rms_norm(x, T, H, in_norm, eps, n, s);
+    span(kNorms);
     if (mla) {
       mla_block(ch, n, y);
     } else {
       attention_block(ch, n, y);
     }
+    span(kAttention);
     add(x, y, T * H, s);
-    arena_at = mark;
+    arena_at = top;
     rms_norm(x, T, H, post_norm, eps, n, s);
+    span(kNorms);
     if (moe) {
       moe_block(n, T, y);
     } else {
       swiglu_block(dense, n, T, y);
+      span(kDenseMlp);
     }
     add(x, y, T * H, s);
     if (round) round_bf16(x, T * H, s);
+    span(kNorms);
   }
 };
 
@@ -721,6 +801,7 @@ std::vector<AmaxStat> GpuForward::take_stats() {
   std::vector<uint32_t> bits(im.slot_names.size());
   im.stream.copy_to_host(bits.data(), im.slots_dev.data(), bits.size() * 4);
   im.stream.synchronize();
+  im.prof.collect();
   cuda_check_last("GPU forward");
   std::vector<AmaxStat> out;
   for (size_t i = 0; i < bits.size(); ++i) {

@@ -213,14 +213,16 @@ __global__ void k_amax(const float* x, int64_t n, uint32_t* slot) {
 
 // One block per row.
 __global__ void k_amax_rows(const float* x, int64_t cols, const int32_t* row_slot,
-                            uint32_t* slots) {
+                            int64_t per_row, uint32_t* slots) {
   const int64_t r = blockIdx.x;
   uint32_t m = 0;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
     m = max(m, __float_as_uint(x[r * cols + c]) & 0x7fffffffu);
   for (int o = 16; o > 0; o >>= 1)
     m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if ((threadIdx.x & 31) == 0 && m != 0) atomicMax(&slots[row_slot[r]], m);
+  if ((threadIdx.x & 31) != 0 || m == 0) return;
+  for (int64_t j = 0; j < per_row; ++j)
+    atomicMax(&slots[row_slot[r * per_row + j]], m);
 }
 
 constexpr int kMaxTopK = 32;
@@ -285,8 +287,8 @@ __global__ void k_scatter(const int32_t* chosen, int64_t S, const int32_t* offse
   }
 }
 
-__global__ void k_gather(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* pos,
-                         float* xg) {
+template <typename V>
+__global__ void k_gather(const V* n, int64_t T, int64_t H, int64_t K, const int32_t* pos, V* xg) {
   FOR_N(i, T * K * H) {
     const int64_t s = i / H, c = i % H;
     xg[static_cast<int64_t>(pos[s]) * H + c] = n[(s / K) * H + c];
@@ -498,10 +500,10 @@ void amax(const float* x, int64_t n, uint32_t* slot, void* s) {
   launched("amax");
 }
 void amax_rows(const float* x, int64_t rows, int64_t cols, const int32_t* row_slot, uint32_t* slots,
-               void* s) {
+               void* s, int64_t per_row) {
   if (rows == 0) return;
   STRATA_ASSERT(rows < (1ll << 31));
-  k_amax_rows<<<static_cast<unsigned>(rows), 128, 0, st(s)>>>(x, cols, row_slot, slots);
+  k_amax_rows<<<static_cast<unsigned>(rows), 128, 0, st(s)>>>(x, cols, row_slot, per_row, slots);
   launched("amax_rows");
 }
 void route_softmax_topk(const float* logits, int64_t T, int64_t E, int64_t K, bool norm,
@@ -550,6 +552,12 @@ void moe_scatter(const int32_t* chosen, int64_t slots, const int32_t* offsets, i
 }
 void moe_gather(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* pos, float* xg,
                 void* s) {
+  if (T * K * H == 0) return;
+  k_gather<<<blocks_for(T * K * H), kThreads, 0, st(s)>>>(n, T, H, K, pos, xg);
+  launched("moe_gather");
+}
+void moe_gather(const uint16_t* n, int64_t T, int64_t H, int64_t K, const int32_t* pos,
+                uint16_t* xg, void* s) {
   if (T * K * H == 0) return;
   k_gather<<<blocks_for(T * K * H), kThreads, 0, st(s)>>>(n, T, H, K, pos, xg);
   launched("moe_gather");

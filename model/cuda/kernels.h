@@ -71,9 +71,10 @@ void gemm_batched_pv(void* handle, const float* const* p, const float* const* v,
 // Observers: slots are fp32 amaxes kept as their bit patterns (uint32), so that atomicMax on
 // them is max on |x| with NaN winning (NaN's bits exceed infinity's).
 void amax(const float* x, int64_t n, uint32_t* slot, void* stream);
-// Row r of x[rows, cols] goes to slots[row_slot[r]].
+// Row r of x[rows, cols] goes to slots[row_slot[r * per_row + j]] for each j < per_row (a
+// token's hidden state to each of its K experts' slots: per_row = K, row_slot = chosen).
 void amax_rows(const float* x, int64_t rows, int64_t cols, const int32_t* row_slot, uint32_t* slots,
-               void* stream);
+               void* stream, int64_t per_row = 1);
 
 // Routing, one thread per token: p = softmax(logits[t, :E]) (sigmoid-free, Qwen MoE); the top
 // K of p (ties: lower expert first), weight = p (/ sum of the top K when norm). chosen[T, K],
@@ -96,9 +97,11 @@ void mla_kv(const float* kv, const float* kr, int64_t T, int64_t n_heads, int64_
 // zeroed first. row_expert[pos] = e.
 void moe_scatter(const int32_t* chosen, int64_t slots, const int32_t* offsets, int32_t* cursor,
                  int32_t* pos, int32_t* row_expert, void* stream);
-// xg[pos[s], :] = n[s / K, :] for every slot; n[T, H], xg[T*K, H].
+// xg[pos[s], :] = n[s / K, :] for every slot; n[T, H], xg[T*K, H]; fp32 or bf16 bits.
 void moe_gather(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* pos, float* xg,
                 void* stream);
+void moe_gather(const uint16_t* n, int64_t T, int64_t H, int64_t K, const int32_t* pos,
+                uint16_t* xg, void* stream);
 // y[t, :] = sum_j weight[t, j] * outg[pos[t*K + j], :] in slot order.
 void moe_combine(const float* outg, const int32_t* pos, const float* weight, int64_t T, int64_t K,
                  int64_t H, float* y, void* stream);

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# GPU engine modes that must not change a byte (ctest label gpu; exit 77 = skipped without a
+# GPU): the fixture quantized on the GPU as the engine chooses, then again with the environment
+# given after MODEL (a test hook such as STRATA_GPU_WEIGHT_BUFFERS=1), with the same chunking
+# (one micro-batch per chunk in both, STRATA_TEST_GPU_HOST_STORE=1); the two exports must be
+# identical file for file.
+#   tests/engine/gpu_modes_test.sh STRATA MODEL GEMM VAR=VALUE...
+set -euo pipefail
+strata=$1 model=$2 gemm=$3
+shift 3
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "no GPU: skipped"
+  exit 77
+fi
+src=tests/fixtures/models/$model
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+python3 tests/fixtures/tokens_jsonl.py "$src" > "$work/tokens.jsonl"
+count=$(wc -l < "$work/tokens.jsonl")
+args=(quantize -q --model "$src" --recipe nvfp4-kv_fp8 --calib_data "$work/tokens.jsonl"
+      --calib_size "$count" --calib_min_tokens 1 --batch_size 2 --device cuda
+      --max_gpu_memory_gb 1)
+sums() { (cd "$1" && find . -type f | sort | xargs sha256sum); }
+STRATA_TEST_GPU_HOST_STORE=1 STRATA_GPU_GEMM=$gemm "$strata" "${args[@]}" --export_path "$work/a"
+env STRATA_TEST_GPU_HOST_STORE=1 STRATA_GPU_GEMM="$gemm" "$@" "$strata" "${args[@]}" \
+  --export_path "$work/b"
+if ! diff <(sums "$work/a") <(sums "$work/b"); then
+  echo "FAIL: $* changed the export of $model"
+  exit 1
+fi
+echo "$model: identical with $*"
