@@ -274,7 +274,8 @@ help=$("$strata" quantize --help 2>&1 || true)
 has_device=0 has_cap=0
 grep -q -- "--device" <<<"$help" && has_device=1
 grep -q -- "--max_gpu_memory_gb" <<<"$help" && has_cap=1
-[ -n "$cap_gb" ] || cap_gb=$(awk -v b="${R[ckpt_bytes]}" 'BEGIN {printf "%.1f", b / 1e9 / 10}')
+# --max_gpu_memory_gb counts GiB: a tenth of the checkpoint, rounded down to 0.01 GiB.
+[ -n "$cap_gb" ] || cap_gb=$(awk -v b="${R[ckpt_bytes]}" 'BEGIN {printf "%.2f", int(b / 2^30 / 10 * 100) / 100}')
 R[cap_gb]=$cap_gb
 run_strata() {  # name, extra flags...
   local name=$1; shift
