@@ -93,6 +93,13 @@ struct GpuForward::Impl {
   DeviceBuffer scores, ptrs;  // attention: S for `seqs_per_call` sequences; 5 pointer arrays
   int64_t seqs_per_call = 0, longest = 0;
   PinnedBuffer host_ints;  // counts [E], offsets [E]
+  // Routed-expert GEMMs grouped into one cuBLAS call each for gate/up and down (bf16 GEMMs;
+  // STRATA_GPU_EXPERT_GEMM=loop: one call per expert): pointer arrays, x/w/y for up to 2E
+  // problems (gate and up) then for E (down), filled on the host, copied to the device.
+  bool grouped = false;
+  PinnedBuffer host_ptrs;
+  DeviceBuffer dev_ptrs;
+  std::vector<int> g_rows, g_n, g_k;
   int64_t max_tokens = 0;
   uint64_t arena_at = 0;
 
@@ -155,6 +162,13 @@ struct GpuForward::Impl {
     if (E > 0) {
       moe_ints = DeviceBuffer(budget, static_cast<uint64_t>(3 * E) * 4, "expert counts");
       host_ints.reserve(static_cast<uint64_t>(2 * E) * 4);
+      const char* g = std::getenv("STRATA_GPU_EXPERT_GEMM");
+      grouped = opt.gemm_bf16 && !(g && std::string(g) == "loop");
+      if (grouped) {
+        host_ptrs.reserve(static_cast<uint64_t>(9 * E) * sizeof(void*));
+        dev_ptrs = DeviceBuffer(budget, static_cast<uint64_t>(9 * E) * sizeof(void*),
+                                "expert GEMM pointers");
+      }
     }
     blas = gemm_handle_create(stream.handle());
     stream.synchronize();
@@ -564,6 +578,44 @@ struct GpuForward::Impl {
     mm(gin(g, T * w.inter), w.down, y, T, H, w.inter, opt.gemm_bf16);
   }
 
+  // The routed experts' gate and up GEMMs (gate_up: x [S, H] -> y1, y2 [S, Im]) or down GEMMs
+  // (x [S, Im] -> y1 [S, H]) in one grouped cuBLAS call; rows of expert e at offset ho[e], hc[e]
+  // of them. false when cuBLAS does not offer it (grouped is then off for the run).
+  bool expert_gemms_grouped(bool gate_up, const int32_t* hc, const int32_t* ho, const uint8_t* x,
+                            float* y1, float* y2) {
+    const int64_t in = gate_up ? H : Im, out = gate_up ? Im : H;
+    const int64_t base = gate_up ? 0 : 6 * E;  // this call's three arrays in host_ptrs
+    const int64_t cap = gate_up ? 2 * E : E;
+    const void** hp = reinterpret_cast<const void**>(host_ptrs.data()) + base;
+    g_rows.clear();
+    int count = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      if (hc[e] == 0) continue;
+      const uint8_t* xe = x + static_cast<int64_t>(ho[e]) * in * 2;
+      for (int j = 0; j < (gate_up ? 2 : 1); ++j) {
+        hp[count] = xe;
+        hp[cap + count] = j == 0 ? (gate_up ? experts[e].gate : experts[e].down) : experts[e].up;
+        hp[2 * cap + count] = (j == 0 ? y1 : y2) + static_cast<int64_t>(ho[e]) * out;
+        g_rows.push_back(hc[e]);
+        ++count;
+      }
+    }
+    g_n.assign(static_cast<size_t>(count), static_cast<int>(out));
+    g_k.assign(static_cast<size_t>(count), static_cast<int>(in));
+    void** dp = dev_ptrs.as<void*>() + base;
+    // Pinned: asynchronous. The host rewrites these arrays only after the next chunk's wait for
+    // its counts, by which time this copy is done.
+    stream.copy_to_device(dp, hp, static_cast<uint64_t>(3 * cap) * sizeof(void*));
+    ++prof.gemms;
+    if (gemm_grouped_bf16(blas, count, g_rows.data(), g_n.data(), g_k.data(), dp, dp + cap,
+                          dp + 2 * cap))
+      return true;
+    log_warn("cuBLAS offers no grouped GEMM with bf16 inputs and fp32 outputs here; the routed "
+             "experts run one GEMM call each");
+    grouped = false;
+    return false;
+  }
+
   void moe_block(const float* n, int64_t T, float* y) {
     void* s = stream.handle();
     const int64_t S = T * K;
@@ -620,13 +672,13 @@ struct GpuForward::Impl {
       xin = reinterpret_cast<const uint8_t*>(og);
     }
     span(kExpertOther);
-    for (int64_t e = 0; e < E; ++e) {
-      if (hc[e] == 0) continue;
-      const uint8_t* xe = xin + static_cast<int64_t>(ho[e]) * H * esz();
-      mm(xe, experts[e].gate, g + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H,
-           opt.gemm_bf16);
-      mm(xe, experts[e].up, u + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H,
-           opt.gemm_bf16);
+    if (!grouped || !expert_gemms_grouped(true, hc, ho, xin, g, u)) {
+      for (int64_t e = 0; e < E; ++e) {
+        if (hc[e] == 0) continue;
+        const uint8_t* xe = xin + static_cast<int64_t>(ho[e]) * H * esz();
+        mm(xe, experts[e].gate, g + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H, opt.gemm_bf16);
+        mm(xe, experts[e].up, u + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H, opt.gemm_bf16);
+      }
     }
     span(kExpertGateUp);
     arena_at = mark;
@@ -634,10 +686,12 @@ struct GpuForward::Impl {
     amax_rows(g, S, Im, row_expert, slot(expert_dn0), s);
     const uint8_t* hin = static_cast<const uint8_t*>(gin(g, S * Im));
     span(kExpertOther);
-    for (int64_t e = 0; e < E; ++e) {
-      if (hc[e] == 0) continue;
-      mm(hin + static_cast<int64_t>(ho[e]) * Im * esz(), experts[e].down,
+    if (!grouped || !expert_gemms_grouped(false, hc, ho, hin, og, nullptr)) {
+      for (int64_t e = 0; e < E; ++e) {
+        if (hc[e] == 0) continue;
+        mm(hin + static_cast<int64_t>(ho[e]) * Im * esz(), experts[e].down,
            og + static_cast<int64_t>(ho[e]) * H, hc[e], H, Im, opt.gemm_bf16);
+      }
     }
     span(kExpertDown);
     arena_at = mark;
