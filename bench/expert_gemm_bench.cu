@@ -1,10 +1,12 @@
 // Routed-expert GEMMs on the GPU, the way the MoE block of model/cuda/gpu_forward.cpp runs them:
 // E experts, expert e with rows[e] routed rows, y_e[rows_e, N] = x_e[rows_e, K] . w_e[N, K]^T,
 // bf16 inputs, fp32 accumulation. Prints, per rows-per-expert setting, the time of:
-//   loop     one cublasGemmEx per expert (gpu::gemm, fp32 output): what the forward does
+//   loop     one cublasGemmEx per expert (gpu::gemm, fp32 output), issued by one host thread
+//   Nthr     the same calls issued by N host threads, each with its own stream and handle
+//            (gpu::ParallelGemms: what the forward does), for N = 2, 4, 8
 //   grouped  one cublasGemmGroupedBatchedEx over all experts, fp32 output, and with bf16 output
 //   one      a single GEMM of the same total rows against one expert's weight (the ceiling)
-// and how many output values of `grouped` differ from `loop` (bit for bit).
+// and how many output values of 4 threads differ from `loop` (bit for bit; 0 expected).
 //
 //   expert_gemm_bench [--experts 128] [--n 768] [--k 2048] [--rows 64,290,1024,16384] [--reps 20]
 //
@@ -19,11 +21,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/gpu_memory.h"
 #include "model/cuda/kernels.h"
+#include "model/cuda/parallel_gemm.h"
 
 namespace {
 
@@ -84,9 +89,13 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  cudaStream_t s;
-  ck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  strata::gpu::Stream main_stream;
+  cudaStream_t s = static_cast<cudaStream_t>(main_stream.handle());
   void* handle = strata::gpu::gemm_handle_create(s);
+  const int thread_counts[3] = {2, 4, 8};
+  std::vector<std::unique_ptr<strata::gpu::ParallelGemms>> pools;
+  for (int t : thread_counts)
+    pools.push_back(std::make_unique<strata::gpu::ParallelGemms>(t, true));
   cublasHandle_t h = static_cast<cublasHandle_t>(handle);
   cudaEvent_t e0, e1;
   ck(cudaEventCreate(&e0), "event");
@@ -95,8 +104,9 @@ int main(int argc, char** argv) {
   ck(cudaMalloc(&w, static_cast<size_t>(E) * N * K * 2), "weights");
   fill(w, static_cast<int64_t>(E) * N * K, 7);
   std::printf("experts %d, y[rows, %d] = x[rows, %d] . w^T, bf16 in, fp32 accumulate\n", E, N, K);
-  std::printf("%10s %10s %12s %12s %12s %12s %12s %10s\n", "rows/exp", "GEMMs", "loop us",
-              "loop host us", "grouped us", "grp bf16 us", "one us", "differ");
+  std::printf("%10s %10s %12s %12s %10s %10s %10s %12s %12s %12s %10s\n", "rows/exp", "GEMMs",
+              "loop us", "loop host us", "2thr us", "4thr us", "8thr us", "grouped us",
+              "grp bf16 us", "one us", "differ");
   for (const int mean : rows_list) {
     std::mt19937 rng(20261203u + static_cast<uint32_t>(mean));
     std::uniform_real_distribution<double> u(0.5, 1.5);
@@ -130,12 +140,29 @@ int main(int argc, char** argv) {
     for (int r = 0; r < reps; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
       loop();
-      host += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                  .count();
+      host +=
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     }
     ck(cudaEventRecord(e1, s), "rec");
     ck(cudaEventSynchronize(e1), "sync");
     const double loop_us = ms_of(e0, e1) * 1000 / reps;
+    std::vector<strata::gpu::GemmJob> jobs;
+    for (int e = 0; e < E; ++e) {
+      if (rows[e] > 0)
+        jobs.push_back(
+            {x + off[e] * K, w + static_cast<int64_t>(e) * N * K, y + off[e] * N, rows[e], N, K});
+    }
+    double thr_us[3];
+    for (int p = 0; p < 3; ++p) {
+      pools[p]->run(main_stream, handle, jobs);
+      ck(cudaStreamSynchronize(s), "warm");
+      ck(cudaEventRecord(e0, s), "rec");
+      for (int r = 0; r < reps; ++r)
+        pools[p]->run(main_stream, handle, jobs);
+      ck(cudaEventRecord(e1, s), "rec");
+      ck(cudaEventSynchronize(e1), "sync");
+      thr_us[p] = ms_of(e0, e1) * 1000 / reps;
+    }
     // grouped: one group per expert (their row counts differ)
     std::vector<cublasOperation_t> ta(E, CUBLAS_OP_T), tb(E, CUBLAS_OP_N);
     std::vector<int> m(E), n(E), k(E), lda(E, K), ldb(E, K), ldc(E, N), gs(E, 1);
@@ -172,7 +199,8 @@ int main(int argc, char** argv) {
     for (int o = 0; o < 2; ++o) {
       const cublasStatus_t st = grouped(o == 1);
       if (st != CUBLAS_STATUS_SUCCESS) {
-        std::printf("  grouped (%s output): status %d\n", o ? "bf16" : "fp32", static_cast<int>(st));
+        std::printf("  grouped (%s output): status %d\n", o ? "bf16" : "fp32",
+                    static_cast<int>(st));
         continue;
       }
       ck(cudaStreamSynchronize(s), "grouped");
@@ -183,10 +211,15 @@ int main(int argc, char** argv) {
       ck(cudaEventSynchronize(e1), "sync");
       grouped_us[o] = ms_of(e0, e1) * 1000 / reps;
     }
-    int64_t differ = -1;
-    if (grouped_us[0] >= 0) {
+    // Bits: the loop's outputs against 4 threads' (into yg).
+    int64_t differ = 0;
+    {
       loop();
-      grouped(false);
+      std::vector<strata::gpu::GemmJob> into_yg = jobs;
+      for (int e = 0, j = 0; e < E; ++e) {
+        if (rows[e] > 0) into_yg[j++].y = yg + off[e] * N;
+      }
+      pools[1]->run(main_stream, handle, into_yg);
       ck(cudaStreamSynchronize(s), "cmp");
       std::vector<float> a(static_cast<size_t>(total) * N), b(a.size());
       ck(cudaMemcpy(a.data(), y, a.size() * 4, cudaMemcpyDeviceToHost), "a");
@@ -205,10 +238,12 @@ int main(int argc, char** argv) {
     ck(cudaEventSynchronize(e1), "sync");
     const double one_us = ms_of(e0, e1) * 1000 / reps;
     const double flop = 2.0 * static_cast<double>(total) * N * K;
-    std::printf("%10d %10d %12.1f %12.1f %12.1f %12.1f %12.1f %10lld\n", mean, groups, loop_us,
-                host / reps, grouped_us[0], grouped_us[1], one_us, static_cast<long long>(differ));
-    std::printf("%10s %10s %12.1f %12s %12.1f %12.1f %12.1f   TFLOP/s\n", "", "",
-                flop / loop_us / 1e6, "", grouped_us[0] > 0 ? flop / grouped_us[0] / 1e6 : 0.0,
+    std::printf("%10d %10d %12.1f %12.1f %10.1f %10.1f %10.1f %12.1f %12.1f %12.1f %10lld\n", mean,
+                groups, loop_us, host / reps, thr_us[0], thr_us[1], thr_us[2], grouped_us[0],
+                grouped_us[1], one_us, static_cast<long long>(differ));
+    std::printf("%10s %10s %12.1f %12s %10.1f %10.1f %10.1f %12.1f %12.1f %12.1f   TFLOP/s\n", "",
+                "", flop / loop_us / 1e6, "", flop / thr_us[0] / 1e6, flop / thr_us[1] / 1e6,
+                flop / thr_us[2] / 1e6, grouped_us[0] > 0 ? flop / grouped_us[0] / 1e6 : 0.0,
                 grouped_us[1] > 0 ? flop / grouped_us[1] / 1e6 : 0.0, flop / one_us / 1e6);
     cudaFree(dptr);
     cudaFree(x);
@@ -216,6 +251,7 @@ int main(int argc, char** argv) {
     cudaFree(yg);
     cudaFree(y16);
   }
+  pools.clear();
   strata::gpu::gemm_handle_destroy(handle);
   cudaFree(w);
   return 0;

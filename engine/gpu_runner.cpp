@@ -374,18 +374,18 @@ void run_layers_gpu(GpuLoop& loop) {
     return o;
   };
   Layout two = layout(2), one = layout(1);
-  STRATA_CHECK(one.fits, "GPU memory: --max_gpu_memory_gb leaves ",
-               gib(left), " but a layer's weights (", gib(max_blob), ") and one micro-batch of ",
-               largest, " tokens need ", gib(one.least),
+  STRATA_CHECK(one.fits, "GPU memory: --max_gpu_memory_gb leaves ", gib(left),
+               " but a layer's weights (", gib(max_blob), ") and one micro-batch of ", largest,
+               " tokens need ", gib(one.least),
                "; raise --max_gpu_memory_gb or lower --batch_size");
   const char* buffers_hook = std::getenv("STRATA_GPU_WEIGHT_BUFFERS");
   int buffers = 2;
   if (buffers_hook && std::string(buffers_hook) == "1") {
     buffers = 1;
   } else if (buffers_hook && std::string(buffers_hook) == "2") {
-    STRATA_CHECK(two.fits, "STRATA_GPU_WEIGHT_BUFFERS=2: ",
-                 "two layers' weights (", gib(2 * max_blob), ") and one micro-batch need ",
-                 gib(two.least), " of GPU memory, more than the ", gib(left), " left");
+    STRATA_CHECK(two.fits, "STRATA_GPU_WEIGHT_BUFFERS=2: ", "two layers' weights (",
+                 gib(2 * max_blob), ") and one micro-batch need ", gib(two.least),
+                 " of GPU memory, more than the ", gib(left), " left");
   } else if (!two.fits || 4 * one.chunks.size() <= 3 * two.chunks.size()) {
     buffers = 1;
   }
@@ -402,7 +402,9 @@ void run_layers_gpu(GpuLoop& loop) {
   weights[0] = gpu::DeviceBuffer(budget, max_blob, "a layer's weights");
   if (buffers == 2) weights[1] = gpu::DeviceBuffer(budget, max_blob, "the next layer's weights");
   // Layer l's device copy.
-  auto dev_weights = [&](int64_t l) -> gpu::DeviceBuffer& { return weights[buffers == 2 ? l % 2 : 0]; };
+  auto dev_weights = [&](int64_t l) -> gpu::DeviceBuffer& {
+    return weights[buffers == 2 ? l % 2 : 0];
+  };
   gpu::PinnedBuffer host_weights[2] = {gpu::PinnedBuffer(max_blob), gpu::PinnedBuffer(max_blob)};
   gpu::DeviceBuffer meta(budget, static_cast<uint64_t>(total) * 16, "token positions");
   {

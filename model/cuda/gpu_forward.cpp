@@ -10,6 +10,7 @@
 #include "model/arch.h"
 #include "model/common.h"
 #include "model/cuda/kernels.h"
+#include "model/cuda/parallel_gemm.h"
 #include "model/deepseek_v3.h"
 #include "ops/ops.h"
 
@@ -25,18 +26,32 @@ uint64_t align_up(uint64_t x) {
 // STRATA_GPU_PROFILE=1: the device time of each part of the forward, from timing events recorded
 // between the parts, summed over the run and logged when the forward is destroyed. The events
 // cost a little; off by default.
-enum Part { kNorms, kAttention, kRouter, kExpertGateUp, kExpertDown, kExpertOther, kCombine,
-            kDenseMlp, kParts };
-const char* const kPartNames[kParts] = {"norms and residuals", "attention",
+enum Part {
+  kNorms,
+  kAttention,
+  kAttentionCore,
+  kRouter,
+  kExpertGateUp,
+  kExpertDown,
+  kExpertOther,
+  kCombine,
+  kDenseMlp,
+  kParts
+};
+const char* const kPartNames[kParts] = {"norms and residuals",
+                                        "attention projections, norms, RoPE, observers",
+                                        "attention scores, softmax and values",
                                         "router (and the host's wait for counts)",
-                                        "expert gate/up GEMMs", "expert down GEMMs",
-                                        "expert gather, amax, SwiGLU", "combine and shared experts",
+                                        "expert gate/up GEMMs",
+                                        "expert down GEMMs",
+                                        "expert gather, amax, SwiGLU",
+                                        "combine and shared experts",
                                         "dense MLP"};
 
 struct Profile {
   bool on = false;
-  std::vector<std::unique_ptr<Event> > events;  // a pool, reused after each take
-  std::vector<int> part;                        // events[i] closes a span of part[i] (-1: none)
+  std::vector<std::unique_ptr<Event>> events;  // a pool, reused after each take
+  std::vector<int> part;                       // events[i] closes a span of part[i] (-1: none)
   double ms[kParts] = {};
   int64_t gemms = 0, forwards = 0;
   void mark(int p, const Stream& s) {
@@ -90,16 +105,21 @@ struct GpuForward::Impl {
   model::MlaParams mp;
   model::SigmoidMoeConfig smoe;
   DeviceBuffer converted, scratch, slots_dev, moe_ints;
-  DeviceBuffer scores, ptrs;  // attention: S for `seqs_per_call` sequences; 5 pointer arrays
+  // Attention through GEMMs: S for `seqs_per_call` sequences; the batched GEMMs' pointer arrays
+  // (5 of seqs_per_call x nH pointers per call) in a ring of kPtrSlots slots, filled in pinned
+  // memory and copied asynchronously, so that the host queues calls ahead of the device; a
+  // slot is refilled once the device has run the call that used it (ptr_done).
+  static constexpr int kPtrSlots = 32;
+  DeviceBuffer scores, ptrs;
+  PinnedBuffer host_att_ptrs;
+  std::vector<std::unique_ptr<Event>> ptr_done;
+  int64_t ptr_next = 0;  // calls issued; slot = ptr_next % kPtrSlots
   int64_t seqs_per_call = 0, longest = 0;
   PinnedBuffer host_ints;  // counts [E], offsets [E]
-  // Routed-expert GEMMs grouped into one cuBLAS call each for gate/up and down (bf16 GEMMs;
-  // STRATA_GPU_EXPERT_GEMM=loop: one call per expert): pointer arrays, x/w/y for up to 2E
-  // problems (gate and up) then for E (down), filled on the host, copied to the device.
-  bool grouped = false;
-  PinnedBuffer host_ptrs;
-  DeviceBuffer dev_ptrs;
-  std::vector<int> g_rows, g_n, g_k;
+  // The routed experts' GEMMs, issued from several host threads (model/cuda/parallel_gemm.h;
+  // STRATA_GPU_GEMM_THREADS, default 4; 1: by this thread).
+  std::unique_ptr<ParallelGemms> expert_gemms;
+  std::vector<GemmJob> jobs;
   int64_t max_tokens = 0;
   uint64_t arena_at = 0;
 
@@ -162,13 +182,8 @@ struct GpuForward::Impl {
     if (E > 0) {
       moe_ints = DeviceBuffer(budget, static_cast<uint64_t>(3 * E) * 4, "expert counts");
       host_ints.reserve(static_cast<uint64_t>(2 * E) * 4);
-      const char* g = std::getenv("STRATA_GPU_EXPERT_GEMM");
-      grouped = opt.gemm_bf16 && !(g && std::string(g) == "loop");
-      if (grouped) {
-        host_ptrs.reserve(static_cast<uint64_t>(9 * E) * sizeof(void*));
-        dev_ptrs = DeviceBuffer(budget, static_cast<uint64_t>(9 * E) * sizeof(void*),
-                                "expert GEMM pointers");
-      }
+      const char* t = std::getenv("STRATA_GPU_GEMM_THREADS");
+      expert_gemms = std::make_unique<ParallelGemms>(t ? std::atoi(t) : 4, opt.gemm_bf16);
     }
     blas = gemm_handle_create(stream.handle());
     stream.synchronize();
@@ -433,11 +448,13 @@ struct GpuForward::Impl {
     slot_rows[slot_k] += T;
     slot_rows[slot_v] += T;
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    span(kAttention);
     if (seqs_per_call > 0) {
       attention_gemm(ch, {q, qd, k, kd, v, kd, att, qd, d, d, nH / nKV}, scale);
     } else {
       attention(q, qd, k, kd, v, kd, T, nH, nKV, d, d, scale, ch.seq_start, att, s);
     }
+    span(kAttentionCore);
     amax(att, T * qd, slot(slot_o), s);
     slot_rows[slot_o] += T;
     mm(gin(att, T * qd), wo, y, T, H, qd, opt.gemm_bf16);
@@ -464,7 +481,6 @@ struct GpuForward::Impl {
     const int64_t group = A.group;
     std::vector<bool> done(static_cast<size_t>(n_seqs), false);
     const int64_t cap = seqs_per_call * nH;
-    std::vector<const void*> host(static_cast<size_t>(5 * cap));
     for (int64_t first = 0; first < n_seqs; ++first) {
       if (done[first]) continue;
       const int64_t L = ch.seq_bounds[first + 1] - ch.seq_bounds[first];
@@ -479,6 +495,10 @@ struct GpuForward::Impl {
       STRATA_ASSERT(L <= longest, "sequence of ", L, " tokens, attention sized for ", longest);
       const int64_t batch = static_cast<int64_t>(members.size()) * nH;
       float* S = scores.as<float>();
+      const int64_t slot = ptr_next++ % kPtrSlots;
+      if (ptr_next > kPtrSlots) ptr_done[slot]->synchronize();  // its last call has run
+      const void** host = reinterpret_cast<const void**>(host_att_ptrs.data()) + slot * 5 * cap;
+      const float* const* dev = ptrs.as<const float*>() + slot * 5 * cap;
       int64_t idx = 0;
       for (int64_t m : members) {
         const int64_t b = ch.seq_bounds[m];
@@ -491,14 +511,15 @@ struct GpuForward::Impl {
           host[4 * cap + idx] = A.out + b * A.os + h * A.dv;
         }
       }
-      // Pageable copy: staged before it returns, and ordered after the previous group's GEMMs.
-      stream.copy_to_device(ptrs.data(), host.data(), host.size() * sizeof(void*));
-      auto arr = [&](int i) { return ptrs.as<const float*>() + i * cap; };
+      stream.copy_to_device(const_cast<const float**>(dev), host,
+                            static_cast<uint64_t>(5 * cap) * sizeof(void*));
+      auto arr = [&](int i) { return dev + i * cap; };
       gemm_batched_qk(blas, arr(0), A.qs, arr(1), A.ks, const_cast<float* const*>(arr(2)), L, A.dq,
                       batch, opt.gemm_bf16);
       causal_softmax(S, batch, L, scale, s);
       gemm_batched_pv(blas, arr(2), arr(3), A.vs, const_cast<float* const*>(arr(4)), A.os, L, A.dv,
                       batch, opt.gemm_bf16);
+      ptr_done[slot]->record(stream);
     }
   }
 
@@ -538,8 +559,7 @@ struct GpuForward::Impl {
     rms_norm(c, T, mp.kv_rank, kv_a_norm, 1e-6f, c, s);
     amax(c, T * mp.kv_rank, slot(slot_kvb), s);
     slot_rows[slot_kvb] += T;
-    mm(gin(c, T * mp.kv_rank), wkvb, kv, T, nH * (mp.dn + mp.dv), mp.kv_rank,
-         opt.gemm_bf16);
+    mm(gin(c, T * mp.kv_rank), wkvb, kv, T, nH * (mp.dn + mp.dv), mp.kv_rank, opt.gemm_bf16);
     arena_at = mark;
     const float* f = inv_freq.as<float>();
     gpu::rope(q, T, nH, dq, mp.dn, mp.dr, ch.positions, f, mp.attention_factor, mp.interleaved, s);
@@ -549,6 +569,7 @@ struct GpuForward::Impl {
     amax(v, T * nH * mp.dv, slot(slot_v), s);
     slot_rows[slot_k] += T;
     slot_rows[slot_v] += T;
+    span(kAttention);
     if (seqs_per_call > 0) {
       attention_gemm(ch, {q, nH * dq, k, nH * dq, v, nH * mp.dv, att, nH * mp.dv, dq, mp.dv, 1},
                      mp.scale);
@@ -556,6 +577,7 @@ struct GpuForward::Impl {
       attention(q, nH * dq, k, nH * dq, v, nH * mp.dv, T, nH, nH, dq, mp.dv, mp.scale, ch.seq_start,
                 att, s);
     }
+    span(kAttentionCore);
     amax(att, T * nH * mp.dv, slot(slot_o), s);
     slot_rows[slot_o] += T;
     mm(gin(att, T * nH * mp.dv), wo, y, T, H, nH * mp.dv, opt.gemm_bf16);
@@ -576,44 +598,6 @@ struct GpuForward::Impl {
     amax(g, T * w.inter, slot(w.down_slot), s);
     slot_rows[w.down_slot] += T;
     mm(gin(g, T * w.inter), w.down, y, T, H, w.inter, opt.gemm_bf16);
-  }
-
-  // The routed experts' gate and up GEMMs (gate_up: x [S, H] -> y1, y2 [S, Im]) or down GEMMs
-  // (x [S, Im] -> y1 [S, H]) in one grouped cuBLAS call; rows of expert e at offset ho[e], hc[e]
-  // of them. false when cuBLAS does not offer it (grouped is then off for the run).
-  bool expert_gemms_grouped(bool gate_up, const int32_t* hc, const int32_t* ho, const uint8_t* x,
-                            float* y1, float* y2) {
-    const int64_t in = gate_up ? H : Im, out = gate_up ? Im : H;
-    const int64_t base = gate_up ? 0 : 6 * E;  // this call's three arrays in host_ptrs
-    const int64_t cap = gate_up ? 2 * E : E;
-    const void** hp = reinterpret_cast<const void**>(host_ptrs.data()) + base;
-    g_rows.clear();
-    int count = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      if (hc[e] == 0) continue;
-      const uint8_t* xe = x + static_cast<int64_t>(ho[e]) * in * 2;
-      for (int j = 0; j < (gate_up ? 2 : 1); ++j) {
-        hp[count] = xe;
-        hp[cap + count] = j == 0 ? (gate_up ? experts[e].gate : experts[e].down) : experts[e].up;
-        hp[2 * cap + count] = (j == 0 ? y1 : y2) + static_cast<int64_t>(ho[e]) * out;
-        g_rows.push_back(hc[e]);
-        ++count;
-      }
-    }
-    g_n.assign(static_cast<size_t>(count), static_cast<int>(out));
-    g_k.assign(static_cast<size_t>(count), static_cast<int>(in));
-    void** dp = dev_ptrs.as<void*>() + base;
-    // Pinned: asynchronous. The host rewrites these arrays only after the next chunk's wait for
-    // its counts, by which time this copy is done.
-    stream.copy_to_device(dp, hp, static_cast<uint64_t>(3 * cap) * sizeof(void*));
-    ++prof.gemms;
-    if (gemm_grouped_bf16(blas, count, g_rows.data(), g_n.data(), g_k.data(), dp, dp + cap,
-                          dp + 2 * cap))
-      return true;
-    log_warn("cuBLAS offers no grouped GEMM with bf16 inputs and fp32 outputs here; the routed "
-             "experts run one GEMM call each");
-    grouped = false;
-    return false;
   }
 
   void moe_block(const float* n, int64_t T, float* y) {
@@ -672,27 +656,29 @@ struct GpuForward::Impl {
       xin = reinterpret_cast<const uint8_t*>(og);
     }
     span(kExpertOther);
-    if (!grouped || !expert_gemms_grouped(true, hc, ho, xin, g, u)) {
-      for (int64_t e = 0; e < E; ++e) {
-        if (hc[e] == 0) continue;
-        const uint8_t* xe = xin + static_cast<int64_t>(ho[e]) * H * esz();
-        mm(xe, experts[e].gate, g + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H, opt.gemm_bf16);
-        mm(xe, experts[e].up, u + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H, opt.gemm_bf16);
-      }
+    jobs.clear();
+    for (int64_t e = 0; e < E; ++e) {
+      if (hc[e] == 0) continue;
+      const uint8_t* xe = xin + static_cast<int64_t>(ho[e]) * H * esz();
+      jobs.push_back({xe, experts[e].gate, g + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H});
+      jobs.push_back({xe, experts[e].up, u + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H});
     }
+    prof.gemms += static_cast<int64_t>(jobs.size());
+    expert_gemms->run(stream, blas, jobs);
     span(kExpertGateUp);
     arena_at = mark;
     swiglu(g, u, S * Im, g, s);
     amax_rows(g, S, Im, row_expert, slot(expert_dn0), s);
     const uint8_t* hin = static_cast<const uint8_t*>(gin(g, S * Im));
     span(kExpertOther);
-    if (!grouped || !expert_gemms_grouped(false, hc, ho, hin, og, nullptr)) {
-      for (int64_t e = 0; e < E; ++e) {
-        if (hc[e] == 0) continue;
-        mm(hin + static_cast<int64_t>(ho[e]) * Im * esz(), experts[e].down,
-           og + static_cast<int64_t>(ho[e]) * H, hc[e], H, Im, opt.gemm_bf16);
-      }
+    jobs.clear();
+    for (int64_t e = 0; e < E; ++e) {
+      if (hc[e] == 0) continue;
+      jobs.push_back({hin + static_cast<int64_t>(ho[e]) * Im * esz(), experts[e].down,
+                      og + static_cast<int64_t>(ho[e]) * H, hc[e], H, Im});
     }
+    prof.gemms += static_cast<int64_t>(jobs.size());
+    expert_gemms->run(stream, blas, jobs);
     span(kExpertDown);
     arena_at = mark;
     moe_combine(og, pos, weight, T, K, H, y, s);
@@ -808,7 +794,7 @@ uint64_t GpuForward::attention_bytes(int64_t longest, uint64_t cap) const {
   if (one == 0 || one > cap) return 0;
   // Whole sequences, about 64 MiB of scores per call (at least one sequence).
   const uint64_t seqs = std::max<uint64_t>(1, (64ull << 20) / one);
-  return seqs * one + seqs * static_cast<uint64_t>(im.nH) * 5 * sizeof(void*);
+  return seqs * one + Impl::kPtrSlots * seqs * static_cast<uint64_t>(im.nH) * 5 * sizeof(void*);
 }
 
 void GpuForward::reserve(int64_t tokens, int64_t longest, uint64_t attention_cap) {
@@ -821,9 +807,13 @@ void GpuForward::reserve(int64_t tokens, int64_t longest, uint64_t attention_cap
     im.ptrs = DeviceBuffer();
     im.scores =
         DeviceBuffer(im.budget, static_cast<uint64_t>(im.seqs_per_call) * one, "attention scores");
-    im.ptrs =
-        DeviceBuffer(im.budget, static_cast<uint64_t>(im.seqs_per_call * im.nH) * 5 * sizeof(void*),
-                     "attention pointers");
+    const uint64_t ptr_bytes =
+        Impl::kPtrSlots * static_cast<uint64_t>(im.seqs_per_call * im.nH) * 5 * sizeof(void*);
+    im.ptrs = DeviceBuffer(im.budget, ptr_bytes, "attention pointers");
+    im.host_att_ptrs.reserve(ptr_bytes);
+    while (im.ptr_done.size() < static_cast<size_t>(Impl::kPtrSlots))
+      im.ptr_done.push_back(std::make_unique<Event>());
+    im.ptr_next = 0;
     im.longest = longest;
   }
   if (tokens <= im.max_tokens) return;

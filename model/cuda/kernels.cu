@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
-#include <vector>
 
 #include "core/error.h"
 #include "model/cuda/kernels.h"
@@ -213,8 +212,8 @@ __global__ void k_amax(const float* x, int64_t n, uint32_t* slot) {
 }
 
 // One block per row.
-__global__ void k_amax_rows(const float* x, int64_t cols, const int32_t* row_slot,
-                            int64_t per_row, uint32_t* slots) {
+__global__ void k_amax_rows(const float* x, int64_t cols, const int32_t* row_slot, int64_t per_row,
+                            uint32_t* slots) {
   const int64_t r = blockIdx.x;
   uint32_t m = 0;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
@@ -638,24 +637,6 @@ void gemm(void* handle, const void* x, const void* w, float* y, int64_t M, int64
       static_cast<int>(K), &beta, y, CUDA_R_32F, static_cast<int>(N), c, CUBLAS_GEMM_DEFAULT);
   STRATA_CHECK(r == CUBLAS_STATUS_SUCCESS, "cuBLAS: gemm [", M, ", ", K, "] x [", N, ", ", K,
                "]^T failed (status ", static_cast<int>(r), ")");
-}
-
-bool gemm_grouped_bf16(void* handle, int count, const int* rows, const int* n, const int* k,
-                       const void* const* x, const void* const* w, void* const* y) {
-  if (count == 0) return true;
-  // Each problem as gemm() above: column-major y^T[n, rows] = (w[n, k] as [k, n] col-major)^T
-  // x^T, one group of one problem per GEMM (their row counts differ).
-  const std::vector<cublasOperation_t> ta(count, CUBLAS_OP_T), tb(count, CUBLAS_OP_N);
-  const std::vector<float> alpha(count, 1.0f), beta(count, 0.0f);
-  const std::vector<int> one(count, 1);
-  const cublasStatus_t r = cublasGemmGroupedBatchedEx(
-      static_cast<cublasHandle_t>(handle), ta.data(), tb.data(), n, rows, k, alpha.data(), w,
-      CUDA_R_16BF, k, x, CUDA_R_16BF, k, beta.data(), y, CUDA_R_32F, n, count, one.data(),
-      CUBLAS_COMPUTE_32F);
-  if (r == CUBLAS_STATUS_NOT_SUPPORTED || r == CUBLAS_STATUS_INVALID_VALUE) return false;
-  STRATA_CHECK(r == CUBLAS_STATUS_SUCCESS, "cuBLAS: grouped gemm of ", count,
-               " problems failed (status ", static_cast<int>(r), ")");
-  return true;
 }
 
 }  // namespace strata::gpu

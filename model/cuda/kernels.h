@@ -112,11 +112,5 @@ void* gemm_handle_create(void* stream);
 void gemm_handle_destroy(void* handle);
 void gemm(void* handle, const void* x, const void* w, float* y, int64_t M, int64_t N, int64_t K,
           bool bf16);
-// `count` such GEMMs in one cuBLAS call (cublasGemmGroupedBatchedEx), bf16 x and w, fp32 y:
-// y_g[rows[g], n[g]] = x_g[rows[g], k[g]] . w_g[n[g], k[g]]^T. rows, n, k: host arrays; x, w, y:
-// device arrays of count device pointers. false (nothing launched) when this cuBLAS does not
-// offer bf16 inputs with fp32 outputs there.
-bool gemm_grouped_bf16(void* handle, int count, const int* rows, const int* n, const int* k,
-                       const void* const* x, const void* const* w, void* const* y);
 
 }  // namespace strata::gpu
