@@ -43,6 +43,10 @@ std::unique_ptr<PageWarmer> gpu_warm_start(const Checkpoint& ckpt, const Modelop
 
 #if !STRATA_WITH_CUDA
 
+std::unique_ptr<GpuEarlySetup> gpu_early_setup(const ModelConfig&, const Checkpoint&, int64_t,
+                                               int64_t, uint64_t, bool, uint64_t) {
+  return nullptr;
+}
 std::string gpu_unsupported(const ModelConfig&, const Checkpoint&) {
   return "this strata was built without CUDA";
 }
@@ -54,6 +58,31 @@ void run_layers_gpu(GpuLoop&) {
 
 std::string gpu_unsupported(const ModelConfig& config, const Checkpoint& ckpt) {
   return gpu::GpuForward::unsupported(config, ckpt);
+}
+
+std::unique_ptr<GpuEarlySetup> gpu_early_setup(const ModelConfig& config, const Checkpoint& ckpt,
+                                               int64_t first_layer, int64_t num_layers,
+                                               uint64_t store_bytes, bool host_fits,
+                                               uint64_t max_gpu_memory_bytes) {
+  if (first_layer >= num_layers || cuda_device_count() == 0) return nullptr;
+  auto early = std::make_unique<GpuEarlySetup>();
+  LayerReader reader(ckpt);
+  for (int64_t l = std::max<int64_t>(first_layer, 0); l < num_layers; ++l)
+    early->blob_bytes = std::max(
+        early->blob_bytes, reader.plan(gpu::GpuForward::layer_tensors(config, ckpt, l)).bytes);
+  // The hidden states go to pinned host memory when two layers' weights and they exceed the
+  // cap (the loop's own choice also counts its working set; a buffer it does not take is freed).
+  const bool hidden = host_fits && max_gpu_memory_bytes > 0 &&
+                      2 * early->blob_bytes + store_bytes > max_gpu_memory_bytes;
+  GpuEarlySetup* e = early.get();
+  early->done = std::async(std::launch::async, [e, hidden, store_bytes]() {
+    set_cuda_device(0);
+    gpu::cuda_memory_info();  // creates the context
+    e->weights[0].reserve(e->blob_bytes);
+    e->weights[1].reserve(e->blob_bytes);
+    if (hidden) e->hidden.reserve(store_bytes);
+  });
+  return early;
 }
 
 namespace {
@@ -405,7 +434,20 @@ void run_layers_gpu(GpuLoop& loop) {
   auto dev_weights = [&](int64_t l) -> gpu::DeviceBuffer& {
     return weights[buffers == 2 ? l % 2 : 0];
   };
-  gpu::PinnedBuffer host_weights[2] = {gpu::PinnedBuffer(max_blob), gpu::PinnedBuffer(max_blob)};
+  gpu::PinnedBuffer host_weights[2];
+  gpu::PinnedBuffer hstore;  // kPinned: every micro-batch, bf16, back to back
+  if (loop.early) {          // what gpu_early_setup allocated while the run started up
+    loop.early->done.get();
+    if (loop.early->blob_bytes >= max_blob) {
+      host_weights[0] = std::move(loop.early->weights[0]);
+      host_weights[1] = std::move(loop.early->weights[1]);
+    }
+    if (tier == Tier::kPinned && loop.early->hidden.bytes() >= store_bytes)
+      hstore = std::move(loop.early->hidden);
+    loop.early->hidden = gpu::PinnedBuffer();
+  }
+  host_weights[0].reserve(max_blob);
+  host_weights[1].reserve(max_blob);
   gpu::DeviceBuffer meta(budget, static_cast<uint64_t>(total) * 16, "token positions");
   {
     std::vector<int64_t> m(
@@ -430,8 +472,7 @@ void run_layers_gpu(GpuLoop& loop) {
   const uint64_t chunk_bf16 = static_cast<uint64_t>(chunk_max * H) * 2;
   gpu::DeviceBuffer x(budget, chunk_bf16 * 2, "a chunk's hidden states");
   gpu::DeviceBuffer dstore, io[2];
-  gpu::PinnedBuffer hstore;  // kPinned: every micro-batch, bf16, back to back
-  gpu::PinnedBuffer stage;   // kFile: one chunk; else one micro-batch (durable writes, the start)
+  gpu::PinnedBuffer stage;  // kFile: one chunk; else one micro-batch (durable writes, the start)
   if (tier == Tier::kDevice) {
     dstore = gpu::DeviceBuffer(budget, store_bytes, "the hidden states");
   } else {

@@ -26,10 +26,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/gpu_memory.h"
 #include "engine/activation_store.h"
 #include "engine/comm.h"
 #include "engine/plan.h"
@@ -41,6 +43,24 @@
 #include "model/forward.h"
 
 namespace strata {
+
+// The part of the GPU setup that needs only the checkpoint's headers, started before the export
+// head and the embedding (single process) so that it overlaps them: on a helper thread, the
+// CUDA context is created and the loop's pinned host buffers are allocated (page-locking host
+// memory costs about half a second per GiB): two layers' weights, and the hidden states' when
+// a GPU memory cap leaves them no room on the device. run_layers_gpu takes over what fits its
+// plan and allocates the rest itself.
+struct GpuEarlySetup {
+  std::future<void> done;
+  uint64_t blob_bytes = 0;               // the largest layer's blob (weights[i] hold it)
+  gpu::PinnedBuffer weights[2], hidden;  // hidden: empty when not allocated early
+};
+// nullptr without CUDA or without layers to run. store_bytes: the bf16 hidden states' size;
+// host_fits: they may stay in host memory.
+std::unique_ptr<GpuEarlySetup> gpu_early_setup(const ModelConfig& config, const Checkpoint& ckpt,
+                                               int64_t first_layer, int64_t num_layers,
+                                               uint64_t store_bytes, bool host_fits,
+                                               uint64_t max_gpu_memory_bytes);
 
 struct GpuLoop {
   const ModelConfig& config;
@@ -61,14 +81,15 @@ struct GpuLoop {
   // are this rank's micro-batches, store_ids[i] the store's index of batches[i].
   Comm* comm = nullptr;
   std::vector<size_t> store_ids;
-  RunTimes* times = nullptr;   // the loop's parts and device_setup are added here
-  PageWarmer* warm = nullptr;  // gpu_warm_start's, told of each layer read
+  RunTimes* times = nullptr;       // the loop's parts and device_setup are added here
+  PageWarmer* warm = nullptr;      // gpu_warm_start's, told of each layer read
+  GpuEarlySetup* early = nullptr;  // gpu_early_setup's, taken over
 };
 
 // A step's hidden states are made durable once the checkpoint bytes read since the last durable
 // step reach kResumeEvery times their size: writing them costs at most 1/kResumeEvery of the
 // reading, and a kill costs at most kResumeEvery times their size of reading again.
-inline constexpr uint64_t kResumeEvery = 8;
+inline constexpr uint64_t kResumeEvery = 16;
 
 // "" when the GPU path can run this model; else why not.
 std::string gpu_unsupported(const ModelConfig& config, const Checkpoint& ckpt);

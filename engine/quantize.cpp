@@ -488,8 +488,19 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   // Not with ranks: each rank reads only its share of every layer (and, on several hosts, a
   // warmer per rank would read the checkpoint once per rank).
   std::unique_ptr<PageWarmer> warm;
-  if (on_gpu && state.next_step <= plan.num_layers && comm.size() == 1)
+  std::unique_ptr<GpuEarlySetup> early;  // the CUDA context and pinned buffers, meanwhile
+  if (on_gpu && state.next_step <= plan.num_layers && comm.size() == 1) {
     warm = gpu_warm_start(ckpt, exporter, state.next_step - 1, plan.num_layers);
+    if (result.calibrated) {
+      uint64_t tokens = 0;
+      for (int64_t t : batch_tokens)
+        tokens += static_cast<uint64_t>(t);
+      early =
+          gpu_early_setup(config, ckpt, std::max<int64_t>(state.next_step - 1, 0), plan.num_layers,
+                          tokens * static_cast<uint64_t>(config.hidden_size) * 2,
+                          !result.memory.spilled, job.max_gpu_memory_bytes);
+    }
+  }
   if (state.next_step > 0) {
     log_info("resuming at ",
              state.next_step <= plan.num_layers
@@ -643,7 +654,8 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
                  &comm,
                  mine_ids,
                  &result.times,
-                 warm.get()};
+                 warm.get(),
+                 early.get()};
     commit_time = &result.times.commit;
     run_layers_gpu(loop);  // fills result.times.device_setup and the loop's parts
   }

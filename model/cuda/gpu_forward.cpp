@@ -769,13 +769,19 @@ GpuForward::GpuForward(const ModelConfig& config, const Checkpoint& ckpt, Device
     : impl_(std::make_unique<Impl>(config, ckpt, budget, stream, options)) {}
 GpuForward::~GpuForward() = default;
 
-std::vector<std::string> GpuForward::layer_tensors(int64_t l) const {
-  const std::string p = impl_->lp(l);
+std::vector<std::string> GpuForward::layer_tensors(const ModelConfig& config,
+                                                   const Checkpoint& ckpt, int64_t l) {
+  const std::string p =
+      model::find_prefixes(config, ckpt).model + "layers." + std::to_string(l) + ".";
   std::vector<std::string> out;
-  for (const std::string& n : impl_->ckpt.tensor_names()) {
+  for (const std::string& n : ckpt.tensor_names()) {
     if (n.starts_with(p)) out.push_back(n);
   }
   return out;
+}
+
+std::vector<std::string> GpuForward::layer_tensors(int64_t l) const {
+  return layer_tensors(impl_->c, impl_->ckpt, l);
 }
 
 uint64_t GpuForward::bytes_per_token() const {

@@ -57,8 +57,10 @@ class GpuForward {
              const Stream& stream, GpuForwardOptions options);
   ~GpuForward();
 
-  // Checkpoint tensors decoder layer l reads.
+  // Checkpoint tensors decoder layer l reads (the static form needs no device).
   std::vector<std::string> layer_tensors(int64_t l) const;
+  static std::vector<std::string> layer_tensors(const ModelConfig& config, const Checkpoint& ckpt,
+                                                int64_t l);
   // Device bytes of scratch per token of a chunk, and of converted weights for layer l.
   uint64_t bytes_per_token() const;
   uint64_t converted_bytes(int64_t l, const LayerBlob& blob) const;

@@ -1,7 +1,8 @@
-// The GPU forward's DeepSeek kernels (model/cuda/kernels.h) against CPU references on fresh
-// random inputs: FP8-block decompression against io/source_weights.h (bit-identical bf16),
-// noaux_tc routing against the formula of spec/architectures.md §3 written out here, and the
-// assembly of MLA's per-head K and V. Label gpu; skipped without a device.
+// The GPU forward's kernels (model/cuda/kernels.h) against CPU references on fresh random inputs:
+// FP8-block decompression against io/source_weights.h (bit-identical bf16), noaux_tc routing
+// against the formula of spec/architectures.md §3 written out here, the assembly of MLA's
+// per-head K and V, RMSNorm against its formula, and per-row amaxes routed to several slots.
+// Label gpu; skipped without a device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -182,6 +183,76 @@ TEST_F(CudaKernels, MlaKeysAndValuesPerHead) {
         EXPECT_EQ(k[(t * nH + h) * (dn + dr) + dn + c], kr[t * dr + c]);
       for (int64_t c = 0; c < dv; ++c)
         EXPECT_EQ(v[(t * nH + h) * dv + c], row[dn + c]);
+    }
+  }
+}
+
+// y = x / sqrt(mean(x^2) + eps) * w, the mean in fp64 (as ops::rms_norm): rows of a head's width
+// and of a hidden state's (one warp per row), and wider than 8192 (one block per row).
+TEST_F(CudaKernels, RmsNormFollowsTheFormula) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  DeviceBudget budget(1ull << 30);
+  Stream s;
+  for (auto [rows, dim] : {std::pair<int64_t, int64_t>{37, 128}, {5, 2048}, {3, 7}, {2, 9000}}) {
+    std::vector<float> x(static_cast<size_t>(rows * dim)), w(static_cast<size_t>(dim));
+    for (float& v : x)
+      v = nd(rng);
+    for (float& v : w)
+      v = 1.0f + nd(rng) / 10.0f;
+    DeviceBuffer dx = upload(budget, s, x), dw = upload(budget, s, w);
+    DeviceBuffer dy(budget, x.size() * 4, "y");
+    const float eps = 1e-6f;
+    rms_norm(dx.as<float>(), rows, dim, dw.as<float>(), eps, dy.as<float>(), s.handle());
+    const auto y = download<float>(s, dy, x.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      double ss = 0.0;
+      for (int64_t i = 0; i < dim; ++i)
+        ss += static_cast<double>(x[r * dim + i]) * x[r * dim + i];
+      const float inv = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(dim)) + eps);
+      for (int64_t i = 0; i < dim; ++i) {
+        const float want = x[r * dim + i] * inv * w[i];
+        ASSERT_NEAR(y[r * dim + i], want, std::fabs(want) * 1e-6f + 1e-30f)
+            << rows << "x" << dim << " row " << r << " col " << i;
+      }
+    }
+  }
+}
+
+// Row r's max |x| goes to slots[row_slot[r * per_row + j]] for every j: a token's input to each
+// of its experts' slots (per_row = K), and one slot per row (per_row = 1).
+TEST_F(CudaKernels, RowAmaxesReachEverySlotTheyName) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> ud(-4.0f, 4.0f);
+  DeviceBudget budget(1ull << 28);
+  Stream s;
+  const int64_t rows = 300, cols = 2049, slots = 17;
+  for (int64_t per_row : {1, 3}) {
+    std::vector<float> x(static_cast<size_t>(rows * cols));
+    for (float& v : x)
+      v = ud(rng);
+    x[7 * cols + 2048] = -123.0f;  // the last column, negative
+    std::vector<int32_t> slot_of(static_cast<size_t>(rows * per_row));
+    for (int32_t& v : slot_of)
+      v = static_cast<int32_t>(rng() % (slots - 1));  // the last slot stays untouched
+    std::vector<float> want(static_cast<size_t>(slots), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      float m = 0.0f;
+      for (int64_t c = 0; c < cols; ++c)
+        m = std::max(m, std::fabs(x[r * cols + c]));
+      for (int64_t j = 0; j < per_row; ++j)
+        want[slot_of[r * per_row + j]] = std::max(want[slot_of[r * per_row + j]], m);
+    }
+    DeviceBuffer dx = upload(budget, s, x), ds = upload(budget, s, slot_of);
+    DeviceBuffer out(budget, slots * 4, "slots");
+    s.zero(out.data(), slots * 4);
+    amax_rows(dx.as<float>(), rows, cols, ds.as<int32_t>(), out.as<uint32_t>(), s.handle(),
+              per_row);
+    const auto bits = download<uint32_t>(s, out, static_cast<size_t>(slots));
+    for (int64_t i = 0; i < slots; ++i) {
+      float got;
+      std::memcpy(&got, &bits[i], 4);
+      EXPECT_EQ(got, want[i]) << "slot " << i << ", per_row " << per_row;
     }
   }
 }
