@@ -77,8 +77,9 @@ int cmd_quantize(const std::vector<std::string>& argv) {
               "it there (default: cuda when strata was built with CUDA and a GPU is visible, else "
               "cpu)");
   args.option("--max_gpu_memory_gb", "GB",
-              "GPU memory the run may use (layer weights, working set, and the calibration hidden "
-              "states when they fit; else they stay in host memory) (0: the GPU's free memory)",
+              "GPU memory in GiB the run may use (one or two layers' weights, working set, and "
+              "the calibration hidden states when they fit; else they stay in host memory) (0: "
+              "the GPU's free memory)",
               "0");
   args.flag("--dry-run", "print the plan (formats per module kind, output size, memory) and stop");
   args.option("--log_dir", "DIR",
