@@ -275,14 +275,22 @@ has_device=0 has_cap=0
 grep -q -- "--device" <<<"$help" && has_device=1
 grep -q -- "--max_gpu_memory_gb" <<<"$help" && has_cap=1
 # --max_gpu_memory_gb counts GiB: a tenth of the checkpoint, rounded down to 0.01 GiB.
-[ -n "$cap_gb" ] || cap_gb=$(awk -v b="${R[ckpt_bytes]}" 'BEGIN {printf "%.2f", int(b / 2^30 / 10 * 100) / 100}')
+# (At least 0.01: 0 would mean no cap.)
+[ -n "$cap_gb" ] || cap_gb=$(awk -v b="${R[ckpt_bytes]}" 'BEGIN {c = int(b / 2^30 / 10 * 100) / 100; printf "%.2f", c < 0.01 ? 0.01 : c}')
 R[cap_gb]=$cap_gb
 run_strata() {  # name, extra flags...
   local name=$1; shift
   local args=(quantize --model "$ckpt" --export_path "$work/out_$name" --recipe nvfp4_experts_only-kv_fp8
     --calib_data "$work/tokens.jsonl" --calib_size "$seqs" --calib_seq "$seq_len" --calib_min_tokens 1)
   [ -n "$batch_size" ] && args+=(--batch_size "$batch_size")
-  [ "$has_device" = 1 ] && args+=(--device cuda)
+  # A strata without the CUDA backend (--small on a CPU machine) calibrates on the CPU.
+  if [ "$has_device" = 1 ]; then
+    if "$strata" --version 2>/dev/null | grep -q "CUDA backend built"; then
+      args+=(--device cuda)
+    else
+      args+=(--device cpu)
+    fi
+  fi
   args+=("$@")
   R[res_$name]=$(drop_cache)
   say "strata $name: ${args[*]} (resident before: ${R[res_$name]})"
@@ -308,6 +316,8 @@ run_strata() {  # name, extra flags...
     # Wall time per phase, from the summary's "time ..." and "layers ..." lines.
     R[${name}_phases]=$(sed -n 's/^time //p' "$logs/strata_$name.log" | tail -1)
     R[${name}_layer_phases]=$(sed -n 's/^layers \([0-9.]* s = .*\)/\1/p' "$logs/strata_$name.log" | tail -1)
+    # STRATA_GPU_PROFILE=1 (set it before calling this script): device time by part of the forward.
+    R[${name}_profile]=$(sed -n 's/^strata: info: GPU profile: //p; s/^strata: info:   \(.*\)/\1/p' "$logs/strata_$name.log" | paste -sd';' | sed 's/;/; /g')
   fi
   rm -rf "$work/out_$name"
   say "strata $name: ${R[${name}_s]} s"
@@ -365,12 +375,14 @@ frac() {  # flops, seconds -> percent of the measured bf16 matmul rate
     echo
     echo "strata $name, wall time by phase: ${R[${name}_phases]}"
     [ -n "${R[${name}_layer_phases]:-}" ] && echo "strata $name, the layer loop: ${R[${name}_layer_phases]}"
+    [ -n "${R[${name}_profile]:-}" ] && echo "strata $name, device time (STRATA_GPU_PROFILE): ${R[${name}_profile]}"
   done
   echo
   echo "x cold read: against the faster cold read (${R[read_s]:-?} s)."
   if [ -n "${R[capped_s]:-}" ] && [ "${R[capped_s]}" != failed ] && [ -n "${R[read_s]}" ]; then
     r=$(ratio "${R[capped_s]}" "${R[read_s]}")
     echo "goal (capped run, export included, at most 1.3 x the cold read): $r x -> $(awk -v r="$r" 'BEGIN {print (r <= 1.3 ? "met" : "not met")}')"
+    [ -n "${R[rw_s]}" ] && echo "capped run against the floor of reading and writing the export at once (${R[rw_s]} s): $(ratio "${R[capped_s]}" "${R[rw_s]}") x"
   fi
   for n in "${notes[@]}"; do echo "note: $n"; done
   echo "total benchmark time: $(elapsed) s"
