@@ -173,7 +173,7 @@ void mul_sigmoid(float* x, const float* g, int64_t n, void* s) {
 void gated_delta_rule(const float* q, const float* k, const float* v, const float* g,
                       const float* beta, const int64_t* seq_bounds, int64_t n_seqs, int64_t n_heads,
                       int64_t dk, int64_t dv, float* out, void* s) {
-  if (n_seqs == 0 || n_heads == 0) return;
+  if (n_seqs <= 0 || n_heads == 0) return;
   STRATA_ASSERT(dk >= 1 && dk <= 256 && dv >= 1 && dv <= 256, "gated_delta_rule: dk ", dk, ", dv ",
                 dv, " (at most 256)");
   STRATA_ASSERT(n_seqs < (1ll << 31) && n_heads <= 65535);
