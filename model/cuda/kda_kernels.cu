@@ -85,10 +85,12 @@ __global__ void k_mul_sigmoid(float* x, const float* g, int64_t n) {
 // Block (sequence, head); thread j < dv owns column j of the state, kMaxDk >= dk registers
 // (the loops are unrolled over kMaxDk so that S stays in registers). The token's k, q and
 // exp(g) are staged in shared memory for all columns.
+// At most 256 threads (dv <= 256), so that the 255 registers a thread may take always fit.
 template <int kMaxDk>
-__global__ void k_gated_delta_rule(const float* q, const float* k, const float* v, const float* g,
-                                   const float* beta, const int64_t* bounds, int64_t nH, int dk,
-                                   int dv, float* out) {
+__global__ void __launch_bounds__(256)
+    k_gated_delta_rule(const float* q, const float* k, const float* v, const float* g,
+                       const float* beta, const int64_t* bounds, int64_t nH, int dk, int dv,
+                       float* out) {
   const int64_t seq = blockIdx.x, h = blockIdx.y;
   const int j = threadIdx.x;
   __shared__ float ks[kMaxDk], qs[kMaxDk], decay[kMaxDk];
