@@ -27,6 +27,7 @@
 #include "model/common.h"
 #include "model/deepseek_v3.h"
 #include "model/families.h"
+#include "model/kimi_linear.h"
 
 namespace strata::model {
 namespace {
@@ -78,9 +79,10 @@ struct KdaAttention {
   void load(const ModelConfig& c, const Checkpoint& ckpt, const std::string& p) {
     prefix = p;
     H = c.hidden_size;
-    nH = linear_attn_int(c, "linear_num_heads", "num_heads");
-    d = linear_attn_int(c, "linear_head_dim", "head_dim");
-    K = linear_attn_int(c, "linear_conv_kernel_dim", "short_conv_kernel_size");
+    const KdaShape shape = kda_shape(c);
+    nH = shape.n_heads;
+    d = shape.head_dim;
+    K = shape.conv_kernel;
     D = nH * d;
     eps = static_cast<float>(c.rms_norm_eps);
     wq = load_weight(ckpt, p + "q_proj.weight", {D, H});
@@ -187,32 +189,12 @@ class KimiLinearLayer : public DecoderLayer {
     if (!is_moe_) {
       // The hub keeps the dense layers under mlp.; transformers 5.x save_pretrained writes them
       // under block_sparse_moe. (it renames every mlp. of the model).
-      std::string m = ctx.prefix + "mlp.";
-      if (!ctx.ckpt.has(m + "gate_proj.weight") &&
-          ctx.ckpt.has(ctx.prefix + "block_sparse_moe.gate_proj.weight")) {
-        m = ctx.prefix + "block_sparse_moe.";
-      }
+      const std::string m = kimi_linear_dense_prefix(ctx.ckpt, ctx.prefix);
       dense_ = load_swiglu(ctx.ckpt, m + "gate_proj", m + "up_proj", m + "down_proj", H,
                            c_.intermediate_size);
       return;
     }
-    const Json& t = c_.text;
-    SigmoidMoeConfig mc;
-    mc.experts = c_.num_experts;
-    mc.top_k = c_.num_experts_per_tok;
-    mc.n_group = static_cast<int64_t>(number_or(t, "num_expert_group", number_or(t, "n_group", 1)));
-    mc.topk_group = static_cast<int64_t>(number_or(t, "topk_group", 1));
-    if (present(t, "use_grouped_topk") && t["use_grouped_topk"].is_boolean() &&
-        !t["use_grouped_topk"].get<bool>()) {
-      // A plain top-k over all experts is grouped routing with one group; with several groups
-      // configured, which of the two the remote code runs is not verified: refused.
-      STRATA_CHECK(mc.n_group == 1, c_.path, ": use_grouped_topk false with num_expert_group ",
-                   mc.n_group, " is ambiguous; strata supports it with one group only");
-    }
-    mc.routed_scaling = static_cast<float>(number_or(t, "routed_scaling_factor", 1.0));
-    mc.renormalize = c_.norm_topk_prob;
-    mc.inter = c_.moe_intermediate_size;
-    mc.n_shared = c_.n_shared_experts;
+    const SigmoidMoeConfig mc = kimi_linear_moe_config(c_);
     static constexpr const char* kLeaves[3] = {"w1", "w3", "w2"};  // gate, up, down
     moe_.load(ctx.ckpt, ctx.prefix + "block_sparse_moe.", kLeaves, H, mc, c_.path, ctx.experts);
   }
@@ -295,6 +277,43 @@ void check_kimi_linear_config(const ModelConfig& c) {
     layer_is_linear_attention(arch, c, l);
     layer_is_moe(arch, c, l);
   }
+}
+
+KdaShape kda_shape(const ModelConfig& c) {
+  KdaShape s;
+  s.n_heads = linear_attn_int(c, "linear_num_heads", "num_heads");
+  s.head_dim = linear_attn_int(c, "linear_head_dim", "head_dim");
+  s.conv_kernel = linear_attn_int(c, "linear_conv_kernel_dim", "short_conv_kernel_size");
+  return s;
+}
+
+SigmoidMoeConfig kimi_linear_moe_config(const ModelConfig& c) {
+  const Json& t = c.text;
+  SigmoidMoeConfig mc;
+  mc.experts = c.num_experts;
+  mc.top_k = c.num_experts_per_tok;
+  mc.n_group = static_cast<int64_t>(number_or(t, "num_expert_group", number_or(t, "n_group", 1)));
+  mc.topk_group = static_cast<int64_t>(number_or(t, "topk_group", 1));
+  if (present(t, "use_grouped_topk") && t["use_grouped_topk"].is_boolean() &&
+      !t["use_grouped_topk"].get<bool>()) {
+    // A plain top-k over all experts is grouped routing with one group; with several groups
+    // configured, which of the two the remote code runs is not verified: refused.
+    STRATA_CHECK(mc.n_group == 1, c.path, ": use_grouped_topk false with num_expert_group ",
+                 mc.n_group, " is ambiguous; strata supports it with one group only");
+  }
+  mc.routed_scaling = static_cast<float>(number_or(t, "routed_scaling_factor", 1.0));
+  mc.renormalize = c.norm_topk_prob;
+  mc.inter = c.moe_intermediate_size;
+  mc.n_shared = c.n_shared_experts;
+  return mc;
+}
+
+std::string kimi_linear_dense_prefix(const Checkpoint& ckpt, const std::string& layer_prefix) {
+  const std::string m = layer_prefix + "mlp.";
+  if (!ckpt.has(m + "gate_proj.weight") &&
+      ckpt.has(layer_prefix + "block_sparse_moe.gate_proj.weight"))
+    return layer_prefix + "block_sparse_moe.";
+  return m;
 }
 
 std::unique_ptr<DecoderLayer> make_kimi_linear_layer(const LayerContext& ctx) {

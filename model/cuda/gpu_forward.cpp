@@ -9,9 +9,11 @@
 #include "core/log.h"
 #include "model/arch.h"
 #include "model/common.h"
+#include "model/cuda/kda_kernels.h"
 #include "model/cuda/kernels.h"
 #include "model/cuda/parallel_gemm.h"
 #include "model/deepseek_v3.h"
+#include "model/kimi_linear.h"
 #include "ops/ops.h"
 
 namespace strata::gpu {
@@ -85,6 +87,16 @@ struct Swiglu {
   int gu_slot = -1, down_slot = -1;
 };
 
+// A Kimi-Linear KDA layer's weights (model/kimi_linear.cpp KdaAttention): GEMM weights in the
+// GEMM dtype, the rest fp32. D = nH * d.
+struct KdaWeights {
+  const void *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;      // [D, H] x3, [H, D]
+  const void *wfa = nullptr, *wfb = nullptr, *wga = nullptr, *wgb = nullptr;  // [d,H] [D,d] x2
+  const void* wb = nullptr;                                                   // [nH, H]
+  const float *conv_q = nullptr, *conv_k = nullptr, *conv_v = nullptr;        // [D, K] each
+  const float *a_log = nullptr, *dt_bias = nullptr, *o_norm = nullptr;        // [nH], [D], [d]
+};
+
 }  // namespace
 
 struct GpuForward::Impl {
@@ -104,6 +116,10 @@ struct GpuForward::Impl {
   bool mla = false;
   model::MlaParams mp;
   model::SigmoidMoeConfig smoe;
+  // Kimi-Linear: MLA without RoPE (mla is set too) on some layers, KDA on the others; the
+  // sigmoid-routed MoE under block_sparse_moe. with experts' w1/w3/w2.
+  bool kimi = false;
+  model::KdaShape kda;
   DeviceBuffer converted, scratch, slots_dev, moe_ints;
   // Attention through GEMMs: S for `seqs_per_call` sequences; the batched GEMMs' pointer arrays
   // (5 of seqs_per_call x nH pointers per call) in a ring of kPtrSlots slots, filled in pinned
@@ -137,6 +153,9 @@ struct GpuForward::Impl {
   const float* shared_gate = nullptr;  // [1, H] fp32
   std::vector<Swiglu> experts;
   int slot_qkv = -1, slot_k = -1, slot_v = -1, slot_o = -1, expert_gu0 = -1, expert_dn0 = -1;
+  bool kda_layer = false;  // Kimi-Linear: the current layer's mixer is KDA
+  KdaWeights kw;
+  int slot_fb = -1, slot_gb = -1;
   std::vector<std::vector<std::string>> slot_names;
   std::vector<int64_t> slot_rows;
   Profile prof;
@@ -153,6 +172,11 @@ struct GpuForward::Impl {
     kd = nKV * d;
     eps = static_cast<float>(c.rms_norm_eps);
     mla = arch.family == ArchFamily::kDeepseekV3;
+    kimi = arch.family == ArchFamily::kKimiLinear;
+    if (kimi) {
+      mla = true;
+      kda = model::kda_shape(c);
+    }
     if (arch.family == ArchFamily::kQwenMoe || (mla && c.num_experts > 0)) {
       E = c.num_experts;
       K = c.num_experts_per_tok;
@@ -168,13 +192,15 @@ struct GpuForward::Impl {
     rope_p = model::rope_params(c);
     std::vector<double> f;
     if (mla) {
-      mp = model::mla_params(c, /*nope=*/false);
-      smoe = model::deepseek_moe_config(c);
+      mp = model::mla_params(c, /*nope=*/kimi);
+      smoe = kimi ? model::kimi_linear_moe_config(c) : model::deepseek_moe_config(c);
+      if (kimi && E > 0) Is = Im * smoe.n_shared;
       f = mp.inv_freq;
     } else {
       f = ops::rope_inv_freq(rope_p, d);
     }
     std::vector<float> f32(f.begin(), f.end());
+    if (f32.empty()) f32.push_back(0.0f);  // NoPE MLA: no frequencies
     inv_freq = DeviceBuffer(budget, f32.size() * 4, "RoPE frequencies");
     stream.copy_to_device(inv_freq.data(), f32.data(), f32.size() * 4);
     const int64_t max_slots = 12 + 2 * std::max<int64_t>(E, 1);
@@ -285,6 +311,7 @@ struct GpuForward::Impl {
 
   // Binds (or, with base null, sizes) layer l's weights; returns converted bytes.
   uint64_t bind(int64_t l, const LayerBlob& blob, const uint8_t* base) {
+    if (kimi) return bind_kimi(l, blob, base);
     Binder b{*this, blob, base};
     const std::string p = lp(l), a = p + "self_attn.", m = p + "mlp.";
     in_norm = b.f32_w(p + "input_layernorm.weight", {H});
@@ -379,6 +406,117 @@ struct GpuForward::Impl {
     return b.used;
   }
 
+  // Kimi-Linear's layer l (model/kimi_linear.cpp): KDA or NoPE MLA, then a dense SwiGLU or the
+  // sigmoid-routed MoE under block_sparse_moe. (experts' w1/w3/w2 = gate/up/down, plus
+  // shared_experts.); observers under the CPU path's names. Returns converted bytes.
+  uint64_t bind_kimi(int64_t l, const LayerBlob& blob, const uint8_t* base) {
+    Binder b{*this, blob, base};
+    const std::string p = lp(l), a = p + "self_attn.";
+    in_norm = b.f32_w(p + "input_layernorm.weight", {H});
+    post_norm = b.f32_w(p + "post_attention_layernorm.weight", {H});
+    bq = bk = bv = qn = kn = nullptr;
+    wq = wk = wv = wo = wqa = wqb = wkva = wkvb = nullptr;
+    q_a_norm = kv_a_norm = router_bias = nullptr;
+    kw = KdaWeights{};
+    kda_layer = layer_is_linear_attention(arch, c, l);
+    if (kda_layer) {
+      const int64_t nh = kda.n_heads, dk = kda.head_dim, D = nh * dk, Kc = kda.conv_kernel;
+      kw.wq = b.gemm_w(a + "q_proj.weight", {D, H});
+      kw.wk = b.gemm_w(a + "k_proj.weight", {D, H});
+      kw.wv = b.gemm_w(a + "v_proj.weight", {D, H});
+      kw.wo = b.gemm_w(a + "o_proj.weight", {H, D});
+      kw.conv_q = b.f32_w(a + "q_conv1d.weight", {D, 1, Kc});
+      kw.conv_k = b.f32_w(a + "k_conv1d.weight", {D, 1, Kc});
+      kw.conv_v = b.f32_w(a + "v_conv1d.weight", {D, 1, Kc});
+      kw.wfa = b.gemm_w(a + "f_a_proj.weight", {dk, H});
+      kw.wfb = b.gemm_w(a + "f_b_proj.weight", {D, dk});
+      kw.wga = b.gemm_w(a + "g_a_proj.weight", {dk, H});
+      kw.wgb = b.gemm_w(a + "g_b_proj.weight", {D, dk});
+      kw.wb = b.gemm_w(a + "b_proj.weight", {nh, H});
+      kw.a_log = b.f32_w(a + "A_log", {1, 1, nh, 1});
+      kw.dt_bias = b.f32_w(a + "dt_bias", {D});
+      kw.o_norm = b.f32_w(a + "o_norm.weight", {dk});
+    } else {  // NoPE MLA, as DeepSeek's (bind) without the RoPE
+      const int64_t dq = mp.dn + mp.dr;
+      if (mp.q_rank > 0) {
+        wqa = b.gemm_w(a + "q_a_proj.weight", {mp.q_rank, H});
+        q_a_norm = b.f32_w(a + "q_a_layernorm.weight", {mp.q_rank});
+        wqb = b.gemm_w(a + "q_b_proj.weight", {nH * dq, mp.q_rank});
+      } else {
+        wq = b.gemm_w(a + "q_proj.weight", {nH * dq, H});
+      }
+      wkva = b.gemm_w(a + "kv_a_proj_with_mqa.weight", {mp.kv_rank + mp.dr, H});
+      kv_a_norm = b.f32_w(a + "kv_a_layernorm.weight", {mp.kv_rank});
+      wkvb = b.gemm_w(a + "kv_b_proj.weight", {nH * (mp.dn + mp.dv), mp.kv_rank});
+      wo = b.gemm_w(a + "o_proj.weight", {H, nH * mp.dv});
+    }
+    moe = E > 0 && layer_is_moe(arch, c, l);
+    experts.clear();
+    shared = Swiglu{};
+    router = shared_gate = nullptr;
+    const std::string m = moe ? p + "block_sparse_moe." : model::kimi_linear_dense_prefix(ckpt, p);
+    if (!moe) {
+      dense = bind_swiglu(b, m, c.intermediate_size);
+    } else {
+      router = b.f32_w(m + "gate.weight", {E, H});
+      if (b.has(m + "gate.e_score_correction_bias"))
+        router_bias = b.f32_w(m + "gate.e_score_correction_bias", {E});
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string q = m + "experts." + std::to_string(e) + ".";
+        Swiglu s;
+        s.inter = Im;
+        s.gate = b.gemm_w(q + "w1.weight", {Im, H});
+        s.up = b.gemm_w(q + "w3.weight", {Im, H});
+        s.down = b.gemm_w(q + "w2.weight", {H, Im});
+        experts.push_back(s);
+      }
+      if (smoe.n_shared > 0) shared = bind_swiglu(b, m + "shared_experts.", Im * smoe.n_shared);
+    }
+    if (base) {
+      slot_names.clear();
+      slot_rows.clear();
+      slot_k = slot_v = slot_qb = slot_fb = slot_gb = -1;
+      if (kda_layer) {
+        slot_qkv = add_slot({a + "q_proj", a + "k_proj", a + "v_proj", a + "f_a_proj", a + "b_proj",
+                             a + "g_a_proj"});
+        slot_fb = add_slot({a + "f_b_proj"});
+        slot_gb = add_slot({a + "g_b_proj"});
+      } else {
+        slot_qkv =
+            add_slot({a + (mp.q_rank > 0 ? "q_a_proj" : "q_proj"), a + "kv_a_proj_with_mqa"});
+        slot_qb = mp.q_rank > 0 ? add_slot({a + "q_b_proj"}) : -1;
+        slot_kvb = add_slot({a + "kv_b_proj"});
+        slot_k = add_slot({a + "k_cache"});
+        slot_v = add_slot({a + "v_cache"});
+      }
+      slot_o = add_slot({a + "o_proj"});
+      auto mlp_slots = [&](Swiglu& s, const std::string& q, const char* g, const char* u,
+                           const char* d) {
+        s.gu_slot = add_slot({q + g, q + u});
+        s.down_slot = add_slot({q + d});
+      };
+      if (!moe) {
+        mlp_slots(dense, m, "gate_proj", "up_proj", "down_proj");
+      } else {
+        expert_gu0 = static_cast<int>(slot_names.size());
+        for (int64_t e = 0; e < E; ++e) {
+          const std::string q = m + "experts." + std::to_string(e) + ".";
+          experts[e].gu_slot = add_slot({q + "w1", q + "w3"});
+        }
+        expert_dn0 = static_cast<int>(slot_names.size());
+        for (int64_t e = 0; e < E; ++e) {
+          const std::string q = m + "experts." + std::to_string(e) + ".";
+          experts[e].down_slot = add_slot({q + "w2"});
+        }
+        if (shared.gate)
+          mlp_slots(shared, m + "shared_experts.", "gate_proj", "up_proj", "down_proj");
+      }
+      STRATA_ASSERT(slot_names.size() * 4 <= slots_dev.bytes(), "amax slots");
+      stream.zero(slots_dev.data(), slots_dev.bytes());
+    }
+    return b.used;
+  }
+
   // ---- scratch -------------------------------------------------------------------------------
   uint64_t per_token() const {
     int64_t cast = std::max({H, qd, c.intermediate_size, Im, Is});
@@ -390,6 +528,7 @@ struct GpuForward::Impl {
       attn = nH * dq + mp.q_rank + 2 * (mp.kv_rank + mp.dr) + nH * (mp.dn + mp.dv) + nH * dq +
              2 * nH * mp.dv + cast / 2 + 1;
     }
+    if (kimi) attn = std::max(attn, kda_per_token());
     const int64_t dense_mlp = 2 * c.intermediate_size + cast / 2 + 1;
     int64_t moe_ffn = 0;
     if (E > 0)  // moe_block: routing, og/g/u, then the bf16 copies (or the shared expert)
@@ -397,6 +536,15 @@ struct GpuForward::Impl {
                 std::max((H + K * std::max(H, Im)) / 2 + 2,
                          Is > 0 ? 2 * Is + H + 1 + std::max(H, Is) / 2 + 1 : 0);
     return 4ull * static_cast<uint64_t>(2 * H + std::max({attn, dense_mlp, moe_ffn}));
+  }
+
+  // A KDA layer's scratch per token in floats (kda_block): q, k, v, the forget gate g, the
+  // recurrence's output o and one projection / output gate buffer (6 D); f_a and g_a's outputs
+  // (2 d); beta (nH); the sequence bounds (at most one int64 per token, + 1); one bf16 GEMM
+  // input (the normed input or o, max(H, D) / 2 + 1).
+  int64_t kda_per_token() const {
+    const int64_t D = kda.n_heads * kda.head_dim;
+    return 6 * D + 2 * kda.head_dim + kda.n_heads + 3 + std::max(H, D) / 2 + 1;
   }
 
   template <typename T>
@@ -561,9 +709,12 @@ struct GpuForward::Impl {
     slot_rows[slot_kvb] += T;
     mm(gin(c, T * mp.kv_rank), wkvb, kv, T, nH * (mp.dn + mp.dv), mp.kv_rank, opt.gemm_bf16);
     arena_at = mark;
-    const float* f = inv_freq.as<float>();
-    gpu::rope(q, T, nH, dq, mp.dn, mp.dr, ch.positions, f, mp.attention_factor, mp.interleaved, s);
-    gpu::rope(kr, T, 1, mp.dr, 0, mp.dr, ch.positions, f, mp.attention_factor, mp.interleaved, s);
+    if (!mp.nope) {
+      const float* f = inv_freq.as<float>();
+      gpu::rope(q, T, nH, dq, mp.dn, mp.dr, ch.positions, f, mp.attention_factor, mp.interleaved,
+                s);
+      gpu::rope(kr, T, 1, mp.dr, 0, mp.dr, ch.positions, f, mp.attention_factor, mp.interleaved, s);
+    }
     mla_kv(kv, kr, T, nH, mp.dn, mp.dr, mp.dv, k, v, s);
     amax(k, T * nH * dq, slot(slot_k), s);
     amax(v, T * nH * mp.dv, slot(slot_v), s);
@@ -581,6 +732,62 @@ struct GpuForward::Impl {
     amax(att, T * nH * mp.dv, slot(slot_o), s);
     slot_rows[slot_o] += T;
     mm(gin(att, T * nH * mp.dv), wo, y, T, H, nH * mp.dv, opt.gemm_bf16);
+  }
+
+  // Kimi Delta Attention (model/kimi_linear.cpp KdaAttention::forward, the same observers).
+  void kda_block(const GpuChunk& ch, const float* n, float* y) {
+    void* s = stream.handle();
+    const int64_t T = ch.tokens, nh = kda.n_heads, dk = kda.head_dim, D = nh * dk;
+    const int64_t n_seqs = static_cast<int64_t>(ch.seq_bounds.size()) - 1;
+    amax(n, T * H, slot(slot_qkv), s);
+    slot_rows[slot_qkv] += T;
+    float* q = take<float>(T * D);      // [T, nH, d] after the conv, the L2 norm and the scale
+    float* k = take<float>(T * D);      // [T, nH, d]
+    float* v = take<float>(T * D);      // [T, nH, d]
+    float* g = take<float>(T * D);      // [T, nH, d] the log decay
+    float* o = take<float>(T * D);      // [T, nH, d] the recurrence's output, then gated
+    float* raw = take<float>(T * D);    // [T, D] a projection before its conv; the output gate
+    float* fa = take<float>(T * dk);    // [T, d]
+    float* ga = take<float>(T * dk);    // [T, d]
+    float* beta = take<float>(T * nh);  // [T, nH]
+    int64_t* bounds = take<int64_t>(n_seqs + 1);
+    const uint64_t mark = arena_at;
+    stream.copy_to_device(bounds, ch.seq_bounds.data(),
+                          static_cast<uint64_t>(n_seqs + 1) * sizeof(int64_t));
+    const void* xin = gin(n, T * H);
+    // q, k, v: projection, causal depthwise conv restarting at each sequence start, SiLU.
+    mm(xin, kw.wq, raw, T, D, H, opt.gemm_bf16);
+    kda_conv_silu(raw, T, D, kw.conv_q, kda.conv_kernel, ch.seq_start, q, s);
+    mm(xin, kw.wk, raw, T, D, H, opt.gemm_bf16);
+    kda_conv_silu(raw, T, D, kw.conv_k, kda.conv_kernel, ch.seq_start, k, s);
+    mm(xin, kw.wv, raw, T, D, H, opt.gemm_bf16);
+    kda_conv_silu(raw, T, D, kw.conv_v, kda.conv_kernel, ch.seq_start, v, s);
+    mm(xin, kw.wfa, fa, T, dk, H, opt.gemm_bf16);
+    mm(xin, kw.wga, ga, T, dk, H, opt.gemm_bf16);
+    mm(xin, kw.wb, beta, T, nh, H, opt.gemm_bf16);
+    arena_at = mark;
+    l2_norm_scale(q, T * nh, dk, 1e-6f, 1.0f / std::sqrt(static_cast<float>(dk)), s);
+    l2_norm_scale(k, T * nh, dk, 1e-6f, 1.0f, s);
+    // Forget gate g = -exp(A_log) softplus(f_b_proj(f_a_proj n) + dt_bias); beta = sigmoid(b).
+    amax(fa, T * dk, slot(slot_fb), s);
+    slot_rows[slot_fb] += T;
+    mm(gin(fa, T * dk), kw.wfb, g, T, D, dk, opt.gemm_bf16);
+    arena_at = mark;
+    kda_forget_gate(g, T, nh, dk, kw.a_log, kw.dt_bias, s);
+    sigmoid_inplace(beta, T * nh, s);
+    span(kAttention);
+    gated_delta_rule(q, k, v, g, beta, bounds, n_seqs, nh, dk, dk, o, s);
+    span(kAttentionCore);
+    // Output: RMSNorm per head (o_norm shared by the heads) times sigmoid(g_b_proj(g_a_proj n)).
+    amax(ga, T * dk, slot(slot_gb), s);
+    slot_rows[slot_gb] += T;
+    mm(gin(ga, T * dk), kw.wgb, raw, T, D, dk, opt.gemm_bf16);
+    arena_at = mark;
+    rms_norm(o, T * nh, dk, kw.o_norm, eps, o, s);
+    mul_sigmoid(o, raw, T * D, s);
+    amax(o, T * D, slot(slot_o), s);
+    slot_rows[slot_o] += T;
+    mm(gin(o, T * D), kw.wo, y, T, H, D, opt.gemm_bf16);
   }
 
   void swiglu_block(const Swiglu& w, const float* n, int64_t T, float* y) {
@@ -711,7 +918,9 @@ struct GpuForward::Impl {
     span(-1);
     rms_norm(x, T, H, in_norm, eps, n, s);
     span(kNorms);
-    if (mla) {
+    if (kda_layer) {
+      kda_block(ch, n, y);
+    } else if (mla) {
       mla_block(ch, n, y);
     } else {
       attention_block(ch, n, y);
@@ -736,13 +945,22 @@ struct GpuForward::Impl {
 std::string GpuForward::unsupported(const ModelConfig& config, const Checkpoint& ckpt) {
   const ArchInfo arch = resolve_arch(config);
   if (arch.family != ArchFamily::kLlama && arch.family != ArchFamily::kQwenMoe &&
-      arch.family != ArchFamily::kDeepseekV3)
-    return str("the GPU forward implements the llama, qwen_moe and deepseek_v3 families, not ",
-               arch_family_name(arch.family));
-  if (arch.family == ArchFamily::kDeepseekV3) {
+      arch.family != ArchFamily::kDeepseekV3 && arch.family != ArchFamily::kKimiLinear)
+    return str(
+        "the GPU forward implements the llama, qwen_moe, deepseek_v3 and kimi_linear "
+        "families, not ",
+        arch_family_name(arch.family));
+  if (arch.family == ArchFamily::kKimiLinear) {
+    const model::KdaShape kda = model::kda_shape(config);
+    if (kda.head_dim > 256)  // gated_delta_rule keeps a state column in registers
+      return str("linear_head_dim ", kda.head_dim, " exceeds 256");
+  }
+  const bool kimi = arch.family == ArchFamily::kKimiLinear;
+  if (arch.family == ArchFamily::kDeepseekV3 || kimi) {
     if (config.v_head_dim > 256) return str("v_head_dim ", config.v_head_dim, " exceeds 256");
     if (config.num_experts > 0) {
-      const model::SigmoidMoeConfig m = model::deepseek_moe_config(config);
+      const model::SigmoidMoeConfig m =
+          kimi ? model::kimi_linear_moe_config(config) : model::deepseek_moe_config(config);
       if (m.top_k > 32) return str("num_experts_per_tok ", m.top_k, " exceeds 32");
       if (m.n_group > 64) return str("n_group ", m.n_group, " exceeds 64");
     }

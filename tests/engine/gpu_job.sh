@@ -31,7 +31,7 @@ t() {  # t NAME CMD...: runs a test, logs it, records PASS/FAIL
   echo "--- $r $name" >> "$tl"
 }
 g=tests/engine/gpu_vs_cpu_test.sh
-for m in llama qwen3 qwen3_moe qwen3_moe_nonorm; do
+for m in llama qwen3 qwen3_moe qwen3_moe_nonorm kimi_linear; do
   t "gpu_vs_cpu.$m.fp32" bash $g "$strata" $m nvfp4-kv_fp8 fp32 0.01
   t "gpu_vs_cpu.$m.bf16" bash $g "$strata" $m nvfp4-kv_fp8 bf16 0.05
 done
@@ -43,14 +43,14 @@ t gpu_vs_cpu.qwen3_moe.warp_attention env STRATA_GPU_ATTENTION=warp bash $g "$st
 t gpu_vs_cpu.qwen3_moe.exporter_quant env STRATA_GPU_QUANTIZE=0 bash $g "$strata" qwen3_moe nvfp4-kv_fp8 bf16 0.05
 t gpu_vs_cpu.llama.exporter_quant_fp8 env STRATA_GPU_QUANTIZE=0 bash $g "$strata" llama fp8-kv_fp8 bf16 0.05
 t kill_resume_gpu.qwen3_moe bash tests/engine/kill_resume_test.sh "$strata" qwen3_moe 4
-refused() {  # an explicit --device cuda on a family the GPU forward lacks: exit 1, named
-  "$strata" quantize -q --model tests/fixtures/models/kimi_linear --export_path /tmp/ds_out \
+refused() {  # an explicit --device cuda on weights the GPU forward lacks (INT4): exit 1, named
+  "$strata" quantize -q --model tests/fixtures/models/kimi_k25_int4 --export_path /tmp/ds_out \
     --device cuda 2> /tmp/ds_err
   local rc=$?
   cat /tmp/ds_err
-  [ $rc -eq 1 ] && grep -q "GPU forward implements the llama, qwen_moe and deepseek_v3 families" /tmp/ds_err
+  [ $rc -eq 1 ] && grep -q "the GPU forward reads F32, F16 and BF16 weights" /tmp/ds_err
 }
-t kimi_linear_refused refused
+t int4_refused refused
 
 echo "== demo/tiny-moe (256 x 512 tokens, nvfp4_experts_only + fp8 kv)" >> "$tm"
 for dev in cuda cpu; do

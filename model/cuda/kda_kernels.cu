@@ -1,0 +1,201 @@
+// Kimi Delta Attention's kernels (host launchers and precision notes: model/cuda/kda_kernels.h).
+// Plain kernels: one thread per element, one warp per normed row, one block per (sequence, head)
+// for the recurrence, whose tokens run in order.
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "model/cuda/kda_kernels.h"
+
+namespace strata::gpu {
+namespace {
+
+cudaStream_t st(void* s) {
+  return static_cast<cudaStream_t>(s);
+}
+
+constexpr int kThreads = 256;
+int blocks_for(int64_t n) {
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(b < 65535 * 32 ? (b < 1 ? 1 : b) : 65535 * 32);
+}
+
+// Grid-stride loop over [0, n).
+#define FOR_N(i, n)                                                         \
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
+       i += (int64_t)gridDim.x * blockDim.x)
+
+void launched(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  STRATA_CHECK(e == cudaSuccess, "CUDA kernel ", what, ": ", cudaGetErrorString(e));
+}
+
+__device__ __forceinline__ float silu(float z) {
+  return z / (1.0f + expf(-z));
+}
+
+__global__ void k_conv_silu(const float* x, int64_t T, int64_t C, const float* w, int64_t K,
+                            const int64_t* seq_start, float* y) {
+  FOR_N(i, T * C) {
+    const int64_t t = i / C, c = i % C, first = seq_start[t];
+    float acc = 0.0f;
+    for (int64_t j = 0; j < K; ++j) {
+      const int64_t s = t - (K - 1) + j;
+      if (s >= first) acc += w[c * K + j] * x[s * C + c];
+    }
+    y[i] = silu(acc);
+  }
+}
+
+// One warp per row; the sum of squares in fp64.
+__global__ void k_l2_norm_scale(float* x, int64_t rows, int64_t dim, float eps, float scale) {
+  const int64_t r = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (r >= rows) return;
+  float* xr = x + r * dim;
+  double s = 0.0;
+  for (int64_t i = lane; i < dim; i += 32)
+    s += static_cast<double>(xr[i]) * xr[i];
+  for (int o = 16; o > 0; o >>= 1)
+    s += __shfl_xor_sync(0xffffffffu, s, o);
+  const float norm = sqrtf(static_cast<float>(s) + eps);
+  for (int64_t i = lane; i < dim; i += 32)
+    xr[i] = (xr[i] / norm) * scale;
+}
+
+__global__ void k_forget_gate(float* g, int64_t T, int64_t nH, int64_t d, const float* a_log,
+                              const float* dt_bias) {
+  FOR_N(i, T * nH * d) {
+    const int64_t hd = i % (nH * d), h = hd / d;
+    const float rate = expf(a_log[h]);
+    const float zb = g[i] + dt_bias[hd];
+    const float softplus = zb > 20.0f ? zb : logf(1.0f + expf(zb));
+    g[i] = -rate * softplus;
+  }
+}
+
+__global__ void k_sigmoid(float* x, int64_t n) {
+  FOR_N(i, n) x[i] = 1.0f / (1.0f + expf(-x[i]));
+}
+__global__ void k_mul_sigmoid(float* x, const float* g, int64_t n) {
+  FOR_N(i, n) x[i] *= 1.0f / (1.0f + expf(-g[i]));
+}
+
+// Block (sequence, head); thread j < dv owns column j of the state, kMaxDk >= dk registers
+// (the loops are unrolled over kMaxDk so that S stays in registers). The token's k, q and
+// exp(g) are staged in shared memory for all columns.
+// At most 256 threads (dv <= 256), so that the 255 registers a thread may take always fit.
+template <int kMaxDk>
+__global__ void __launch_bounds__(256)
+    k_gated_delta_rule(const float* q, const float* k, const float* v, const float* g,
+                       const float* beta, const int64_t* bounds, int64_t nH, int dk, int dv,
+                       float* out) {
+  const int64_t seq = blockIdx.x, h = blockIdx.y;
+  const int j = threadIdx.x;
+  __shared__ float ks[kMaxDk], qs[kMaxDk], decay[kMaxDk];
+  float S[kMaxDk];
+#pragma unroll
+  for (int i = 0; i < kMaxDk; ++i)
+    S[i] = 0.0f;
+  const int64_t first = bounds[seq], end = bounds[seq + 1];
+  for (int64_t t = first; t < end; ++t) {
+    const int64_t kq = (t * nH + h) * dk, vo = (t * nH + h) * dv;
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+      ks[i] = k[kq + i];
+      qs[i] = q[kq + i];
+      decay[i] = expf(g[kq + i]);
+    }
+    __syncthreads();
+    if (j < dv) {
+      // S *= exp(g); s = S^T k (the CPU's decay, then its dot product in the same order of i).
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kMaxDk; ++i) {
+        if (i < dk) {
+          S[i] *= decay[i];
+          s += S[i] * ks[i];
+        }
+      }
+      const float u = beta[t * nH + h] * (v[vo + j] - s);
+      // S += k u^T; o = S^T q.
+      float o = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kMaxDk; ++i) {
+        if (i < dk) {
+          S[i] += ks[i] * u;
+          o += S[i] * qs[i];
+        }
+      }
+      out[vo + j] = o;
+    }
+    __syncthreads();  // ks, qs, decay are overwritten by the next token
+  }
+}
+
+}  // namespace
+
+void kda_conv_silu(const float* x, int64_t T, int64_t C, const float* w, int64_t K,
+                   const int64_t* seq_start, float* y, void* s) {
+  if (T * C == 0) return;
+  k_conv_silu<<<blocks_for(T * C), kThreads, 0, st(s)>>>(x, T, C, w, K, seq_start, y);
+  launched("kda_conv_silu");
+}
+
+void l2_norm_scale(float* x, int64_t rows, int64_t dim, float eps, float scale, void* s) {
+  if (rows == 0) return;
+  constexpr int kWarps = 8;
+  const int64_t blocks = (rows + kWarps - 1) / kWarps;
+  STRATA_ASSERT(blocks < (1ll << 31));
+  k_l2_norm_scale<<<static_cast<unsigned>(blocks), kWarps * 32, 0, st(s)>>>(x, rows, dim, eps,
+                                                                            scale);
+  launched("l2_norm_scale");
+}
+
+void kda_forget_gate(float* g, int64_t T, int64_t n_heads, int64_t d, const float* a_log,
+                     const float* dt_bias, void* s) {
+  if (T * n_heads * d == 0) return;
+  k_forget_gate<<<blocks_for(T * n_heads * d), kThreads, 0, st(s)>>>(g, T, n_heads, d, a_log,
+                                                                     dt_bias);
+  launched("kda_forget_gate");
+}
+
+void sigmoid_inplace(float* x, int64_t n, void* s) {
+  if (n == 0) return;
+  k_sigmoid<<<blocks_for(n), kThreads, 0, st(s)>>>(x, n);
+  launched("sigmoid_inplace");
+}
+
+void mul_sigmoid(float* x, const float* g, int64_t n, void* s) {
+  if (n == 0) return;
+  k_mul_sigmoid<<<blocks_for(n), kThreads, 0, st(s)>>>(x, g, n);
+  launched("mul_sigmoid");
+}
+
+void gated_delta_rule(const float* q, const float* k, const float* v, const float* g,
+                      const float* beta, const int64_t* seq_bounds, int64_t n_seqs, int64_t n_heads,
+                      int64_t dk, int64_t dv, float* out, void* s) {
+  if (n_seqs <= 0 || n_heads == 0) return;
+  STRATA_ASSERT(dk >= 1 && dk <= 256 && dv >= 1 && dv <= 256, "gated_delta_rule: dk ", dk, ", dv ",
+                dv, " (at most 256)");
+  STRATA_ASSERT(n_seqs < (1ll << 31) && n_heads <= 65535);
+  const dim3 grid(static_cast<unsigned>(n_seqs), static_cast<unsigned>(n_heads));
+  const int threads = static_cast<int>((dv + 31) / 32 * 32);
+  const int dki = static_cast<int>(dk), dvi = static_cast<int>(dv);
+  if (dk <= 32) {
+    k_gated_delta_rule<32>
+        <<<grid, threads, 0, st(s)>>>(q, k, v, g, beta, seq_bounds, n_heads, dki, dvi, out);
+  } else if (dk <= 64) {
+    k_gated_delta_rule<64>
+        <<<grid, threads, 0, st(s)>>>(q, k, v, g, beta, seq_bounds, n_heads, dki, dvi, out);
+  } else if (dk <= 128) {
+    k_gated_delta_rule<128>
+        <<<grid, threads, 0, st(s)>>>(q, k, v, g, beta, seq_bounds, n_heads, dki, dvi, out);
+  } else {
+    k_gated_delta_rule<256>
+        <<<grid, threads, 0, st(s)>>>(q, k, v, g, beta, seq_bounds, n_heads, dki, dvi, out);
+  }
+  launched("gated_delta_rule");
+}
+
+}  // namespace strata::gpu
