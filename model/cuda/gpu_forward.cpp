@@ -300,6 +300,22 @@ struct GpuForward::Impl {
     return static_cast<int>(slot_names.size()) - 1;
   }
 
+  // MLA's attention weights under the attention prefix `a` (mp's sizes).
+  void bind_mla(Binder& b, const std::string& a) {
+    const int64_t dq = mp.dn + mp.dr;
+    if (mp.q_rank > 0) {
+      wqa = b.gemm_w(a + "q_a_proj.weight", {mp.q_rank, H});
+      q_a_norm = b.f32_w(a + "q_a_layernorm.weight", {mp.q_rank});
+      wqb = b.gemm_w(a + "q_b_proj.weight", {nH * dq, mp.q_rank});
+    } else {
+      wq = b.gemm_w(a + "q_proj.weight", {nH * dq, H});
+    }
+    wkva = b.gemm_w(a + "kv_a_proj_with_mqa.weight", {mp.kv_rank + mp.dr, H});
+    kv_a_norm = b.f32_w(a + "kv_a_layernorm.weight", {mp.kv_rank});
+    wkvb = b.gemm_w(a + "kv_b_proj.weight", {nH * (mp.dn + mp.dv), mp.kv_rank});
+    wo = b.gemm_w(a + "o_proj.weight", {H, nH * mp.dv});
+  }
+
   Swiglu bind_swiglu(Binder& b, const std::string& p, int64_t inter) {
     Swiglu s;
     s.inter = inter;
@@ -320,18 +336,7 @@ struct GpuForward::Impl {
     wq = wk = wv = wqa = wqb = wkva = wkvb = nullptr;
     q_a_norm = kv_a_norm = router_bias = nullptr;
     if (mla) {
-      const int64_t dq = mp.dn + mp.dr;
-      if (mp.q_rank > 0) {
-        wqa = b.gemm_w(a + "q_a_proj.weight", {mp.q_rank, H});
-        q_a_norm = b.f32_w(a + "q_a_layernorm.weight", {mp.q_rank});
-        wqb = b.gemm_w(a + "q_b_proj.weight", {nH * dq, mp.q_rank});
-      } else {
-        wq = b.gemm_w(a + "q_proj.weight", {nH * dq, H});
-      }
-      wkva = b.gemm_w(a + "kv_a_proj_with_mqa.weight", {mp.kv_rank + mp.dr, H});
-      kv_a_norm = b.f32_w(a + "kv_a_layernorm.weight", {mp.kv_rank});
-      wkvb = b.gemm_w(a + "kv_b_proj.weight", {nH * (mp.dn + mp.dv), mp.kv_rank});
-      wo = b.gemm_w(a + "o_proj.weight", {H, nH * mp.dv});
+      bind_mla(b, a);
     } else {
       wq = b.gemm_w(a + "q_proj.weight", {qd, H});
       wk = b.gemm_w(a + "k_proj.weight", {kd, H});
@@ -437,18 +442,7 @@ struct GpuForward::Impl {
       kw.dt_bias = b.f32_w(a + "dt_bias", {D});
       kw.o_norm = b.f32_w(a + "o_norm.weight", {dk});
     } else {  // NoPE MLA, as DeepSeek's (bind) without the RoPE
-      const int64_t dq = mp.dn + mp.dr;
-      if (mp.q_rank > 0) {
-        wqa = b.gemm_w(a + "q_a_proj.weight", {mp.q_rank, H});
-        q_a_norm = b.f32_w(a + "q_a_layernorm.weight", {mp.q_rank});
-        wqb = b.gemm_w(a + "q_b_proj.weight", {nH * dq, mp.q_rank});
-      } else {
-        wq = b.gemm_w(a + "q_proj.weight", {nH * dq, H});
-      }
-      wkva = b.gemm_w(a + "kv_a_proj_with_mqa.weight", {mp.kv_rank + mp.dr, H});
-      kv_a_norm = b.f32_w(a + "kv_a_layernorm.weight", {mp.kv_rank});
-      wkvb = b.gemm_w(a + "kv_b_proj.weight", {nH * (mp.dn + mp.dv), mp.kv_rank});
-      wo = b.gemm_w(a + "o_proj.weight", {H, nH * mp.dv});
+      bind_mla(b, a);
     }
     moe = E > 0 && layer_is_moe(arch, c, l);
     experts.clear();

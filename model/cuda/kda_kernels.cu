@@ -7,29 +7,15 @@
 
 #include "core/error.h"
 #include "model/cuda/kda_kernels.h"
+#include "model/cuda/launch.cuh"
 
 namespace strata::gpu {
 namespace {
 
-cudaStream_t st(void* s) {
-  return static_cast<cudaStream_t>(s);
-}
-
-constexpr int kThreads = 256;
-int blocks_for(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(b < 65535 * 32 ? (b < 1 ? 1 : b) : 65535 * 32);
-}
-
-// Grid-stride loop over [0, n).
-#define FOR_N(i, n)                                                         \
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
-       i += (int64_t)gridDim.x * blockDim.x)
-
-void launched(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  STRATA_CHECK(e == cudaSuccess, "CUDA kernel ", what, ": ", cudaGetErrorString(e));
-}
+using launch::blocks_for;
+using launch::kThreads;
+using launch::launched;
+using launch::st;
 
 __device__ __forceinline__ float silu(float z) {
   return z / (1.0f + expf(-z));

@@ -7,24 +7,15 @@
 
 #include "core/error.h"
 #include "model/cuda/kernels.h"
+#include "model/cuda/launch.cuh"
 
 namespace strata::gpu {
 namespace {
 
-cudaStream_t st(void* s) {
-  return static_cast<cudaStream_t>(s);
-}
-
-constexpr int kThreads = 256;
-int blocks_for(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(b < 65535 * 32 ? (b < 1 ? 1 : b) : 65535 * 32);
-}
-
-// Grid-stride loop over [0, n).
-#define FOR_N(i, n)                                                         \
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
-       i += (int64_t)gridDim.x * blockDim.x)
+using launch::blocks_for;
+using launch::kThreads;
+using launch::launched;
+using launch::st;
 
 __device__ __forceinline__ uint16_t f32_bf16_bits(float x) {
   uint32_t u = __float_as_uint(x);
@@ -423,11 +414,6 @@ __global__ void k_mla_kv(const float* kv, const float* kr, int64_t T, int64_t nH
     const int64_t th = i / dv, c = i % dv;
     v[i] = kv[th * dkv + dn + c];
   }
-}
-
-void launched(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  STRATA_CHECK(e == cudaSuccess, "CUDA kernel ", what, ": ", cudaGetErrorString(e));
 }
 
 }  // namespace
