@@ -367,6 +367,10 @@ void run_layers_gpu(GpuLoop& loop) {
   const char* host_hook = std::getenv("STRATA_TEST_GPU_HOST_STORE");
   const bool force_host = host_hook && std::string(host_hook) == "1";
   enum class Tier { kDevice, kPinned, kFile };
+  // Token metadata on the device: positions [total], chunk-relative sequence starts [total], and
+  // each chunk's sequence bounds (at most tokens + 1 per chunk; chunks <= micro-batches).
+  const uint64_t meta_bytes =
+      static_cast<uint64_t>(3 * total + static_cast<int64_t>(loop.batches.size())) * 8;
   struct Layout {
     uint64_t fixed = 0, least = 0;
     bool fits = false;
@@ -375,8 +379,8 @@ void run_layers_gpu(GpuLoop& loop) {
   };
   auto layout = [&](int buffers) {
     Layout o;
-    o.fixed = static_cast<uint64_t>(buffers) * max_blob + max_conv + attention +
-              static_cast<uint64_t>(total) * 16 + (16 << 20) + (dq ? dq->device_bytes() : 0);
+    o.fixed = static_cast<uint64_t>(buffers) * max_blob + max_conv + attention + meta_bytes +
+              (16 << 20) + (dq ? dq->device_bytes() : 0);
     o.least = o.fixed + (per_token + 4 * static_cast<uint64_t>(H)) * static_cast<uint64_t>(largest);
     o.fits = o.least <= left;
     if (!o.fits) return o;
@@ -448,11 +452,16 @@ void run_layers_gpu(GpuLoop& loop) {
   }
   host_weights[0].reserve(max_blob);
   host_weights[1].reserve(max_blob);
-  gpu::DeviceBuffer meta(budget, static_cast<uint64_t>(total) * 16, "token positions");
+  gpu::DeviceBuffer meta(budget, meta_bytes, "token positions");
+  // Per chunk: its sequences' chunk-relative bounds (host) and where they start in `meta`.
+  std::vector<std::vector<int64_t> > bounds(chunks.size());
+  std::vector<int64_t> bounds_at(chunks.size());
   {
-    std::vector<int64_t> m(
-        static_cast<size_t>(2 * total));  // positions, then chunk-relative starts
-    for (const Chunk& c : chunks) {
+    std::vector<int64_t> m(meta_bytes / 8);
+    int64_t at = 2 * total;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const Chunk& c = chunks[i];
+      bounds[i].push_back(0);
       for (size_t b = c.first; b < c.last; ++b) {
         const Batch& bt = loop.batches[b];
         for (int64_t s = 0; s < bt.n_seqs(); ++s) {
@@ -461,9 +470,14 @@ void run_layers_gpu(GpuLoop& loop) {
             m[g] = bt.positions[t];
             m[total + g] = token0[b] - c.token0 + bt.seq_offsets[s];
           }
+          bounds[i].push_back(token0[b] - c.token0 + bt.seq_offsets[s + 1]);
         }
       }
+      bounds_at[i] = at;
+      std::copy(bounds[i].begin(), bounds[i].end(), m.begin() + at);
+      at += static_cast<int64_t>(bounds[i].size());
     }
+    STRATA_ASSERT(static_cast<uint64_t>(at) * 8 <= meta_bytes, "token metadata");
     compute.copy_to_device(meta.data(), m.data(), m.size() * 8);
     compute.synchronize();
   }
@@ -492,17 +506,13 @@ void run_layers_gpu(GpuLoop& loop) {
            attention ? "; attention through batched GEMMs" : "",
            dq ? "; weights quantized on the device" : "; weights quantized by the CPU exporter");
 
-  auto chunk_of = [&](const Chunk& c) {
+  auto chunk_of = [&](size_t i) {
     gpu::GpuChunk g;
-    g.tokens = c.tokens;
-    g.positions = meta.as<int64_t>() + c.token0;
-    g.seq_start = meta.as<int64_t>() + total + c.token0;
-    g.seq_bounds.push_back(0);
-    for (size_t b = c.first; b < c.last; ++b) {
-      const Batch& bt = loop.batches[b];
-      for (int64_t s = 0; s < bt.n_seqs(); ++s)
-        g.seq_bounds.push_back(token0[b] - c.token0 + bt.seq_offsets[s + 1]);
-    }
+    g.tokens = chunks[i].tokens;
+    g.positions = meta.as<int64_t>() + chunks[i].token0;
+    g.seq_start = meta.as<int64_t>() + total + chunks[i].token0;
+    g.seq_bounds = bounds[i];
+    g.seq_bounds_dev = meta.as<int64_t>() + bounds_at[i];
     return g;
   };
   // Where micro-batch b's bf16 hidden states live on the device or in pinned memory.
@@ -639,7 +649,7 @@ void run_layers_gpu(GpuLoop& loop) {
     }
     for (size_t i = 0; i < chunks.size(); ++i) {
       const Chunk& c = chunks[i];
-      const gpu::GpuChunk g = chunk_of(c);
+      const gpu::GpuChunk g = chunk_of(i);
       const int64_t n = c.tokens * H;
       const int j = static_cast<int>(i % 2);
       if (tier == Tier::kDevice) {

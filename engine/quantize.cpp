@@ -491,15 +491,11 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   std::unique_ptr<GpuEarlySetup> early;  // the CUDA context and pinned buffers, meanwhile
   if (on_gpu && state.next_step <= plan.num_layers && comm.size() == 1) {
     warm = gpu_warm_start(ckpt, exporter, state.next_step - 1, plan.num_layers);
-    if (result.calibrated) {
-      uint64_t tokens = 0;
-      for (int64_t t : batch_tokens)
-        tokens += static_cast<uint64_t>(t);
-      early =
-          gpu_early_setup(config, ckpt, std::max<int64_t>(state.next_step - 1, 0), plan.num_layers,
-                          tokens * static_cast<uint64_t>(config.hidden_size) * 2,
-                          !result.memory.spilled, job.max_gpu_memory_bytes);
-    }
+    if (result.calibrated)  // the GPU path keeps bf16 hidden states
+      early = gpu_early_setup(
+          config, ckpt, std::max<int64_t>(state.next_step - 1, 0), plan.num_layers,
+          ActivationStore::bytes_for(batch_tokens, config.hidden_size, DType::kBF16),
+          !result.memory.spilled, job.max_gpu_memory_bytes);
   }
   if (state.next_step > 0) {
     log_info("resuming at ",

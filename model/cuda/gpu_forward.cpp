@@ -81,6 +81,12 @@ struct Profile {
   }
 };
 
+// The names of a SwiGLU MLP's gate, up and down projections (Kimi-Linear's routed experts call
+// them w1, w3, w2).
+struct MlpLeaves {
+  const char *gate = "gate_proj", *up = "up_proj", *down = "down_proj";
+};
+
 struct Swiglu {
   const void *gate = nullptr, *up = nullptr, *down = nullptr;  // GEMM dtype
   int64_t inter = 0;
@@ -225,6 +231,11 @@ struct GpuForward::Impl {
     ++prof.gemms;
     gemm(blas, x, w, y, M, N, K, bf16);
   }
+  // The routed experts' GEMMs queued in `jobs`, from the issuing threads.
+  void run_jobs() {
+    prof.gemms += static_cast<int64_t>(jobs.size());
+    expert_gemms->run(stream, blas, jobs);
+  }
 
   std::string lp(int64_t l) const { return model_prefix + "layers." + std::to_string(l) + "."; }
   int64_t esz() const { return opt.gemm_bf16 ? 2 : 4; }
@@ -316,26 +327,54 @@ struct GpuForward::Impl {
     wo = b.gemm_w(a + "o_proj.weight", {H, nH * mp.dv});
   }
 
-  Swiglu bind_swiglu(Binder& b, const std::string& p, int64_t inter) {
+  // A SwiGLU MLP's three weights under prefix p.
+  Swiglu bind_swiglu(Binder& b, const std::string& p, int64_t inter, MlpLeaves n = {}) {
     Swiglu s;
     s.inter = inter;
-    s.gate = b.gemm_w(p + "gate_proj.weight", {inter, H});
-    s.up = b.gemm_w(p + "up_proj.weight", {inter, H});
-    s.down = b.gemm_w(p + "down_proj.weight", {H, inter});
+    s.gate = b.gemm_w(p + n.gate + ".weight", {inter, H});
+    s.up = b.gemm_w(p + n.up + ".weight", {inter, H});
+    s.down = b.gemm_w(p + n.down + ".weight", {H, inter});
     return s;
   }
 
-  // Binds (or, with base null, sizes) layer l's weights; returns converted bytes.
+  // A Kimi-Linear KDA layer's weights under the attention prefix `a` (model/kimi_linear.cpp
+  // KdaAttention).
+  void bind_kda(Binder& b, const std::string& a) {
+    const int64_t nh = kda.n_heads, dk = kda.head_dim, D = nh * dk, Kc = kda.conv_kernel;
+    kw.wq = b.gemm_w(a + "q_proj.weight", {D, H});
+    kw.wk = b.gemm_w(a + "k_proj.weight", {D, H});
+    kw.wv = b.gemm_w(a + "v_proj.weight", {D, H});
+    kw.wo = b.gemm_w(a + "o_proj.weight", {H, D});
+    kw.conv_q = b.f32_w(a + "q_conv1d.weight", {D, 1, Kc});
+    kw.conv_k = b.f32_w(a + "k_conv1d.weight", {D, 1, Kc});
+    kw.conv_v = b.f32_w(a + "v_conv1d.weight", {D, 1, Kc});
+    kw.wfa = b.gemm_w(a + "f_a_proj.weight", {dk, H});
+    kw.wfb = b.gemm_w(a + "f_b_proj.weight", {D, dk});
+    kw.wga = b.gemm_w(a + "g_a_proj.weight", {dk, H});
+    kw.wgb = b.gemm_w(a + "g_b_proj.weight", {D, dk});
+    kw.wb = b.gemm_w(a + "b_proj.weight", {nh, H});
+    kw.a_log = b.f32_w(a + "A_log", {1, 1, nh, 1});
+    kw.dt_bias = b.f32_w(a + "dt_bias", {D});
+    kw.o_norm = b.f32_w(a + "o_norm.weight", {dk});
+  }
+
+  // Binds (or, with base null, sizes) layer l's weights; returns converted bytes. The mixer is
+  // GQA, MLA (DeepSeek; NoPE for Kimi-Linear) or KDA (Kimi-Linear's linear-attention layers);
+  // the MLP dense or MoE. Kimi-Linear keeps its MoE under block_sparse_moe. with the routed
+  // experts' projections named w1/w3/w2, and its dense MLP where model/kimi_linear.h finds it.
   uint64_t bind(int64_t l, const LayerBlob& blob, const uint8_t* base) {
-    if (kimi) return bind_kimi(l, blob, base);
     Binder b{*this, blob, base};
-    const std::string p = lp(l), a = p + "self_attn.", m = p + "mlp.";
+    const std::string p = lp(l), a = p + "self_attn.";
     in_norm = b.f32_w(p + "input_layernorm.weight", {H});
     post_norm = b.f32_w(p + "post_attention_layernorm.weight", {H});
     bq = bk = bv = qn = kn = nullptr;
-    wq = wk = wv = wqa = wqb = wkva = wkvb = nullptr;
+    wq = wk = wv = wo = wqa = wqb = wkva = wkvb = nullptr;
     q_a_norm = kv_a_norm = router_bias = nullptr;
-    if (mla) {
+    kw = KdaWeights{};
+    kda_layer = kimi && layer_is_linear_attention(arch, c, l);
+    if (kda_layer) {
+      bind_kda(b, a);
+    } else if (mla) {
       bind_mla(b, a);
     } else {
       wq = b.gemm_w(a + "q_proj.weight", {qd, H});
@@ -353,6 +392,9 @@ struct GpuForward::Impl {
       kn = b.f32_w(a + "k_norm.weight", {d});
     }
     moe = E > 0 && layer_is_moe(arch, c, l);
+    std::string m = p + "mlp.";
+    if (kimi) m = moe ? p + "block_sparse_moe." : model::kimi_linear_dense_prefix(ckpt, p);
+    const MlpLeaves expert_leaves = kimi ? MlpLeaves{"w1", "w3", "w2"} : MlpLeaves{};
     experts.clear();
     shared = Swiglu{};
     router = shared_gate = nullptr;
@@ -363,7 +405,8 @@ struct GpuForward::Impl {
       if (mla && b.has(m + "gate.e_score_correction_bias"))
         router_bias = b.f32_w(m + "gate.e_score_correction_bias", {E});
       for (int64_t e = 0; e < E; ++e)
-        experts.push_back(bind_swiglu(b, m + "experts." + std::to_string(e) + ".", Im));
+        experts.push_back(
+            bind_swiglu(b, m + "experts." + std::to_string(e) + ".", Im, expert_leaves));
       if (mla && smoe.n_shared > 0) {
         shared = bind_swiglu(b, m + "shared_experts.", Im * smoe.n_shared);
       } else if (b.has(m + "shared_expert.gate_proj.weight")) {
@@ -375,135 +418,43 @@ struct GpuForward::Impl {
     if (base) {  // observers of this layer, under the CPU path's hub names
       slot_names.clear();
       slot_rows.clear();
-      if (mla) {
-        slot_qkv =
-            add_slot({a + (mp.q_rank > 0 ? "q_a_proj" : "q_proj"), a + "kv_a_proj_with_mqa"});
-        slot_qb = mp.q_rank > 0 ? add_slot({a + "q_b_proj"}) : -1;
-        slot_kvb = add_slot({a + "kv_b_proj"});
-      } else {
-        slot_qkv = add_slot({a + "q_proj", a + "k_proj", a + "v_proj"});
-      }
-      slot_k = add_slot({a + "k_cache"});
-      slot_v = add_slot({a + "v_cache"});
-      slot_o = add_slot({a + "o_proj"});
-      auto mlp_slots = [&](Swiglu& s, const std::string& q) {
-        s.gu_slot = add_slot({q + "gate_proj", q + "up_proj"});
-        s.down_slot = add_slot({q + "down_proj"});
-      };
-      if (!moe) {
-        mlp_slots(dense, m);
-      } else {
-        expert_gu0 = static_cast<int>(slot_names.size());
-        for (int64_t e = 0; e < E; ++e) {
-          const std::string q = m + "experts." + std::to_string(e) + ".";
-          experts[e].gu_slot = add_slot({q + "gate_proj", q + "up_proj"});
-        }
-        expert_dn0 = static_cast<int>(slot_names.size());
-        for (int64_t e = 0; e < E; ++e) {
-          const std::string q = m + "experts." + std::to_string(e) + ".";
-          experts[e].down_slot = add_slot({q + "down_proj"});
-        }
-        if (shared.gate) mlp_slots(shared, m + (mla ? "shared_experts." : "shared_expert."));
-      }
-      STRATA_ASSERT(slot_names.size() * 4 <= slots_dev.bytes(), "amax slots");
-      stream.zero(slots_dev.data(), slots_dev.bytes());
-    }
-    return b.used;
-  }
-
-  // Kimi-Linear's layer l (model/kimi_linear.cpp): KDA or NoPE MLA, then a dense SwiGLU or the
-  // sigmoid-routed MoE under block_sparse_moe. (experts' w1/w3/w2 = gate/up/down, plus
-  // shared_experts.); observers under the CPU path's names. Returns converted bytes.
-  uint64_t bind_kimi(int64_t l, const LayerBlob& blob, const uint8_t* base) {
-    Binder b{*this, blob, base};
-    const std::string p = lp(l), a = p + "self_attn.";
-    in_norm = b.f32_w(p + "input_layernorm.weight", {H});
-    post_norm = b.f32_w(p + "post_attention_layernorm.weight", {H});
-    bq = bk = bv = qn = kn = nullptr;
-    wq = wk = wv = wo = wqa = wqb = wkva = wkvb = nullptr;
-    q_a_norm = kv_a_norm = router_bias = nullptr;
-    kw = KdaWeights{};
-    kda_layer = layer_is_linear_attention(arch, c, l);
-    if (kda_layer) {
-      const int64_t nh = kda.n_heads, dk = kda.head_dim, D = nh * dk, Kc = kda.conv_kernel;
-      kw.wq = b.gemm_w(a + "q_proj.weight", {D, H});
-      kw.wk = b.gemm_w(a + "k_proj.weight", {D, H});
-      kw.wv = b.gemm_w(a + "v_proj.weight", {D, H});
-      kw.wo = b.gemm_w(a + "o_proj.weight", {H, D});
-      kw.conv_q = b.f32_w(a + "q_conv1d.weight", {D, 1, Kc});
-      kw.conv_k = b.f32_w(a + "k_conv1d.weight", {D, 1, Kc});
-      kw.conv_v = b.f32_w(a + "v_conv1d.weight", {D, 1, Kc});
-      kw.wfa = b.gemm_w(a + "f_a_proj.weight", {dk, H});
-      kw.wfb = b.gemm_w(a + "f_b_proj.weight", {D, dk});
-      kw.wga = b.gemm_w(a + "g_a_proj.weight", {dk, H});
-      kw.wgb = b.gemm_w(a + "g_b_proj.weight", {D, dk});
-      kw.wb = b.gemm_w(a + "b_proj.weight", {nh, H});
-      kw.a_log = b.f32_w(a + "A_log", {1, 1, nh, 1});
-      kw.dt_bias = b.f32_w(a + "dt_bias", {D});
-      kw.o_norm = b.f32_w(a + "o_norm.weight", {dk});
-    } else {  // NoPE MLA, as DeepSeek's (bind) without the RoPE
-      bind_mla(b, a);
-    }
-    moe = E > 0 && layer_is_moe(arch, c, l);
-    experts.clear();
-    shared = Swiglu{};
-    router = shared_gate = nullptr;
-    const std::string m = moe ? p + "block_sparse_moe." : model::kimi_linear_dense_prefix(ckpt, p);
-    if (!moe) {
-      dense = bind_swiglu(b, m, c.intermediate_size);
-    } else {
-      router = b.f32_w(m + "gate.weight", {E, H});
-      if (b.has(m + "gate.e_score_correction_bias"))
-        router_bias = b.f32_w(m + "gate.e_score_correction_bias", {E});
-      for (int64_t e = 0; e < E; ++e) {
-        const std::string q = m + "experts." + std::to_string(e) + ".";
-        Swiglu s;
-        s.inter = Im;
-        s.gate = b.gemm_w(q + "w1.weight", {Im, H});
-        s.up = b.gemm_w(q + "w3.weight", {Im, H});
-        s.down = b.gemm_w(q + "w2.weight", {H, Im});
-        experts.push_back(s);
-      }
-      if (smoe.n_shared > 0) shared = bind_swiglu(b, m + "shared_experts.", Im * smoe.n_shared);
-    }
-    if (base) {
-      slot_names.clear();
-      slot_rows.clear();
       slot_k = slot_v = slot_qb = slot_fb = slot_gb = -1;
-      if (kda_layer) {
+      if (kda_layer) {  // no KV cache
         slot_qkv = add_slot({a + "q_proj", a + "k_proj", a + "v_proj", a + "f_a_proj", a + "b_proj",
                              a + "g_a_proj"});
         slot_fb = add_slot({a + "f_b_proj"});
         slot_gb = add_slot({a + "g_b_proj"});
       } else {
-        slot_qkv =
-            add_slot({a + (mp.q_rank > 0 ? "q_a_proj" : "q_proj"), a + "kv_a_proj_with_mqa"});
-        slot_qb = mp.q_rank > 0 ? add_slot({a + "q_b_proj"}) : -1;
-        slot_kvb = add_slot({a + "kv_b_proj"});
+        if (mla) {
+          slot_qkv =
+              add_slot({a + (mp.q_rank > 0 ? "q_a_proj" : "q_proj"), a + "kv_a_proj_with_mqa"});
+          slot_qb = mp.q_rank > 0 ? add_slot({a + "q_b_proj"}) : -1;
+          slot_kvb = add_slot({a + "kv_b_proj"});
+        } else {
+          slot_qkv = add_slot({a + "q_proj", a + "k_proj", a + "v_proj"});
+        }
         slot_k = add_slot({a + "k_cache"});
         slot_v = add_slot({a + "v_cache"});
       }
       slot_o = add_slot({a + "o_proj"});
-      auto mlp_slots = [&](Swiglu& s, const std::string& q, const char* g, const char* u,
-                           const char* d) {
-        s.gu_slot = add_slot({q + g, q + u});
-        s.down_slot = add_slot({q + d});
+      auto mlp_slots = [&](Swiglu& s, const std::string& q, const MlpLeaves& n) {
+        s.gu_slot = add_slot({q + n.gate, q + n.up});
+        s.down_slot = add_slot({q + n.down});
       };
       if (!moe) {
-        mlp_slots(dense, m, "gate_proj", "up_proj", "down_proj");
+        mlp_slots(dense, m, {});
       } else {
         expert_gu0 = static_cast<int>(slot_names.size());
         for (int64_t e = 0; e < E; ++e) {
           const std::string q = m + "experts." + std::to_string(e) + ".";
-          experts[e].gu_slot = add_slot({q + "w1", q + "w3"});
+          experts[e].gu_slot = add_slot({q + expert_leaves.gate, q + expert_leaves.up});
         }
         expert_dn0 = static_cast<int>(slot_names.size());
         for (int64_t e = 0; e < E; ++e) {
           const std::string q = m + "experts." + std::to_string(e) + ".";
-          experts[e].down_slot = add_slot({q + "w2"});
+          experts[e].down_slot = add_slot({q + expert_leaves.down});
         }
-        if (shared.gate)
-          mlp_slots(shared, m + "shared_experts.", "gate_proj", "up_proj", "down_proj");
+        if (shared.gate) mlp_slots(shared, m + (mla ? "shared_experts." : "shared_expert."), {});
       }
       STRATA_ASSERT(slot_names.size() * 4 <= slots_dev.bytes(), "amax slots");
       stream.zero(slots_dev.data(), slots_dev.bytes());
@@ -534,11 +485,10 @@ struct GpuForward::Impl {
 
   // A KDA layer's scratch per token in floats (kda_block): q, k, v, the forget gate g, the
   // recurrence's output o and one projection / output gate buffer (6 D); f_a and g_a's outputs
-  // (2 d); beta (nH); the sequence bounds (at most one int64 per token, + 1); one bf16 GEMM
-  // input (the normed input or o, max(H, D) / 2 + 1).
+  // (2 d); beta (nH); one bf16 GEMM input (the normed input or o, max(H, D) / 2 + 1); 1 spare.
   int64_t kda_per_token() const {
     const int64_t D = kda.n_heads * kda.head_dim;
-    return 6 * D + 2 * kda.head_dim + kda.n_heads + 3 + std::max(H, D) / 2 + 1;
+    return 6 * D + 2 * kda.head_dim + kda.n_heads + 1 + std::max(H, D) / 2 + 1;
   }
 
   template <typename T>
@@ -744,10 +694,7 @@ struct GpuForward::Impl {
     float* fa = take<float>(T * dk);    // [T, d]
     float* ga = take<float>(T * dk);    // [T, d]
     float* beta = take<float>(T * nh);  // [T, nH]
-    int64_t* bounds = take<int64_t>(n_seqs + 1);
     const uint64_t mark = arena_at;
-    stream.copy_to_device(bounds, ch.seq_bounds.data(),
-                          static_cast<uint64_t>(n_seqs + 1) * sizeof(int64_t));
     const void* xin = gin(n, T * H);
     // q, k, v: projection, causal depthwise conv restarting at each sequence start, SiLU.
     mm(xin, kw.wq, raw, T, D, H, opt.gemm_bf16);
@@ -770,7 +717,7 @@ struct GpuForward::Impl {
     kda_forget_gate(g, T, nh, dk, kw.a_log, kw.dt_bias, s);
     sigmoid_inplace(beta, T * nh, s);
     span(kAttention);
-    gated_delta_rule(q, k, v, g, beta, bounds, n_seqs, nh, dk, dk, o, s);
+    gated_delta_rule(q, k, v, g, beta, ch.seq_bounds_dev, n_seqs, nh, dk, dk, o, s);
     span(kAttentionCore);
     // Output: RMSNorm per head (o_norm shared by the heads) times sigmoid(g_b_proj(g_a_proj n)).
     amax(ga, T * dk, slot(slot_gb), s);
@@ -864,8 +811,7 @@ struct GpuForward::Impl {
       jobs.push_back({xe, experts[e].gate, g + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H});
       jobs.push_back({xe, experts[e].up, u + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H});
     }
-    prof.gemms += static_cast<int64_t>(jobs.size());
-    expert_gemms->run(stream, blas, jobs);
+    run_jobs();
     span(kExpertGateUp);
     arena_at = mark;
     swiglu(g, u, S * Im, g, s);
@@ -878,8 +824,7 @@ struct GpuForward::Impl {
       jobs.push_back({hin + static_cast<int64_t>(ho[e]) * Im * esz(), experts[e].down,
                       og + static_cast<int64_t>(ho[e]) * H, hc[e], H, Im});
     }
-    prof.gemms += static_cast<int64_t>(jobs.size());
-    expert_gemms->run(stream, blas, jobs);
+    run_jobs();
     span(kExpertDown);
     arena_at = mark;
     moe_combine(og, pos, weight, T, K, H, y, s);

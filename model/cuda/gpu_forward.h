@@ -40,6 +40,7 @@ struct GpuChunk {
   const int64_t* positions = nullptr;  // position of each token within its sequence
   const int64_t* seq_start = nullptr;  // chunk-relative index of each token's sequence start
   std::vector<int64_t> seq_bounds;     // host: sequence s spans [seq_bounds[s], seq_bounds[s+1])
+  const int64_t* seq_bounds_dev = nullptr;  // the same n_seqs + 1 entries on the device
 };
 
 struct AmaxStat {
