@@ -11,6 +11,7 @@
 #   bench/gpu_bench.sh [--bin DIR] [--work DIR] [--out DIR] [--layers 17] [--seqs 512]
 #                      [--seq_len 512] [--micro_batch 16] [--batch_size N] [--cap_gb X]
 #                      [--skip strata,hf,read,write,peak] [--deadline SECONDS] [--keep] [--small]
+#                      [--profile] [--strata_flag FLAG]...
 #
 # --bin: where strata and make_synthetic are (default: the directory of `strata` on PATH).
 # --work: checkpoint and outputs (default: strata_gpu_bench in the disk-backed one of /var/tmp,
@@ -18,6 +19,9 @@
 # --out: results (default $OUT when set, else ./gpu_bench_out).
 # --small: a tiny checkpoint and 16 x 64 tokens, to check the harness on any machine (CPU too).
 # --deadline: start no further step once this many seconds have passed (the table still prints).
+# --profile: strata runs with --gpu_profile; the table adds its device time by part of the forward.
+# --strata_flag: one more argument for every strata run (repeat it: --strata_flag --gpu_gemm_threads
+#   --strata_flag 1).
 # strata runs only if `strata quantize --help` offers --device (the GPU engine); the capped run
 # only if it offers --max_gpu_memory_gb. A CPU-only strata runs only with --small.
 #
@@ -32,6 +36,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 
 bin="" work="" out="${OUT:-$PWD/gpu_bench_out}" layers=17 seqs=512 seq_len=512
 micro_batch=16 batch_size="" cap_gb="" skip="" deadline=0 keep=0 small=0
+strata_flags=()
 py=${PYTHON:-python3}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -48,6 +53,8 @@ while [ $# -gt 0 ]; do
     --deadline) deadline=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     --small) small=1; shift ;;
+    --profile) strata_flags+=(--gpu_profile); shift ;;
+    --strata_flag) strata_flags+=("$2"); shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
     *) echo "gpu_bench: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -291,7 +298,7 @@ run_strata() {  # name, extra flags...
       args+=(--device cpu)
     fi
   fi
-  args+=("$@")
+  args+=("${strata_flags[@]}" "$@")
   R[res_$name]=$(drop_cache)
   say "strata $name: ${args[*]} (resident before: ${R[res_$name]})"
   echo "$strata ${args[*]}" >"$logs/strata_$name.cmd"
@@ -316,7 +323,7 @@ run_strata() {  # name, extra flags...
     # Wall time per phase, from the summary's "time ..." and "layers ..." lines.
     R[${name}_phases]=$(sed -n 's/^time //p' "$logs/strata_$name.log" | tail -1)
     R[${name}_layer_phases]=$(sed -n 's/^layers \([0-9.]* s = .*\)/\1/p' "$logs/strata_$name.log" | tail -1)
-    # STRATA_GPU_PROFILE=1 (set it before calling this script): device time by part of the forward.
+    # --profile (strata's --gpu_profile): device time by part of the forward.
     R[${name}_profile]=$(sed -n 's/^strata: info: GPU profile: //p; s/^strata: info:   \(.*\)/\1/p' "$logs/strata_$name.log" | paste -sd';' | sed 's/;/; /g')
   fi
   rm -rf "$work/out_$name"
@@ -375,7 +382,7 @@ frac() {  # flops, seconds -> percent of the measured bf16 matmul rate
     echo
     echo "strata $name, wall time by phase: ${R[${name}_phases]}"
     [ -n "${R[${name}_layer_phases]:-}" ] && echo "strata $name, the layer loop: ${R[${name}_layer_phases]}"
-    [ -n "${R[${name}_profile]:-}" ] && echo "strata $name, device time (STRATA_GPU_PROFILE): ${R[${name}_profile]}"
+    [ -n "${R[${name}_profile]:-}" ] && echo "strata $name, device time (--gpu_profile): ${R[${name}_profile]}"
   done
   echo
   echo "x cold read: against the faster cold read (${R[read_s]:-?} s)."

@@ -13,7 +13,8 @@ std::vector<std::string> split_names(const std::string& names) {
   std::vector<std::string> out;
   std::stringstream ss(names);
   std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(item);
+  while (std::getline(ss, item, ','))
+    out.push_back(item);
   return out;
 }
 }  // namespace
@@ -30,6 +31,15 @@ void Args::option(const std::string& names, const std::string& value_name, const
 
 void Args::flag(const std::string& names, const std::string& help) {
   specs_.push_back({split_names(names), "", help, std::nullopt});
+}
+
+void Args::hidden_option(const std::string& names, const std::string& value_name,
+                         const std::string& help) {
+  specs_.push_back({split_names(names), value_name, help, std::nullopt, true});
+}
+
+void Args::hidden_flag(const std::string& names, const std::string& help) {
+  specs_.push_back({split_names(names), "", help, std::nullopt, true});
 }
 
 void Args::positional(const std::string& name, const std::string& help, bool required) {
@@ -64,20 +74,22 @@ bool Args::parse(const std::vector<std::string>& argv) {
         inline_value = true;
       }
       const Spec* s = find(name);
-      STRATA_CHECK(s, "strata ", command_, ": unknown option ", name, " (see strata ", command_, " --help)");
+      STRATA_CHECK(s, "strata ", command_, ": unknown option ", name, " (see strata ", command_,
+                   " --help)");
       if (s->value_name.empty()) {
         STRATA_CHECK(!inline_value, "strata ", command_, ": ", name, " takes no value");
         values_[s->names.front()] = "1";
         continue;
       }
       if (!inline_value) {
-        STRATA_CHECK(i + 1 < argv.size(), "strata ", command_, ": ", name, " needs a value (", s->value_name, ")");
+        STRATA_CHECK(i + 1 < argv.size(), "strata ", command_, ": ", name, " needs a value (",
+                     s->value_name, ")");
         value = argv[++i];
       }
       values_[s->names.front()] = value;
     } else {
-      STRATA_CHECK(next_positional < positionals_.size(), "strata ", command_, ": unexpected argument '", a,
-                   "' (see strata ", command_, " --help)");
+      STRATA_CHECK(next_positional < positionals_.size(), "strata ", command_,
+                   ": unexpected argument '", a, "' (see strata ", command_, " --help)");
       values_[positionals_[next_positional++].name] = a;
     }
   }
@@ -90,7 +102,8 @@ bool Args::parse(const std::vector<std::string>& argv) {
                  " (see strata ", command_, " --help)");
   }
   for (const Spec& s : specs_) {
-    if (s.default_value && !values_.count(s.names.front())) values_[s.names.front()] = *s.default_value;
+    if (s.default_value && !values_.count(s.names.front()))
+      values_[s.names.front()] = *s.default_value;
   }
   return true;
 }
@@ -98,16 +111,20 @@ bool Args::parse(const std::vector<std::string>& argv) {
 std::string Args::help() const {
   std::ostringstream os;
   os << "usage: strata " << command_;
-  for (const Positional& p : positionals_) os << (p.required ? " " : " [") << p.name << (p.required ? "" : "]");
+  for (const Positional& p : positionals_)
+    os << (p.required ? " " : " [") << p.name << (p.required ? "" : "]");
   os << " [options]\n\n" << summary_ << "\n";
   if (!positionals_.empty()) {
     os << "\narguments:\n";
-    for (const Positional& p : positionals_) os << "  " << p.name << "\n      " << p.help << "\n";
+    for (const Positional& p : positionals_)
+      os << "  " << p.name << "\n      " << p.help << "\n";
   }
   os << "\noptions:\n";
   for (const Spec& s : specs_) {
+    if (s.hidden) continue;
     os << "  ";
-    for (size_t i = 0; i < s.names.size(); ++i) os << (i ? ", " : "") << s.names[i];
+    for (size_t i = 0; i < s.names.size(); ++i)
+      os << (i ? ", " : "") << s.names[i];
     if (!s.value_name.empty()) os << " " << s.value_name;
     os << "\n      " << s.help;
     if (s.default_value) os << " (default: " << *s.default_value << ")";
@@ -116,12 +133,17 @@ std::string Args::help() const {
   return os.str();
 }
 
-bool Args::has(const std::string& name) const { return values_.count(canonical(name)) > 0; }
-bool Args::flag_set(const std::string& name) const { return has(name); }
+bool Args::has(const std::string& name) const {
+  return values_.count(canonical(name)) > 0;
+}
+bool Args::flag_set(const std::string& name) const {
+  return has(name);
+}
 
 std::string Args::get(const std::string& name) const {
   auto v = get_optional(name);
-  STRATA_CHECK(v.has_value(), "strata ", command_, ": ", name, " is required (see strata ", command_, " --help)");
+  STRATA_CHECK(v.has_value(), "strata ", command_, ": ", name, " is required (see strata ",
+               command_, " --help)");
   return *v;
 }
 

@@ -1,6 +1,7 @@
 // A small command-line parser shared by every subcommand: declared options with help text,
 // `--name value` and `--name=value`, boolean switches, aliases (`--pyt_ckpt_path` for
-// `--model`), positionals. Unknown options are errors that name the option and the subcommand.
+// `--model`), positionals, hidden test hooks. Unknown options are errors that name the option and
+// the subcommand.
 #pragma once
 
 #include <map>
@@ -18,6 +19,10 @@ class Args {
   void option(const std::string& names, const std::string& value_name, const std::string& help,
               std::optional<std::string> default_value = std::nullopt);
   void flag(const std::string& names, const std::string& help);
+  // Test hooks: parsed like the others, left out of --help (documented where they are used).
+  void hidden_option(const std::string& names, const std::string& value_name,
+                     const std::string& help);
+  void hidden_flag(const std::string& names, const std::string& help);
   void positional(const std::string& name, const std::string& help, bool required = true);
 
   // Parses argv (without the program and command names). Returns false when --help was given
@@ -39,6 +44,7 @@ class Args {
     std::string value_name;  // empty for a flag
     std::string help;
     std::optional<std::string> default_value;
+    bool hidden = false;
   };
   struct Positional {
     std::string name;

@@ -10,6 +10,7 @@
 #include "calib/dataset.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/launcher.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -20,6 +21,56 @@
 #include "ops/ops.h"
 
 namespace strata::cli {
+
+namespace {
+
+// `flag` must be one of `choices` ("a|b|c"); returns its index.
+int choice(const Args& args, const std::string& flag, const std::string& choices) {
+  const std::string v = args.get(flag);
+  int i = 0;
+  for (size_t at = 0;; ++i) {
+    const size_t bar = choices.find('|', at);
+    if (choices.substr(at, bar - at) == v) return i;
+    if (bar == std::string::npos) break;
+    at = bar + 1;
+  }
+  fail(flag, " must be ", choices, ", not '", v, "'");
+}
+
+GpuOptions gpu_options(const Args& args) {
+  GpuOptions g;
+  g.gemm_bf16 = choice(args, "--gpu_gemm", "bf16|fp32") == 0;
+  g.gemm_threads = static_cast<int>(args.get_int("--gpu_gemm_threads"));
+  STRATA_CHECK(g.gemm_threads >= 1 && g.gemm_threads <= 64,
+               "--gpu_gemm_threads must be between 1 and 64, not ", g.gemm_threads);
+  g.weight_buffers = choice(args, "--gpu_weight_buffers", "auto|1|2");
+  g.quantize = choice(args, "--gpu_quantize", "on|off") == 0;
+  g.warp_attention = choice(args, "--gpu_attention", "auto|warp") == 1;
+  g.profile = args.flag_set("--gpu_profile");
+  return g;
+}
+
+TestHooks test_hooks(const Args& args) {
+  TestHooks t;
+  if (args.has("--test_activation_budget")) {
+    const int64_t b = args.get_int("--test_activation_budget");
+    STRATA_CHECK(b >= 0, "--test_activation_budget must not be negative");
+    t.activation_budget = static_cast<uint64_t>(b);
+  }
+  if (args.has("--test_slow_layer_ms")) t.slow_layer_ms = args.get_int("--test_slow_layer_ms");
+  STRATA_CHECK(args.has("--test_fail_rank") == args.has("--test_fail_layer"),
+               "--test_fail_rank and --test_fail_layer go together");
+  if (args.has("--test_fail_rank")) {
+    t.fail_rank = static_cast<int>(args.get_int("--test_fail_rank"));
+    t.fail_layer = args.get_int("--test_fail_layer");
+  }
+  t.gpu_host_store = args.flag_set("--test_gpu_host_store");
+  if (args.has("--test_gpu_ranks_exchange"))
+    t.gpu_exchange_on_main = choice(args, "--test_gpu_ranks_exchange", "thread|main") == 1;
+  return t;
+}
+
+}  // namespace
 
 int cmd_quantize(const std::vector<std::string>& argv) {
   Args args("quantize",
@@ -81,6 +132,43 @@ int cmd_quantize(const std::vector<std::string>& argv) {
               "the calibration hidden states when they fit; else they stay in host memory) (0: "
               "the GPU's free memory)",
               "0");
+  // The GPU path's switches (docs/CUDA.md): benchmarks and comparisons; none changes a byte of
+  // the export but --gpu_gemm.
+  args.option("--gpu_gemm", "bf16|fp32",
+              "GEMM inputs of the GPU forward (fp32 accumulation either way); fp32 is slower and "
+              "closer to the CPU's fp32 forward",
+              "bf16");
+  args.option("--gpu_gemm_threads", "N",
+              "host threads issuing the routed experts' GEMMs on the GPU, each with its own "
+              "stream (1: all from the main thread)",
+              "4");
+  args.option("--gpu_weight_buffers", "auto|1|2",
+              "device buffers for layer weights: 2 copy layer l+1 in while layer l computes, 1 "
+              "leaves their memory to larger chunks; auto chooses from --max_gpu_memory_gb",
+              "auto");
+  args.option("--gpu_quantize", "on|off",
+              "quantize the weights on the GPU (on) or on the CPU, from the layer's source (off); "
+              "the bytes are the same",
+              "on");
+  args.option("--gpu_attention", "auto|warp",
+              "attention on the GPU: auto uses batched GEMMs for the scores when they fit, warp "
+              "always the warp-per-query kernel",
+              "auto");
+  args.flag("--gpu_profile",
+            "log the GPU device time of each part of the forward (timing events cost a little)");
+  // Test hooks, not in --help (docs/QUANTIZE.md "Test and benchmark switches").
+  args.hidden_option("--test_activation_budget", "BYTES",
+                     "the activation store's budget instead of the one --max_cpu_memory_gb "
+                     "leaves (1: every micro-batch spills)");
+  args.hidden_option("--test_slow_layer_ms", "MS",
+                     "every step sleeps this long between writing and committing");
+  args.hidden_option("--test_fail_rank", "R", "rank R fails at --test_fail_layer");
+  args.hidden_option("--test_fail_layer", "L", "the layer at which --test_fail_rank fails");
+  args.hidden_flag("--test_gpu_host_store",
+                   "the GPU path keeps the hidden states in host memory, one micro-batch per "
+                   "chunk");
+  args.hidden_option("--test_gpu_ranks_exchange", "thread|main",
+                     "where GPU ranks exchange a layer's shares");
   args.flag("--dry-run", "print the plan (formats per module kind, output size, memory) and stop");
   args.option("--log_dir", "DIR",
               "under mpirun: every rank also writes its log to DIR/rank-<r>.log (rank 0 alone "
@@ -121,7 +209,8 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     ModelConfig config = read_model_config(job.model_dir);
     Checkpoint ckpt = Checkpoint::open(job.model_dir);
     QuantPlan plan = make_plan(config, ckpt, job.recipe);
-    const bool print = world().rank() == 0;  // under mpirun, rank 0 alone
+    const bool print =
+        world(launcher_from_environment()).rank() == 0;  // under mpirun, rank 0 alone
     comm_finalize();
     if (print)
       std::fputs(describe_plan(plan, ckpt, job.calib, config.hidden_size, job.batch_size).c_str(),
@@ -154,9 +243,11 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   const double gpu_gb = args.get_double("--max_gpu_memory_gb");
   STRATA_CHECK(gpu_gb >= 0, "--max_gpu_memory_gb must not be negative");
   job.max_gpu_memory_bytes = static_cast<uint64_t>(gpu_gb * 1024.0 * 1024.0 * 1024.0);
+  job.gpu = gpu_options(args);
+  job.test = test_hooks(args);
   // Under an MPI launcher (mpirun -np N strata quantize ...) every rank runs this job; an error
   // on any rank ends them all (docs/SCALEOUT.md).
-  Comm& comm = world();
+  Comm& comm = world(launcher_from_environment());
   const int rank = comm.rank(), ranks = comm.size();
   job.comm = &comm;
   std::FILE* log_file = nullptr;

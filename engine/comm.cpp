@@ -8,8 +8,9 @@
 namespace strata {
 
 #ifdef STRATA_HAVE_MPI
-// engine/comm_mpi.cpp: the MPI communicator when an MPI launcher started this process, else null.
-std::unique_ptr<Comm> make_mpi_world();
+// engine/comm_mpi.cpp: the MPI communicator when an MPI launcher started this process
+// (`launched`), else null.
+std::unique_ptr<Comm> make_mpi_world(bool launched);
 void mpi_finalize();
 #endif
 
@@ -32,20 +33,17 @@ bool mpi_compiled() {
 #endif
 }
 
-Comm& world() {
+Comm& world(const Launcher& launcher) {
   std::unique_ptr<Comm>& w = world_slot();
   if (!w) {
 #ifdef STRATA_HAVE_MPI
-    w = make_mpi_world();
+    w = make_mpi_world(launcher.mpi);
 #endif
     if (!w) {
       // Several copies of a strata without MPI would each write the whole output at once.
-      for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE"}) {
-        const char* n = std::getenv(v);
-        STRATA_CHECK(!n || std::atoi(n) <= 1, "started by an MPI launcher with ", n,
-                     " processes, but this strata was built without MPI; rebuild with MPI "
-                     "(libopenmpi-dev, -DSTRATA_MPI=ON) or run one process");
-      }
+      STRATA_CHECK(launcher.processes <= 1, "started by an MPI launcher with ", launcher.processes,
+                   " processes, but this strata was built without MPI; rebuild with MPI "
+                   "(libopenmpi-dev, -DSTRATA_MPI=ON) or run one process");
       w = std::make_unique<SingleComm>();
     }
   }

@@ -44,8 +44,21 @@ class Comm {
   virtual std::string describe() const = 0;
 };
 
-// The ranks this process runs among (initialises MPI on first call when launched by MPI).
-Comm& world();
+// What the process environment says about an MPI launcher. cli/ reads the variables
+// (cli/launcher.h); nothing below cli/ reads the environment.
+struct Launcher {
+  // Any variable a launcher sets in every process it starts: Open MPI's OMPI_COMM_WORLD_SIZE,
+  // PMIx's PMIX_RANK, Hydra/PMI's PMI_RANK and PMI_SIZE, MVAPICH's MV2_COMM_WORLD_SIZE,
+  // MPI_LOCALNRANKS.
+  bool mpi = false;
+  // The process count the first of OMPI_COMM_WORLD_SIZE, PMI_SIZE and MV2_COMM_WORLD_SIZE that
+  // announces more than one; 1 when none does.
+  int processes = 1;
+};
+// The ranks this process runs among: MPI_COMM_WORLD (MPI initialised) when strata was built with
+// MPI and `launcher.mpi`, else the single process; a launcher that started several processes of a
+// strata without MPI is refused. The first call decides; later calls return the same.
+Comm& world(const Launcher& launcher);
 // Whether strata was built with MPI support.
 bool mpi_compiled();
 // Shuts MPI down after a successful run (no-op when single-process); call once, at the end.

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
 #include <memory>
 
 #include "core/error.h"
@@ -12,15 +11,6 @@
 
 namespace strata {
 namespace {
-
-// Launchers set these in every process they start (Open MPI, PMIx, Hydra/PMI, MVAPICH).
-bool launched_by_mpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE",
-                        "MV2_COMM_WORLD_SIZE", "MPI_LOCALNRANKS"}) {
-    if (std::getenv(v)) return true;
-  }
-  return false;
-}
 
 void check(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return;
@@ -144,8 +134,8 @@ class MpiComm final : public Comm {
 
 }  // namespace
 
-std::unique_ptr<Comm> make_mpi_world() {
-  if (!launched_by_mpi()) return nullptr;
+std::unique_ptr<Comm> make_mpi_world(bool launched) {
+  if (!launched) return nullptr;
   return std::make_unique<MpiComm>();
 }
 

@@ -1,7 +1,6 @@
 #include "engine/gpu_ranks.h"
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "core/error.h"
 
@@ -111,8 +110,6 @@ std::unique_ptr<ThreadChannel> make_mpi_thread_channel(Comm& comm);
 
 std::unique_ptr<ThreadChannel> make_thread_channel(Comm& comm) {
   if (comm.size() == 1) return nullptr;
-  const char* hook = std::getenv("STRATA_GPU_RANKS_EXCHANGE");
-  if (hook && std::string(hook) == "main") return nullptr;
 #ifdef STRATA_HAVE_MPI
   return make_mpi_thread_channel(comm);
 #else

@@ -64,8 +64,8 @@ uint64_t read_share(const Checkpoint& ckpt, const BlobShare& share, int rank, ui
 // The reader thread's own channel to the other ranks (a duplicate of the world's MPI
 // communicator), so that it can broadcast layer l+1 while the main thread runs layer l's
 // collectives on the world. Null on every rank without MPI, when MPI lacks MPI_THREAD_MULTIPLE
-// on some rank, or when STRATA_GPU_RANKS_EXCHANGE=main (the exchange then runs on the main
-// thread). Collective.
+// on some rank (the exchange then runs on the main thread; so it does when the GPU loop is given
+// --test_gpu_ranks_exchange main and asks for no channel). Collective.
 class ThreadChannel {
  public:
   virtual ~ThreadChannel() = default;

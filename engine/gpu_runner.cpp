@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <map>
@@ -115,7 +114,7 @@ struct Pending {
   std::string hidden, old_input;
 };
 
-// Weight quantization on the device (the default; STRATA_GPU_QUANTIZE=0 leaves it to the CPU
+// Weight quantization on the device (the default; --gpu_quantize off leaves it to the CPU
 // exporter): layer l's quantized modules encoded from its device blob with quant/cuda
 // (bit-identical to the CPU encoders: the fused group's weight amax for NVFP4's weight_scale_2,
 // the module's own amax for FP8) and copied back for the writer thread, which then only adds the
@@ -296,13 +295,18 @@ void run_layers_gpu(GpuLoop& loop) {
     gpu_limit = gpu::cuda_memory_info().free / 20 * 19 /
                 static_cast<uint64_t>(gpu_rank_sharers(*comm, cuda_device_count()));
   // The reader thread's own communicator, so that layer l+1's exchange overlaps layer l.
-  std::unique_ptr<ThreadChannel> channel = comm ? make_thread_channel(*comm) : nullptr;
+  // (--test_gpu_ranks_exchange main: none, the exchange on the main thread.)
+  std::unique_ptr<ThreadChannel> channel =
+      comm && !loop.test.gpu_exchange_on_main ? make_thread_channel(*comm) : nullptr;
   // The store's index of loop.batches[b].
   auto sid = [&](size_t b) { return loop.store_ids.empty() ? b : loop.store_ids[b]; };
   gpu::DeviceBudget budget(gpu_limit);
   gpu::Stream compute, copy;
   gpu::GpuForwardOptions fo;
-  fo.gemm_bf16 = loop.gemm_bf16;
+  fo.gemm_bf16 = loop.gpu.gemm_bf16;
+  fo.gemm_threads = loop.gpu.gemm_threads;
+  fo.profile = loop.gpu.profile;
+  fo.warp_attention = loop.gpu.warp_attention;
   gpu::GpuForward f(loop.config, loop.ckpt, budget, compute, fo);
   setup_parts[0] = setup.lap(&times.device_setup);
   LayerReader reader(loop.ckpt);
@@ -346,11 +350,10 @@ void run_layers_gpu(GpuLoop& loop) {
   // Attention scores through GEMMs when one sequence's take at most an eighth of the budget.
   const uint64_t attention_cap = budget.limit() / 8;
   const uint64_t attention = f.attention_bytes(longest_seq, attention_cap);
-  // Weights quantized on the device unless STRATA_GPU_QUANTIZE=0 (tests compare both with the
-  // CPU exporter's bytes).
-  const char* dq_hook = std::getenv("STRATA_GPU_QUANTIZE");
+  // Weights quantized on the device unless --gpu_quantize off (tests compare both with the CPU
+  // exporter's bytes).
   std::unique_ptr<DeviceQuantizer> dq;
-  if (!(dq_hook && std::string(dq_hook) == "0"))
+  if (loop.gpu.quantize)
     dq = std::make_unique<DeviceQuantizer>(
         loop.plan, loop.first_layer, device, [&](const PlannedModule& m) {
           return !comm || loop.exporter.owner_of(m.module + ".weight") == comm->rank();
@@ -359,13 +362,13 @@ void run_layers_gpu(GpuLoop& loop) {
   // with one, the copy (a layer over the host link, tens of milliseconds) waits for layer l to
   // finish, and the memory of the second goes to larger chunks. One buffer is used when two do
   // not fit beside one micro-batch, or when it cuts the chunk count by at least a quarter (fewer
-  // chunks: fewer and larger expert GEMMs); STRATA_GPU_WEIGHT_BUFFERS=1|2 forces the count.
+  // chunks: fewer and larger expert GEMMs); --gpu_weight_buffers 1|2 forces the count.
   const uint64_t per_token = f.bytes_per_token() + static_cast<uint64_t>(H) * 4;
   const uint64_t left = budget.left();
-  // Test hook (tests/engine/CMakeLists.txt): hidden states in host memory, one micro-batch per
-  // chunk, as a budget far below the store would make them on a large run.
-  const char* host_hook = std::getenv("STRATA_TEST_GPU_HOST_STORE");
-  const bool force_host = host_hook && std::string(host_hook) == "1";
+  // Test hook (--test_gpu_host_store, tests/engine/CMakeLists.txt): hidden states in host
+  // memory, one micro-batch per chunk, as a budget far below the store would make them on a
+  // large run.
+  const bool force_host = loop.test.gpu_host_store;
   enum class Tier { kDevice, kPinned, kFile };
   // Token metadata on the device: positions [total], chunk-relative sequence starts [total], and
   // each chunk's sequence bounds (at most tokens + 1 per chunk; chunks <= micro-batches).
@@ -411,14 +414,13 @@ void run_layers_gpu(GpuLoop& loop) {
                " but a layer's weights (", gib(max_blob), ") and one micro-batch of ", largest,
                " tokens need ", gib(one.least),
                "; raise --max_gpu_memory_gb or lower --batch_size");
-  const char* buffers_hook = std::getenv("STRATA_GPU_WEIGHT_BUFFERS");
   int buffers = 2;
-  if (buffers_hook && std::string(buffers_hook) == "1") {
+  if (loop.gpu.weight_buffers == 1) {
     buffers = 1;
-  } else if (buffers_hook && std::string(buffers_hook) == "2") {
-    STRATA_CHECK(two.fits, "STRATA_GPU_WEIGHT_BUFFERS=2: ", "two layers' weights (",
-                 gib(2 * max_blob), ") and one micro-batch need ", gib(two.least),
-                 " of GPU memory, more than the ", gib(left), " left");
+  } else if (loop.gpu.weight_buffers == 2) {
+    STRATA_CHECK(two.fits, "--gpu_weight_buffers 2: ", "two layers' weights (", gib(2 * max_blob),
+                 ") and one micro-batch need ", gib(two.least), " of GPU memory, more than the ",
+                 gib(left), " left");
   } else if (!two.fits || 4 * one.chunks.size() <= 3 * two.chunks.size()) {
     buffers = 1;
   }
@@ -598,7 +600,7 @@ void run_layers_gpu(GpuLoop& loop) {
   for (int64_t l = loop.first_layer; l < L; ++l) {
     const bool last = l + 1 == L;
     phase.lap(nullptr);
-    if (comm) test_fail_hook(*comm, l);
+    if (comm) test_fail_hook(*comm, l, loop.test);
     prefetch.get();
     const int hi = static_cast<int>(l % 2);
     // Without a reader thread's channel, every rank's share into every rank's buffer here.

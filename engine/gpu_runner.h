@@ -34,6 +34,7 @@
 #include "core/gpu_memory.h"
 #include "engine/activation_store.h"
 #include "engine/comm.h"
+#include "engine/options.h"
 #include "engine/plan.h"
 #include "engine/run_times.h"
 #include "export/modelopt.h"
@@ -73,7 +74,7 @@ struct GpuLoop {
   uint64_t max_gpu_memory_bytes = 0;  // 0: the device's free memory
   bool host_fits = true;              // the hidden states may be held in (pinned) host memory
   std::string resume_dir;
-  bool gemm_bf16 = true;
+  GpuOptions gpu;  // QuantizeJob::gpu (engine/options.h)
   // Records step `next` as done (CPU path's commit): hidden = the file holding its inputs.
   std::function<void(int64_t next, const std::string& hidden, const std::string& old_input)> commit;
   std::function<void(const LayerReport&)> layer_done;
@@ -84,6 +85,7 @@ struct GpuLoop {
   RunTimes* times = nullptr;       // the loop's parts and device_setup are added here
   PageWarmer* warm = nullptr;      // gpu_warm_start's, told of each layer read
   GpuEarlySetup* early = nullptr;  // gpu_early_setup's, taken over
+  TestHooks test;                  // QuantizeJob::test: host store, fail rank, exchange thread
 };
 
 // A step's hidden states are made durable once the checkpoint bytes read since the last durable

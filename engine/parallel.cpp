@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -146,12 +145,10 @@ int64_t routed_expert_of(std::string_view name) {
   return -1;
 }
 
-void test_fail_hook(const Comm& comm, int64_t layer) {
-  const char* r = std::getenv("STRATA_TEST_FAIL_RANK");
-  const char* l = std::getenv("STRATA_TEST_FAIL_LAYER");
-  if (!r || !l || std::atoi(r) != comm.rank() || std::atoll(l) != layer) return;
+void test_fail_hook(const Comm& comm, int64_t layer, const TestHooks& hooks) {
+  if (hooks.fail_rank != comm.rank() || hooks.fail_layer != layer) return;
   fail("test hook: rank ", comm.rank(), " fails at layer ", layer,
-       " (STRATA_TEST_FAIL_RANK/STRATA_TEST_FAIL_LAYER)");
+       " (--test_fail_rank/--test_fail_layer)");
 }
 
 }  // namespace strata

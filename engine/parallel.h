@@ -15,6 +15,7 @@
 
 #include "calib/max_calib.h"
 #include "engine/comm.h"
+#include "engine/options.h"
 #include "engine/resume.h"
 #include "io/checkpoint.h"
 #include "model/forward.h"
@@ -68,8 +69,8 @@ class CommExpertExchange final : public ExpertExchange {
 // transformers v5's fused [E, ...] expert tensors).
 int64_t routed_expert_of(std::string_view name);
 
-// Test hook (tests/engine/mpi_test.sh): STRATA_TEST_FAIL_RANK=r and STRATA_TEST_FAIL_LAYER=l make
+// Test hook (tests/engine/mpi_test.sh): --test_fail_rank r --test_fail_layer l (TestHooks) make
 // rank r throw a strata::Error when it starts decoder layer l.
-void test_fail_hook(const Comm& comm, int64_t layer);
+void test_fail_hook(const Comm& comm, int64_t layer, const TestHooks& hooks);
 
 }  // namespace strata

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -161,23 +160,8 @@ void remove_except(const std::string& dir, const std::vector<std::string>& keep)
   }
 }
 
-// Test hook (tests/engine/spill_test.sh): the activation store's budget in bytes, in place of
-// the one --max_cpu_memory_gb leaves, so that tiny fixtures spill.
-std::optional<uint64_t> test_activation_budget() {
-  const char* v = std::getenv("STRATA_TEST_ACTIVATION_BUDGET");
-  if (!v) return std::nullopt;
-  return static_cast<uint64_t>(std::atoll(v));
-}
-
 std::string mib(uint64_t b) {
   return human_bytes(static_cast<double>(b));
-}
-
-// Test hook (tests/engine/kill_resume_test.sh): sleep this many milliseconds in every step after
-// its tensors are written and before it is committed, so that a kill lands mid-run.
-int64_t test_slow_step_ms() {
-  const char* v = std::getenv("STRATA_TEST_SLOW_LAYER_MS");
-  return v ? std::atoll(v) : 0;
 }
 
 }  // namespace
@@ -402,7 +386,8 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
                                   config.num_experts);
   {
     const uint64_t cap = job.max_cpu_memory_bytes;
-    const std::optional<uint64_t> test_budget = test_activation_budget();
+    // Test hook (tests/engine/spill_test.sh): tiny fixtures spill.
+    const std::optional<uint64_t> test_budget = job.test.activation_budget;
     MemoryEstimate least = result.memory;
     least.spilled = least.calibrated;
     least.activations = least.activations_one;
@@ -505,7 +490,8 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
                                                                       : "the config files"),
              " (", manifest, ")");
   }
-  const int64_t slow_ms = test_slow_step_ms();
+  // Test hook (tests/engine/kill_resume_test.sh): a kill lands mid-run on tiny fixtures.
+  const int64_t slow_ms = job.test.slow_layer_ms;
   double* commit_time = nullptr;  // in the layer loop: result.times.commit
   // The file holding the inputs of the next layer, as the manifest names it: relative to the
   // resume folder when it lies there.
@@ -621,7 +607,6 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     return std::async(std::launch::async, [&fwd, l]() { return fwd->layer(l); });
   };
   if (on_gpu && first_layer < plan.num_layers) {
-    const char* gemm = std::getenv("STRATA_GPU_GEMM");  // test hook: "fp32" for fp32 GEMMs
     // With ranks, each runs its own micro-batches on its GPU (engine/gpu_ranks.h).
     std::vector<Batch> mine;
     std::vector<size_t> mine_ids;
@@ -640,7 +625,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
                  job.max_gpu_memory_bytes,
                  !result.memory.spilled,
                  resume_dir,
-                 !(gemm && std::string(gemm) == "fp32"),
+                 job.gpu,
                  commit,
                  [&](const LayerReport& r) {
                    result.layers.push_back(r);
@@ -651,7 +636,8 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
                  mine_ids,
                  &result.times,
                  warm.get(),
-                 early.get()};
+                 early.get(),
+                 job.test};
     commit_time = &result.times.commit;
     run_layers_gpu(loop);  // fills result.times.device_setup and the loop's parts
   }
@@ -668,7 +654,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
       layer_timer.lap(&result.times.read_wait);
       if (l + 1 < plan.num_layers) prefetch = fetch(l + 1);
       if (!last) store->begin(l + 2);
-      test_fail_hook(comm, l);
+      test_fail_hook(comm, l, job.test);
       // With expert parallelism the ranks run their micro-batches in lockstep rounds (the MoE
       // exchanges are collective): round k is micro-batch k·N + rank, or an empty batch.
       const size_t N = expert_parallel ? static_cast<size_t>(comm.size()) : 1;

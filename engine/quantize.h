@@ -19,6 +19,7 @@
 
 #include "calib/dataset.h"
 #include "engine/comm.h"
+#include "engine/options.h"
 #include "engine/plan.h"
 #include "engine/run_times.h"
 #include "export/modelopt.h"
@@ -53,6 +54,8 @@ struct QuantizeJob {
   Device device = Device::kCpu;
   bool device_explicit = false;
   uint64_t max_gpu_memory_bytes = 0;  // --max_gpu_memory_gb; 0: the device's free memory
+  GpuOptions gpu;                     // engine/options.h: the --gpu_* flags
+  TestHooks test;                     // engine/options.h: the hidden --test_* flags
 };
 
 // Host memory a run needs, an upper bound on its peak RSS (docs/QUANTIZE.md "Memory and

@@ -46,7 +46,7 @@ struct ExportOptions {
   bool exact_mxfp4 = false;
 };
 
-// Weights quantized elsewhere (the GPU engine, STRATA_GPU_QUANTIZE), per module name: the
+// Weights quantized elsewhere (the GPU engine, --gpu_quantize), per module name: the
 // tensors write_layer would make from the checkpoint, in the same order (weight, weight_scale[,
 // weight_scale_2]); the activation scales are still made here from the calibration.
 using PrecomputedWeights = std::map<std::string, std::vector<std::pair<std::string, Tensor>>>;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -25,9 +24,9 @@ uint64_t align_up(uint64_t x) {
   return (x + kAlign - 1) / kAlign * kAlign;
 }
 
-// STRATA_GPU_PROFILE=1: the device time of each part of the forward, from timing events recorded
-// between the parts, summed over the run and logged when the forward is destroyed. The events
-// cost a little; off by default.
+// GpuForwardOptions::profile: the device time of each part of the forward, from timing events
+// recorded between the parts, summed over the run and logged when the forward is destroyed. The
+// events cost a little; off by default.
 enum Part {
   kNorms,
   kAttention,
@@ -139,7 +138,7 @@ struct GpuForward::Impl {
   int64_t seqs_per_call = 0, longest = 0;
   PinnedBuffer host_ints;  // counts [E], offsets [E]
   // The routed experts' GEMMs, issued from several host threads (model/cuda/parallel_gemm.h;
-  // STRATA_GPU_GEMM_THREADS, default 4; 1: by this thread).
+  // GpuForwardOptions::gemm_threads, default 4; 1: by this thread).
   std::unique_ptr<ParallelGemms> expert_gemms;
   std::vector<GemmJob> jobs;
   int64_t max_tokens = 0;
@@ -214,13 +213,11 @@ struct GpuForward::Impl {
     if (E > 0) {
       moe_ints = DeviceBuffer(budget, static_cast<uint64_t>(3 * E) * 4, "expert counts");
       host_ints.reserve(static_cast<uint64_t>(2 * E) * 4);
-      const char* t = std::getenv("STRATA_GPU_GEMM_THREADS");
-      expert_gemms = std::make_unique<ParallelGemms>(t ? std::atoi(t) : 4, opt.gemm_bf16);
+      expert_gemms = std::make_unique<ParallelGemms>(opt.gemm_threads, opt.gemm_bf16);
     }
     blas = gemm_handle_create(stream.handle());
     stream.synchronize();
-    const char* p = std::getenv("STRATA_GPU_PROFILE");
-    prof.on = p && std::string(p) == "1";
+    prof.on = opt.profile;
   }
   ~Impl() {
     prof.log();
@@ -951,8 +948,7 @@ uint64_t GpuForward::converted_bytes(int64_t l, const LayerBlob& blob) const {
 
 uint64_t GpuForward::attention_bytes(int64_t longest, uint64_t cap) const {
   const Impl& im = *impl_;
-  const char* hook = std::getenv("STRATA_GPU_ATTENTION");
-  if (hook && std::string(hook) == "warp") return 0;
+  if (im.opt.warp_attention) return 0;
   const uint64_t one = static_cast<uint64_t>(im.nH * longest * longest) * 4;
   if (one == 0 || one > cap) return 0;
   // Whole sequences, about 64 MiB of scores per call (at least one sequence).

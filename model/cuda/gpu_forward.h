@@ -30,8 +30,12 @@
 
 namespace strata::gpu {
 
+// engine/options.h GpuOptions' part that the forward uses.
 struct GpuForwardOptions {
-  bool gemm_bf16 = true;
+  bool gemm_bf16 = true;        // GEMM inputs in bf16 (fp32 accumulation); false: fp32
+  int gemm_threads = 4;         // host threads issuing the routed experts' GEMMs
+  bool profile = false;         // log the device time of each part of the forward at the end
+  bool warp_attention = false;  // attention always in the warp-per-query kernel
 };
 
 // Tokens of one chunk: whole sequences, concatenated. Device arrays of T entries.
@@ -68,7 +72,7 @@ class GpuForward {
   // Device bytes of the attention score buffer for sequences of up to `longest` tokens
   // (S = QK^T per sequence and head, fp32, through batched GEMMs); 0 when even one sequence's
   // scores would take more than `cap` bytes, and attention then runs in the warp-per-query
-  // kernel (also with STRATA_GPU_ATTENTION=warp, a test hook).
+  // kernel (also with GpuForwardOptions::warp_attention).
   uint64_t attention_bytes(int64_t longest, uint64_t cap) const;
   // Scratch for chunks of up to `tokens` tokens, and the attention buffer above.
   void reserve(int64_t tokens, int64_t longest, uint64_t attention_cap);

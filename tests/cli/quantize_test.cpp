@@ -71,6 +71,12 @@ TEST(Quantize, RefusalsComeBeforeAnyWork) {
            "'",
        "needs the model's tokenizer"},
       {base + "--export_path '" + kFixtures + "llama'", "is the source checkpoint"},
+      {base + "--gpu_gemm fp16 --export_path x", "--gpu_gemm must be bf16|fp32, not 'fp16'"},
+      {base + "--gpu_weight_buffers 3 --export_path x",
+       "--gpu_weight_buffers must be auto|1|2, not '3'"},
+      {base + "--gpu_gemm_threads 0 --export_path x", "--gpu_gemm_threads must be between 1"},
+      {base + "--test_fail_rank 1 --export_path x",
+       "--test_fail_rank and --test_fail_layer go together"},
   };
   for (const Case& c : cases) {
     RunResult r = run_strata(c.args, tmp.path());
@@ -80,6 +86,18 @@ TEST(Quantize, RefusalsComeBeforeAnyWork) {
   }
   EXPECT_EQ(read_file(tmp.path() / "full" / "keep.txt"), "user data");
   EXPECT_FALSE(fs::exists(tmp.path() / "o"));
+}
+
+// The GPU switches are documented flags; the test hooks parse but stay out of --help.
+TEST(Quantize, HelpListsGpuSwitchesNotTestHooks) {
+  TempDir tmp;
+  RunResult r = run_strata("quantize --help", tmp.path());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  for (const char* flag :
+       {"--gpu_gemm bf16|fp32", "--gpu_gemm_threads N", "--gpu_weight_buffers auto|1|2",
+        "--gpu_quantize on|off", "--gpu_attention auto|warp", "--gpu_profile"})
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag << "\n" << r.out;
+  EXPECT_EQ(r.out.find("--test_"), std::string::npos) << r.out;
 }
 
 TEST(Quantize, UnmatchedRecipeRuleWarns) {

@@ -37,11 +37,11 @@ for m in llama qwen3 qwen3_moe qwen3_moe_nonorm kimi_linear; do
 done
 t gpu_vs_cpu.qwen3_moe.experts_only bash $g "$strata" qwen3_moe nvfp4_experts_only-kv_fp8 bf16 0.05
 t gpu_vs_cpu.qwen3_moe.fp8 bash $g "$strata" qwen3_moe fp8-kv_fp8 fp32 0.01
-t gpu_vs_cpu.qwen3_moe.host_store env STRATA_TEST_GPU_HOST_STORE=1 bash $g "$strata" qwen3_moe nvfp4-kv_fp8 fp32 0.01
-t gpu_vs_cpu.qwen3_moe.file_store env STRATA_TEST_GPU_HOST_STORE=1 STRATA_TEST_ACTIVATION_BUDGET=1 bash $g "$strata" qwen3_moe nvfp4-kv_fp8 fp32 0.01
-t gpu_vs_cpu.qwen3_moe.warp_attention env STRATA_GPU_ATTENTION=warp bash $g "$strata" qwen3_moe nvfp4-kv_fp8 fp32 0.01
-t gpu_vs_cpu.qwen3_moe.exporter_quant env STRATA_GPU_QUANTIZE=0 bash $g "$strata" qwen3_moe nvfp4-kv_fp8 bf16 0.05
-t gpu_vs_cpu.llama.exporter_quant_fp8 env STRATA_GPU_QUANTIZE=0 bash $g "$strata" llama fp8-kv_fp8 bf16 0.05
+t gpu_vs_cpu.qwen3_moe.host_store bash $g "$strata" qwen3_moe nvfp4-kv_fp8 fp32 0.01 --test_gpu_host_store
+t gpu_vs_cpu.qwen3_moe.file_store bash $g "$strata" qwen3_moe nvfp4-kv_fp8 fp32 0.01 --test_gpu_host_store --test_activation_budget 1
+t gpu_vs_cpu.qwen3_moe.warp_attention bash $g "$strata" qwen3_moe nvfp4-kv_fp8 fp32 0.01 --gpu_attention warp
+t gpu_vs_cpu.qwen3_moe.exporter_quant bash $g "$strata" qwen3_moe nvfp4-kv_fp8 bf16 0.05 --gpu_quantize off
+t gpu_vs_cpu.llama.exporter_quant_fp8 bash $g "$strata" llama fp8-kv_fp8 bf16 0.05 --gpu_quantize off
 t kill_resume_gpu.qwen3_moe bash tests/engine/kill_resume_test.sh "$strata" qwen3_moe 4
 refused() {  # an explicit --device cuda on weights the GPU forward lacks (INT4): exit 1, named
   "$strata" quantize -q --model tests/fixtures/models/kimi_k25_int4 --export_path /tmp/ds_out \
@@ -67,11 +67,11 @@ syn=/tmp/syn
 python3 bench/gpu/make_synthetic_moe.py $syn --layers ${SYN_LAYERS:-4} --experts 64 --seqs ${SYN_SEQS:-128} --seq_len 512 >> "$tm" 2>&1
 sync
 t0=$(date +%s%N); cat $syn/model.safetensors > /dev/null; echo "read once (page cache warm): $((($(date +%s%N) - t0) / 1000000)) ms" >> "$tm"
-for variant in "resident:" "pinned:STRATA_TEST_GPU_HOST_STORE=1" "exporter_quant:STRATA_GPU_QUANTIZE=0"; do
-  name=${variant%%:*} envs=${variant#*:}
+for variant in "resident:" "pinned:--test_gpu_host_store" "exporter_quant:--gpu_quantize off"; do
+  name=${variant%%:*} flags=${variant#*:}
   rm -rf /tmp/syn_out
   t0=$(date +%s%N)
-  env $envs "$strata" quantize --model $syn \
+  "$strata" quantize $flags --model $syn \
     --qformat nvfp4_experts_only --kv_cache_qformat fp8 --calib_data $syn/calib.jsonl \
     --calib_size ${SYN_SEQS:-128} --calib_min_tokens 1 --batch_size 8 --device cuda \
     --max_gpu_memory_gb 4 --export_path /tmp/syn_out 2>&1 | grep -E "GPU:|quantized|^time|^layers|peak RSS|error|warning" >> "$tm"

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # GPU engine modes that must not change a byte (ctest label gpu; exit 77 = skipped without a
-# GPU): the fixture quantized on the GPU as the engine chooses, then again with the environment
-# given after MODEL (a test hook such as STRATA_GPU_WEIGHT_BUFFERS=1), with the same chunking
-# (one micro-batch per chunk in both, STRATA_TEST_GPU_HOST_STORE=1); the two exports must be
-# identical file for file.
-#   tests/engine/gpu_modes_test.sh STRATA MODEL GEMM VAR=VALUE...
+# GPU): the fixture quantized on the GPU as the engine chooses, then again with the flags given
+# after GEMM (a switch such as --gpu_weight_buffers 1), with the same chunking (one micro-batch
+# per chunk in both, --test_gpu_host_store); the two exports must be identical file for file.
+#   tests/engine/gpu_modes_test.sh STRATA MODEL GEMM FLAGS...
 set -euo pipefail
 strata=$1 model=$2 gemm=$3
 shift 3
@@ -19,11 +18,10 @@ python3 tests/fixtures/tokens_jsonl.py "$src" > "$work/tokens.jsonl"
 count=$(wc -l < "$work/tokens.jsonl")
 args=(quantize -q --model "$src" --recipe nvfp4-kv_fp8 --calib_data "$work/tokens.jsonl"
       --calib_size "$count" --calib_min_tokens 1 --batch_size 2 --device cuda
-      --max_gpu_memory_gb 1)
+      --max_gpu_memory_gb 1 --test_gpu_host_store --gpu_gemm "$gemm")
 sums() { (cd "$1" && find . -type f | sort | xargs sha256sum); }
-STRATA_TEST_GPU_HOST_STORE=1 STRATA_GPU_GEMM=$gemm "$strata" "${args[@]}" --export_path "$work/a"
-env STRATA_TEST_GPU_HOST_STORE=1 STRATA_GPU_GEMM="$gemm" "$@" "$strata" "${args[@]}" \
-  --export_path "$work/b"
+"$strata" "${args[@]}" --export_path "$work/a"
+"$strata" "${args[@]}" "$@" --export_path "$work/b"
 if ! diff <(sums "$work/a") <(sums "$work/b"); then
   echo "FAIL: $* changed the export of $model"
   exit 1

@@ -55,10 +55,10 @@ else
       rm -rf /tmp/syn_out_$run
       t0=$(date +%s%N)
       case $run in
-        one) STRATA_GPU_QUANTIZE=1 timeout $(left) strata "${a[@]}" --export_path /tmp/syn_out_$run > "$OUT/$run.out" 2>&1 ;;
+        one) timeout $(left) strata "${a[@]}" --export_path /tmp/syn_out_$run > "$OUT/$run.out" 2>&1 ;;
         *) n=${run:2:1}; ex=thread; [ $run = np2_main ] && ex=main
-           STRATA_GPU_QUANTIZE=1 STRATA_GPU_RANKS_EXCHANGE=$ex timeout $(left) mpirun --oversubscribe --bind-to none -np $n \
-             -x STRATA_GPU_QUANTIZE -x STRATA_GPU_RANKS_EXCHANGE strata "${a[@]}" --export_path /tmp/syn_out_$run > "$OUT/$run.out" 2>&1 ;;
+           timeout $(left) mpirun --oversubscribe --bind-to none -np $n \
+             strata "${a[@]}" --test_gpu_ranks_exchange $ex --export_path /tmp/syn_out_$run > "$OUT/$run.out" 2>&1 ;;
       esac
       echo "synthetic $run rc $? wall $((($(date +%s%N) - t0) / 1000000)) ms" >> "$OUT/timing.log"
       grep -E "GPU:|^ranks:|checkpoint bytes read" "$OUT/$run.out" >> "$OUT/timing.log"

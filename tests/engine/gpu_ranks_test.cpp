@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/launcher.h"
 #include "tests/engine/fake_comm.h"
 
 namespace strata {
@@ -92,7 +93,7 @@ TEST(GpuRanks, SharesCoverTheBlobOnceWithTheFilesBytes) {
 // collectives on the world, as the GPU loop does; every rank must end with LayerReader's bytes of
 // every tensor, and the ranks' reads must add up to the tensors once. Skipped as one process.
 TEST(GpuRanksMpi, ExchangeGivesEveryRankTheLayer) {
-  Comm& comm = world();
+  Comm& comm = world(cli::launcher_from_environment());
   if (comm.size() < 2) GTEST_SKIP() << "run under mpirun";
   const Checkpoint ckpt = Checkpoint::open(kModel);
   LayerReader reader(ckpt);

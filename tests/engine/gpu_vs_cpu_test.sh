@@ -4,11 +4,14 @@
 #   - weights byte-identical, activation scales within the bound (compare_exports.py);
 #   - the GPU export passes the independent consumer-contract checker (with the transformers
 #     amax comparison for fp32 GEMMs).
-#   tests/engine/gpu_vs_cpu_test.sh STRATA MODEL RECIPE GEMM REL
-# GEMM: bf16 (the default GPU path) or fp32 (STRATA_GPU_GEMM=fp32). REL: the bound on
-# |scale_gpu - scale_cpu| / scale_cpu, justified in docs/CUDA.md "GPU vs CPU".
+#   tests/engine/gpu_vs_cpu_test.sh STRATA MODEL RECIPE GEMM REL [FLAGS...]
+# GEMM: bf16 (the default GPU path) or fp32 (--gpu_gemm fp32). REL: the bound on
+# |scale_gpu - scale_cpu| / scale_cpu, justified in docs/CUDA.md "GPU vs CPU". FLAGS go to both
+# runs (switches and test hooks such as --gpu_quantize off or --test_gpu_host_store; the CPU run
+# ignores the GPU's).
 set -euo pipefail
 strata=$1 model=$2 recipe=$3 gemm=$4 rel=$5
+shift 5
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "no GPU: skipped"
   exit 77
@@ -20,9 +23,9 @@ trap 'rm -rf "$work"' EXIT
 python3 tests/fixtures/tokens_jsonl.py "$src" > "$work/tokens.jsonl"
 count=$(wc -l < "$work/tokens.jsonl")
 common=(quantize -q --model "$src" --recipe "$recipe" --calib_data "$work/tokens.jsonl"
-        --calib_size "$count" --calib_min_tokens 1 --batch_size 2)
+        --calib_size "$count" --calib_min_tokens 1 --batch_size 2 "$@")
 "$strata" "${common[@]}" --device cpu --export_path "$work/cpu"
-STRATA_GPU_GEMM=$gemm "$strata" "${common[@]}" --device cuda --max_gpu_memory_gb 1 \
+"$strata" "${common[@]}" --device cuda --gpu_gemm "$gemm" --max_gpu_memory_gb 1 \
   --export_path "$work/gpu"
 python3 tests/engine/compare_exports.py "$work/cpu" "$work/gpu" --rel "$rel"
 # The checker's 1% comparison with transformers' fp32 amaxes holds for fp32 GEMMs; bf16 GEMMs

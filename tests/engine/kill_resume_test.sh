@@ -4,11 +4,13 @@
 # ones included), with no resume folder left behind. Then: a changed recipe or calibration is
 # refused naming the change, a non-empty directory without a manifest is refused, and
 # --overwrite starts over.
-#   tests/engine/kill_resume_test.sh STRATA [MODEL] [TRIALS] [SEED]
-# STRATA_TEST_SLOW_LAYER_MS (a test hook of engine/quantize.cpp) makes every step sleep after its
-# tensors are written and before it is committed, so that kills land mid-run on tiny fixtures.
+#   tests/engine/kill_resume_test.sh STRATA [MODEL] [TRIALS] [SEED] [FLAGS...]
+# FLAGS go to every run (e.g. --test_activation_budget 1: the store spilled). --test_slow_layer_ms
+# (a test hook of engine/quantize.cpp) makes every step sleep after its tensors are written and
+# before it is committed, so that kills land mid-run on tiny fixtures.
 set -euo pipefail
 strata=$1 model=${2:-qwen3_moe} trials=${3:-24} seed=${4:-20240601}
+shift $(($# < 4 ? $# : 4))
 src=tests/fixtures/models/$model
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -16,7 +18,7 @@ python3 tests/fixtures/tokens_jsonl.py "$src/reference.safetensors" > "$work/tok
 count=$(wc -l < "$work/tokens.jsonl")
 # Shards of ~52 KiB: several shards, some spanning two layers, so partly written shards are hit.
 common=(quantize --model "$src" --calib_data "$work/tokens.jsonl" --calib_size "$count"
-        --calib_min_tokens 1 --batch_size 2 --max_shard_size_gb 0.00005)
+        --calib_min_tokens 1 --batch_size 2 --max_shard_size_gb 0.00005 "$@")
 args=("${common[@]}" --recipe nvfp4-kv_fp8)
 
 sums() { (cd "$1" && find . -type f | sort | xargs sha256sum); }
@@ -30,7 +32,7 @@ sums "$work/ref" > "$work/ref.sums"
 # Kill delays are drawn over the length of one slowed run, measured here, so that they land
 # mid-run on fast and slow builds alike (the sanitizer build starts several times slower).
 t0=$(date +%s%N)
-STRATA_TEST_SLOW_LAYER_MS=25 "$strata" "${args[@]}" -q --export_path "$work/timed" > /dev/null
+"$strata" "${args[@]}" --test_slow_layer_ms 25 -q --export_path "$work/timed" > /dev/null
 run_ms=$((($(date +%s%N) - t0) / 1000000))
 rm -rf "$work/timed"
 [ "$run_ms" -ge 20 ] || run_ms=20
@@ -43,7 +45,7 @@ for ((t = 0; t < trials; t++)); do
   # One to three killed attempts, each after a random delay, then one left to finish.
   rounds=$((1 + RANDOM % 3))
   for ((r = 0; r < rounds; r++)); do
-    STRATA_TEST_SLOW_LAYER_MS=25 "$strata" "${args[@]}" --export_path "$out" >> "$log" 2>&1 &
+    "$strata" "${args[@]}" --test_slow_layer_ms 25 --export_path "$out" >> "$log" 2>&1 &
     pid=$!
     delay_ms=$(((RANDOM * 32768 + RANDOM) % run_ms))
     sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
@@ -69,7 +71,7 @@ echo "$trials trials, $kills kills, $resumed trials resumed an interrupted run; 
 [ "$resumed" -ge $((trials / 3)) ] || fail "only $resumed of $trials trials resumed: kills missed the run"
 
 # A manifest exists from the first moment of a run: kill one once it is there.
-STRATA_TEST_SLOW_LAYER_MS=2000 "$strata" "${args[@]}" --export_path "$work/x" > /dev/null 2>&1 &
+"$strata" "${args[@]}" --test_slow_layer_ms 2000 --export_path "$work/x" > /dev/null 2>&1 &
 pid=$!
 for _ in $(seq 100); do [ -f "$work/x.strata_resume/manifest.json" ] && break; sleep 0.05; done
 kill -9 "$pid"; wait "$pid" 2> /dev/null || true

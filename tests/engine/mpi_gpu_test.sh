@@ -3,15 +3,16 @@
 # NCCL"), file for file (sha256 of every file): `mpirun -np 2` and `-np 3 strata quantize --device
 # cuda` (ranks may share one GPU: rank r uses GPU local_rank mod the device count); the bytes the
 # ranks read of the checkpoint add up to one process's (each tensor read by one rank).
-#   tests/engine/mpi_gpu_test.sh STRATA MODEL [full]
+#   tests/engine/mpi_gpu_test.sh STRATA MODEL [quick|full] [FLAGS...]
 # With "full" also: -np 4 (a rank without micro-batches), a run of 2 ranks killed (SIGKILL) once a layer is committed and resumed with 3
 # ranks, one of 3 ranks resumed by one process, and a rank that fails (test hook
-# STRATA_TEST_FAIL_RANK/STRATA_TEST_FAIL_LAYER) stopping every rank, its state resumed with 2 ranks:
-# each gives the same bytes. The environment passes through (STRATA_GPU_QUANTIZE,
-# STRATA_TEST_GPU_HOST_STORE).
+# --test_fail_rank/--test_fail_layer) stopping every rank, its state resumed with 2 ranks: each
+# gives the same bytes. FLAGS go to every run, the one-process reference included (e.g.
+# --gpu_quantize off, --test_gpu_host_store).
 # Exits 77 (ctest: skipped) without a GPU, without mpirun, or when STRATA was built without MPI.
 set -euo pipefail
-strata=$1 model=$2 mode=${3:-}
+strata=$1 model=$2 mode=${3:-quick}
+shift $(($# < 3 ? $# : 3))
 nvidia-smi -L > /dev/null 2>&1 || { echo "no GPU: skipped"; exit 77; }
 command -v mpirun > /dev/null || { echo "mpirun not found: skipped"; exit 77; }
 "$strata" --version | grep -q "MPI" || { echo "strata built without MPI: skipped"; exit 77; }
@@ -31,7 +32,7 @@ count=$(wc -l < "$work/tokens.jsonl")
 # several ranks. Each rank's GPU budget is 1 GiB (the fixtures need far less).
 args=(quantize --model "$src" --calib_data "$work/tokens.jsonl" --calib_size "$count"
       --calib_min_tokens 1 --batch_size 2 --max_shard_size_gb 0.00005 --recipe nvfp4-kv_fp8
-      --device cuda --max_gpu_memory_gb 1)
+      --device cuda --max_gpu_memory_gb 1 "$@")
 extra=()
 fail() { echo "FAIL: $*"; exit 1; }
 same() {  # dir, what
@@ -73,7 +74,7 @@ kill_and_resume
 out=$work/failed
 t0=$(date +%s)
 rc=0
-STRATA_TEST_FAIL_RANK=1 STRATA_TEST_FAIL_LAYER=1 mpi 2 "${args[@]}" -q --export_path "$out" > /dev/null 2> "$work/fail.err" || rc=$?
+mpi 2 "${args[@]}" --test_fail_rank 1 --test_fail_layer 1 -q --export_path "$out" > /dev/null 2> "$work/fail.err" || rc=$?
 [ "$rc" -ne 0 ] || fail "a failing rank gave exit 0"
 [ "$rc" -ne 124 ] || fail "a failing rank left the others hanging (timeout)"
 [ $(($(date +%s) - t0)) -lt 60 ] || fail "the ranks took too long to stop"

@@ -14,7 +14,7 @@ kill_and_resume() {
   for pair in "2 3" "3 1"; do
     read -r from to <<< "$pair"
     out=$work/stop$from
-    STRATA_TEST_SLOW_LAYER_MS=1000 "${launch[@]}" -np "$from" "$strata" "${args[@]}" "${extra[@]}" -q --export_path "$out" > /dev/null 2>&1 &
+    "${launch[@]}" -np "$from" "$strata" "${args[@]}" "${extra[@]}" --test_slow_layer_ms 1000 -q --export_path "$out" > /dev/null 2>&1 &
     pid=$!
     for _ in $(seq 1200); do [ "$(next_step "$out")" -ge 2 ] && break; sleep 0.05; done
     [ "$(next_step "$out")" -ge 2 ] || fail "-np $from: no layer committed"

@@ -3,15 +3,17 @@
 # every file): `mpirun -np 2` and `-np 3` on CPU ranks, oversubscribed; a run of 2 ranks stopped
 # mid-way and resumed with 3 ranks, and one of 3 ranks resumed by a single process; the bytes the
 # ranks read of the checkpoint add up to one process's (each tensor read by one rank).
-#   tests/engine/mpi_test.sh STRATA MODEL [failure|expert]
+#   tests/engine/mpi_test.sh STRATA MODEL [plain|failure|expert] [FLAGS...]
+# FLAGS go to every run, the one-process reference included (e.g. --test_activation_budget 1).
 # With "expert": the same with --expert_parallel (the routed experts split over the ranks, rows
 # exchanged between them); the reference stays a single process without it.
-# With "failure": one rank that fails (test hook STRATA_TEST_FAIL_RANK/STRATA_TEST_FAIL_LAYER of
+# With "failure": one rank that fails (test hook --test_fail_rank/--test_fail_layer of
 # engine/parallel.h) or is killed makes the others stop with a non-zero exit in bounded time, and
 # a later run with another rank count resumes the state it left to the same bytes.
 # Exits 77 (ctest: skipped) when mpirun is not installed.
 set -euo pipefail
-strata=$1 model=$2 mode=${3:-}
+strata=$1 model=$2 mode=${3:-plain}
+shift $(($# < 3 ? $# : 3))
 command -v mpirun > /dev/null || { echo "mpirun not found: skipped"; exit 77; }
 case $model in
   tiny-moe) src=demo/tiny-moe ;;
@@ -40,7 +42,7 @@ fi
 # Micro-batches of 2 sequences (several per rank); shards of ~52 KiB, some shared by two layers
 # and so written by several ranks.
 args=(quantize --model "$src" "${data[@]}" --batch_size 2 --max_shard_size_gb 0.00005
-      --recipe nvfp4-kv_fp8)
+      --recipe nvfp4-kv_fp8 "$@")
 extra=()
 [ "$mode" != expert ] || extra=(--expert_parallel)
 fail() { echo "FAIL: $*"; exit 1; }
@@ -84,7 +86,7 @@ fi
 out=$work/failed
 t0=$(date +%s)
 rc=0
-STRATA_TEST_FAIL_RANK=1 STRATA_TEST_FAIL_LAYER=1 mpi 3 "${args[@]}" -q --export_path "$out" > /dev/null 2> "$work/fail.err" || rc=$?
+mpi 3 "${args[@]}" --test_fail_rank 1 --test_fail_layer 1 -q --export_path "$out" > /dev/null 2> "$work/fail.err" || rc=$?
 [ "$rc" -ne 0 ] || fail "a failing rank gave exit 0"
 [ "$rc" -ne 124 ] || fail "a failing rank left the others hanging (timeout)"
 [ $(($(date +%s) - t0)) -lt 60 ] || fail "the ranks took too long to stop"
@@ -97,7 +99,7 @@ same "$out" "failed rank, resumed with -np 2"
 # A rank that dies (SIGKILL): the others are stopped by the launcher, non-zero, in bounded time.
 out=$work/killed
 t0=$(date +%s)
-STRATA_TEST_SLOW_LAYER_MS=1000 "${launch[@]}" -np 2 "$strata" "${args[@]}" -q --export_path "$out" > /dev/null 2>&1 &
+"${launch[@]}" -np 2 "$strata" "${args[@]}" --test_slow_layer_ms 1000 -q --export_path "$out" > /dev/null 2>&1 &
 pid=$!
 for _ in $(seq 1200); do [ "$(next_step "$out")" -ge 2 ] && break; sleep 0.05; done
 victim=$(ranks_of "$pid" | tail -1)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The activation store spilled to files gives the same bytes as held in memory: a run whose store
-# budget (STRATA_TEST_ACTIVATION_BUDGET, a test hook of engine/quantize.cpp) is one byte spills
+# budget (--test_activation_budget, a test hook of engine/quantize.cpp) is one byte spills
 # every micro-batch, into the resume folder or into --offload_folder, and every output file
 # must equal an in-memory run's (sha256), also when killed and resumed. Then --max_cpu_memory_gb below the least a run needs is
 # refused before anything is written, on one line that gives the numbers.
@@ -21,20 +21,20 @@ fail() { echo "FAIL: $*"; exit 1; }
 grep -q "spilled" "$work/mem.log" && fail "the in-memory run spilled"
 sums "$work/mem" > "$work/mem.sums"
 
-STRATA_TEST_ACTIVATION_BUDGET=1 "$strata" "${args[@]}" --export_path "$work/spill" > "$work/spill.log" 2>&1 || { cat "$work/spill.log"; fail "spilled run failed"; }
+"$strata" "${args[@]}" --test_activation_budget 1 --export_path "$work/spill" > "$work/spill.log" 2>&1 || { cat "$work/spill.log"; fail "spilled run failed"; }
 grep -q "activation store spilled" "$work/spill.log" || { cat "$work/spill.log"; fail "the run did not spill"; }
 diff "$work/mem.sums" <(sums "$work/spill") || fail "spilled output differs from the in-memory run"
 [ ! -e "$work/spill.strata_resume" ] || fail "spilled run left its resume folder"
 
 mkdir "$work/off"
-STRATA_TEST_ACTIVATION_BUDGET=1 "$strata" "${args[@]}" --offload_folder "$work/off" --export_path "$work/spill2" > "$work/spill2.log" 2>&1 || { cat "$work/spill2.log"; fail "run with --offload_folder failed"; }
+"$strata" "${args[@]}" --test_activation_budget 1 --offload_folder "$work/off" --export_path "$work/spill2" > "$work/spill2.log" 2>&1 || { cat "$work/spill2.log"; fail "run with --offload_folder failed"; }
 grep -q "spilled to $work/off" "$work/spill2.log" || { cat "$work/spill2.log"; fail "did not spill to --offload_folder"; }
 diff "$work/mem.sums" <(sums "$work/spill2") || fail "--offload_folder output differs from the in-memory run"
 [ -z "$(ls -A "$work/off")" ] || { ls -la "$work/off"; fail "spill files left in --offload_folder"; }
 
 # Killed while its resume file is a spill file in a relative --offload_folder, then resumed.
 mkdir "$work/off3"
-(cd "$work" && STRATA_TEST_ACTIVATION_BUDGET=1 STRATA_TEST_SLOW_LAYER_MS=1000 "$strata" "${args[@]}" \
+(cd "$work" && "$strata" "${args[@]}" --test_activation_budget 1 --test_slow_layer_ms 1000 \
   --offload_folder off3 --export_path spill3 > spill3.log 2>&1) &
 pid=$!
 for _ in $(seq 1200); do
@@ -43,7 +43,7 @@ for _ in $(seq 1200); do
 done
 kill -9 "$pid" 2> /dev/null || true; wait "$pid" 2> /dev/null || true
 grep -q '"hidden_file": "/.*/off3/hidden-' "$work/spill3.strata_resume/manifest.json" || fail "no manifest naming a spill file"
-(cd "$work" && STRATA_TEST_ACTIVATION_BUDGET=1 "$strata" "${args[@]}" --offload_folder off3 \
+(cd "$work" && "$strata" "${args[@]}" --test_activation_budget 1 --offload_folder off3 \
   --export_path spill3 > spill3b.log 2>&1) || { cat "$work/spill3b.log"; fail "resuming a spilled run failed"; }
 grep -q "resuming at layer" "$work/spill3b.log" || { cat "$work/spill3b.log"; fail "did not resume"; }
 diff "$work/mem.sums" <(sums "$work/spill3") || fail "resumed spilled output differs from the in-memory run"

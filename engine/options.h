@@ -1,0 +1,43 @@
+// The switches of a quantize run beyond its inputs: how the GPU path runs, and test hooks. Filled
+// by cli/quantize.cpp from flags of `strata quantize` (docs/QUANTIZE.md "Test and benchmark
+// switches"); QuantizeJob holds them and hands the engine's parts what they use. Nothing below
+// cli/ reads the environment.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+namespace strata {
+
+// The GPU path (engine/gpu_runner.h, model/cuda/gpu_forward.h; docs/CUDA.md). Ignored on the
+// CPU. Only gemm_bf16 changes the activation scales; the rest leave every byte as it is.
+struct GpuOptions {
+  bool gemm_bf16 = true;        // --gpu_gemm bf16|fp32: the forward's GEMM inputs
+  int gemm_threads = 4;         // --gpu_gemm_threads N: host threads issuing the expert GEMMs
+  int weight_buffers = 0;       // --gpu_weight_buffers 1|2: layer weight buffers; 0: planned
+  bool quantize = true;         // --gpu_quantize on|off: weights quantized on the device
+  bool warp_attention = false;  // --gpu_attention warp: the warp-per-query kernel always
+  bool profile = false;         // --gpu_profile: device time per part of the forward, logged
+};
+
+// Test hooks (hidden flags --test_*, docs/QUANTIZE.md "Test and benchmark switches"): they make
+// tiny fixtures take the paths that large runs take, or fail and stall on purpose.
+struct TestHooks {
+  // --test_activation_budget BYTES: the activation store's budget, in place of the one
+  // --max_cpu_memory_gb leaves (1: every micro-batch spills).
+  std::optional<uint64_t> activation_budget;
+  // --test_slow_layer_ms MS: every step sleeps this long after its tensors are written and
+  // before it is committed, so that a kill lands mid-run.
+  int64_t slow_layer_ms = 0;
+  // --test_fail_rank R --test_fail_layer L: rank R throws at the start of layer L.
+  int fail_rank = -1;
+  int64_t fail_layer = -1;
+  // --test_gpu_host_store: the GPU path keeps the hidden states off the device, one micro-batch
+  // per chunk, as a budget far below the store would on a large run.
+  bool gpu_host_store = false;
+  // --test_gpu_ranks_exchange main: GPU ranks exchange each layer's shares on the main thread
+  // instead of the reader thread's own communicator.
+  bool gpu_exchange_on_main = false;
+};
+
+}  // namespace strata
