@@ -18,6 +18,7 @@
 #include "core/gpu_memory.h"
 #include "core/log.h"
 #include "engine/gpu_ranks.h"
+#include "engine/memory_plan.h"
 #include "engine/parallel.h"
 #include "io/layer_reader.h"
 
@@ -86,10 +87,6 @@ std::unique_ptr<GpuEarlySetup> gpu_early_setup(const ModelConfig& config, const 
 
 namespace {
 
-std::string gib(uint64_t b) {
-  return str(static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0)).substr(0, 6) + " GiB";
-}
-
 // Makes a written file durable (its dirty pages, through a fresh descriptor).
 void fsync_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -99,11 +96,6 @@ void fsync_file(const std::string& path) {
   ::close(fd);
   STRATA_CHECK(ok, path, ": fsync failed: ", std::strerror(err));
 }
-
-struct Chunk {
-  size_t first, last;  // micro-batches [first, last)
-  int64_t token0 = 0, tokens = 0;
-};
 
 struct Pending {
   int64_t layer = -1;
@@ -329,19 +321,9 @@ void run_layers_gpu(GpuLoop& loop) {
     max_conv = std::max(max_conv, f.converted_bytes(l, blobs[l]));
   }
   const LayerBlob tail = reader.plan(loop.exporter.step_sources(L + 1));
-  // Tokens: micro-batches back to back.
-  std::vector<int64_t> token0(loop.batches.size() + 1, 0);
-  for (size_t b = 0; b < loop.batches.size(); ++b)
-    token0[b + 1] = token0[b] + loop.batches[b].n_tokens();
-  const int64_t total = token0.back();
-  int64_t largest = 0;
-  for (const Batch& b : loop.batches)
-    largest = std::max(largest, b.n_tokens());
-
-  // The budget: two layers' weights, converted weights, token metadata, then either the whole
-  // store (resident) or two bf16 chunk buffers, then chunks.
+  // The budget: one or two layers' weights, converted weights, token metadata, then either the
+  // whole store (resident) or two bf16 chunk buffers, then chunks (engine/memory_plan.h).
   STRATA_ASSERT(store.dtype() == DType::kBF16, "the GPU path keeps bf16 hidden states");
-  const uint64_t store_bytes = static_cast<uint64_t>(total * H) * 2;
   int64_t longest_seq = 0;
   for (const Batch& b : loop.batches) {
     for (int64_t s = 0; s < b.n_seqs(); ++s)
@@ -360,76 +342,30 @@ void run_layers_gpu(GpuLoop& loop) {
         });
   // Two device buffers for layer weights let layer l+1 be copied in while layer l computes;
   // with one, the copy (a layer over the host link, tens of milliseconds) waits for layer l to
-  // finish, and the memory of the second goes to larger chunks. One buffer is used when two do
-  // not fit beside one micro-batch, or when it cuts the chunk count by at least a quarter (fewer
-  // chunks: fewer and larger expert GEMMs); --gpu_weight_buffers 1|2 forces the count.
-  const uint64_t per_token = f.bytes_per_token() + static_cast<uint64_t>(H) * 4;
-  const uint64_t left = budget.left();
+  // finish, and the memory of the second goes to larger chunks.
+  GpuMemoryInputs mi;
+  mi.left = budget.left();
+  mi.max_blob = max_blob;
+  mi.max_conv = max_conv;
+  mi.attention = attention;
+  mi.quantizer = dq ? dq->device_bytes() : 0;
+  mi.forward_per_token = f.bytes_per_token();
+  mi.hidden_size = H;
+  for (const Batch& b : loop.batches)
+    mi.batch_tokens.push_back(b.n_tokens());
+  mi.host_fits = loop.host_fits;
   // Test hook (--test_gpu_host_store, tests/engine/CMakeLists.txt): hidden states in host
   // memory, one micro-batch per chunk, as a budget far below the store would make them on a
   // large run.
-  const bool force_host = loop.test.gpu_host_store;
-  enum class Tier { kDevice, kPinned, kFile };
-  // Token metadata on the device: positions [total], chunk-relative sequence starts [total], and
-  // each chunk's sequence bounds (at most tokens + 1 per chunk; chunks <= micro-batches).
-  const uint64_t meta_bytes =
-      static_cast<uint64_t>(3 * total + static_cast<int64_t>(loop.batches.size())) * 8;
-  struct Layout {
-    uint64_t fixed = 0, least = 0;
-    bool fits = false;
-    Tier tier = Tier::kFile;
-    std::vector<Chunk> chunks;
-  };
-  auto layout = [&](int buffers) {
-    Layout o;
-    o.fixed = static_cast<uint64_t>(buffers) * max_blob + max_conv + attention + meta_bytes +
-              (16 << 20) + (dq ? dq->device_bytes() : 0);
-    o.least = o.fixed + (per_token + 4 * static_cast<uint64_t>(H)) * static_cast<uint64_t>(largest);
-    o.fits = o.least <= left;
-    if (!o.fits) return o;
-    if (!force_host && o.fixed + store_bytes + per_token * static_cast<uint64_t>(largest) <= left) {
-      o.tier = Tier::kDevice;
-    } else if (loop.host_fits) {
-      o.tier = Tier::kPinned;
-    }
-    // Off the device, each chunk also needs two bf16 in/out buffers for the overlapped copies.
-    const uint64_t token_bytes =
-        per_token + (o.tier == Tier::kDevice ? 0 : 4 * static_cast<uint64_t>(H));
-    const uint64_t room = left - o.fixed - (o.tier == Tier::kDevice ? store_bytes : 0);
-    const int64_t cap =
-        force_host ? largest : std::max<int64_t>(largest, static_cast<int64_t>(room / token_bytes));
-    for (size_t b = 0; b < loop.batches.size();) {
-      Chunk c{b, b, token0[b], 0};
-      while (c.last < loop.batches.size() && c.tokens + loop.batches[c.last].n_tokens() <= cap) {
-        c.tokens += loop.batches[c.last].n_tokens();
-        ++c.last;
-      }
-      o.chunks.push_back(c);
-      b = c.last;
-    }
-    return o;
-  };
-  Layout two = layout(2), one = layout(1);
-  STRATA_CHECK(one.fits, "GPU memory: --max_gpu_memory_gb leaves ", gib(left),
-               " but a layer's weights (", gib(max_blob), ") and one micro-batch of ", largest,
-               " tokens need ", gib(one.least),
-               "; raise --max_gpu_memory_gb or lower --batch_size");
-  int buffers = 2;
-  if (loop.gpu.weight_buffers == 1) {
-    buffers = 1;
-  } else if (loop.gpu.weight_buffers == 2) {
-    STRATA_CHECK(two.fits, "--gpu_weight_buffers 2: ", "two layers' weights (", gib(2 * max_blob),
-                 ") and one micro-batch need ", gib(two.least), " of GPU memory, more than the ",
-                 gib(left), " left");
-  } else if (!two.fits || 4 * one.chunks.size() <= 3 * two.chunks.size()) {
-    buffers = 1;
-  }
-  const Layout& chosen = buffers == 2 ? two : one;
-  const Tier tier = chosen.tier;
-  const std::vector<Chunk>& chunks = chosen.chunks;
-  int64_t chunk_max = 0;
-  for (const Chunk& c : chunks)
-    chunk_max = std::max(chunk_max, c.tokens);
+  mi.force_host = loop.test.gpu_host_store;
+  mi.weight_buffers = loop.gpu.weight_buffers;
+  const GpuMemoryPlan mp = plan_gpu_memory(mi);
+  const int buffers = mp.buffers;
+  const HiddenTier tier = mp.tier;
+  const std::vector<PlannedChunk>& chunks = mp.chunks;
+  const std::vector<int64_t>& token0 = mp.token0;  // tokens: micro-batches back to back
+  const int64_t total = mp.total, largest = mp.largest, chunk_max = mp.chunk_max;
+  const uint64_t store_bytes = mp.store_bytes, meta_bytes = mp.meta_bytes;
 
   setup_parts[1] = setup.lap(&times.device_setup);
   // Device allocations.
@@ -448,7 +384,7 @@ void run_layers_gpu(GpuLoop& loop) {
       host_weights[0] = std::move(loop.early->weights[0]);
       host_weights[1] = std::move(loop.early->weights[1]);
     }
-    if (tier == Tier::kPinned && loop.early->hidden.bytes() >= store_bytes)
+    if (tier == HiddenTier::kPinned && loop.early->hidden.bytes() >= store_bytes)
       hstore = std::move(loop.early->hidden);
     loop.early->hidden = gpu::PinnedBuffer();
   }
@@ -462,7 +398,7 @@ void run_layers_gpu(GpuLoop& loop) {
     std::vector<int64_t> m(meta_bytes / 8);
     int64_t at = 2 * total;
     for (size_t i = 0; i < chunks.size(); ++i) {
-      const Chunk& c = chunks[i];
+      const PlannedChunk& c = chunks[i];
       bounds[i].push_back(0);
       for (size_t b = c.first; b < c.last; ++b) {
         const Batch& bt = loop.batches[b];
@@ -489,22 +425,22 @@ void run_layers_gpu(GpuLoop& loop) {
   gpu::DeviceBuffer x(budget, chunk_bf16 * 2, "a chunk's hidden states");
   gpu::DeviceBuffer dstore, io[2];
   gpu::PinnedBuffer stage;  // kFile: one chunk; else one micro-batch (durable writes, the start)
-  if (tier == Tier::kDevice) {
+  if (tier == HiddenTier::kDevice) {
     dstore = gpu::DeviceBuffer(budget, store_bytes, "the hidden states");
   } else {
     io[0] = gpu::DeviceBuffer(budget, chunk_bf16, "a chunk's inputs");
     io[1] = gpu::DeviceBuffer(budget, chunk_bf16, "the next chunk's inputs");
   }
-  if (tier == Tier::kPinned) hstore.reserve(store_bytes);
-  stage.reserve(tier == Tier::kFile ? chunk_bf16 : static_cast<uint64_t>(largest * H) * 2);
+  if (tier == HiddenTier::kPinned) hstore.reserve(store_bytes);
+  stage.reserve(tier == HiddenTier::kFile ? chunk_bf16 : static_cast<uint64_t>(largest * H) * 2);
   setup_parts[2] = setup.lap(&times.device_setup);
-  log_info("GPU: ", cuda_device_description(device), ", budget ", gib(budget.limit()),
-           "; hidden states (", gib(store_bytes), ") ",
-           tier == Tier::kDevice   ? "resident on the device"
-           : tier == Tier::kPinned ? "in pinned host memory"
-                                   : "streamed from --offload_folder",
+  log_info("GPU: ", cuda_device_description(device), ", budget ", format_gib(budget.limit()),
+           "; hidden states (", format_gib(store_bytes), ") ",
+           tier == HiddenTier::kDevice   ? "resident on the device"
+           : tier == HiddenTier::kPinned ? "in pinned host memory"
+                                         : "streamed from --offload_folder",
            ", ", chunks.size(), " chunk(s) of up to ", chunk_max, " tokens; layer weights up to ",
-           gib(max_blob), buffers == 2 ? " in two device buffers" : " in one device buffer",
+           format_gib(max_blob), buffers == 2 ? " in two device buffers" : " in one device buffer",
            attention ? "; attention through batched GEMMs" : "",
            dq ? "; weights quantized on the device" : "; weights quantized by the CPU exporter");
 
@@ -521,10 +457,10 @@ void run_layers_gpu(GpuLoop& loop) {
   auto dev_at = [&](int64_t tok) { return dstore.as<uint16_t>() + tok * H; };
   auto host_at = [&](int64_t tok) { return reinterpret_cast<uint16_t*>(hstore.data()) + tok * H; };
   // The store's current inputs into the device or pinned tier.
-  if (tier != Tier::kFile) {
+  if (tier != HiddenTier::kFile) {
     for (size_t b = 0; b < loop.batches.size(); ++b) {
       const uint64_t n = store.batch_bytes(sid(b));
-      if (tier == Tier::kPinned) {
+      if (tier == HiddenTier::kPinned) {
         store.read_raw(sid(b), host_at(token0[b]));
       } else {
         store.read_raw(sid(b), stage.data());
@@ -541,7 +477,7 @@ void run_layers_gpu(GpuLoop& loop) {
   auto write_store = [&](int64_t next) {
     store.begin(next);
     for (size_t b = 0; b < loop.batches.size(); ++b) {
-      if (tier == Tier::kPinned) {
+      if (tier == HiddenTier::kPinned) {
         store.write_raw(sid(b), host_at(token0[b]));
       } else {
         compute.copy_to_host(stage.data(), dev_at(token0[b]), store.batch_bytes(sid(b)));
@@ -632,33 +568,33 @@ void run_layers_gpu(GpuLoop& loop) {
           std::async(std::launch::async, [&]() { reader.read(tail, host_weights[L % 2].data()); });
     }
     since_durable += loop.exporter.source_bytes(l + 1);
-    bool durable = last || tier == Tier::kFile || since_durable >= kResumeEvery * store_bytes;
+    bool durable = last || tier == HiddenTier::kFile || since_durable >= kResumeEvery * store_bytes;
     if (comm) durable = any_rank(*comm, durable);  // ranks commit the same steps
     float* xf = x.as<float>();
-    if (tier == Tier::kFile && !last) store.begin(l + 2);
+    if (tier == HiddenTier::kFile && !last) store.begin(l + 2);
     // kPinned: chunk i+1 is copied in (h2d) and chunk i-1 out (d2h) while chunk i computes.
     auto copy_in = [&](size_t i) {
-      const Chunk& c = chunks[i];
+      const PlannedChunk& c = chunks[i];
       const int j = static_cast<int>(i % 2);
       io_free[j].wait(h2d);
       h2d.copy_to_device(io[j].data(), host_at(c.token0), static_cast<uint64_t>(c.tokens * H) * 2);
       in_ready[j].record(h2d);
     };
-    if (tier == Tier::kPinned) {
+    if (tier == HiddenTier::kPinned) {
       for (int j = 0; j < 2; ++j)
         io_free[j].record(d2h);
       copy_in(0);
     }
     for (size_t i = 0; i < chunks.size(); ++i) {
-      const Chunk& c = chunks[i];
+      const PlannedChunk& c = chunks[i];
       const gpu::GpuChunk g = chunk_of(i);
       const int64_t n = c.tokens * H;
       const int j = static_cast<int>(i % 2);
-      if (tier == Tier::kDevice) {
+      if (tier == HiddenTier::kDevice) {
         gpu::bf16_to_f32(dev_at(c.token0), xf, n, compute.handle());
         f.forward(g, xf, true);
         if (!last) gpu::cast_bf16(xf, dev_at(c.token0), n, compute.handle());
-      } else if (tier == Tier::kPinned) {
+      } else if (tier == HiddenTier::kPinned) {
         if (i + 1 < chunks.size()) copy_in(i + 1);
         in_ready[j].wait(compute);
         gpu::bf16_to_f32(io[j].as<uint16_t>(), xf, n, compute.handle());
@@ -684,7 +620,7 @@ void run_layers_gpu(GpuLoop& loop) {
         }
       }
     }
-    if (tier == Tier::kPinned) d2h.synchronize();
+    if (tier == HiddenTier::kPinned) d2h.synchronize();
     auto calib = std::make_unique<MaxCalibrator>();
     for (const gpu::AmaxStat& s : f.take_stats())
       calib->record(s.name, s.amax, s.rows);
@@ -702,7 +638,7 @@ void run_layers_gpu(GpuLoop& loop) {
       if (!last) {
         // Written here (the next layer overwrites the host copy); synced on a helper thread,
         // waited for before this step is recorded.
-        if (tier != Tier::kFile) write_store(l + 2);
+        if (tier != HiddenTier::kFile) write_store(l + 2);
         store.commit(loop.resume_dir, false);
         hidden = store.input_path();
         hidden_synced = std::async(std::launch::async, [hidden]() { fsync_file(hidden); });
@@ -732,9 +668,9 @@ void run_layers_gpu(GpuLoop& loop) {
   finish_pending();
   if (prefetch.valid()) prefetch.get();
   times.layers += loop_timer.lap(nullptr);
-  log_info("GPU: peak device memory ", gib(budget.peak()), " of ", gib(budget.limit()), "; waited ",
-           str(times.read_wait).substr(0, 6), " s for weights, ", str(times.compute).substr(0, 6),
-           " s computing");
+  log_info("GPU: peak device memory ", format_gib(budget.peak()), " of ",
+           format_gib(budget.limit()), "; waited ", str(times.read_wait).substr(0, 6),
+           " s for weights, ", str(times.compute).substr(0, 6), " s computing");
 }
 
 #endif

@@ -11,6 +11,7 @@
 // chunk's working set; otherwise they stay in the host ActivationStore (in memory, or spilled to
 // --offload_folder under --max_cpu_memory_gb, exactly as on the CPU path) and each chunk is
 // copied in and out. A chunk is as many consecutive micro-batches as the working set allows.
+// These choices, and one or two device buffers for layer weights, are engine/memory_plan.h's.
 //
 // Ranks (engine/gpu_ranks.h): with GpuLoop::comm of several ranks, each runs its own
 // micro-batches on GPU local_rank mod devices; a layer is read once in total (each tensor by its
