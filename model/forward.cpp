@@ -1,9 +1,12 @@
 #include "model/forward.h"
 
+#include <deque>
+
 #include "core/error.h"
 #include "model/arch.h"
 #include "model/common.h"
-#include "model/families.h"
+#include "model/layer.h"
+#include "ops/cpu_backend.h"
 
 namespace strata {
 
@@ -20,26 +23,66 @@ Batch Batch::from_sequences(const std::vector<std::vector<int32_t>>& seqs) {
   return b;
 }
 
-int expert_owner(int64_t e, int64_t experts, int ranks) {
-  STRATA_ASSERT(e >= 0 && e < experts && ranks >= 1, "expert ", e, " of ", experts);
-  int r = 0;
-  while (experts * (r + 1) / ranks <= e)
-    ++r;
-  return r;
-}
-
 namespace {
 
-using LayerFactory = std::unique_ptr<DecoderLayer> (*)(const model::LayerContext&);
+// Weights read from the checkpoint into fp32 (decompressed where the source is compressed),
+// owned by the layer; routed experts of other ranks are not read.
+class CpuBinder final : public model::Binder {
+ public:
+  CpuBinder(const Checkpoint& ckpt, const ExpertExchange* exchange)
+      : ckpt_(ckpt), exchange_(exchange) {}
+  ops::Weight matrix(const std::string& name, const Shape& shape) override {
+    return load(name, shape, false);
+  }
+  ops::Weight vector(const std::string& name, const Shape& shape) override {
+    return load(name, shape, true);
+  }
+  bool has(const std::string& name) const override { return ckpt_.has(name); }
+  Shape shape_of(const std::string& name) const override { return ckpt_.entry(name).shape; }
+  bool holds_expert(int64_t e, int64_t experts) const override {
+    return !exchange_ || expert_owner(e, experts, exchange_->ranks()) == exchange_->rank();
+  }
+
+ private:
+  ops::Weight load(const std::string& name, const Shape& shape, bool f32) {
+    storage_.push_back(model::load_weight(ckpt_, name, shape));
+    return ops::Weight{storage_.back().data(), shape, f32};
+  }
+  const Checkpoint& ckpt_;
+  const ExpertExchange* exchange_;
+  std::deque<std::vector<float>> storage_;
+};
+
+// A family's layer with its weights in host memory, run by the CPU backend.
+class CpuLayer : public DecoderLayer {
+ public:
+  CpuLayer(std::unique_ptr<model::Layer> layer, const Checkpoint& ckpt, ExpertExchange* exchange)
+      : layer_(std::move(layer)), binder_(ckpt, exchange), exchange_(exchange) {
+    layer_->bind(binder_);
+  }
+  void forward(const Batch& batch, float* x, Observer* observer) override {
+    ops::CpuBackend be(observer, exchange_);
+    ops::Tokens t;
+    t.tokens = batch.n_tokens();
+    t.positions = batch.positions.data();
+    t.seq_bounds = batch.seq_offsets;
+    layer_->forward(be, t, x);
+  }
+
+ private:
+  std::unique_ptr<model::Layer> layer_;
+  CpuBinder binder_;
+  ExpertExchange* exchange_;
+};
 
 class DecoderModel : public ModelForward {
  public:
   DecoderModel(const ModelConfig& config, const Checkpoint& ckpt, ForwardOptions options,
-               LayerFactory factory)
+               const model::Family& family)
       : config_(config),
         ckpt_(ckpt),
         options_(options),
-        factory_(factory),
+        family_(family),
         prefixes_(model::find_prefixes(config, ckpt)),
         ends_(config, ckpt, prefixes_) {}
 
@@ -53,9 +96,9 @@ class DecoderModel : public ModelForward {
 
   std::unique_ptr<DecoderLayer> layer(int64_t i) const override {
     STRATA_ASSERT(i >= 0 && i < num_layers());
-    model::LayerContext ctx{config_, ckpt_, prefixes_.model + "layers." + std::to_string(i) + ".",
-                            i, options_.experts};
-    auto inner = factory_(ctx);
+    auto inner = std::make_unique<CpuLayer>(
+        family_.make_layer(config_, i, prefixes_.model + "layers." + std::to_string(i) + "."),
+        ckpt_, options_.experts);
     if (!options_.bf16_between_layers) return inner;
     return std::make_unique<RoundingLayer>(std::move(inner), config_.hidden_size);
   }
@@ -83,7 +126,7 @@ class DecoderModel : public ModelForward {
   ModelConfig config_;
   const Checkpoint& ckpt_;
   ForwardOptions options_;
-  LayerFactory factory_;
+  const model::Family& family_;
   model::Prefixes prefixes_;
   model::Ends ends_;
 };
@@ -92,33 +135,9 @@ class DecoderModel : public ModelForward {
 
 std::unique_ptr<ModelForward> ModelForward::create(const ModelConfig& config,
                                                    const Checkpoint& ckpt, ForwardOptions options) {
-  ArchInfo arch = resolve_arch(config);
-  LayerFactory factory = nullptr;
-  switch (arch.family) {
-    case ArchFamily::kLlama:
-      model::check_llama_config(config);
-      factory = model::make_llama_layer;
-      break;
-    case ArchFamily::kQwenMoe:
-      model::check_llama_config(config);
-      factory = model::make_qwen_moe_layer;
-      break;
-    case ArchFamily::kDeepseekV3:
-      model::check_deepseek_v3_config(config);
-      factory = model::make_deepseek_v3_layer;
-      break;
-    case ArchFamily::kKimiLinear:
-      model::check_kimi_linear_config(config);
-      factory = model::make_kimi_linear_layer;
-      break;
-    case ArchFamily::kMixtral:
-    case ArchFamily::kQwen3Next:
-      fail(config.path, ": the forward pass for model_type '", config.text_model_type, "' (family ",
-           arch_family_name(arch.family),
-           ") is not implemented yet; supported: llama, mistral, qwen2, qwen3, "
-           "qwen2_moe, qwen3_moe, deepseek_v3, kimi_k2, kimi_linear");
-  }
-  return std::make_unique<DecoderModel>(config, ckpt, options, factory);
+  const model::Family& family = model::family_of(config);
+  family.check_config(config);
+  return std::make_unique<DecoderModel>(config, ckpt, options, family);
 }
 
 }  // namespace strata

@@ -27,6 +27,7 @@
 
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
+#include "ops/backend.h"
 
 namespace strata {
 
@@ -39,37 +40,6 @@ struct Batch {
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_seqs() const { return static_cast<int64_t>(seq_offsets.size()) - 1; }
 };
-
-class Observer {
- public:
-  virtual ~Observer() = default;
-  // x is [rows, cols] fp32, row-major.
-  virtual void observe(std::string_view name, const float* x, int64_t rows, int64_t cols) = 0;
-};
-
-// Expert parallelism (docs/SCALEOUT.md "Expert parallel"): the routed experts of every MoE layer
-// are split over `ranks()` processes in contiguous ranges (expert_owner); each process loads only
-// its range. In a MoE layer every process sends each token's hidden state to the processes owning
-// its top-k experts, computes its experts on the rows it receives and sends the results back; the
-// weighted sum is then formed where the token lives. Every process must run the MoE layers the
-// same number of times, in the same order (an empty Batch where it has none): the exchanges are
-// collective.
-class ExpertExchange {
- public:
-  virtual ~ExpertExchange() = default;
-  virtual int rank() const = 0;
-  virtual int ranks() const = 0;
-  // Rows of `row_bytes` bytes: send_counts[r] rows go to rank r, taken in rank order from `send`;
-  // returns the rows received, in rank order, and their counts per source rank.
-  virtual std::vector<uint8_t> alltoallv_rows(const std::vector<uint8_t>& send,
-                                              const std::vector<int64_t>& send_counts,
-                                              size_t row_bytes,
-                                              std::vector<int64_t>* recv_counts) = 0;
-};
-
-// The rank holding routed expert e of `experts` over `ranks` ranks: rank r holds the contiguous
-// range [experts·r / ranks, experts·(r+1) / ranks) (rounded down; empty when experts < ranks).
-int expert_owner(int64_t e, int64_t experts, int ranks);
 
 struct ForwardOptions {
   // Round the hidden states to bf16 after the embedding and after every decoder layer, as the

@@ -16,18 +16,11 @@
 // Observers see the inputs of q/k/v_proj, f_a/f_b_proj, b_proj, g_a/g_b_proj and o_proj; a KDA
 // layer has no KV cache and reports no k_cache / v_cache.
 #include <cmath>
-#include <memory>
 #include <optional>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "core/error.h"
-#include "model/arch.h"
-#include "model/common.h"
-#include "model/deepseek_v3.h"
-#include "model/families.h"
-#include "model/kimi_linear.h"
+#include "model/blocks.h"
 
 namespace strata::model {
 namespace {
@@ -66,18 +59,52 @@ double number_or(const Json& j, const char* key, double fallback) {
   return j[key].get<double>();
 }
 
-struct KdaAttention {
-  std::string prefix;  // "model.layers.N.self_attn."
-  int64_t H = 0, nH = 0, d = 0, D = 0, K = 0;
-  float eps = 0.0f;                           // o_norm's, rms_norm_eps
-  std::vector<float> wq, wk, wv, wo;          // [D, H] x3, [H, D]
-  std::vector<float> conv_q, conv_k, conv_v;  // [D, K] each (checkpoint [D, 1, K])
-  std::vector<float> wfa, wfb, wga, wgb;      // [d, H], [D, d], [d, H], [D, d]
-  std::vector<float> wb;                      // [nH, H]
-  std::vector<float> a_log, dt_bias, o_norm;  // [nH] (checkpoint [1, 1, nH, 1]), [D], [d]
+// The KDA layers' shape: n_heads heads of head_dim key (= value) channels, short convolutions of
+// conv_kernel taps. Each is spelled flat (transformers 5.x) or under linear_attn_config.
+struct KdaShape {
+  int64_t n_heads = 0, head_dim = 0, conv_kernel = 0;
+};
 
-  void load(const ModelConfig& c, const Checkpoint& ckpt, const std::string& p) {
-    prefix = p;
+KdaShape kda_shape(const ModelConfig& c) {
+  KdaShape s;
+  s.n_heads = linear_attn_int(c, "linear_num_heads", "num_heads");
+  s.head_dim = linear_attn_int(c, "linear_head_dim", "head_dim");
+  s.conv_kernel = linear_attn_int(c, "linear_conv_kernel_dim", "short_conv_kernel_size");
+  return s;
+}
+
+SigmoidMoeConfig kimi_linear_moe_config(const ModelConfig& c) {
+  const Json& t = c.text;
+  SigmoidMoeConfig mc;
+  mc.experts = c.num_experts;
+  mc.top_k = c.num_experts_per_tok;
+  mc.n_group = static_cast<int64_t>(number_or(t, "num_expert_group", number_or(t, "n_group", 1)));
+  mc.topk_group = static_cast<int64_t>(number_or(t, "topk_group", 1));
+  if (present(t, "use_grouped_topk") && t["use_grouped_topk"].is_boolean() &&
+      !t["use_grouped_topk"].get<bool>()) {
+    // A plain top-k over all experts is grouped routing with one group; with several groups
+    // configured, which of the two the remote code runs is not verified: refused.
+    STRATA_CHECK(mc.n_group == 1, c.path, ": use_grouped_topk false with num_expert_group ",
+                 mc.n_group, " is ambiguous; strata supports it with one group only");
+  }
+  mc.routed_scaling = static_cast<float>(number_or(t, "routed_scaling_factor", 1.0));
+  mc.renormalize = c.norm_topk_prob;
+  mc.inter = c.moe_intermediate_size;
+  mc.n_shared = c.n_shared_experts;
+  return mc;
+}
+
+struct KdaAttention {
+  int64_t H = 0, nH = 0, d = 0, D = 0, K = 0;
+  float eps = 0.0f;                    // o_norm's, rms_norm_eps
+  ops::Weight wq, wk, wv, wo;          // [D, H] x3, [H, D]
+  ops::Weight conv_q, conv_k, conv_v;  // [D, 1, K] each
+  ops::Weight wfa, wfb, wga, wgb;      // [d, H], [D, d], [d, H], [D, d]
+  ops::Weight wb;                      // [nH, H]
+  ops::Weight a_log, dt_bias, o_norm;  // [1, 1, nH, 1], [D], [d]
+  std::vector<std::string> in_names, fb_names, gb_names, o_names;
+
+  void bind(Binder& b, const ModelConfig& c, const std::string& p) {
     H = c.hidden_size;
     const KdaShape shape = kda_shape(c);
     nH = shape.n_heads;
@@ -85,149 +112,125 @@ struct KdaAttention {
     K = shape.conv_kernel;
     D = nH * d;
     eps = static_cast<float>(c.rms_norm_eps);
-    wq = load_weight(ckpt, p + "q_proj.weight", {D, H});
-    wk = load_weight(ckpt, p + "k_proj.weight", {D, H});
-    wv = load_weight(ckpt, p + "v_proj.weight", {D, H});
-    wo = load_weight(ckpt, p + "o_proj.weight", {H, D});
-    conv_q = load_weight(ckpt, p + "q_conv1d.weight", {D, 1, K});
-    conv_k = load_weight(ckpt, p + "k_conv1d.weight", {D, 1, K});
-    conv_v = load_weight(ckpt, p + "v_conv1d.weight", {D, 1, K});
-    wfa = load_weight(ckpt, p + "f_a_proj.weight", {d, H});
-    wfb = load_weight(ckpt, p + "f_b_proj.weight", {D, d});
-    wga = load_weight(ckpt, p + "g_a_proj.weight", {d, H});
-    wgb = load_weight(ckpt, p + "g_b_proj.weight", {D, d});
-    wb = load_weight(ckpt, p + "b_proj.weight", {nH, H});
-    a_log = load_weight(ckpt, p + "A_log", {1, 1, nH, 1});
-    dt_bias = load_weight(ckpt, p + "dt_bias", {D});
-    o_norm = load_weight(ckpt, p + "o_norm.weight", {d});
+    wq = b.matrix(p + "q_proj.weight", {D, H});
+    wk = b.matrix(p + "k_proj.weight", {D, H});
+    wv = b.matrix(p + "v_proj.weight", {D, H});
+    wo = b.matrix(p + "o_proj.weight", {H, D});
+    conv_q = b.vector(p + "q_conv1d.weight", {D, 1, K});
+    conv_k = b.vector(p + "k_conv1d.weight", {D, 1, K});
+    conv_v = b.vector(p + "v_conv1d.weight", {D, 1, K});
+    wfa = b.matrix(p + "f_a_proj.weight", {d, H});
+    wfb = b.matrix(p + "f_b_proj.weight", {D, d});
+    wga = b.matrix(p + "g_a_proj.weight", {d, H});
+    wgb = b.matrix(p + "g_b_proj.weight", {D, d});
+    wb = b.matrix(p + "b_proj.weight", {nH, H});
+    a_log = b.vector(p + "A_log", {1, 1, nH, 1});
+    dt_bias = b.vector(p + "dt_bias", {D});
+    o_norm = b.vector(p + "o_norm.weight", {d});
+    in_names = {p + "q_proj",   p + "k_proj", p + "v_proj",
+                p + "f_a_proj", p + "b_proj", p + "g_a_proj"};
+    fb_names = {p + "f_b_proj"};
+    gb_names = {p + "g_b_proj"};
+    o_names = {p + "o_proj"};
   }
 
-  void forward(const Batch& batch, const float* x, float* out, Observer* obs) const {
-    const int64_t T = batch.n_tokens();
-    if (obs) {
-      for (const char* m : {"q_proj", "k_proj", "v_proj", "f_a_proj", "b_proj", "g_a_proj"})
-        obs->observe(prefix + m, x, T, H);
-    }
-    std::vector<float> q(T * D), k(T * D), v(T * D);  // [T, D] projections, then conv'd
-    ops::linear(x, T, H, wq.data(), D, q.data());
-    ops::linear(x, T, H, wk.data(), D, k.data());
-    ops::linear(x, T, H, wv.data(), D, v.data());
-    // Short convolutions, per sequence (nothing crosses a sequence boundary), then SiLU.
-    std::vector<float> conv(T * D);  // [T, D]
-    for (auto [buf, w] : {std::pair{&q, &conv_q}, std::pair{&k, &conv_k}, std::pair{&v, &conv_v}}) {
-      for (int64_t s = 0; s < batch.n_seqs(); ++s) {
-        const int64_t b = batch.seq_offsets[s], len = batch.seq_offsets[s + 1] - b;
-        ops::causal_conv1d(buf->data() + b * D, D, len, D, w->data(), K, conv.data() + b * D);
-      }
-      for (int64_t i = 0; i < T * D; ++i)
-        (*buf)[i] = ops::silu(conv[i]);
-    }
+  void forward(ops::Backend& be, const ops::Tokens& t, const float* x, float* out) const {
+    const int64_t T = t.tokens;
+    be.observe(in_names, x, T, H);
+    float* q = be.take(T * D);      // [T, nH, d] after the conv, the L2 norm and the scale
+    float* k = be.take(T * D);      // [T, nH, d]
+    float* v = be.take(T * D);      // [T, nH, d]
+    float* g = be.take(T * D);      // [T, nH, d] the log decay
+    float* o = be.take(T * D);      // [T, nH, d] the recurrence's output, then gated
+    float* raw = be.take(T * D);    // [T, D] a projection before its conv; the output gate
+    float* fa = be.take(T * d);     // [T, d]
+    float* ga = be.take(T * d);     // [T, d]
+    float* beta = be.take(T * nH);  // [T, nH]
+    // q, k, v: projection, causal depthwise conv within each sequence, SiLU.
+    be.linear(x, T, wq, raw);
+    be.conv_silu(t, raw, D, conv_q, K, q);
+    be.linear(x, T, wk, raw);
+    be.conv_silu(t, raw, D, conv_k, K, k);
+    be.linear(x, T, wv, raw);
+    be.conv_silu(t, raw, D, conv_v, K, v);
+    be.linears(x, T, {{&wfa, fa}, {&wga, ga}, {&wb, beta}});
     // [T, nH, d]: per-head L2 norm of q and k; q scaled by d^-1/2.
-    ops::l2_norm(q.data(), T * nH, d, 1e-6f);
-    ops::l2_norm(k.data(), T * nH, d, 1e-6f);
-    const float q_scale = 1.0f / std::sqrt(static_cast<float>(d));
-    for (float& e : q)
-      e *= q_scale;
-
-    // Forget gate, in fp32: g = -exp(A_log[h]) · softplus(f + dt_bias), softplus(z) = z for z > 20.
-    std::vector<float> fa(T * d), g(T * D);  // [T, d], [T, nH, d]
-    ops::linear(x, T, H, wfa.data(), d, fa.data());
-    if (obs) obs->observe(prefix + "f_b_proj", fa.data(), T, d);
-    ops::linear(fa.data(), T, d, wfb.data(), D, g.data());
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t h = 0; h < nH; ++h) {
-        const float rate = std::exp(a_log[h]);
-        for (int64_t i = 0; i < d; ++i) {
-          float& z = g[t * D + h * d + i];
-          const float zb = z + dt_bias[h * d + i];
-          const float softplus = zb > 20.0f ? zb : std::log(1.0f + std::exp(zb));
-          z = -rate * softplus;
-        }
-      }
-    }
-    // beta = sigmoid(b_proj n): the one place the sigmoid is applied.
-    std::vector<float> beta(T * nH);  // [T, nH]
-    ops::linear(x, T, H, wb.data(), nH, beta.data());
-    for (float& e : beta)
-      e = ops::sigmoid(e);
-
-    std::vector<float> o(T * D);  // [T, nH, d]
-    for (int64_t s = 0; s < batch.n_seqs(); ++s) {
-      const int64_t b = batch.seq_offsets[s], len = batch.seq_offsets[s + 1] - b;
-      ops::gated_delta_rule(q.data() + b * D, k.data() + b * D, v.data() + b * D, g.data() + b * D,
-                            beta.data() + b * nH, len, nH, d, d, o.data() + b * D);
-    }
-
-    // Output gate and norm: RMSNorm over each head (one weight shared by all heads) times
-    // sigmoid of the low-rank gate.
-    std::vector<float> ga(T * d), gate(T * D);  // [T, d], [T, nH, d]
-    ops::linear(x, T, H, wga.data(), d, ga.data());
-    if (obs) obs->observe(prefix + "g_b_proj", ga.data(), T, d);
-    ops::linear(ga.data(), T, d, wgb.data(), D, gate.data());
-    ops::rms_norm(o.data(), T * nH, d, o_norm.data(), eps, o.data());
-    for (int64_t i = 0; i < T * D; ++i)
-      o[i] *= ops::sigmoid(gate[i]);
-    if (obs) obs->observe(prefix + "o_proj", o.data(), T, D);
-    ops::linear(o.data(), T, D, wo.data(), H, out);
+    be.l2_norm_scale(q, T * nH, d, 1e-6f, 1.0f / std::sqrt(static_cast<float>(d)));
+    be.l2_norm_scale(k, T * nH, d, 1e-6f, 1.0f);
+    // Forget gate g = -exp(A_log) softplus(f_b_proj(f_a_proj n) + dt_bias); beta = sigmoid(b).
+    be.observe(fb_names, fa, T, d);
+    be.linear(fa, T, wfb, g);
+    be.kda_forget_gate(g, T, nH, d, a_log, dt_bias);
+    be.sigmoid(beta, T * nH);
+    be.gated_delta_rule(t, q, k, v, g, beta, nH, d, d, o);
+    // Output: RMSNorm per head (o_norm shared by the heads) times sigmoid(g_b_proj(g_a_proj n)).
+    be.observe(gb_names, ga, T, d);
+    be.linear(ga, T, wgb, raw);
+    be.rms_norm(o, T * nH, d, o_norm, eps, o);
+    be.mul_sigmoid(o, raw, T * D);
+    be.observe(o_names, o, T, D);
+    be.linear(o, T, wo, out);
   }
 };
 
-class KimiLinearLayer : public DecoderLayer {
+class KimiLinearLayer : public Layer {
  public:
-  explicit KimiLinearLayer(const LayerContext& ctx) : c_(ctx.config) {
-    const int64_t H = c_.hidden_size;
+  KimiLinearLayer(const ModelConfig& c, int64_t index, std::string prefix)
+      : c_(c), p_(std::move(prefix)) {
     const ArchInfo arch = resolve_arch(c_);
-    in_norm_ = load_weight(ctx.ckpt, ctx.prefix + "input_layernorm.weight", {H});
-    post_norm_ = load_weight(ctx.ckpt, ctx.prefix + "post_attention_layernorm.weight", {H});
-    kda_ = layer_is_linear_attention(arch, c_, ctx.index);
-    if (kda_) {
-      kda_attn_.load(c_, ctx.ckpt, ctx.prefix + "self_attn.");
-    } else {
-      mla_.load(c_, ctx.ckpt, ctx.prefix + "self_attn.", /*nope=*/true);
-    }
-    is_moe_ = layer_is_moe(arch, c_, ctx.index);
-    if (!is_moe_) {
-      // The hub keeps the dense layers under mlp.; transformers 5.x save_pretrained writes them
-      // under block_sparse_moe. (it renames every mlp. of the model).
-      const std::string m = kimi_linear_dense_prefix(ctx.ckpt, ctx.prefix);
-      dense_ = load_swiglu(ctx.ckpt, m + "gate_proj", m + "up_proj", m + "down_proj", H,
-                           c_.intermediate_size);
-      return;
-    }
-    const SigmoidMoeConfig mc = kimi_linear_moe_config(c_);
-    static constexpr const char* kLeaves[3] = {"w1", "w3", "w2"};  // gate, up, down
-    moe_.load(ctx.ckpt, ctx.prefix + "block_sparse_moe.", kLeaves, H, mc, c_.path, ctx.experts);
+    kda_ = layer_is_linear_attention(arch, c_, index);
+    moe_ = layer_is_moe(arch, c_, index);
   }
 
-  void forward(const Batch& batch, float* x, Observer* obs) override {
-    const int64_t T = batch.n_tokens(), H = c_.hidden_size;
-    residual_layer(
-        T, H, static_cast<float>(c_.rms_norm_eps), in_norm_, post_norm_, x,
+  void bind(Binder& b) override {
+    const int64_t H = c_.hidden_size;
+    res_.bind(b, c_, p_);
+    if (kda_) {
+      kda_attn_.bind(b, c_, p_ + "self_attn.");
+    } else {
+      mla_.bind(b, c_, p_ + "self_attn.", /*nope=*/true);
+    }
+    if (moe_) {
+      experts_.bind(b, p_ + "block_sparse_moe.", {"w1", "w3", "w2"}, H, kimi_linear_moe_config(c_),
+                    c_.path);
+      return;
+    }
+    // The hub keeps the dense layers under mlp.; transformers 5.x save_pretrained writes them
+    // under block_sparse_moe. (it renames every mlp. of the model).
+    std::string m = p_ + "mlp.";
+    if (!b.has(m + "gate_proj.weight") && b.has(p_ + "block_sparse_moe.gate_proj.weight"))
+      m = p_ + "block_sparse_moe.";
+    dense_ = bind_mlp(b, m, H, c_.intermediate_size);
+  }
+
+  void forward(ops::Backend& be, const ops::Tokens& t, float* x) override {
+    res_.forward(
+        be, t.tokens, x,
         [&](const float* n, float* y) {
           if (kda_) {
-            kda_attn_.forward(batch, n, y, obs);
+            kda_attn_.forward(be, t, n, y);
           } else {
-            mla_.forward(batch, n, y, obs);
+            mla_.forward(be, t, n, y);
           }
         },
         [&](const float* n, float* y) {
-          if (is_moe_) {
-            moe_.forward(n, T, y, obs);
+          if (moe_) {
+            experts_.forward(be, n, t.tokens, y);
           } else {
-            swiglu_mlp(dense_, n, T, H, y, obs);
+            be.mlp(dense_, n, t.tokens, y);
           }
         });
   }
 
  private:
   const ModelConfig& c_;
-  std::vector<float> in_norm_, post_norm_;
-  bool kda_ = false;
+  std::string p_;
+  bool kda_ = false, moe_ = false;
+  Residual res_;
   KdaAttention kda_attn_;
   MlaAttention mla_;
-  bool is_moe_ = false;
-  SwigluWeights dense_;
-  SigmoidMoe moe_;
+  ops::Mlp dense_;
+  SigmoidMoe experts_;
 };
 
 }  // namespace
@@ -279,45 +282,9 @@ void check_kimi_linear_config(const ModelConfig& c) {
   }
 }
 
-KdaShape kda_shape(const ModelConfig& c) {
-  KdaShape s;
-  s.n_heads = linear_attn_int(c, "linear_num_heads", "num_heads");
-  s.head_dim = linear_attn_int(c, "linear_head_dim", "head_dim");
-  s.conv_kernel = linear_attn_int(c, "linear_conv_kernel_dim", "short_conv_kernel_size");
-  return s;
-}
-
-SigmoidMoeConfig kimi_linear_moe_config(const ModelConfig& c) {
-  const Json& t = c.text;
-  SigmoidMoeConfig mc;
-  mc.experts = c.num_experts;
-  mc.top_k = c.num_experts_per_tok;
-  mc.n_group = static_cast<int64_t>(number_or(t, "num_expert_group", number_or(t, "n_group", 1)));
-  mc.topk_group = static_cast<int64_t>(number_or(t, "topk_group", 1));
-  if (present(t, "use_grouped_topk") && t["use_grouped_topk"].is_boolean() &&
-      !t["use_grouped_topk"].get<bool>()) {
-    // A plain top-k over all experts is grouped routing with one group; with several groups
-    // configured, which of the two the remote code runs is not verified: refused.
-    STRATA_CHECK(mc.n_group == 1, c.path, ": use_grouped_topk false with num_expert_group ",
-                 mc.n_group, " is ambiguous; strata supports it with one group only");
-  }
-  mc.routed_scaling = static_cast<float>(number_or(t, "routed_scaling_factor", 1.0));
-  mc.renormalize = c.norm_topk_prob;
-  mc.inter = c.moe_intermediate_size;
-  mc.n_shared = c.n_shared_experts;
-  return mc;
-}
-
-std::string kimi_linear_dense_prefix(const Checkpoint& ckpt, const std::string& layer_prefix) {
-  const std::string m = layer_prefix + "mlp.";
-  if (!ckpt.has(m + "gate_proj.weight") &&
-      ckpt.has(layer_prefix + "block_sparse_moe.gate_proj.weight"))
-    return layer_prefix + "block_sparse_moe.";
-  return m;
-}
-
-std::unique_ptr<DecoderLayer> make_kimi_linear_layer(const LayerContext& ctx) {
-  return std::make_unique<KimiLinearLayer>(ctx);
+std::unique_ptr<Layer> make_kimi_linear_layer(const ModelConfig& c, int64_t index,
+                                              const std::string& prefix) {
+  return std::make_unique<KimiLinearLayer>(c, index, prefix);
 }
 
 }  // namespace strata::model

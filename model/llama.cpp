@@ -2,12 +2,10 @@
 //   h   = x + o_proj(attention(rope(q_norm(q_proj(n1))), rope(k_norm(k_proj(n1))), v_proj(n1)))
 //   out = h + down_proj(silu(gate_proj(n2)) * up_proj(n2))
 // with n1 = RMSNorm_in(x), n2 = RMSNorm_post(h); q/k norms only where the checkpoint has them.
-#include <vector>
-
 #include "core/error.h"
 #include "core/log.h"
-#include "model/common.h"
-#include "model/families.h"
+#include "model/blocks.h"
+#include "model/layer.h"
 
 namespace strata::model {
 
@@ -34,37 +32,35 @@ void check_llama_config(const ModelConfig& c) {
 
 namespace {
 
-class LlamaLayer : public DecoderLayer {
+class LlamaLayer : public Layer {
  public:
-  explicit LlamaLayer(const LayerContext& ctx) : c_(ctx.config) {
-    const int64_t H = c_.hidden_size;
-    in_norm_ = load_weight(ctx.ckpt, ctx.prefix + "input_layernorm.weight", {H});
-    post_norm_ = load_weight(ctx.ckpt, ctx.prefix + "post_attention_layernorm.weight", {H});
-    attn_ = GqaAttention::load(c_, ctx.ckpt, ctx.prefix + "self_attn.");
-    const std::string m = ctx.prefix + "mlp.";
-    mlp_ = load_swiglu(ctx.ckpt, m + "gate_proj", m + "up_proj", m + "down_proj", H,
-                       c_.intermediate_size);
+  LlamaLayer(const ModelConfig& c, std::string prefix) : c_(c), p_(std::move(prefix)) {}
+
+  void bind(Binder& b) override {
+    res_.bind(b, c_, p_);
+    attn_.bind(b, c_, p_ + "self_attn.");
+    mlp_ = bind_mlp(b, p_ + "mlp.", c_.hidden_size, c_.intermediate_size);
   }
 
-  void forward(const Batch& batch, float* x, Observer* observer) override {
-    const int64_t T = batch.n_tokens(), H = c_.hidden_size;
-    residual_layer(
-        T, H, static_cast<float>(c_.rms_norm_eps), in_norm_, post_norm_, x,
-        [&](const float* n, float* y) { attn_.forward(batch, n, y, observer); },
-        [&](const float* n, float* y) { swiglu_mlp(mlp_, n, T, H, y, observer); });
+  void forward(ops::Backend& be, const ops::Tokens& t, float* x) override {
+    res_.forward(
+        be, t.tokens, x, [&](const float* n, float* y) { attn_.forward(be, t, n, y); },
+        [&](const float* n, float* y) { be.mlp(mlp_, n, t.tokens, y); });
   }
 
  private:
   const ModelConfig& c_;
-  std::vector<float> in_norm_, post_norm_;
+  std::string p_;
+  Residual res_;
   GqaAttention attn_;
-  SwigluWeights mlp_;
+  ops::Mlp mlp_;
 };
 
 }  // namespace
 
-std::unique_ptr<DecoderLayer> make_llama_layer(const LayerContext& ctx) {
-  return std::make_unique<LlamaLayer>(ctx);
+std::unique_ptr<Layer> make_llama_layer(const ModelConfig& c, int64_t /*index*/,
+                                        const std::string& prefix) {
+  return std::make_unique<LlamaLayer>(c, prefix);
 }
 
 }  // namespace strata::model

@@ -1,21 +1,15 @@
-// The decoder-layer forward on the GPU (docs/CUDA.md "The engine on the GPU"): the same math as
-// the CPU families of model/ (llama.cpp, qwen_moe.cpp), on a ragged batch of tokens resident on
-// the device, with the observers' amaxes reduced on the device under the CPU path's hub names
-// (model/forward.h), so that the calibrator and the exporter see the same statistics.
-// Host-only header: the kernels live in model/cuda/kernels.cu.
+// The decoder-layer forward on the GPU (docs/CUDA.md "The engine on the GPU"): each layer is its
+// family's layer (model/<family>.cpp, the same code the CPU runs) bound to the layer's weights in
+// device memory and run by the CUDA backend (ops/cuda/cuda_backend.h) on a ragged batch of tokens
+// resident on the device. The observers' amaxes are reduced on the device under the same hub
+// names as on the CPU (model/forward.h), so that the calibrator and the exporter see the same
+// statistics.
 //
 //   GpuForward f(config, ckpt, budget, stream, options);
-//   f.reserve(max_tokens);                                  // scratch for one chunk
+//   f.reserve(max_tokens, longest, cap);                    // scratch for one chunk
 //   f.set_layer(l, blob, device_blob);                      // weights already on the device
 //   f.forward(chunk, x);                                    // x [T, H] fp32 on the device
 //   for (auto& s : f.take_stats()) calib.record(s.name, s.amax, s.rows);
-//
-// Attention: per group of equal-length sequences, S = QK^T and O = PV as batched cuBLAS GEMMs
-// (TF32 tensor cores with bf16 GEMMs, pedantic fp32 otherwise) around a causal softmax kernel.
-// GEMMs: bf16 inputs (activations rounded to bf16, weights as stored when bf16) with fp32
-// accumulation and output, like the source model's bf16 inference; or pedantic fp32 (no TF32)
-// when options.gemm_bf16 is false, which matches the CPU forward to summation order. The router
-// always runs in fp32 so that expert choices match the CPU path's.
 #pragma once
 
 #include <cstdint>
@@ -27,31 +21,15 @@
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
 #include "io/layer_reader.h"
+#include "ops/cuda/cuda_backend.h"
 
 namespace strata::gpu {
 
 // engine/options.h GpuOptions' part that the forward uses.
-struct GpuForwardOptions {
-  bool gemm_bf16 = true;        // GEMM inputs in bf16 (fp32 accumulation); false: fp32
-  int gemm_threads = 4;         // host threads issuing the routed experts' GEMMs
-  bool profile = false;         // log the device time of each part of the forward at the end
-  bool warp_attention = false;  // attention always in the warp-per-query kernel
-};
-
-// Tokens of one chunk: whole sequences, concatenated. Device arrays of T entries.
-struct GpuChunk {
-  int64_t tokens = 0;
-  const int64_t* positions = nullptr;  // position of each token within its sequence
-  const int64_t* seq_start = nullptr;  // chunk-relative index of each token's sequence start
-  std::vector<int64_t> seq_bounds;     // host: sequence s spans [seq_bounds[s], seq_bounds[s+1])
-  const int64_t* seq_bounds_dev = nullptr;  // the same n_seqs + 1 entries on the device
-};
-
-struct AmaxStat {
-  std::string name;
-  float amax = 0.0f;
-  int64_t rows = 0;
-};
+using GpuForwardOptions = ops::CudaBackendOptions;
+// Tokens of one chunk: whole sequences, concatenated (positions and sequence starts on the device).
+using GpuChunk = ops::Tokens;
+using AmaxStat = ops::AmaxStat;
 
 class GpuForward {
  public:
@@ -66,7 +44,8 @@ class GpuForward {
   std::vector<std::string> layer_tensors(int64_t l) const;
   static std::vector<std::string> layer_tensors(const ModelConfig& config, const Checkpoint& ckpt,
                                                 int64_t l);
-  // Device bytes of scratch per token of a chunk, and of converted weights for layer l.
+  // Device bytes of scratch per token of a chunk (the largest of the layers' working sets, found by
+  // running each layer on the sizing backend), and of converted weights for layer l.
   uint64_t bytes_per_token() const;
   uint64_t converted_bytes(int64_t l, const LayerBlob& blob) const;
   // Device bytes of the attention score buffer for sequences of up to `longest` tokens

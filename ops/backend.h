@@ -1,0 +1,223 @@
+// The one interface a decoder layer's forward is written against (docs/DESIGN.md "One backend").
+//
+// A family's layer (model/<family>.cpp) calls these ops on buffers that live where the backend
+// computes: host memory for the CPU backend (ops/cpu_backend.h, built on the scalar-referenced
+// ops of ops/ops.h), device memory for the CUDA backend (ops/cuda/cuda_backend.h, built on the
+// kernels of ops/cuda/). The engine picks the backend from where the layer's weights and hidden
+// states live; the layer code is the same for both.
+//
+// Conventions:
+// - Activations are row-major fp32 buffers with one row per token, [rows, cols], in backend
+//   memory. Shapes are given in comments as [rows, cols].
+// - Weights are opaque Weight handles made by the backend's binder (model/layer.h) in the
+//   checkpoint's layout W[out, in]: the CPU holds them in fp32; the CUDA backend holds GEMM
+//   weights in the GEMM dtype (bf16, or fp32 in the exact-GEMM mode) and vectors in fp32.
+// - Observers: observe() reports the amax of an input under one or more hub names
+//   (model/forward.h); a fused input (q/k/v, gate/up) is observed once under all its names.
+// - Scratch: take() hands out buffers that stay valid until release() of an earlier mark().
+// - Each backend states its numerics: the CPU computes GEMMs in fp32 with fp32 weights; the CUDA
+//   backend rounds GEMM inputs to bf16 (gemm_bf16) and accumulates in fp32. Within one backend
+//   the results do not depend on the batch composition, the thread count or the rank count.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace strata {
+
+// What the CPU backend reports observations to (the calibrator, tests): the hub names of
+// model/forward.h.
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  // x is [rows, cols] fp32, row-major.
+  virtual void observe(std::string_view name, const float* x, int64_t rows, int64_t cols) = 0;
+};
+
+// Expert parallelism (docs/SCALEOUT.md "Expert parallel"): the routed experts of every MoE layer
+// are split over `ranks()` processes in contiguous ranges (expert_owner); each process loads only
+// its range. In a MoE layer every process sends each token's hidden state to the processes owning
+// its top-k experts, computes its experts on the rows it receives and sends the results back; the
+// weighted sum is then formed where the token lives. Every process must run the MoE layers the
+// same number of times, in the same order (an empty Batch where it has none): the exchanges are
+// collective.
+class ExpertExchange {
+ public:
+  virtual ~ExpertExchange() = default;
+  virtual int rank() const = 0;
+  virtual int ranks() const = 0;
+  // Rows of `row_bytes` bytes: send_counts[r] rows go to rank r, taken in rank order from `send`;
+  // returns the rows received, in rank order, and their counts per source rank.
+  virtual std::vector<uint8_t> alltoallv_rows(const std::vector<uint8_t>& send,
+                                              const std::vector<int64_t>& send_counts,
+                                              size_t row_bytes,
+                                              std::vector<int64_t>* recv_counts) = 0;
+};
+
+// The rank holding routed expert e of `experts` over `ranks` ranks: rank r holds the contiguous
+// range [experts·r / ranks, experts·(r+1) / ranks) (rounded down; empty when experts < ranks).
+int expert_owner(int64_t e, int64_t experts, int ranks);
+
+}  // namespace strata
+
+namespace strata::ops {
+
+// A weight as the backend holds it. `data` is backend memory (null while only sizing).
+struct Weight {
+  const void* data = nullptr;
+  Shape shape;       // the checkpoint's shape, e.g. [out, in]
+  bool f32 = false;  // held in fp32 and multiplied in fp32 (routers, gates, norms, biases)
+  bool defined() const { return !shape.empty(); }
+  int64_t rows() const { return shape.empty() ? 0 : shape[0]; }
+  int64_t cols() const { return shape.size() < 2 ? 0 : shape.back(); }
+};
+
+// A SwiGLU MLP: down(silu(gate x) * up x), with the hub names its inputs are observed under.
+struct Mlp {
+  Weight gate, up, down;  // [I, H], [I, H], [H, I]; undefined for a routed expert not held here
+  int64_t hidden = 0, inter = 0;
+  std::vector<std::string> gate_up_names;  // {gate module, up module}
+  std::vector<std::string> down_names;     // {down module}
+};
+
+// The tokens of a ragged batch: whole sequences, concatenated, no padding.
+struct Tokens {
+  int64_t tokens = 0;
+  const int64_t* positions = nullptr;  // backend memory [tokens]: position within its sequence
+  std::vector<int64_t> seq_bounds;     // host: sequence s spans [seq_bounds[s], seq_bounds[s+1])
+  // The CUDA backend's copies (device memory): each token's chunk-relative sequence start
+  // [tokens], and seq_bounds [n_seqs + 1].
+  const int64_t* seq_start = nullptr;
+  const int64_t* seq_bounds_dev = nullptr;
+  int64_t n_seqs() const { return static_cast<int64_t>(seq_bounds.size()) - 1; }
+};
+
+// Names the part of a layer that the ops issued since the previous mark belong to (the CUDA
+// backend's device-time profile, --gpu_profile; the CPU ignores it).
+enum class Phase { kStart, kNorms, kMixer, kFfn };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // ---- scratch -------------------------------------------------------------------------------
+  virtual float* take(int64_t n) = 0;  // fp32 [n], zeroed on the CPU
+  virtual int32_t* take_i32(int64_t n) = 0;
+  virtual uint64_t mark() const = 0;
+  virtual void release(uint64_t mark) = 0;
+  virtual void phase(Phase) {}
+
+  // ---- observers -----------------------------------------------------------------------------
+  // max |x| of x[rows, cols] under each of `names` (rows counted too).
+  virtual void observe(const std::vector<std::string>& names, const float* x, int64_t rows,
+                       int64_t cols) = 0;
+
+  // ---- GEMMs ---------------------------------------------------------------------------------
+  // One input, several weights: y_i[m, n_i] = x[m, k] · W_i[n_i, k]^T (+ bias_i[n_i]).
+  struct Out {
+    const Weight* w;
+    float* y;
+    const Weight* bias = nullptr;
+  };
+  virtual void linears(const float* x, int64_t m, std::initializer_list<Out> outs) = 0;
+  void linear(const float* x, int64_t m, const Weight& w, float* y, const Weight* bias = nullptr) {
+    linears(x, m, {Out{&w, y, bias}});
+  }
+
+  // ---- element-wise and row-wise (ops/ops.h has the CPU reference of each) -------------------
+  // Per row of x[rows, dim]: x / sqrt(mean(x^2) + eps) * w. y may equal x.
+  virtual void rms_norm(const float* x, int64_t rows, int64_t dim, const Weight& w, float eps,
+                        float* y) = 0;
+  virtual void add(float* y, const float* x, int64_t n) = 0;  // y += x
+  virtual void round_bf16(float* x, int64_t n) = 0;
+  virtual void swiglu(const float* gate, const float* up, int64_t n, float* h) = 0;
+  // y[r, c] += sigmoid(g[r]) * s[r, c] for y, s [rows, cols], g [rows].
+  virtual void add_sigmoid_gated(float* y, const float* s, const float* g, int64_t rows,
+                                 int64_t cols) = 0;
+  // x[i] *= sigmoid(g[i]); x[i] = sigmoid(x[i]).
+  virtual void mul_sigmoid(float* x, const float* g, int64_t n) = 0;
+  virtual void sigmoid(float* x, int64_t n) = 0;
+  // dst[r, 0:cols] = src[r, 0:cols], row strides in elements.
+  virtual void copy_cols(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
+                         int64_t rows, int64_t cols) = 0;
+
+  // ---- a SwiGLU MLP --------------------------------------------------------------------------
+  // y[rows, H] = w(x[rows, H]); observes x under w.gate_up_names and the SwiGLU output under
+  // w.down_names.
+  virtual void mlp(const Mlp& w, const float* x, int64_t rows, float* y) = 0;
+
+  // ---- attention -----------------------------------------------------------------------------
+  // ops::rope on x[T, n_heads, stride], columns [offset, offset + rot_dim) of each head, at the
+  // tokens' positions.
+  virtual void rope(float* x, const Tokens& t, int64_t n_heads, int64_t stride, int64_t offset,
+                    int64_t rot_dim, const std::vector<double>& inv_freq, double attention_factor,
+                    bool interleaved) = 0;
+  // Causal attention within each sequence: q[T, nH, dq], k[T, nKV, dq], v[T, nKV, dv] with row
+  // strides; out[T, nH, dv] contiguous. Query head h reads kv head h / (nH / nKV).
+  virtual void attention(const Tokens& t, const float* q, int64_t q_stride, const float* k,
+                         int64_t k_stride, const float* v, int64_t v_stride, int64_t n_heads,
+                         int64_t n_kv, int64_t dq, int64_t dv, float scale, float* out) = 0;
+  // MLA's per-head K and V: k[T, nH, dn + dr] = [kv[t, h, :dn] | kr[t, :]], v[T, nH, dv] =
+  // kv[t, h, dn:], from kv[T, nH, dn + dv] and kr[T, dr].
+  virtual void mla_kv(const float* kv, const float* kr, int64_t T, int64_t n_heads, int64_t dn,
+                      int64_t dr, int64_t dv, float* k, float* v) = 0;
+
+  // ---- linear attention (Kimi Delta Attention) -----------------------------------------------
+  // y[T, C] = silu(causal_conv1d(x[T, C]; w [C, 1, K])) within each sequence.
+  virtual void conv_silu(const Tokens& t, const float* x, int64_t C, const Weight& w, int64_t K,
+                         float* y) = 0;
+  // Per row of x[rows, dim], in place: x / sqrt(sum(x^2) + eps) * scale.
+  virtual void l2_norm_scale(float* x, int64_t rows, int64_t dim, float eps, float scale) = 0;
+  // g[T, nH, d] = -exp(a_log[h]) * softplus(g + dt_bias[h, i]) (softplus(z) = z for z > 20).
+  virtual void kda_forget_gate(float* g, int64_t T, int64_t n_heads, int64_t d, const Weight& a_log,
+                               const Weight& dt_bias) = 0;
+  // ops::gated_delta_rule on each sequence: q, k, g [T, nH, dk], v [T, nH, dv], beta [T, nH].
+  virtual void gated_delta_rule(const Tokens& t, const float* q, const float* k, const float* v,
+                                const float* g, const float* beta, int64_t n_heads, int64_t dk,
+                                int64_t dv, float* out) = 0;
+
+  // ---- mixture of experts --------------------------------------------------------------------
+  // Softmax routing (Qwen MoE, Mixtral): p = softmax(logits[t]) in fp32; chosen = top-K of p
+  // (ties to the lower expert); weight = p_chosen (/ their sum when renormalize). logits [T, E]
+  // may be overwritten; chosen int32 [T, K], weight [T, K].
+  virtual void route_softmax(float* logits, int64_t T, int64_t E, int64_t K, bool renormalize,
+                             int32_t* chosen, float* weight) = 0;
+  // Sigmoid routing with group-limited selection (DeepSeek-V3 noaux_tc): s = sigmoid(logits);
+  // choice = s + bias (bias [E] or undefined); the topk_group groups with the largest sums of
+  // their top-2 choices; top-K of choice among them; weight = s_chosen (/ (their sum + 1e-20)
+  // when renormalize) * scaling.
+  struct SigmoidRouting {
+    const Weight* bias = nullptr;
+    int64_t n_group = 1, topk_group = 1;
+    bool renormalize = false;
+    float scaling = 1.0f;
+  };
+  virtual void route_sigmoid(float* logits, int64_t T, int64_t E, int64_t K,
+                             const SigmoidRouting& r, int32_t* chosen, float* weight) = 0;
+  // y[t] = Σ_j weight[t, j] · experts[chosen[t, j]](n[t]) in j order; each expert runs on (and
+  // observes) exactly the rows routed to it, in token order. The last route_* call must have
+  // produced chosen/weight.
+  virtual void moe(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
+                   const float* weight, std::span<const Mlp> experts, float* y) = 0;
+};
+
+// Restores the scratch taken inside a scope when it ends.
+class ScratchScope {
+ public:
+  explicit ScratchScope(Backend& be) : be_(be), mark_(be.mark()) {}
+  ~ScratchScope() { be_.release(mark_); }
+  ScratchScope(const ScratchScope&) = delete;
+  ScratchScope& operator=(const ScratchScope&) = delete;
+
+ private:
+  Backend& be_;
+  uint64_t mark_;
+};
+
+}  // namespace strata::ops

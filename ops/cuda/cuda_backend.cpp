@@ -1,0 +1,608 @@
+#include "ops/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "model/cuda/kda_kernels.h"
+#include "model/cuda/kernels.h"
+#include "model/cuda/parallel_gemm.h"
+
+namespace strata::ops {
+
+using namespace strata::gpu;
+
+namespace {
+
+constexpr uint64_t kAlign = 256;
+uint64_t align_up(uint64_t x) {
+  return (x + kAlign - 1) / kAlign * kAlign;
+}
+
+// The parts of a layer the profile times (CudaBackendOptions::profile).
+enum Part {
+  kNorms,
+  kAttention,
+  kAttentionCore,
+  kRouter,
+  kExpertGateUp,
+  kExpertDown,
+  kExpertOther,
+  kCombine,
+  kFfn,
+  kParts
+};
+const char* const kPartNames[kParts] = {"norms and residuals",
+                                        "attention projections, norms, RoPE, observers",
+                                        "attention scores, softmax and values",
+                                        "router (and the host's wait for counts)",
+                                        "expert gate/up GEMMs",
+                                        "expert down GEMMs",
+                                        "expert gather, amax, SwiGLU",
+                                        "expert combine",
+                                        "dense MLP, shared experts"};
+
+// Attention through GEMMs: S for `seqs_per_call` sequences; the batched GEMMs' pointer arrays
+// (5 of seqs_per_call x nH pointers per call) in a ring of kPtrSlots slots, filled in pinned
+// memory and copied asynchronously, so that the host queues calls ahead of the device; a slot is
+// refilled once the device has run the call that used it (ptr_done).
+constexpr int kPtrSlots = 32;
+
+}  // namespace
+
+// Device time of each part of the forward, from timing events recorded between the parts, summed
+// over the run and logged when the backend is destroyed. The events cost a little; off by default.
+struct CudaBackend::Profile {
+  bool on = false;
+  std::vector<std::unique_ptr<Event>> events;  // a pool, reused after each take
+  std::vector<int> part;                       // events[i] closes a span of part[i] (-1: none)
+  double ms[kParts] = {};
+  int64_t gemms = 0, forwards = 0;
+  void mark(int p, const Stream& s) {
+    if (!on) return;
+    if (part.size() == events.size()) events.push_back(std::make_unique<Event>(true));
+    events[part.size()]->record(s);
+    part.push_back(p);
+  }
+  // After the stream has synchronized.
+  void collect() {
+    for (size_t i = 1; i < part.size(); ++i) {
+      if (part[i] >= 0) ms[part[i]] += events[i]->ms_since(*events[i - 1]);
+    }
+    part.clear();
+  }
+  void log() const {
+    if (!on || forwards == 0) return;
+    double total = 0;
+    for (double m : ms)
+      total += m;
+    log_info("GPU profile: ", forwards, " chunk forwards, ", gemms, " GEMM calls, ",
+             str(total / 1000).substr(0, 6), " s of device time in the parts:");
+    for (int p = 0; p < kParts; ++p)
+      log_info("  ", kPartNames[p], ": ", str(ms[p] / 1000).substr(0, 6), " s");
+  }
+};
+
+struct CudaBackend::Attention {
+  DeviceBuffer scores, ptrs;
+  PinnedBuffer host_ptrs;
+  std::vector<std::unique_ptr<Event>> done;
+  int64_t next = 0;  // calls issued; slot = next % kPtrSlots
+  int64_t seqs_per_call = 0, longest = 0, n_heads = 0;
+};
+
+// The routed experts' GEMMs, issued from several host threads (model/cuda/parallel_gemm.h).
+struct CudaBackend::Gemms {
+  std::unique_ptr<ParallelGemms> pool;
+  std::vector<GemmJob> jobs;
+};
+
+CudaBackend::CudaBackend(CudaBackendOptions options)
+    : opt_(options),
+      att_(std::make_unique<Attention>()),
+      prof_(std::make_unique<Profile>()),
+      gemms_(std::make_unique<Gemms>()) {}
+
+CudaBackend::CudaBackend(DeviceBudget& budget, const Stream& stream, CudaBackendOptions options,
+                         int64_t max_slots, int64_t max_experts)
+    : CudaBackend(options) {
+  budget_ = &budget;
+  stream_ = &stream;
+  max_slots_ = max_slots;
+  slots_dev_ = DeviceBuffer(budget, static_cast<uint64_t>(max_slots) * 4, "amax slots");
+  if (max_experts > 0) {
+    moe_ints_ = DeviceBuffer(budget, static_cast<uint64_t>(3 * max_experts) * 4, "expert counts");
+    host_ints_.reserve(static_cast<uint64_t>(2 * max_experts) * 4);
+    gemms_->pool = std::make_unique<ParallelGemms>(opt_.gemm_threads, opt_.gemm_bf16);
+  }
+  blas_ = gemm_handle_create(stream.handle());
+  stream.synchronize();
+  prof_->on = opt_.profile;
+}
+
+std::unique_ptr<CudaBackend> CudaBackend::sizing(CudaBackendOptions options) {
+  return std::unique_ptr<CudaBackend>(new CudaBackend(options));
+}
+
+CudaBackend::~CudaBackend() {
+  prof_->log();
+  if (blas_) gemm_handle_destroy(blas_);
+}
+
+template <typename T>
+T* CudaBackend::take_bytes(int64_t n) {
+  const uint64_t at = arena_at_;
+  arena_at_ += align_up(static_cast<uint64_t>(n) * sizeof(T));
+  high_water_ = std::max(high_water_, arena_at_);
+  if (dry()) return reinterpret_cast<T*>(kAlign + at);  // never dereferenced
+  STRATA_ASSERT(arena_at_ <= scratch_.bytes(), "GPU scratch overflow");
+  return reinterpret_cast<T*>(scratch_.as<uint8_t>() + at);
+}
+
+void CudaBackend::reserve_scratch(uint64_t bytes) {
+  if (bytes <= scratch_.bytes()) return;
+  scratch_ = DeviceBuffer();
+  scratch_ = DeviceBuffer(*budget_, bytes, "the layer's working set");
+}
+
+uint64_t CudaBackend::attention_bytes(int64_t n_heads, int64_t longest, uint64_t cap) {
+  const uint64_t one = static_cast<uint64_t>(n_heads * longest * longest) * 4;
+  if (one == 0 || one > cap) return 0;
+  // Whole sequences, about 64 MiB of scores per call (at least one sequence).
+  const uint64_t seqs = std::max<uint64_t>(1, (64ull << 20) / one);
+  return seqs * one + kPtrSlots * seqs * static_cast<uint64_t>(n_heads) * 5 * sizeof(void*);
+}
+
+void CudaBackend::reserve_attention(int64_t n_heads, int64_t longest, uint64_t cap) {
+  Attention& a = *att_;
+  const uint64_t bytes = attention_bytes(n_heads, longest, cap);
+  if (bytes == 0 || longest <= a.longest) return;
+  const uint64_t one = static_cast<uint64_t>(n_heads * longest * longest) * 4;
+  a.seqs_per_call = std::max<int64_t>(1, static_cast<int64_t>((64ull << 20) / one));
+  a.n_heads = n_heads;
+  a.scores = DeviceBuffer();
+  a.ptrs = DeviceBuffer();
+  a.scores =
+      DeviceBuffer(*budget_, static_cast<uint64_t>(a.seqs_per_call) * one, "attention scores");
+  const uint64_t ptr_bytes =
+      kPtrSlots * static_cast<uint64_t>(a.seqs_per_call * n_heads) * 5 * sizeof(void*);
+  a.ptrs = DeviceBuffer(*budget_, ptr_bytes, "attention pointers");
+  a.host_ptrs.reserve(ptr_bytes);
+  while (a.done.size() < static_cast<size_t>(kPtrSlots))
+    a.done.push_back(std::make_unique<Event>());
+  a.next = 0;
+  a.longest = longest;
+}
+
+void CudaBackend::begin_sizing() {
+  sizing_ = true;
+  sizing_mark_ = arena_at_;
+  sizing_high_ = high_water_;
+}
+
+void CudaBackend::end_sizing() {
+  sizing_ = false;
+  arena_at_ = sizing_mark_;
+  high_water_ = sizing_high_;
+}
+
+// ---- observers ----------------------------------------------------------------------------------
+
+void CudaBackend::clear_slots() {
+  slot_names_.clear();
+  slot_rows_.clear();
+  slot_of_.clear();
+  if (!dry()) stream_->zero(slots_dev_.data(), slots_dev_.bytes());
+}
+
+int CudaBackend::slot(const std::vector<std::string>& names) {
+  auto it = slot_of_.find(names[0]);
+  if (it != slot_of_.end()) return it->second;
+  const int s = static_cast<int>(slot_names_.size());
+  slot_names_.push_back(names);
+  slot_rows_.push_back(0);
+  slot_of_.emplace(names[0], s);
+  STRATA_ASSERT(dry() || static_cast<int64_t>(slot_names_.size()) <= max_slots_, "amax slots");
+  return s;
+}
+
+// The first of experts.size() consecutive slots, one per expert's gate/up (or down) input.
+int CudaBackend::slot_range(std::span<const Mlp> experts, bool gate_up) {
+  auto names = [&](size_t e) -> const std::vector<std::string>& {
+    return gate_up ? experts[e].gate_up_names : experts[e].down_names;
+  };
+  auto it = slot_of_.find(names(0)[0]);
+  if (it != slot_of_.end()) return it->second;
+  const int first = static_cast<int>(slot_names_.size());
+  for (size_t e = 0; e < experts.size(); ++e)
+    slot(names(e));
+  return first;
+}
+
+uint32_t* CudaBackend::slot_ptr(int s) {
+  return slots_dev_.as<uint32_t>() + s;
+}
+
+void CudaBackend::observe(const std::vector<std::string>& names, const float* x, int64_t rows,
+                          int64_t cols) {
+  const int s = slot(names);
+  if (dry()) return;
+  amax(x, rows * cols, slot_ptr(s), stream_->handle());
+  slot_rows_[s] += rows;
+}
+
+std::vector<AmaxStat> CudaBackend::take_stats() {
+  std::vector<uint32_t> bits(slot_names_.size());
+  stream_->copy_to_host(bits.data(), slots_dev_.data(), bits.size() * 4);
+  stream_->synchronize();
+  prof_->collect();
+  cuda_check_last("GPU forward");
+  std::vector<AmaxStat> out;
+  for (size_t i = 0; i < bits.size(); ++i) {
+    float a;
+    std::memcpy(&a, &bits[i], 4);
+    for (const std::string& n : slot_names_[i])
+      out.push_back({n, a, slot_rows_[i]});
+    slot_rows_[i] = 0;
+  }
+  stream_->zero(slots_dev_.data(), slots_dev_.bytes());
+  return out;
+}
+
+// ---- profile ------------------------------------------------------------------------------------
+
+void CudaBackend::span(int part) {
+  if (!dry()) prof_->mark(part, *stream_);
+}
+
+void CudaBackend::phase(Phase p) {
+  switch (p) {
+    case Phase::kStart:
+      if (!dry()) ++prof_->forwards;
+      span(-1);
+      return;
+    case Phase::kNorms:
+      span(kNorms);
+      return;
+    case Phase::kMixer:
+      span(kAttention);
+      return;
+    case Phase::kFfn:
+      span(kFfn);
+      return;
+  }
+}
+
+// ---- GEMMs --------------------------------------------------------------------------------------
+
+void CudaBackend::mm(const void* x, const void* w, float* y, int64_t M, int64_t N, int64_t K,
+                     bool bf16) {
+  ++prof_->gemms;
+  gemm(blas_, x, w, y, M, N, K, bf16);
+}
+
+// The GEMM input for a[count] fp32: a itself (fp32 GEMMs) or its bf16 copy.
+const void* CudaBackend::gin(const float* a, int64_t count) {
+  if (!opt_.gemm_bf16) return a;
+  uint16_t* h = take_bytes<uint16_t>(count);
+  if (!dry()) cast_bf16(a, h, count, stream_->handle());
+  return h;
+}
+
+void CudaBackend::linears(const float* x, int64_t m, std::initializer_list<Out> outs) {
+  const uint64_t at = mark();
+  const void* xin = nullptr;
+  for (const Out& o : outs) {
+    const Weight& w = *o.w;
+    if (w.f32) {  // routers and gates: fp32 GEMMs on the fp32 input
+      if (!dry()) mm(x, w.data, o.y, m, w.rows(), w.cols(), false);
+    } else {
+      if (!xin) xin = gin(x, m * w.cols());
+      if (!dry()) mm(xin, w.data, o.y, m, w.rows(), w.cols(), opt_.gemm_bf16);
+    }
+    if (o.bias && !dry())
+      add_bias(o.y, m, w.rows(), static_cast<const float*>(o.bias->data), stream_->handle());
+  }
+  release(at);
+}
+
+// ---- element-wise -------------------------------------------------------------------------------
+
+void CudaBackend::rms_norm(const float* x, int64_t rows, int64_t dim, const Weight& w, float eps,
+                           float* y) {
+  if (dry()) return;
+  gpu::rms_norm(x, rows, dim, static_cast<const float*>(w.data), eps, y, stream_->handle());
+}
+
+void CudaBackend::add(float* y, const float* x, int64_t n) {
+  if (!dry()) gpu::add(y, x, n, stream_->handle());
+}
+
+void CudaBackend::round_bf16(float* x, int64_t n) {
+  if (!dry()) gpu::round_bf16(x, n, stream_->handle());
+}
+
+void CudaBackend::swiglu(const float* gate, const float* up, int64_t n, float* h) {
+  if (!dry()) gpu::swiglu(gate, up, n, h, stream_->handle());
+}
+
+void CudaBackend::add_sigmoid_gated(float* y, const float* s, const float* g, int64_t rows,
+                                    int64_t cols) {
+  if (!dry()) gpu::add_sigmoid_gated(y, s, g, rows, cols, stream_->handle());
+}
+
+void CudaBackend::mul_sigmoid(float* x, const float* g, int64_t n) {
+  if (!dry()) gpu::mul_sigmoid(x, g, n, stream_->handle());
+}
+
+void CudaBackend::sigmoid(float* x, int64_t n) {
+  if (!dry()) sigmoid_inplace(x, n, stream_->handle());
+}
+
+void CudaBackend::copy_cols(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
+                            int64_t rows, int64_t cols) {
+  if (!dry()) gpu::copy_cols(src, src_stride, dst, dst_stride, rows, cols, stream_->handle());
+}
+
+void CudaBackend::mlp(const Mlp& w, const float* x, int64_t rows, float* y) {
+  const uint64_t at = mark();
+  observe(w.gate_up_names, x, rows, w.hidden);
+  float* g = take(rows * w.inter);
+  float* u = take(rows * w.inter);
+  linears(x, rows, {{&w.gate, g}, {&w.up, u}});
+  swiglu(g, u, rows * w.inter, g);
+  observe(w.down_names, g, rows, w.inter);
+  linear(g, rows, w.down, y);
+  release(at);
+}
+
+// ---- attention ----------------------------------------------------------------------------------
+
+const float* CudaBackend::rope_table(const std::vector<double>& inv_freq) {
+  for (const auto& [f, buf] : rope_tables_) {
+    if (f == inv_freq) return buf.as<float>();
+  }
+  std::vector<float> f32(inv_freq.begin(), inv_freq.end());
+  if (f32.empty()) f32.push_back(0.0f);
+  DeviceBuffer buf(*budget_, f32.size() * 4, "RoPE frequencies");
+  stream_->copy_to_device(buf.data(), f32.data(), f32.size() * 4);
+  stream_->synchronize();  // f32 is a local
+  rope_tables_.emplace_back(inv_freq, std::move(buf));
+  return rope_tables_.back().second.as<float>();
+}
+
+void CudaBackend::rope(float* x, const Tokens& t, int64_t n_heads, int64_t stride, int64_t offset,
+                       int64_t rot_dim, const std::vector<double>& inv_freq,
+                       double attention_factor, bool interleaved) {
+  if (dry()) return;
+  gpu::rope(x, t.tokens, n_heads, stride, offset, rot_dim, t.positions, rope_table(inv_freq),
+            attention_factor, interleaved, stream_->handle());
+}
+
+void CudaBackend::attention(const Tokens& t, const float* q, int64_t qs, const float* k, int64_t ks,
+                            const float* v, int64_t vs, int64_t n_heads, int64_t n_kv, int64_t dq,
+                            int64_t dv, float scale, float* out) {
+  if (dry()) {
+    STRATA_CHECK(dv <= 256, "value head dim ", dv, " exceeds the GPU attention's 256");
+    return;
+  }
+  span(kAttention);
+  if (att_->seqs_per_call > 0) {
+    STRATA_ASSERT(n_heads == att_->n_heads, "attention reserved for ", att_->n_heads, " heads");
+    attention_gemm(t, q, qs, k, ks, v, vs, out, n_heads * dv, n_heads, dq, dv, n_heads / n_kv,
+                   scale);
+  } else {
+    gpu::attention(q, qs, k, ks, v, vs, t.tokens, n_heads, n_kv, dq, dv, scale, t.seq_start, out,
+                   stream_->handle());
+  }
+  span(kAttentionCore);
+}
+
+// Sequences of equal length, up to seqs_per_call at a time: one batched GEMM for the scores of
+// every (sequence, head), the causal softmax, one batched GEMM for the outputs.
+void CudaBackend::attention_gemm(const Tokens& t, const float* q, int64_t qs, const float* k,
+                                 int64_t ks, const float* v, int64_t vs, float* out, int64_t os,
+                                 int64_t nH, int64_t dq, int64_t dv, int64_t group, float scale) {
+  Attention& a = *att_;
+  void* s = stream_->handle();
+  const int64_t n_seqs = t.n_seqs();
+  std::vector<bool> done(static_cast<size_t>(n_seqs), false);
+  const int64_t cap = a.seqs_per_call * nH;
+  for (int64_t first = 0; first < n_seqs; ++first) {
+    if (done[first]) continue;
+    const int64_t L = t.seq_bounds[first + 1] - t.seq_bounds[first];
+    std::vector<int64_t> members;
+    for (int64_t i = first; i < n_seqs && static_cast<int64_t>(members.size()) < a.seqs_per_call;
+         ++i) {
+      if (done[i] || t.seq_bounds[i + 1] - t.seq_bounds[i] != L) continue;
+      members.push_back(i);
+      done[i] = true;
+    }
+    if (L == 0) continue;
+    STRATA_ASSERT(L <= a.longest, "sequence of ", L, " tokens, attention sized for ", a.longest);
+    const int64_t batch = static_cast<int64_t>(members.size()) * nH;
+    float* S = a.scores.as<float>();
+    const int64_t slot = a.next++ % kPtrSlots;
+    if (a.next > kPtrSlots) a.done[slot]->synchronize();  // its last call has run
+    const void** host = reinterpret_cast<const void**>(a.host_ptrs.data()) + slot * 5 * cap;
+    const float* const* dev = a.ptrs.as<const float*>() + slot * 5 * cap;
+    int64_t idx = 0;
+    for (int64_t m : members) {
+      const int64_t b = t.seq_bounds[m];
+      for (int64_t h = 0; h < nH; ++h, ++idx) {
+        const int64_t g = h / group;
+        host[0 * cap + idx] = q + b * qs + h * dq;
+        host[1 * cap + idx] = k + b * ks + g * dq;
+        host[2 * cap + idx] = S + idx * L * L;
+        host[3 * cap + idx] = v + b * vs + g * dv;
+        host[4 * cap + idx] = out + b * os + h * dv;
+      }
+    }
+    stream_->copy_to_device(const_cast<const float**>(dev), host,
+                            static_cast<uint64_t>(5 * cap) * sizeof(void*));
+    auto arr = [&](int i) { return dev + i * cap; };
+    gemm_batched_qk(blas_, arr(0), qs, arr(1), ks, const_cast<float* const*>(arr(2)), L, dq, batch,
+                    opt_.gemm_bf16);
+    causal_softmax(S, batch, L, scale, s);
+    gemm_batched_pv(blas_, arr(2), arr(3), vs, const_cast<float* const*>(arr(4)), os, L, dv, batch,
+                    opt_.gemm_bf16);
+    a.done[slot]->record(*stream_);
+  }
+}
+
+void CudaBackend::mla_kv(const float* kv, const float* kr, int64_t T, int64_t n_heads, int64_t dn,
+                         int64_t dr, int64_t dv, float* k, float* v) {
+  if (!dry()) gpu::mla_kv(kv, kr, T, n_heads, dn, dr, dv, k, v, stream_->handle());
+}
+
+// ---- linear attention ---------------------------------------------------------------------------
+
+void CudaBackend::conv_silu(const Tokens& t, const float* x, int64_t C, const Weight& w, int64_t K,
+                            float* y) {
+  if (dry()) return;
+  kda_conv_silu(x, t.tokens, C, static_cast<const float*>(w.data), K, t.seq_start, y,
+                stream_->handle());
+}
+
+void CudaBackend::l2_norm_scale(float* x, int64_t rows, int64_t dim, float eps, float scale) {
+  if (!dry()) gpu::l2_norm_scale(x, rows, dim, eps, scale, stream_->handle());
+}
+
+void CudaBackend::kda_forget_gate(float* g, int64_t T, int64_t n_heads, int64_t d,
+                                  const Weight& a_log, const Weight& dt_bias) {
+  if (dry()) return;
+  gpu::kda_forget_gate(g, T, n_heads, d, static_cast<const float*>(a_log.data),
+                       static_cast<const float*>(dt_bias.data), stream_->handle());
+}
+
+void CudaBackend::gated_delta_rule(const Tokens& t, const float* q, const float* k, const float* v,
+                                   const float* g, const float* beta, int64_t n_heads, int64_t dk,
+                                   int64_t dv, float* out) {
+  if (dry()) {
+    // The recurrence keeps a state column in registers.
+    STRATA_CHECK(dk <= 256, "linear_head_dim ", dk, " exceeds the GPU kernel's 256");
+    return;
+  }
+  span(kAttention);
+  gpu::gated_delta_rule(q, k, v, g, beta, t.seq_bounds_dev, t.n_seqs(), n_heads, dk, dv, out,
+                        stream_->handle());
+  span(kAttentionCore);
+}
+
+// ---- mixture of experts -------------------------------------------------------------------------
+
+void CudaBackend::route_softmax(float* logits, int64_t T, int64_t E, int64_t K, bool renormalize,
+                                int32_t* chosen, float* weight) {
+  if (dry()) {
+    STRATA_CHECK(K <= 32, "num_experts_per_tok ", K, " exceeds the GPU router's 32");
+    return;
+  }
+  int32_t* counts = moe_ints_.as<int32_t>();
+  stream_->zero(counts, static_cast<uint64_t>(E) * 4);
+  route_softmax_topk(logits, T, E, K, renormalize, chosen, weight, counts, stream_->handle());
+}
+
+void CudaBackend::route_sigmoid(float* logits, int64_t T, int64_t E, int64_t K,
+                                const SigmoidRouting& r, int32_t* chosen, float* weight) {
+  if (dry()) {
+    STRATA_CHECK(K <= 32, "num_experts_per_tok ", K, " exceeds the GPU router's 32");
+    STRATA_CHECK(r.n_group <= 64, "n_group ", r.n_group, " exceeds the GPU router's 64");
+    return;
+  }
+  int32_t* counts = moe_ints_.as<int32_t>();
+  stream_->zero(counts, static_cast<uint64_t>(E) * 4);
+  route_sigmoid_grouped(logits, T, E, K, r.bias ? static_cast<const float*>(r.bias->data) : nullptr,
+                        r.n_group, r.topk_group, r.renormalize, r.scaling, chosen, weight, counts,
+                        stream_->handle());
+}
+
+void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
+                      const float* weight, std::span<const Mlp> experts, float* y) {
+  const int64_t E = static_cast<int64_t>(experts.size()), S = T * K, Im = experts[0].inter;
+  const int gu0 = slot_range(experts, true), dn0 = slot_range(experts, false);
+  const uint64_t top = mark();
+  int32_t* pos = take_i32(S);
+  int32_t* row_expert = take_i32(S);
+  float* og = take(S * H);  // [S, H] the experts' outputs, rows grouped by expert
+  float* g = take(S * Im);  // [S, Im]
+  float* u = take(S * Im);  // [S, Im]
+  const uint64_t at = mark();
+  // The GEMM inputs [S, H], rows grouped by expert: gathered in bf16 from n's bf16 copy (the
+  // same bits as gathering, then rounding), or for fp32 GEMMs in fp32 into og, which the down
+  // GEMMs overwrite once gate/up have read them.
+  uint16_t *n16 = nullptr, *x16 = nullptr;
+  if (opt_.gemm_bf16) {
+    n16 = take_bytes<uint16_t>(T * H);
+    x16 = take_bytes<uint16_t>(S * H);
+  }
+  if (dry()) {
+    release(at);
+    gin(g, S * Im);  // the down GEMMs' input
+    release(top);
+    return;
+  }
+  void* s = stream_->handle();
+  int32_t* counts = moe_ints_.as<int32_t>();
+  int32_t* offsets = counts + E;
+  int32_t* cursor = counts + 2 * E;
+  int32_t* hc = reinterpret_cast<int32_t*>(host_ints_.data());
+  stream_->copy_to_host(hc, counts, static_cast<uint64_t>(E) * 4);
+  stream_->synchronize();
+  int32_t* ho = hc + E;
+  int32_t sum = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    ho[e] = sum;
+    sum += hc[e];
+    slot_rows_[gu0 + e] += hc[e];
+    slot_rows_[dn0 + e] += hc[e];
+  }
+  STRATA_ASSERT(sum == S, "routing counts");
+  stream_->copy_to_device(offsets, ho, static_cast<uint64_t>(E) * 4);
+  stream_->zero(cursor, static_cast<uint64_t>(E) * 4);
+  moe_scatter(chosen, S, offsets, cursor, pos, row_expert, s);
+  span(kRouter);
+  // The rows an expert sees are its tokens' n: each token's amax goes to its K experts' slots.
+  amax_rows(n, T, H, chosen, slot_ptr(gu0), s, K);
+  const uint8_t* xin = nullptr;
+  if (opt_.gemm_bf16) {
+    cast_bf16(n, n16, T * H, s);
+    moe_gather(n16, T, H, K, pos, x16, s);
+    xin = reinterpret_cast<const uint8_t*>(x16);
+  } else {
+    moe_gather(n, T, H, K, pos, og, s);
+    xin = reinterpret_cast<const uint8_t*>(og);
+  }
+  span(kExpertOther);
+  std::vector<GemmJob>& jobs = gemms_->jobs;
+  jobs.clear();
+  for (int64_t e = 0; e < E; ++e) {
+    if (hc[e] == 0) continue;
+    const uint8_t* xe = xin + static_cast<int64_t>(ho[e]) * H * esz();
+    jobs.push_back({xe, experts[e].gate.data, g + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H});
+    jobs.push_back({xe, experts[e].up.data, u + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H});
+  }
+  prof_->gemms += static_cast<int64_t>(jobs.size());
+  gemms_->pool->run(*stream_, blas_, jobs);
+  span(kExpertGateUp);
+  release(at);
+  gpu::swiglu(g, u, S * Im, g, s);
+  amax_rows(g, S, Im, row_expert, slot_ptr(dn0), s);
+  const uint8_t* hin = static_cast<const uint8_t*>(gin(g, S * Im));
+  span(kExpertOther);
+  jobs.clear();
+  for (int64_t e = 0; e < E; ++e) {
+    if (hc[e] == 0) continue;
+    jobs.push_back({hin + static_cast<int64_t>(ho[e]) * Im * esz(), experts[e].down.data,
+                    og + static_cast<int64_t>(ho[e]) * H, hc[e], H, Im});
+  }
+  prof_->gemms += static_cast<int64_t>(jobs.size());
+  gemms_->pool->run(*stream_, blas_, jobs);
+  span(kExpertDown);
+  moe_combine(og, pos, weight, T, K, H, y, s);
+  span(kCombine);
+  release(top);
+}
+
+}  // namespace strata::ops

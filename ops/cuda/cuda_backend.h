@@ -1,0 +1,157 @@
+// The CUDA implementation of the backend (ops/backend.h): buffers in device memory, the kernels
+// of ops/cuda/ and cuBLAS GEMMs, queued on one stream (docs/CUDA.md "The engine on the GPU").
+// Host-only header.
+//
+// Numerics: GEMM inputs are rounded to bf16 and accumulated in fp32 (gemm_bf16, the source
+// model's bf16 inference), or pedantic fp32 (no TF32) when gemm_bf16 is false, which matches the
+// CPU backend to summation order; weights held in fp32 (Weight::f32: routers, gates) are always
+// multiplied in fp32, so that expert choices match the CPU's.
+// Attention: per group of equal-length sequences, S = QK^T and O = PV as batched cuBLAS GEMMs
+// around a causal softmax kernel, or a warp-per-query kernel when the scores do not fit.
+// Observers: amaxes reduced on the device into one slot per observed input, read back once per
+// layer (take_stats).
+//
+// Sizing: a backend made without a stream (CudaBackend::sizing()) launches nothing; it counts the
+// scratch the ops take and registers the observers' slots, so that running a layer's forward on
+// it gives the layer's device working set, with no device needed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/gpu_memory.h"
+#include "ops/backend.h"
+
+namespace strata::ops {
+
+struct CudaBackendOptions {
+  bool gemm_bf16 = true;        // GEMM inputs in bf16 (fp32 accumulation); false: fp32
+  int gemm_threads = 4;         // host threads issuing the routed experts' GEMMs (1: the caller)
+  bool profile = false;         // device time per part of the forward, logged at destruction
+  bool warp_attention = false;  // attention always in the warp-per-query kernel
+};
+
+struct AmaxStat {
+  std::string name;
+  float amax = 0.0f;
+  int64_t rows = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  // A backend that runs on `stream`, with device memory from `budget`. max_slots: observed
+  // inputs per layer; max_experts: routed experts per MoE layer (0: none).
+  CudaBackend(gpu::DeviceBudget& budget, const gpu::Stream& stream, CudaBackendOptions options,
+              int64_t max_slots, int64_t max_experts);
+  // A backend that only sizes (see the header comment).
+  static std::unique_ptr<CudaBackend> sizing(CudaBackendOptions options);
+  ~CudaBackend() override;
+
+  bool dry() const { return stream_ == nullptr || sizing_; }
+  // Runs what follows as the sizing backend does (registering slots, launching nothing), until
+  // end_sizing(); the scratch taken meanwhile is given back.
+  void begin_sizing();
+  void end_sizing();
+  const CudaBackendOptions& options() const { return opt_; }
+
+  // Scratch for forwards taking up to `bytes` (device), and the attention scores buffer for
+  // sequences of up to `longest` tokens when one sequence's scores for `n_heads` heads take at
+  // most `cap` bytes (0 from attention_bytes: the warp kernel instead).
+  void reserve_scratch(uint64_t bytes);
+  static uint64_t attention_bytes(int64_t n_heads, int64_t longest, uint64_t cap);
+  void reserve_attention(int64_t n_heads, int64_t longest, uint64_t cap);
+  uint64_t high_water() const { return high_water_; }
+  void reset_high_water() { high_water_ = arena_at_; }
+
+  size_t slot_count() const { return slot_names_.size(); }
+  // Observers: forget the slots of the last layer (their statistics must have been taken).
+  void clear_slots();
+  // The statistics of every forward since the last take (synchronizes the stream).
+  std::vector<AmaxStat> take_stats();
+
+  // Backend.
+  float* take(int64_t n) override { return take_bytes<float>(n); }
+  int32_t* take_i32(int64_t n) override { return take_bytes<int32_t>(n); }
+  uint64_t mark() const override { return arena_at_; }
+  void release(uint64_t mark) override { arena_at_ = mark; }
+  void phase(Phase p) override;
+  void observe(const std::vector<std::string>& names, const float* x, int64_t rows,
+               int64_t cols) override;
+  void linears(const float* x, int64_t m, std::initializer_list<Out> outs) override;
+  void rms_norm(const float* x, int64_t rows, int64_t dim, const Weight& w, float eps,
+                float* y) override;
+  void add(float* y, const float* x, int64_t n) override;
+  void round_bf16(float* x, int64_t n) override;
+  void swiglu(const float* gate, const float* up, int64_t n, float* h) override;
+  void add_sigmoid_gated(float* y, const float* s, const float* g, int64_t rows,
+                         int64_t cols) override;
+  void mul_sigmoid(float* x, const float* g, int64_t n) override;
+  void sigmoid(float* x, int64_t n) override;
+  void copy_cols(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows,
+                 int64_t cols) override;
+  void mlp(const Mlp& w, const float* x, int64_t rows, float* y) override;
+  void rope(float* x, const Tokens& t, int64_t n_heads, int64_t stride, int64_t offset,
+            int64_t rot_dim, const std::vector<double>& inv_freq, double attention_factor,
+            bool interleaved) override;
+  void attention(const Tokens& t, const float* q, int64_t q_stride, const float* k,
+                 int64_t k_stride, const float* v, int64_t v_stride, int64_t n_heads, int64_t n_kv,
+                 int64_t dq, int64_t dv, float scale, float* out) override;
+  void mla_kv(const float* kv, const float* kr, int64_t T, int64_t n_heads, int64_t dn, int64_t dr,
+              int64_t dv, float* k, float* v) override;
+  void conv_silu(const Tokens& t, const float* x, int64_t C, const Weight& w, int64_t K,
+                 float* y) override;
+  void l2_norm_scale(float* x, int64_t rows, int64_t dim, float eps, float scale) override;
+  void kda_forget_gate(float* g, int64_t T, int64_t n_heads, int64_t d, const Weight& a_log,
+                       const Weight& dt_bias) override;
+  void gated_delta_rule(const Tokens& t, const float* q, const float* k, const float* v,
+                        const float* g, const float* beta, int64_t n_heads, int64_t dk, int64_t dv,
+                        float* out) override;
+  void route_softmax(float* logits, int64_t T, int64_t E, int64_t K, bool renormalize,
+                     int32_t* chosen, float* weight) override;
+  void route_sigmoid(float* logits, int64_t T, int64_t E, int64_t K, const SigmoidRouting& r,
+                     int32_t* chosen, float* weight) override;
+  void moe(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
+           const float* weight, std::span<const Mlp> experts, float* y) override;
+
+ private:
+  struct Profile;
+  struct Attention;
+  explicit CudaBackend(CudaBackendOptions options);
+  template <typename T>
+  T* take_bytes(int64_t n);
+  void mm(const void* x, const void* w, float* y, int64_t M, int64_t N, int64_t K, bool bf16);
+  const void* gin(const float* a, int64_t count);
+  int slot(const std::vector<std::string>& names);
+  int slot_range(std::span<const Mlp> experts, bool gate_up);
+  uint32_t* slot_ptr(int s);
+  const float* rope_table(const std::vector<double>& inv_freq);
+  void span(int part);
+  void attention_gemm(const Tokens& t, const float* q, int64_t qs, const float* k, int64_t ks,
+                      const float* v, int64_t vs, float* out, int64_t os, int64_t n_heads,
+                      int64_t dq, int64_t dv, int64_t group, float scale);
+  int64_t esz() const { return opt_.gemm_bf16 ? 2 : 4; }
+
+  CudaBackendOptions opt_;
+  gpu::DeviceBudget* budget_ = nullptr;
+  const gpu::Stream* stream_ = nullptr;  // null: sizing only
+  void* blas_ = nullptr;
+  gpu::DeviceBuffer scratch_, slots_dev_, moe_ints_;
+  gpu::PinnedBuffer host_ints_;  // counts [E], offsets [E]
+  uint64_t arena_at_ = 0, high_water_ = 0;
+  std::vector<std::vector<std::string>> slot_names_;
+  std::vector<int64_t> slot_rows_;
+  std::unordered_map<std::string, int> slot_of_;
+  int64_t max_slots_ = 0;
+  bool sizing_ = false;
+  uint64_t sizing_mark_ = 0, sizing_high_ = 0;
+  std::vector<std::pair<std::vector<double>, gpu::DeviceBuffer>> rope_tables_;
+  std::unique_ptr<Attention> att_;
+  std::unique_ptr<Profile> prof_;
+  struct Gemms;
+  std::unique_ptr<Gemms> gemms_;
+};
+
+}  // namespace strata::ops
