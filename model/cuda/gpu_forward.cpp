@@ -243,6 +243,19 @@ GpuForward::GpuForward(const ModelConfig& config, const Checkpoint& ckpt, Device
     : impl_(std::make_unique<Impl>(config, ckpt, budget, stream, options)) {}
 GpuForward::~GpuForward() = default;
 
+std::vector<std::vector<std::string>> GpuForward::observed_inputs(const ModelConfig& config,
+                                                                  const Checkpoint& ckpt,
+                                                                  int64_t l) {
+  const model::Family& family = model::family_of(config);
+  auto layer =
+      family.make_layer(config, l, layer_prefix(model::find_prefixes(config, ckpt).model, l));
+  ShapeBinder binder(ckpt);
+  layer->bind(binder);
+  auto be = ops::CudaBackend::sizing({});
+  layer->forward(*be, sizing_tokens(1), nullptr);
+  return be->slot_names();
+}
+
 std::vector<std::string> GpuForward::layer_tensors(const ModelConfig& config,
                                                    const Checkpoint& ckpt, int64_t l) {
   const std::string p = layer_prefix(model::find_prefixes(config, ckpt).model, l);

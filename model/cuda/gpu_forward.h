@@ -40,6 +40,10 @@ class GpuForward {
              const Stream& stream, GpuForwardOptions options);
   ~GpuForward();
 
+  // The inputs layer l's forward observes on the GPU, each slot's hub names (a fused input has
+  // several): the sizing backend's registration, which needs no device.
+  static std::vector<std::vector<std::string>> observed_inputs(const ModelConfig& config,
+                                                               const Checkpoint& ckpt, int64_t l);
   // Checkpoint tensors decoder layer l reads (the static form needs no device).
   std::vector<std::string> layer_tensors(int64_t l) const;
   static std::vector<std::string> layer_tensors(const ModelConfig& config, const Checkpoint& ckpt,

@@ -67,6 +67,7 @@ class CudaBackend final : public Backend {
   void reset_high_water() { high_water_ = arena_at_; }
 
   size_t slot_count() const { return slot_names_.size(); }
+  const std::vector<std::vector<std::string>>& slot_names() const { return slot_names_; }
   // Observers: forget the slots of the last layer (their statistics must have been taken).
   void clear_slots();
   // The statistics of every forward since the last take (synchronizes the stream).

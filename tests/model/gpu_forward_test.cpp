@@ -1,0 +1,58 @@
+// The GPU forward's observers, checked without a GPU: the CUDA backend's sizing run registers one
+// slot per observed input of a layer; the names must be exactly the ones the CPU forward reports
+// when it runs the fixture's tokens (the calibrator keys on them), every routed expert included.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.h"
+#include "io/hf_config.h"
+#include "model/cuda/gpu_forward.h"
+#include "model/forward.h"
+
+namespace strata {
+namespace {
+
+const std::string kFixtures = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/";
+
+class NameObserver : public Observer {
+ public:
+  void observe(std::string_view name, const float*, int64_t, int64_t) override {
+    names.insert(std::string(name));
+  }
+  std::set<std::string> names;
+};
+
+class GpuObservers : public testing::TestWithParam<std::string> {};
+
+TEST_P(GpuObservers, MatchTheCpuForwardsNames) {
+  const std::string dir = kFixtures + GetParam();
+  const Checkpoint ckpt = Checkpoint::open(dir);
+  const ModelConfig config = read_model_config(dir);
+  auto fwd = ModelForward::create(config, ckpt);
+  // Two sequences of a few tokens reach every input of every layer (routed experts report even
+  // when no token reaches them).
+  const Batch batch = Batch::from_sequences({{1, 2, 3, 4, 5}, {6, 7, 8}});
+  std::vector<float> x(static_cast<size_t>(batch.n_tokens() * fwd->hidden_size()));
+  fwd->embed(batch, x.data());
+  for (int64_t l = 0; l < fwd->num_layers(); ++l) {
+    NameObserver cpu;
+    fwd->layer(l)->forward(batch, x.data(), &cpu);
+    std::set<std::string> gpu;
+    for (const auto& slot : gpu::GpuForward::observed_inputs(config, ckpt, l)) {
+      ASSERT_FALSE(slot.empty());
+      for (const std::string& n : slot)
+        EXPECT_TRUE(gpu.insert(n).second) << n << " observed in two GPU slots";
+    }
+    EXPECT_EQ(gpu, cpu.names) << GetParam() << " layer " << l;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuObservers,
+                         testing::Values("llama", "qwen3", "qwen3_moe", "qwen3_moe_nonorm",
+                                         "deepseek_v3", "deepseek_v3_noqlora", "kimi_linear"));
+
+}  // namespace
+}  // namespace strata
