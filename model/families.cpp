@@ -12,6 +12,8 @@ void check_llama_config(const ModelConfig& c);
 std::unique_ptr<Layer> make_llama_layer(const ModelConfig& c, int64_t index, const std::string& p);
 std::unique_ptr<Layer> make_qwen_moe_layer(const ModelConfig& c, int64_t index,
                                            const std::string& p);
+std::unique_ptr<Layer> make_mixtral_layer(const ModelConfig& c, int64_t index,
+                                          const std::string& p);
 void check_deepseek_v3_config(const ModelConfig& c);
 std::unique_ptr<Layer> make_deepseek_v3_layer(const ModelConfig& c, int64_t index,
                                               const std::string& p);
@@ -24,6 +26,7 @@ namespace {
 constexpr std::array kFamilies = {
     Family{ArchFamily::kLlama, check_llama_config, make_llama_layer},
     Family{ArchFamily::kQwenMoe, check_llama_config, make_qwen_moe_layer},
+    Family{ArchFamily::kMixtral, check_llama_config, make_mixtral_layer},
     Family{ArchFamily::kDeepseekV3, check_deepseek_v3_config, make_deepseek_v3_layer},
     Family{ArchFamily::kKimiLinear, check_kimi_linear_config, make_kimi_linear_layer},
 };

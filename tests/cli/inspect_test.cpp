@@ -417,6 +417,22 @@ TEST(Inspect, KimiLinearFixture) {
   EXPECT_NE(r.out.find("linear attn     0, 2 (no KV cache)"), std::string::npos) << r.out;
 }
 
+TEST(Inspect, MixtralFixture) {
+  // The transformers-saved Mixtral fixture: per-expert w1/w3/w2 under block_sparse_moe on all
+  // three layers, the router block_sparse_moe.gate; every name recognised.
+  TempDir tmp;
+  const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/mixtral";
+  RunResult r = run_strata("inspect '" + dir + "' --json", tmp.path());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  Json j = Json::parse(r.out);
+  EXPECT_EQ(j["family"], "mixtral");
+  EXPECT_EQ(j["dense_layers"], Json::array());
+  EXPECT_EQ(j["moe_layers"], Json::array({0, 1, 2}));
+  EXPECT_EQ(j["unrecognized"], Json::array());
+  EXPECT_EQ(j["kinds"]["routed_experts"]["tensors"], 3 * 8 * 3);
+  EXPECT_EQ(j["kinds"]["router"]["tensors"], 3);
+}
+
 TEST(Inspect, MultimodalWrapper) {
   // Kimi-VL-style: a DeepSeek-V3 language model (MLA without q LoRA) under language_model.,
   // a vision tower and a projector. Layer 0 dense, layer 1 MoE with a shared expert.

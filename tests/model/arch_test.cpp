@@ -66,6 +66,7 @@ TEST(Arch, ModelTypesFromTransformersConfigs) {
       {"deepseek_v3", ArchFamily::kDeepseekV3},
       {"deepseek_v3_noqlora", ArchFamily::kDeepseekV3},
       {"kimi_linear", ArchFamily::kKimiLinear},
+      {"mixtral", ArchFamily::kMixtral},
   };
   for (const auto& [dir, family] : fixtures) {
     ModelConfig c =

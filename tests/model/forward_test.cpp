@@ -202,7 +202,7 @@ class ForwardBf16 : public testing::TestWithParam<std::string> {};
 TEST_P(ForwardBf16, MatchesTransformersOnGpu) { check_model(GetParam(), true, 3e-2); }
 
 const auto kModels = testing::Values("llama", "llama_odd", "qwen3", "qwen3_moe", "qwen3_moe_nonorm", "deepseek_v3",
-                                     "deepseek_v3_noqlora", "kimi_linear");
+                                     "deepseek_v3_noqlora", "kimi_linear", "mixtral");
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardFp32, kModels);
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardBf16, kModels);
 
@@ -256,7 +256,7 @@ TEST(ForwardErrors, MathChangingFieldsAreRefused) {
               testing::HasSubstr("scoring_func 'softmax'"));
   EXPECT_THAT(forward_error("deepseek_v3", [](Json& c) { c["topk_method"] = "greedy"; }),
               testing::HasSubstr("topk_method 'greedy'"));
-  EXPECT_THAT(forward_error("llama", [](Json& c) { c["model_type"] = "mixtral"; }),
+  EXPECT_THAT(forward_error("llama", [](Json& c) { c["model_type"] = "qwen3_next"; }),
               testing::HasSubstr("not implemented yet"));
   EXPECT_THAT(forward_error("llama", [](Json& c) { c["model_type"] = "gpt_bigcode"; }),
               testing::HasSubstr("gpt_bigcode"));
@@ -344,6 +344,23 @@ TEST(ForwardErrors, KimiLinearVariantsAreRefused) {
               testing::HasSubstr("use_grouped_topk false with num_expert_group 2 is ambiguous"));
   EXPECT_THAT(forward_error("kimi_linear", [](Json&) {}, "model.layers.0.self_attn.A_log"),
               testing::HasSubstr("'model.layers.0.self_attn.A_log' is missing"));
+}
+
+TEST(ForwardErrors, MixtralVariantsAreRefused) {
+  EXPECT_EQ(forward_error("mixtral", [](Json&) {}), "");
+  EXPECT_THAT(forward_error("mixtral", [](Json& c) { c["hidden_act"] = "gelu"; }),
+              testing::HasSubstr("hidden_act"));
+  EXPECT_THAT(forward_error("mixtral", [](Json& c) { c["num_experts_per_tok"] = 9; }),
+              testing::HasSubstr("num_experts_per_tok"));
+  EXPECT_THAT(forward_error("mixtral", [](Json& c) { c["intermediate_size"] = 64; }),
+              testing::HasSubstr("'model.layers.0.block_sparse_moe.experts.0.w1.weight' has shape "
+                                 "[96, 64] but config.json implies [64, 64]"));
+  EXPECT_THAT(forward_error("mixtral", [](Json&) {},
+                            "model.layers.2.block_sparse_moe.experts.7.w2.weight", /*layer=*/2),
+              testing::HasSubstr("'model.layers.2.block_sparse_moe.experts.7.w2.weight' is missing"));
+  EXPECT_THAT(forward_error("mixtral", [](Json&) {}, "model.layers.1.block_sparse_moe.gate.weight",
+                            /*layer=*/1),
+              testing::HasSubstr("'model.layers.1.block_sparse_moe.gate.weight' is missing"));
 }
 
 TEST(ForwardErrors, MissingOrMisshapenTensorsAreNamed) {
