@@ -1,8 +1,8 @@
-// The GPU forward's kernels (model/cuda/kernels.h) against CPU references on fresh random inputs:
+// The GPU forward's kernels (ops/cuda/*.h) against CPU references on fresh random inputs:
 // FP8-block decompression against io/source_weights.h (bit-identical bf16), noaux_tc routing
 // against the formula of spec/architectures.md §3 written out here, the assembly of MLA's
 // per-head K and V, RMSNorm against its formula, per-row amaxes routed to several slots, and
-// Kimi Delta Attention's kernels (model/cuda/kda_kernels.h) against the CPU ops the CPU forward
+// Kimi Delta Attention's kernels (ops/cuda/kda.h) against the CPU ops the CPU forward
 // uses (ops/ops.h) on ragged sequences.
 // Label gpu; skipped without a device.
 #include <gtest/gtest.h>
@@ -18,12 +18,21 @@
 #include "core/device.h"
 #include "core/gpu_memory.h"
 #include "io/source_weights.h"
-#include "model/cuda/kda_kernels.h"
-#include "model/cuda/kernels.h"
+#include "ops/cuda/amax.h"
+#include "ops/cuda/attention.h"
+#include "ops/cuda/convert.h"
+#include "ops/cuda/elementwise.h"
+#include "ops/cuda/kda.h"
+#include "ops/cuda/norm.h"
+#include "ops/cuda/routing.h"
 #include "ops/ops.h"
 
-namespace strata::gpu {
+namespace strata::ops::cuda {
 namespace {
+
+using gpu::DeviceBudget;
+using gpu::DeviceBuffer;
+using gpu::Stream;
 
 class CudaKernels : public ::testing::Test {
  protected:
@@ -263,7 +272,7 @@ TEST_F(CudaKernels, RowAmaxesReachEverySlotTheyName) {
   }
 }
 
-// ---- Kimi Delta Attention (model/cuda/kda_kernels.h) against the CPU ops of
+// ---- Kimi Delta Attention (ops/cuda/kda.h) against the CPU ops of
 // model/kimi_linear.cpp.
 
 // A ragged batch: sequences of these lengths (one empty, one of a single token, some shorter
@@ -468,4 +477,4 @@ TEST_F(CudaKernels, GatedDeltaRuleMatchesOpsPerSequence) {
 }
 
 }  // namespace
-}  // namespace strata::gpu
+}  // namespace strata::ops::cuda
