@@ -101,7 +101,7 @@ struct CudaBackend::Attention {
   int64_t seqs_per_call = 0, longest = 0, n_heads = 0;
 };
 
-// The routed experts' GEMMs, issued from several host threads (model/cuda/parallel_gemm.h).
+// The routed experts' GEMMs, issued from several host threads (ops/cuda/parallel_gemm.h).
 struct CudaBackend::Gemms {
   std::unique_ptr<cuda::ParallelGemms> pool;
   std::vector<cuda::GemmJob> jobs;
