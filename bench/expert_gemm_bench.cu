@@ -1,9 +1,9 @@
 // Routed-expert GEMMs on the GPU, the way the MoE block of model/cuda/gpu_forward.cpp runs them:
 // E experts, expert e with rows[e] routed rows, y_e[rows_e, N] = x_e[rows_e, K] . w_e[N, K]^T,
 // bf16 inputs, fp32 accumulation. Prints, per rows-per-expert setting, the time of:
-//   loop     one cublasGemmEx per expert (gpu::gemm, fp32 output), issued by one host thread
+//   loop     one cublasGemmEx per expert (ops::cuda::gemm, fp32 output), issued by one host thread
 //   Nthr     the same calls issued by N host threads, each with its own stream and handle
-//            (gpu::ParallelGemms: what the forward does), for N = 2, 4, 8
+//            (ops::cuda::ParallelGemms: what the forward does), for N = 2, 4, 8
 //   grouped  one cublasGemmGroupedBatchedEx over all experts, fp32 output, and with bf16 output
 //   one      a single GEMM of the same total rows against one expert's weight (the ceiling)
 // and how many output values of 4 threads differ from `loop` (bit for bit; 0 expected).
@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "core/gpu_memory.h"
-#include "model/cuda/kernels.h"
-#include "model/cuda/parallel_gemm.h"
+#include "ops/cuda/gemm.h"
+#include "ops/cuda/parallel_gemm.h"
 
 namespace {
 
@@ -91,11 +91,11 @@ int main(int argc, char** argv) {
   }
   strata::gpu::Stream main_stream;
   cudaStream_t s = static_cast<cudaStream_t>(main_stream.handle());
-  void* handle = strata::gpu::gemm_handle_create(s);
+  void* handle = strata::ops::cuda::gemm_handle_create(s);
   const int thread_counts[3] = {2, 4, 8};
-  std::vector<std::unique_ptr<strata::gpu::ParallelGemms>> pools;
+  std::vector<std::unique_ptr<strata::ops::cuda::ParallelGemms>> pools;
   for (int t : thread_counts)
-    pools.push_back(std::make_unique<strata::gpu::ParallelGemms>(t, true));
+    pools.push_back(std::make_unique<strata::ops::cuda::ParallelGemms>(t, true));
   cublasHandle_t h = static_cast<cublasHandle_t>(handle);
   cudaEvent_t e0, e1;
   ck(cudaEventCreate(&e0), "event");
@@ -130,8 +130,8 @@ int main(int argc, char** argv) {
     // loop
     auto loop = [&]() {
       for (int e = 0; e < E; ++e)
-        strata::gpu::gemm(handle, x + off[e] * K, w + static_cast<int64_t>(e) * N * K,
-                          y + off[e] * N, rows[e], N, K, true);
+        strata::ops::cuda::gemm(handle, x + off[e] * K, w + static_cast<int64_t>(e) * N * K,
+                                y + off[e] * N, rows[e], N, K, true);
     };
     loop();
     ck(cudaStreamSynchronize(s), "warm");
@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
     ck(cudaEventRecord(e1, s), "rec");
     ck(cudaEventSynchronize(e1), "sync");
     const double loop_us = ms_of(e0, e1) * 1000 / reps;
-    std::vector<strata::gpu::GemmJob> jobs;
+    std::vector<strata::ops::cuda::GemmJob> jobs;
     for (int e = 0; e < E; ++e) {
       if (rows[e] > 0)
         jobs.push_back(
@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
     int64_t differ = 0;
     {
       loop();
-      std::vector<strata::gpu::GemmJob> into_yg = jobs;
+      std::vector<strata::ops::cuda::GemmJob> into_yg = jobs;
       for (int e = 0, j = 0; e < E; ++e) {
         if (rows[e] > 0) into_yg[j++].y = yg + off[e] * N;
       }
@@ -229,11 +229,11 @@ int main(int argc, char** argv) {
         differ += std::memcmp(&a[i], &b[i], 4) != 0;
     }
     // one GEMM of all rows against expert 0's weight
-    strata::gpu::gemm(handle, x, w, y, total, N, K, true);
+    strata::ops::cuda::gemm(handle, x, w, y, total, N, K, true);
     ck(cudaStreamSynchronize(s), "one");
     ck(cudaEventRecord(e0, s), "rec");
     for (int r = 0; r < reps; ++r)
-      strata::gpu::gemm(handle, x, w, y, total, N, K, true);
+      strata::ops::cuda::gemm(handle, x, w, y, total, N, K, true);
     ck(cudaEventRecord(e1, s), "rec");
     ck(cudaEventSynchronize(e1), "sync");
     const double one_us = ms_of(e0, e1) * 1000 / reps;
@@ -252,7 +252,7 @@ int main(int argc, char** argv) {
     cudaFree(y16);
   }
   pools.clear();
-  strata::gpu::gemm_handle_destroy(handle);
+  strata::ops::cuda::gemm_handle_destroy(handle);
   cudaFree(w);
   return 0;
 }

@@ -22,10 +22,11 @@ std::string cuda_device_description(int i);
 
 namespace strata::cuda {
 
-// One CUDA stream on one device, with the scratch space the kernels and cuBLASLt use. Every
-// launcher in ops/cuda and quant/cuda takes a Stream&: work is queued in order on it and is
-// asynchronous to the host unless the launcher's comment says it synchronizes. Not thread-safe:
-// one Stream per host thread. Creating one makes `device` current on the calling thread.
+// One CUDA stream on one device, with the scratch space the quantizers use. Every launcher in
+// quant/cuda takes a Stream& (those of ops/cuda take a cudaStream_t as void*, e.g. a
+// gpu::Stream's handle()): work is queued in order on it and is asynchronous to the host unless
+// the launcher's comment says it synchronizes. Not thread-safe: one Stream per host thread.
+// Creating one makes `device` current on the calling thread.
 class Stream {
  public:
   explicit Stream(int device = 0);

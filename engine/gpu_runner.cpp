@@ -24,8 +24,8 @@
 
 #if STRATA_WITH_CUDA
 #include "model/cuda/gpu_forward.h"
-#include "model/cuda/kernels.h"
 #include "model/groups.h"
+#include "ops/cuda/convert.h"
 #include "quant/cuda/quant_cuda.h"
 #endif
 
@@ -591,15 +591,15 @@ void run_layers_gpu(GpuLoop& loop) {
       const int64_t n = c.tokens * H;
       const int j = static_cast<int>(i % 2);
       if (tier == HiddenTier::kDevice) {
-        gpu::bf16_to_f32(dev_at(c.token0), xf, n, compute.handle());
+        ops::cuda::bf16_to_f32(dev_at(c.token0), xf, n, compute.handle());
         f.forward(g, xf, true);
-        if (!last) gpu::cast_bf16(xf, dev_at(c.token0), n, compute.handle());
+        if (!last) ops::cuda::cast_bf16(xf, dev_at(c.token0), n, compute.handle());
       } else if (tier == HiddenTier::kPinned) {
         if (i + 1 < chunks.size()) copy_in(i + 1);
         in_ready[j].wait(compute);
-        gpu::bf16_to_f32(io[j].as<uint16_t>(), xf, n, compute.handle());
+        ops::cuda::bf16_to_f32(io[j].as<uint16_t>(), xf, n, compute.handle());
         f.forward(g, xf, true);
-        if (!last) gpu::cast_bf16(xf, io[j].as<uint16_t>(), n, compute.handle());
+        if (!last) ops::cuda::cast_bf16(xf, io[j].as<uint16_t>(), n, compute.handle());
         out_ready[j].record(compute);
         out_ready[j].wait(d2h);
         if (!last) d2h.copy_to_host(host_at(c.token0), io[j].data(), static_cast<uint64_t>(n) * 2);
@@ -609,10 +609,10 @@ void run_layers_gpu(GpuLoop& loop) {
           store.read_raw(sid(b), stage.data() + (token0[b] - c.token0) * H * 2);
         compute.copy_to_device(io[0].data(), stage.data(), static_cast<uint64_t>(n) * 2);
         compute.synchronize();  // the next chunk reuses `stage`
-        gpu::bf16_to_f32(io[0].as<uint16_t>(), xf, n, compute.handle());
+        ops::cuda::bf16_to_f32(io[0].as<uint16_t>(), xf, n, compute.handle());
         f.forward(g, xf, true);
         if (!last) {
-          gpu::cast_bf16(xf, io[0].as<uint16_t>(), n, compute.handle());
+          ops::cuda::cast_bf16(xf, io[0].as<uint16_t>(), n, compute.handle());
           compute.copy_to_host(stage.data(), io[0].data(), static_cast<uint64_t>(n) * 2);
           compute.synchronize();
           for (size_t b = c.first; b < c.last; ++b)

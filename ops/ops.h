@@ -5,7 +5,13 @@
 // floating dtype (bf16 usually); they are upcast exactly to fp32. Every reduction runs in a fixed
 // order, so results do not depend on the thread count (docs/DESIGN.md "Numerics of the forward").
 //
-// The CUDA backend will implement the same declarations behind host launchers.
+// The CPU backend (ops/cpu_backend.h) is built on these ops. Their CUDA implementations are the
+// launchers of ops/cuda/ (namespace strata::ops::cuda, one header per op family, CUDA builds
+// only; docs/CUDA.md), on which the CUDA backend (ops/cuda/cuda_backend.h) is built: the same
+// math on device buffers, queued on a stream, over a ragged batch of sequences where the CPU op
+// takes one sequence. Each op below names its CUDA counterpart; the counterpart's comment says
+// how closely it matches (bit for bit, or within a few ulp where nvcc fuses multiply-adds and
+// CUDA's expf differs from the host's).
 #pragma once
 
 #include <cmath>
@@ -24,22 +30,32 @@ std::vector<float> weight_f32(const Tensor& w);
 void set_threads(int n);
 
 // y[m, n] = x[m, k] · W[n, k]^T (+ bias[n]); fp32 accumulate. W given as fp32 [n, k].
+// CUDA: ops/cuda/gemm.h gemm (bf16 or fp32 inputs), then elementwise.h add_bias.
 void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y,
             const float* bias = nullptr);
 
-// Rounds every element to the nearest bf16 value (ties to even), in place.
+// Rounds every element to the nearest bf16 value (ties to even), in place; NaN becomes the
+// canonical 0x7FC0 (core/dtype.h f32_to_bf16). CUDA: ops/cuda/convert.h round_bf16, the same for
+// every non-NaN value (a NaN keeps its sign and top payload bits there).
 void round_bf16(float* x, int64_t n);
 
-// Per row of x[rows, dim]: x / sqrt(mean(x^2) + eps) * w, computed in fp32.
+// Per row of x[rows, dim]: x / sqrt(mean(x^2) + eps) * w (w may be null): the sum of squares in
+// fp64, the rest in fp32. CUDA: ops/cuda/norm.h rms_norm.
 void rms_norm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y);
 
-// Per row of x[rows, dim]: softmax in place.
+// Per row of x[rows, dim]: softmax in place (max subtracted, exp in fp32, sum in fp64). CUDA:
+// inside ops/cuda/routing.h route_softmax_topk and attention.h causal_softmax.
 void softmax(float* x, int64_t rows, int64_t dim);
 
-inline float silu(float z) { return z / (1.0f + std::exp(-z)); }
-inline float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
+inline float silu(float z) {
+  return z / (1.0f + std::exp(-z));
+}
+inline float sigmoid(float z) {
+  return 1.0f / (1.0f + std::exp(-z));
+}
 
-// h[m, i] = silu(gate[m, i]) * up[m, i]
+// h[m, i] = silu(gate[m, i]) * up[m, i]. CUDA: ops/cuda/elementwise.h swiglu (sigmoid:
+// sigmoid_inplace, mul_sigmoid, add_sigmoid_gated).
 void swiglu(const float* gate, const float* up, int64_t count, float* h);
 
 // Rotary embedding frequencies f_i (i < rot_dim/2) for a RoPE variant.
@@ -58,15 +74,18 @@ struct RopeParams {
 std::vector<double> rope_inv_freq(const RopeParams& p, int64_t rot_dim);
 
 // Rotates x[n_tokens, n_heads, head_stride] in place: for each head, the rot_dim values starting
-// at column `offset` are rotated by angle pos[t] * f_i. Half-split pairs (i, i + rot_dim/2), or
-// interleaved pairs (2i, 2i+1).
+// at column `offset` are rotated by angle pos[t] * f_i (fp32(f_i) * fp32(pos[t]), cos and sin in
+// fp32, then times attention_factor). Half-split pairs (i, i + rot_dim/2), or interleaved pairs
+// (2i, 2i+1). CUDA: ops/cuda/rope.h rope (f_i passed as fp32).
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int64_t offset,
           int64_t rot_dim, const int64_t* pos, const std::vector<double>& inv_freq,
           double attention_factor, bool interleaved);
 
 // Causal attention for one sequence. q[T, nH, dq], k[T, nKV, dq], v[T, nKV, dv] with row strides
 // given per tensor (elements between consecutive tokens); out[T, nH, dv] contiguous.
-// Query head h reads kv head h / (nH / nKV). Softmax in fp32.
+// Query head h reads kv head h / (nH / nKV). Softmax in fp32 (sum in fp64). CUDA:
+// ops/cuda/attention.h attention (a ragged batch, online softmax), or gemm.h's batched GEMMs
+// around attention.h causal_softmax.
 void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t k_stride,
                       const float* v, int64_t v_stride, int64_t T, int64_t n_heads,
                       int64_t n_kv_heads, int64_t dq, int64_t dv, float scale, float* out);
@@ -74,11 +93,12 @@ void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t 
 // Causal depthwise convolution over one sequence, no bias: x[T, C] with row stride x_stride,
 // w[C, K] (the checkpoint's [C, 1, K]), y[T, C] contiguous:
 //   y[t, c] = sum_{j < K} w[c, j] * x[t - (K - 1) + j, c],   x[s, c] = 0 for s < 0,
-// so w[c, K-1] multiplies the current token.
+// so w[c, K-1] multiplies the current token. CUDA: ops/cuda/kda.h kda_conv_silu (then silu).
 void causal_conv1d(const float* x, int64_t x_stride, int64_t T, int64_t C, const float* w,
                    int64_t K, float* y);
 
-// Per row of x[rows, dim], in place: x / sqrt(sum(x^2) + eps) (fla's l2norm: eps inside the root).
+// Per row of x[rows, dim], in place: x / sqrt(sum(x^2) + eps) (fla's l2norm: eps inside the root),
+// the sum in fp64. CUDA: ops/cuda/norm.h l2_norm_scale.
 void l2_norm(float* x, int64_t rows, int64_t dim, float eps);
 
 // The gated delta rule with a decay per key channel (Kimi Delta Attention; Gated DeltaNet is the
@@ -86,15 +106,18 @@ void l2_norm(float* x, int64_t rows, int64_t dim, float eps);
 // state S[dk, dv]:
 //   S <- diag(exp(g_t)) S;   S <- S + beta_t k_t (v_t - S^T k_t)^T;   o_t = S^T q_t.
 // q, k, g: [T, nH, dk]; v: [T, nH, dv]; beta: [T, nH]; out: [T, nH, dv]. g is the log decay
-// (<= 0); q and k arrive normalised and q scaled, as the caller wants them.
+// (<= 0); q and k arrive normalised and q scaled, as the caller wants them. CUDA: ops/cuda/kda.h
+// gated_delta_rule.
 void gated_delta_rule(const float* q, const float* k, const float* v, const float* g,
                       const float* beta, int64_t T, int64_t n_heads, int64_t dk, int64_t dv,
                       float* out);
 
 // Top-k of one row: indices of the k largest values, largest first; ties go to the lower index.
+// (Rows with NaN: unspecified.) CUDA: inside ops/cuda/routing.h, the same order.
 std::vector<int32_t> top_k(const float* x, int64_t n, int64_t k);
 
-// Element-wise max |x| over n values (NaN propagates as NaN).
+// Element-wise max |x| over n values (NaN propagates as the canonical NaN). CUDA:
+// ops/cuda/amax.h amax, amax_rows (the same value; a NaN's own bits).
 float amax(const float* x, int64_t n);
 
 }  // namespace strata::ops

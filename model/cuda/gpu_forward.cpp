@@ -5,8 +5,8 @@
 #include "core/error.h"
 #include "model/arch.h"
 #include "model/common.h"
-#include "model/cuda/kernels.h"
 #include "model/layer.h"
+#include "ops/cuda/convert.h"
 
 namespace strata::gpu {
 namespace {
@@ -53,8 +53,9 @@ class BlobBinder final : public model::Binder {
                    shape_str(want));
       void* dst = alloc(static_cast<uint64_t>(n) * esz);
       if (!base_) return w;
-      dequant_fp8_block(base_ + it.offset, shape[0], shape[1], kFp8Block, base_ + sc->second.offset,
-                        sc->second.dtype, dst, gemm_bf16_, stream_.handle());
+      ops::cuda::dequant_fp8_block(base_ + it.offset, shape[0], shape[1], kFp8Block,
+                                   base_ + sc->second.offset, sc->second.dtype, dst, gemm_bf16_,
+                                   stream_.handle());
       w.data = dst;
       return w;
     }
@@ -66,10 +67,11 @@ class BlobBinder final : public model::Binder {
     void* dst = alloc(static_cast<uint64_t>(n) * esz);
     if (!base_) return w;
     if (gemm_bf16_) {
-      convert_to_bf16(base_ + it.offset, it.dtype, static_cast<uint16_t*>(dst), n,
-                      stream_.handle());
+      ops::cuda::convert_to_bf16(base_ + it.offset, it.dtype, static_cast<uint16_t*>(dst), n,
+                                 stream_.handle());
     } else {
-      convert_to_f32(base_ + it.offset, it.dtype, static_cast<float*>(dst), n, stream_.handle());
+      ops::cuda::convert_to_f32(base_ + it.offset, it.dtype, static_cast<float*>(dst), n,
+                                stream_.handle());
     }
     w.data = dst;
     return w;
@@ -85,7 +87,8 @@ class BlobBinder final : public model::Binder {
     }
     void* dst = alloc(static_cast<uint64_t>(n) * 4);
     if (!base_) return w;
-    convert_to_f32(base_ + it.offset, it.dtype, static_cast<float*>(dst), n, stream_.handle());
+    ops::cuda::convert_to_f32(base_ + it.offset, it.dtype, static_cast<float*>(dst), n,
+                              stream_.handle());
     w.data = dst;
     return w;
   }

@@ -6,9 +6,17 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "model/cuda/kda_kernels.h"
-#include "model/cuda/kernels.h"
-#include "model/cuda/parallel_gemm.h"
+#include "ops/cuda/amax.h"
+#include "ops/cuda/attention.h"
+#include "ops/cuda/convert.h"
+#include "ops/cuda/elementwise.h"
+#include "ops/cuda/gemm.h"
+#include "ops/cuda/kda.h"
+#include "ops/cuda/moe.h"
+#include "ops/cuda/norm.h"
+#include "ops/cuda/parallel_gemm.h"
+#include "ops/cuda/rope.h"
+#include "ops/cuda/routing.h"
 
 namespace strata::ops {
 
@@ -93,10 +101,10 @@ struct CudaBackend::Attention {
   int64_t seqs_per_call = 0, longest = 0, n_heads = 0;
 };
 
-// The routed experts' GEMMs, issued from several host threads (model/cuda/parallel_gemm.h).
+// The routed experts' GEMMs, issued from several host threads (ops/cuda/parallel_gemm.h).
 struct CudaBackend::Gemms {
-  std::unique_ptr<ParallelGemms> pool;
-  std::vector<GemmJob> jobs;
+  std::unique_ptr<cuda::ParallelGemms> pool;
+  std::vector<cuda::GemmJob> jobs;
 };
 
 CudaBackend::CudaBackend(CudaBackendOptions options)
@@ -115,9 +123,9 @@ CudaBackend::CudaBackend(DeviceBudget& budget, const Stream& stream, CudaBackend
   if (max_experts > 0) {
     moe_ints_ = DeviceBuffer(budget, static_cast<uint64_t>(3 * max_experts) * 4, "expert counts");
     host_ints_.reserve(static_cast<uint64_t>(2 * max_experts) * 4);
-    gemms_->pool = std::make_unique<ParallelGemms>(opt_.gemm_threads, opt_.gemm_bf16);
+    gemms_->pool = std::make_unique<cuda::ParallelGemms>(opt_.gemm_threads, opt_.gemm_bf16);
   }
-  blas_ = gemm_handle_create(stream.handle());
+  blas_ = cuda::gemm_handle_create(stream.handle());
   stream.synchronize();
   prof_->on = opt_.profile;
 }
@@ -128,7 +136,7 @@ std::unique_ptr<CudaBackend> CudaBackend::sizing(CudaBackendOptions options) {
 
 CudaBackend::~CudaBackend() {
   prof_->log();
-  if (blas_) gemm_handle_destroy(blas_);
+  if (blas_) cuda::gemm_handle_destroy(blas_);
 }
 
 template <typename T>
@@ -229,7 +237,7 @@ void CudaBackend::observe(const std::vector<std::string>& names, const float* x,
                           int64_t cols) {
   const int s = slot(names);
   if (dry()) return;
-  amax(x, rows * cols, slot_ptr(s), stream_->handle());
+  cuda::amax(x, rows * cols, slot_ptr(s), stream_->handle());
   slot_rows_[s] += rows;
 }
 
@@ -280,14 +288,14 @@ void CudaBackend::phase(Phase p) {
 void CudaBackend::mm(const void* x, const void* w, float* y, int64_t M, int64_t N, int64_t K,
                      bool bf16) {
   ++prof_->gemms;
-  gemm(blas_, x, w, y, M, N, K, bf16);
+  cuda::gemm(blas_, x, w, y, M, N, K, bf16);
 }
 
 // The GEMM input for a[count] fp32: a itself (fp32 GEMMs) or its bf16 copy.
 const void* CudaBackend::gin(const float* a, int64_t count) {
   if (!opt_.gemm_bf16) return a;
   uint16_t* h = take_bytes<uint16_t>(count);
-  if (!dry()) cast_bf16(a, h, count, stream_->handle());
+  if (!dry()) cuda::cast_bf16(a, h, count, stream_->handle());
   return h;
 }
 
@@ -303,7 +311,7 @@ void CudaBackend::linears(const float* x, int64_t m, std::initializer_list<Out> 
       if (!dry()) mm(xin, w.data, o.y, m, w.rows(), w.cols(), opt_.gemm_bf16);
     }
     if (o.bias && !dry())
-      add_bias(o.y, m, w.rows(), static_cast<const float*>(o.bias->data), stream_->handle());
+      cuda::add_bias(o.y, m, w.rows(), static_cast<const float*>(o.bias->data), stream_->handle());
   }
   release(at);
 }
@@ -313,37 +321,37 @@ void CudaBackend::linears(const float* x, int64_t m, std::initializer_list<Out> 
 void CudaBackend::rms_norm(const float* x, int64_t rows, int64_t dim, const Weight& w, float eps,
                            float* y) {
   if (dry()) return;
-  gpu::rms_norm(x, rows, dim, static_cast<const float*>(w.data), eps, y, stream_->handle());
+  cuda::rms_norm(x, rows, dim, static_cast<const float*>(w.data), eps, y, stream_->handle());
 }
 
 void CudaBackend::add(float* y, const float* x, int64_t n) {
-  if (!dry()) gpu::add(y, x, n, stream_->handle());
+  if (!dry()) cuda::add(y, x, n, stream_->handle());
 }
 
 void CudaBackend::round_bf16(float* x, int64_t n) {
-  if (!dry()) gpu::round_bf16(x, n, stream_->handle());
+  if (!dry()) cuda::round_bf16(x, n, stream_->handle());
 }
 
 void CudaBackend::swiglu(const float* gate, const float* up, int64_t n, float* h) {
-  if (!dry()) gpu::swiglu(gate, up, n, h, stream_->handle());
+  if (!dry()) cuda::swiglu(gate, up, n, h, stream_->handle());
 }
 
 void CudaBackend::add_sigmoid_gated(float* y, const float* s, const float* g, int64_t rows,
                                     int64_t cols) {
-  if (!dry()) gpu::add_sigmoid_gated(y, s, g, rows, cols, stream_->handle());
+  if (!dry()) cuda::add_sigmoid_gated(y, s, g, rows, cols, stream_->handle());
 }
 
 void CudaBackend::mul_sigmoid(float* x, const float* g, int64_t n) {
-  if (!dry()) gpu::mul_sigmoid(x, g, n, stream_->handle());
+  if (!dry()) cuda::mul_sigmoid(x, g, n, stream_->handle());
 }
 
 void CudaBackend::sigmoid(float* x, int64_t n) {
-  if (!dry()) sigmoid_inplace(x, n, stream_->handle());
+  if (!dry()) cuda::sigmoid_inplace(x, n, stream_->handle());
 }
 
 void CudaBackend::copy_cols(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
                             int64_t rows, int64_t cols) {
-  if (!dry()) gpu::copy_cols(src, src_stride, dst, dst_stride, rows, cols, stream_->handle());
+  if (!dry()) cuda::copy_cols(src, src_stride, dst, dst_stride, rows, cols, stream_->handle());
 }
 
 void CudaBackend::mlp(const Mlp& w, const float* x, int64_t rows, float* y) {
@@ -377,8 +385,8 @@ void CudaBackend::rope(float* x, const Tokens& t, int64_t n_heads, int64_t strid
                        int64_t rot_dim, const std::vector<double>& inv_freq,
                        double attention_factor, bool interleaved) {
   if (dry()) return;
-  gpu::rope(x, t.tokens, n_heads, stride, offset, rot_dim, t.positions, rope_table(inv_freq),
-            attention_factor, interleaved, stream_->handle());
+  cuda::rope(x, t.tokens, n_heads, stride, offset, rot_dim, t.positions, rope_table(inv_freq),
+             attention_factor, interleaved, stream_->handle());
 }
 
 void CudaBackend::attention(const Tokens& t, const float* q, int64_t qs, const float* k, int64_t ks,
@@ -394,8 +402,8 @@ void CudaBackend::attention(const Tokens& t, const float* q, int64_t qs, const f
     attention_gemm(t, q, qs, k, ks, v, vs, out, n_heads * dv, n_heads, dq, dv, n_heads / n_kv,
                    scale);
   } else {
-    gpu::attention(q, qs, k, ks, v, vs, t.tokens, n_heads, n_kv, dq, dv, scale, t.seq_start, out,
-                   stream_->handle());
+    cuda::attention(q, qs, k, ks, v, vs, t.tokens, n_heads, n_kv, dq, dv, scale, t.seq_start, out,
+                    stream_->handle());
   }
   span(kAttentionCore);
 }
@@ -443,18 +451,18 @@ void CudaBackend::attention_gemm(const Tokens& t, const float* q, int64_t qs, co
     stream_->copy_to_device(const_cast<const float**>(dev), host,
                             static_cast<uint64_t>(5 * cap) * sizeof(void*));
     auto arr = [&](int i) { return dev + i * cap; };
-    gemm_batched_qk(blas_, arr(0), qs, arr(1), ks, const_cast<float* const*>(arr(2)), L, dq, batch,
-                    opt_.gemm_bf16);
-    causal_softmax(S, batch, L, scale, s);
-    gemm_batched_pv(blas_, arr(2), arr(3), vs, const_cast<float* const*>(arr(4)), os, L, dv, batch,
-                    opt_.gemm_bf16);
+    cuda::gemm_batched_qk(blas_, arr(0), qs, arr(1), ks, const_cast<float* const*>(arr(2)), L, dq,
+                          batch, opt_.gemm_bf16);
+    cuda::causal_softmax(S, batch, L, scale, s);
+    cuda::gemm_batched_pv(blas_, arr(2), arr(3), vs, const_cast<float* const*>(arr(4)), os, L, dv,
+                          batch, opt_.gemm_bf16);
     a.done[slot]->record(*stream_);
   }
 }
 
 void CudaBackend::mla_kv(const float* kv, const float* kr, int64_t T, int64_t n_heads, int64_t dn,
                          int64_t dr, int64_t dv, float* k, float* v) {
-  if (!dry()) gpu::mla_kv(kv, kr, T, n_heads, dn, dr, dv, k, v, stream_->handle());
+  if (!dry()) cuda::mla_kv(kv, kr, T, n_heads, dn, dr, dv, k, v, stream_->handle());
 }
 
 // ---- linear attention ---------------------------------------------------------------------------
@@ -462,19 +470,19 @@ void CudaBackend::mla_kv(const float* kv, const float* kr, int64_t T, int64_t n_
 void CudaBackend::conv_silu(const Tokens& t, const float* x, int64_t C, const Weight& w, int64_t K,
                             float* y) {
   if (dry()) return;
-  kda_conv_silu(x, t.tokens, C, static_cast<const float*>(w.data), K, t.seq_start, y,
-                stream_->handle());
+  cuda::kda_conv_silu(x, t.tokens, C, static_cast<const float*>(w.data), K, t.seq_start, y,
+                      stream_->handle());
 }
 
 void CudaBackend::l2_norm_scale(float* x, int64_t rows, int64_t dim, float eps, float scale) {
-  if (!dry()) gpu::l2_norm_scale(x, rows, dim, eps, scale, stream_->handle());
+  if (!dry()) cuda::l2_norm_scale(x, rows, dim, eps, scale, stream_->handle());
 }
 
 void CudaBackend::kda_forget_gate(float* g, int64_t T, int64_t n_heads, int64_t d,
                                   const Weight& a_log, const Weight& dt_bias) {
   if (dry()) return;
-  gpu::kda_forget_gate(g, T, n_heads, d, static_cast<const float*>(a_log.data),
-                       static_cast<const float*>(dt_bias.data), stream_->handle());
+  cuda::kda_forget_gate(g, T, n_heads, d, static_cast<const float*>(a_log.data),
+                        static_cast<const float*>(dt_bias.data), stream_->handle());
 }
 
 void CudaBackend::gated_delta_rule(const Tokens& t, const float* q, const float* k, const float* v,
@@ -486,8 +494,8 @@ void CudaBackend::gated_delta_rule(const Tokens& t, const float* q, const float*
     return;
   }
   span(kAttention);
-  gpu::gated_delta_rule(q, k, v, g, beta, t.seq_bounds_dev, t.n_seqs(), n_heads, dk, dv, out,
-                        stream_->handle());
+  cuda::gated_delta_rule(q, k, v, g, beta, t.seq_bounds_dev, t.n_seqs(), n_heads, dk, dv, out,
+                         stream_->handle());
   span(kAttentionCore);
 }
 
@@ -501,7 +509,7 @@ void CudaBackend::route_softmax(float* logits, int64_t T, int64_t E, int64_t K, 
   }
   int32_t* counts = moe_ints_.as<int32_t>();
   stream_->zero(counts, static_cast<uint64_t>(E) * 4);
-  route_softmax_topk(logits, T, E, K, renormalize, chosen, weight, counts, stream_->handle());
+  cuda::route_softmax_topk(logits, T, E, K, renormalize, chosen, weight, counts, stream_->handle());
 }
 
 void CudaBackend::route_sigmoid(float* logits, int64_t T, int64_t E, int64_t K,
@@ -513,9 +521,9 @@ void CudaBackend::route_sigmoid(float* logits, int64_t T, int64_t E, int64_t K,
   }
   int32_t* counts = moe_ints_.as<int32_t>();
   stream_->zero(counts, static_cast<uint64_t>(E) * 4);
-  route_sigmoid_grouped(logits, T, E, K, r.bias ? static_cast<const float*>(r.bias->data) : nullptr,
-                        r.n_group, r.topk_group, r.renormalize, r.scaling, chosen, weight, counts,
-                        stream_->handle());
+  cuda::route_sigmoid_grouped(
+      logits, T, E, K, r.bias ? static_cast<const float*>(r.bias->data) : nullptr, r.n_group,
+      r.topk_group, r.renormalize, r.scaling, chosen, weight, counts, stream_->handle());
 }
 
 void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
@@ -561,21 +569,21 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   STRATA_ASSERT(sum == S, "routing counts");
   stream_->copy_to_device(offsets, ho, static_cast<uint64_t>(E) * 4);
   stream_->zero(cursor, static_cast<uint64_t>(E) * 4);
-  moe_scatter(chosen, S, offsets, cursor, pos, row_expert, s);
+  cuda::moe_scatter(chosen, S, offsets, cursor, pos, row_expert, s);
   span(kRouter);
   // The rows an expert sees are its tokens' n: each token's amax goes to its K experts' slots.
-  amax_rows(n, T, H, chosen, slot_ptr(gu0), s, K);
+  cuda::amax_rows(n, T, H, chosen, slot_ptr(gu0), s, K);
   const uint8_t* xin = nullptr;
   if (opt_.gemm_bf16) {
-    cast_bf16(n, n16, T * H, s);
-    moe_gather(n16, T, H, K, pos, x16, s);
+    cuda::cast_bf16(n, n16, T * H, s);
+    cuda::moe_gather(n16, T, H, K, pos, x16, s);
     xin = reinterpret_cast<const uint8_t*>(x16);
   } else {
-    moe_gather(n, T, H, K, pos, og, s);
+    cuda::moe_gather(n, T, H, K, pos, og, s);
     xin = reinterpret_cast<const uint8_t*>(og);
   }
   span(kExpertOther);
-  std::vector<GemmJob>& jobs = gemms_->jobs;
+  std::vector<cuda::GemmJob>& jobs = gemms_->jobs;
   jobs.clear();
   for (int64_t e = 0; e < E; ++e) {
     if (hc[e] == 0) continue;
@@ -587,8 +595,8 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   gemms_->pool->run(*stream_, blas_, jobs);
   span(kExpertGateUp);
   release(at);
-  gpu::swiglu(g, u, S * Im, g, s);
-  amax_rows(g, S, Im, row_expert, slot_ptr(dn0), s);
+  cuda::swiglu(g, u, S * Im, g, s);
+  cuda::amax_rows(g, S, Im, row_expert, slot_ptr(dn0), s);
   const uint8_t* hin = static_cast<const uint8_t*>(gin(g, S * Im));
   span(kExpertOther);
   jobs.clear();
@@ -600,7 +608,7 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   prof_->gemms += static_cast<int64_t>(jobs.size());
   gemms_->pool->run(*stream_, blas_, jobs);
   span(kExpertDown);
-  moe_combine(og, pos, weight, T, K, H, y, s);
+  cuda::moe_combine(og, pos, weight, T, K, H, y, s);
   span(kCombine);
   release(top);
 }

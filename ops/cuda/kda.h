@@ -1,20 +1,18 @@
-// Host launchers of Kimi Delta Attention's kernels (model/cuda/kda_kernels.cu), for the GPU
-// forward's KDA layers (model/cuda/gpu_forward.cpp; the CPU forward is model/kimi_linear.cpp).
-// No CUDA header here: streams are void* (cudaStream_t), pointers are device pointers, every
-// launcher is asynchronous on `stream`, layouts are row-major with shapes in the comments.
+// Kimi Delta Attention's kernels (ops/cuda/kda.cu), for the GPU forward's KDA layers (the CPU
+// forward is model/kimi_linear.cpp); conventions: ops/cuda/convert.h. Its L2 norm is
+// ops/cuda/norm.h l2_norm_scale, its sigmoids ops/cuda/elementwise.h.
 //
 // Precision against the CPU ops they mirror (ops/ops.h), all fp32 with the CPU's order of
 // operations: per element the same formula, but CUDA's expf/logf are within 2 ulp of the host's
 // libm and nvcc fuses multiply-adds, so results differ from the CPU by a few ulp per operation.
-// The sums of squares of l2_norm_scale are fp64 (as ops::l2_norm; only their order differs). The
-// gated delta rule keeps its state in fp32 and sums each dot product over the key channels in
+// The gated delta rule keeps its state in fp32 and sums each dot product over the key channels in
 // the CPU's order (0..dk-1), so its error is the fused multiply-adds' and expf's, carried
-// through the decaying state (tests/model/cuda_kernels_test.cpp bounds it).
+// through the decaying state (tests/ops/cuda/kda_test.cpp bounds it).
 #pragma once
 
 #include <cstdint>
 
-namespace strata::gpu {
+namespace strata::ops::cuda {
 
 // Causal depthwise convolution with SiLU over a ragged batch, no bias: x[T, C], w[C, K] (the
 // checkpoint's [C, 1, K]), y[T, C] (not x). Token t's sequence starts at seq_start[t]
@@ -24,19 +22,10 @@ namespace strata::gpu {
 void kda_conv_silu(const float* x, int64_t T, int64_t C, const float* w, int64_t K,
                    const int64_t* seq_start, float* y, void* stream);
 
-// Per row of x[rows, dim], in place: x = (x / sqrt(sum(x^2) + eps)) * scale, the sum in fp64
-// (ops::l2_norm, then the CPU's separate multiply by scale; scale 1 is ops::l2_norm alone).
-void l2_norm_scale(float* x, int64_t rows, int64_t dim, float eps, float scale, void* stream);
-
 // KDA's forget gate, in place on g[T, nH, d] (f_b_proj's output):
 //   g = -exp(a_log[h]) * softplus(g + dt_bias[h * d + i]),  softplus(z) = z for z > 20.
 void kda_forget_gate(float* g, int64_t T, int64_t n_heads, int64_t d, const float* a_log,
                      const float* dt_bias, void* stream);
-
-// x[n] = sigmoid(x[n]), in place.
-void sigmoid_inplace(float* x, int64_t n, void* stream);
-// x[n] *= sigmoid(g[n]).
-void mul_sigmoid(float* x, const float* g, int64_t n, void* stream);
 
 // The gated delta rule (ops::gated_delta_rule) over a ragged batch: sequence s spans tokens
 // [seq_bounds[s], seq_bounds[s + 1]) (device array of n_seqs + 1 entries) and starts from a zero
@@ -49,4 +38,4 @@ void gated_delta_rule(const float* q, const float* k, const float* v, const floa
                       const float* beta, const int64_t* seq_bounds, int64_t n_seqs, int64_t n_heads,
                       int64_t dk, int64_t dv, float* out, void* stream);
 
-}  // namespace strata::gpu
+}  // namespace strata::ops::cuda

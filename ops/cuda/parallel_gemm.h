@@ -26,9 +26,9 @@
 
 #include "core/gpu_memory.h"
 
-namespace strata::gpu {
+namespace strata::ops::cuda {
 
-// y[M, N] = x[M, K] . w[N, K]^T (model/cuda/kernels.h gemm).
+// y[M, N] = x[M, K] . w[N, K]^T (ops/cuda/gemm.h gemm).
 struct GemmJob {
   const void* x;
   const void* w;
@@ -46,13 +46,13 @@ class ParallelGemms {
   // Issues `jobs` (worker i takes jobs i, i + N, ...) after the work queued on `main`, then makes
   // `main` wait for them. Returns once they are queued. Without workers, issues them on
   // `main_blas` (a handle on `main`) in order.
-  void run(const Stream& main, void* main_blas, const std::vector<GemmJob>& jobs);
+  void run(const gpu::Stream& main, void* main_blas, const std::vector<GemmJob>& jobs);
 
  private:
   struct Worker {
-    std::unique_ptr<Stream> stream;
+    std::unique_ptr<gpu::Stream> stream;
     void* blas = nullptr;
-    std::unique_ptr<Event> done;
+    std::unique_ptr<gpu::Event> done;
     std::thread thread;
   };
   void work(size_t index);
@@ -60,7 +60,7 @@ class ParallelGemms {
   bool bf16_;
   int device_ = 0;
   std::vector<Worker> workers_;
-  Event start_;
+  gpu::Event start_;
   std::mutex mu_;
   std::condition_variable go_, finished_;
   const std::vector<GemmJob>* jobs_ = nullptr;
@@ -70,4 +70,4 @@ class ParallelGemms {
   std::exception_ptr error_;
 };
 
-}  // namespace strata::gpu
+}  // namespace strata::ops::cuda

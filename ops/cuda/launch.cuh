@@ -1,4 +1,4 @@
-// Launch helpers shared by the .cu files of model/cuda/ (device code only; never included by
+// Launch helpers shared by the .cu files of ops/cuda/ (device code only; never included by
 // host code): the stream cast, the block count of a grid-stride loop, and the check after a
 // launch.
 #pragma once
@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 
-namespace strata::gpu::launch {
+namespace strata::ops::cuda::launch {
 
 inline cudaStream_t st(void* s) {
   return static_cast<cudaStream_t>(s);
@@ -28,7 +28,7 @@ inline void launched(const char* what) {
   STRATA_CHECK(e == cudaSuccess, "CUDA kernel ", what, ": ", cudaGetErrorString(e));
 }
 
-}  // namespace strata::gpu::launch
+}  // namespace strata::ops::cuda::launch
 
 // Grid-stride loop over [0, n).
 #define FOR_N(i, n)                                                         \

@@ -1,20 +1,20 @@
-#include "model/cuda/parallel_gemm.h"
+#include "ops/cuda/parallel_gemm.h"
 
 #include <cuda_runtime.h>
 
 #include "core/error.h"
-#include "model/cuda/kernels.h"
+#include "ops/cuda/gemm.h"
 
-namespace strata::gpu {
+namespace strata::ops::cuda {
 
 ParallelGemms::ParallelGemms(int threads, bool bf16) : bf16_(bf16) {
   STRATA_CHECK(cudaGetDevice(&device_) == cudaSuccess, "CUDA: cannot read the current device");
   if (threads <= 1) return;
   workers_.resize(static_cast<size_t>(threads));
   for (Worker& w : workers_) {
-    w.stream = std::make_unique<Stream>();
+    w.stream = std::make_unique<gpu::Stream>();
     w.blas = gemm_handle_create(w.stream->handle());
-    w.done = std::make_unique<Event>();
+    w.done = std::make_unique<gpu::Event>();
   }
   for (size_t i = 0; i < workers_.size(); ++i)
     workers_[i].thread = std::thread([this, i]() { work(i); });
@@ -66,7 +66,8 @@ void ParallelGemms::work(size_t index) {
   }
 }
 
-void ParallelGemms::run(const Stream& main, void* main_blas, const std::vector<GemmJob>& jobs) {
+void ParallelGemms::run(const gpu::Stream& main, void* main_blas,
+                        const std::vector<GemmJob>& jobs) {
   if (workers_.empty() || jobs.size() <= 1) {
     for (const GemmJob& g : jobs)
       gemm(main_blas, g.x, g.w, g.y, g.M, g.N, g.K, bf16_);
@@ -92,4 +93,4 @@ void ParallelGemms::run(const Stream& main, void* main_blas, const std::vector<G
     w.done->wait(main);
 }
 
-}  // namespace strata::gpu
+}  // namespace strata::ops::cuda

@@ -1,15 +1,15 @@
-// Kimi Delta Attention's kernels (host launchers and precision notes: model/cuda/kda_kernels.h).
-// Plain kernels: one thread per element, one warp per normed row, one block per (sequence, head)
-// for the recurrence, whose tokens run in order.
+// Kimi Delta Attention's kernels (host launchers and precision notes: ops/cuda/kda.h): the
+// causal convolution with SiLU and the forget gate, one thread per element; the gated delta rule,
+// one block per (sequence, head), whose tokens run in order.
 #include <cuda_runtime.h>
 
 #include <cmath>
 
 #include "core/error.h"
-#include "model/cuda/kda_kernels.h"
-#include "model/cuda/launch.cuh"
+#include "ops/cuda/kda.h"
+#include "ops/cuda/launch.cuh"
 
-namespace strata::gpu {
+namespace strata::ops::cuda {
 namespace {
 
 using launch::blocks_for;
@@ -34,22 +34,6 @@ __global__ void k_conv_silu(const float* x, int64_t T, int64_t C, const float* w
   }
 }
 
-// One warp per row; the sum of squares in fp64.
-__global__ void k_l2_norm_scale(float* x, int64_t rows, int64_t dim, float eps, float scale) {
-  const int64_t r = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
-  if (r >= rows) return;
-  float* xr = x + r * dim;
-  double s = 0.0;
-  for (int64_t i = lane; i < dim; i += 32)
-    s += static_cast<double>(xr[i]) * xr[i];
-  for (int o = 16; o > 0; o >>= 1)
-    s += __shfl_xor_sync(0xffffffffu, s, o);
-  const float norm = sqrtf(static_cast<float>(s) + eps);
-  for (int64_t i = lane; i < dim; i += 32)
-    xr[i] = (xr[i] / norm) * scale;
-}
-
 __global__ void k_forget_gate(float* g, int64_t T, int64_t nH, int64_t d, const float* a_log,
                               const float* dt_bias) {
   FOR_N(i, T * nH * d) {
@@ -59,13 +43,6 @@ __global__ void k_forget_gate(float* g, int64_t T, int64_t nH, int64_t d, const 
     const float softplus = zb > 20.0f ? zb : logf(1.0f + expf(zb));
     g[i] = -rate * softplus;
   }
-}
-
-__global__ void k_sigmoid(float* x, int64_t n) {
-  FOR_N(i, n) x[i] = 1.0f / (1.0f + expf(-x[i]));
-}
-__global__ void k_mul_sigmoid(float* x, const float* g, int64_t n) {
-  FOR_N(i, n) x[i] *= 1.0f / (1.0f + expf(-g[i]));
 }
 
 // Block (sequence, head); thread j < dv owns column j of the state, kMaxDk >= dk registers
@@ -128,34 +105,12 @@ void kda_conv_silu(const float* x, int64_t T, int64_t C, const float* w, int64_t
   launched("kda_conv_silu");
 }
 
-void l2_norm_scale(float* x, int64_t rows, int64_t dim, float eps, float scale, void* s) {
-  if (rows == 0) return;
-  constexpr int kWarps = 8;
-  const int64_t blocks = (rows + kWarps - 1) / kWarps;
-  STRATA_ASSERT(blocks < (1ll << 31));
-  k_l2_norm_scale<<<static_cast<unsigned>(blocks), kWarps * 32, 0, st(s)>>>(x, rows, dim, eps,
-                                                                            scale);
-  launched("l2_norm_scale");
-}
-
 void kda_forget_gate(float* g, int64_t T, int64_t n_heads, int64_t d, const float* a_log,
                      const float* dt_bias, void* s) {
   if (T * n_heads * d == 0) return;
   k_forget_gate<<<blocks_for(T * n_heads * d), kThreads, 0, st(s)>>>(g, T, n_heads, d, a_log,
                                                                      dt_bias);
   launched("kda_forget_gate");
-}
-
-void sigmoid_inplace(float* x, int64_t n, void* s) {
-  if (n == 0) return;
-  k_sigmoid<<<blocks_for(n), kThreads, 0, st(s)>>>(x, n);
-  launched("sigmoid_inplace");
-}
-
-void mul_sigmoid(float* x, const float* g, int64_t n, void* s) {
-  if (n == 0) return;
-  k_mul_sigmoid<<<blocks_for(n), kThreads, 0, st(s)>>>(x, g, n);
-  launched("mul_sigmoid");
 }
 
 void gated_delta_rule(const float* q, const float* k, const float* v, const float* g,
@@ -184,4 +139,4 @@ void gated_delta_rule(const float* q, const float* k, const float* v, const floa
   launched("gated_delta_rule");
 }
 
-}  // namespace strata::gpu
+}  // namespace strata::ops::cuda

@@ -1,0 +1,21 @@
+// Observers on the device (ops/cuda/amax.cu); conventions: ops/cuda/convert.h.
+//
+// Slots are fp32 amaxes kept as their bit patterns (uint32; zero them first), so that atomicMax
+// on them is max over |x| with NaN winning (a NaN's bits with the sign cleared exceed
+// infinity's): a slot equals ops::amax of everything accumulated into it, bit for bit when no
+// NaN was seen; after a NaN it holds a NaN (ops::amax returns the canonical NaN, the slot the
+// largest |NaN| bit pattern seen).
+#pragma once
+
+#include <cstdint>
+
+namespace strata::ops::cuda {
+
+// *slot = max(*slot, max |x[n]|).
+void amax(const float* x, int64_t n, uint32_t* slot, void* stream);
+// Row r of x[rows, cols] goes to slots[row_slot[r * per_row + j]] for each j < per_row (a
+// token's hidden state to each of its K experts' slots: per_row = K, row_slot = chosen).
+void amax_rows(const float* x, int64_t rows, int64_t cols, const int32_t* row_slot, uint32_t* slots,
+               void* stream, int64_t per_row = 1);
+
+}  // namespace strata::ops::cuda

@@ -1,0 +1,132 @@
+// Causal attention on the device (host launchers: ops/cuda/attention.h): the warp-per-query
+// kernel, the causal softmax between the batched attention GEMMs (ops/cuda/gemm.h), and the
+// assembly of MLA's per-head keys and values.
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "ops/cuda/attention.h"
+#include "ops/cuda/launch.cuh"
+
+namespace strata::ops::cuda {
+namespace {
+
+using launch::blocks_for;
+using launch::kThreads;
+using launch::launched;
+using launch::st;
+
+// One warp per (token, head); lanes split the head dimension. Online softmax in fp32.
+constexpr int kMaxDvPerLane = 8;  // dv <= 256
+__global__ void k_attention(const float* q, int64_t qs, const float* k, int64_t ks, const float* v,
+                            int64_t vs, int64_t T, int64_t nH, int64_t nKV, int64_t dq, int64_t dv,
+                            float scale, const int64_t* start, float* out) {
+  const int64_t warp = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (warp >= T * nH) return;
+  const int64_t t = warp / nH, h = warp % nH, kvh = h / (nH / nKV);
+  const float* qi = q + t * qs + h * dq;
+  float m = -INFINITY, l = 0.0f;
+  float acc[kMaxDvPerLane];
+  for (int i = 0; i < kMaxDvPerLane; ++i)
+    acc[i] = 0.0f;
+  for (int64_t j = start[t]; j <= t; ++j) {
+    const float* kj = k + j * ks + kvh * dq;
+    float s = 0.0f;
+    for (int64_t d = lane; d < dq; d += 32)
+      s += qi[d] * kj[d];
+    for (int o = 16; o > 0; o >>= 1)
+      s += __shfl_xor_sync(0xffffffffu, s, o);
+    s *= scale;
+    const float m2 = fmaxf(m, s);
+    const float corr = expf(m - m2), p = expf(s - m2);
+    l = l * corr + p;
+    const float* vj = v + j * vs + kvh * dv;
+    for (int i = 0; i < kMaxDvPerLane; ++i) {
+      const int64_t d = lane + 32 * i;
+      if (d < dv) acc[i] = acc[i] * corr + p * vj[d];
+    }
+    m = m2;
+  }
+  float* oi = out + (t * nH + h) * dv;
+  for (int i = 0; i < kMaxDvPerLane; ++i) {
+    const int64_t d = lane + 32 * i;
+    if (d < dv) oi[d] = acc[i] / l;
+  }
+}
+
+// One warp per row (i, j) of S [batch, L, L]: p_j = exp(scale*s_j - max) for j <= i, / sum.
+__global__ void k_causal_softmax(float* s, int64_t rows, int64_t L, float scale) {
+  const int64_t row = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const int64_t i = row % L;
+  float* r = s + row * L;
+  float mx = -INFINITY;
+  for (int64_t j = lane; j <= i; j += 32)
+    mx = fmaxf(mx, r[j] * scale);
+  for (int o = 16; o > 0; o >>= 1)
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  double sum = 0.0;
+  for (int64_t j = lane; j <= i; j += 32) {
+    const float p = expf(r[j] * scale - mx);
+    r[j] = p;
+    sum += p;
+  }
+  for (int o = 16; o > 0; o >>= 1)
+    sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t j = lane; j < L; j += 32)
+    r[j] = j <= i ? r[j] * inv : 0.0f;
+}
+
+// k[t, h, :] = [kv[t, h, 0:dn] | kr[t, :]], v[t, h, :] = kv[t, h, dn:dn+dv].
+__global__ void k_mla_kv(const float* kv, const float* kr, int64_t T, int64_t nH, int64_t dn,
+                         int64_t dr, int64_t dv, float* k, float* v) {
+  const int64_t dq = dn + dr, dkv = dn + dv;
+  FOR_N(i, T * nH * dq) {
+    const int64_t th = i / dq, c = i % dq, t = th / nH;
+    k[i] = c < dn ? kv[th * dkv + c] : kr[t * dr + (c - dn)];
+  }
+  FOR_N(i, T * nH * dv) {
+    const int64_t th = i / dv, c = i % dv;
+    v[i] = kv[th * dkv + dn + c];
+  }
+}
+
+}  // namespace
+
+void attention(const float* q, int64_t q_stride, const float* k, int64_t k_stride, const float* v,
+               int64_t v_stride, int64_t T, int64_t n_heads, int64_t n_kv, int64_t dq, int64_t dv,
+               float scale, const int64_t* seq_start_of_token, float* out, void* s) {
+  if (T == 0) return;
+  STRATA_CHECK(dv <= 32 * kMaxDvPerLane, "GPU attention: value head dim ", dv,
+               " exceeds 256; use --device cpu");
+  const int64_t threads = T * n_heads * 32;
+  const int64_t blocks = (threads + kThreads - 1) / kThreads;
+  STRATA_ASSERT(blocks < (1ll << 31));
+  k_attention<<<static_cast<unsigned>(blocks), kThreads, 0, st(s)>>>(
+      q, q_stride, k, k_stride, v, v_stride, T, n_heads, n_kv, dq, dv, scale, seq_start_of_token,
+      out);
+  launched("attention");
+}
+
+void mla_kv(const float* kv, const float* kr, int64_t T, int64_t n_heads, int64_t dn, int64_t dr,
+            int64_t dv, float* k, float* v, void* s) {
+  if (T == 0) return;
+  k_mla_kv<<<blocks_for(T * n_heads * (dn + dr)), kThreads, 0, st(s)>>>(kv, kr, T, n_heads, dn, dr,
+                                                                        dv, k, v);
+  launched("mla_kv");
+}
+
+void causal_softmax(float* s, int64_t batch, int64_t L, float scale, void* st_) {
+  const int64_t rows = batch * L;
+  if (rows == 0) return;
+  const int64_t blocks = (rows * 32 + kThreads - 1) / kThreads;
+  STRATA_ASSERT(blocks < (1ll << 31));
+  k_causal_softmax<<<static_cast<unsigned>(blocks), kThreads, 0, st(st_)>>>(s, rows, L, scale);
+  launched("causal_softmax");
+}
+
+}  // namespace strata::ops::cuda

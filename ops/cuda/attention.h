@@ -1,0 +1,30 @@
+// Causal attention on the device (ops/cuda/attention.cu); conventions: ops/cuda/convert.h. The
+// GPU forward runs attention as batched GEMMs (ops/cuda/gemm.h) around causal_softmax;
+// `attention` is its one-kernel path, taken when the score buffers do not fit the memory cap
+// (and forced by a test option).
+#pragma once
+
+#include <cstdint>
+
+namespace strata::ops::cuda {
+
+// ops::attention_causal over a ragged batch: q[T, nH, dq] (row stride q_stride), k[T, nKV, dq],
+// v[T, nKV, dv] (strides k_stride, v_stride), out[T, nH, dv]. Token t's sequence starts at
+// seq_start_of_token[t] (int64 [T]), and it attends to [seq_start, t]. Query head h reads kv head
+// h / (nH / nKV). One warp per (token, head), online softmax in fp32 (no [T, T] buffer).
+// dv <= 256 (else strata::Error).
+void attention(const float* q, int64_t q_stride, const float* k, int64_t k_stride, const float* v,
+               int64_t v_stride, int64_t T, int64_t n_heads, int64_t n_kv, int64_t dq, int64_t dv,
+               float scale, const int64_t* seq_start_of_token, float* out, void* stream);
+
+// s [batch, L, L] in place, row i of each matrix: p_j = exp(scale * s_j - max) / sum for j <= i
+// (max in fp32, exp in fp32, sum in fp64, as ops::softmax on the row's first i + 1 scaled
+// values), p_j = 0 for j > i.
+void causal_softmax(float* s, int64_t batch, int64_t L, float scale, void* stream);
+
+// MLA's per-head K and V: k[T, nH, dn + dr] = [kv[t, h, 0:dn] | kr[t, 0:dr]] (kr shared by the
+// heads), v[T, nH, dv] = kv[t, h, dn:dn + dv], from kv[T, nH, dn + dv] and kr[T, dr]. Exact.
+void mla_kv(const float* kv, const float* kr, int64_t T, int64_t n_heads, int64_t dn, int64_t dr,
+            int64_t dv, float* k, float* v, void* stream);
+
+}  // namespace strata::ops::cuda

@@ -1,0 +1,138 @@
+// dtype conversions and bf16 rounding on the device (host launchers: ops/cuda/convert.h).
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "ops/cuda/convert.h"
+#include "ops/cuda/launch.cuh"
+
+namespace strata::ops::cuda {
+namespace {
+
+using launch::blocks_for;
+using launch::kThreads;
+using launch::launched;
+using launch::st;
+
+__device__ __forceinline__ uint16_t f32_bf16_bits(float x) {
+  uint32_t u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+__device__ __forceinline__ float bf16_bits_f32(uint16_t b) {
+  return __uint_as_float(static_cast<uint32_t>(b) << 16);
+}
+
+__device__ __forceinline__ float load_as_f32(const void* src, int dt, int64_t i) {
+  switch (dt) {
+    case 0:
+      return static_cast<const float*>(src)[i];
+    case 1:
+      return __half2float(static_cast<const __half*>(src)[i]);
+    default:
+      return bf16_bits_f32(static_cast<const uint16_t*>(src)[i]);
+  }
+}
+
+int dtype_code(DType d) {
+  switch (d) {
+    case DType::kF32:
+      return 0;
+    case DType::kF16:
+      return 1;
+    case DType::kBF16:
+      return 2;
+    default:
+      fail("GPU forward: weights of dtype ", dtype_name(d),
+           " are not supported (F32, F16, BF16); use --device cpu");
+  }
+}
+
+__global__ void k_to_f32(const void* src, int dt, float* dst, int64_t n) {
+  FOR_N(i, n) dst[i] = load_as_f32(src, dt, i);
+}
+__global__ void k_to_bf16(const void* src, int dt, uint16_t* dst, int64_t n) {
+  FOR_N(i, n)
+  dst[i] = dt == 2 ? static_cast<const uint16_t*>(src)[i] : f32_bf16_bits(load_as_f32(src, dt, i));
+}
+__global__ void k_cast_bf16(const float* x, uint16_t* y, int64_t n) {
+  FOR_N(i, n) y[i] = f32_bf16_bits(x[i]);
+}
+__global__ void k_bf16_f32(const uint16_t* x, float* y, int64_t n) {
+  FOR_N(i, n) y[i] = bf16_bits_f32(x[i]);
+}
+__global__ void k_round_bf16(float* x, int64_t n) {
+  FOR_N(i, n) x[i] = bf16_bits_f32(f32_bf16_bits(x[i]));
+}
+
+// e4m3fn byte -> fp32 exactly: S.EEEE.MMM, bias 7, subnormals below E = 0, S.1111.111 NaN.
+__device__ __forceinline__ float e4m3_f32(uint8_t b) {
+  const uint32_t e = (b >> 3) & 0xFu, m = b & 7u;
+  float v;
+  if (e == 0xFu && m == 7u) {
+    v = __uint_as_float(0x7FC00000u);
+  } else if (e == 0) {
+    v = static_cast<float>(m) * 0x1p-9f;  // subnormal: m/8 · 2^-6
+  } else {
+    v = __uint_as_float(((e + 120u) << 23) | (m << 20));  // 2^(e-7) · (1 + m/8)
+  }
+  return (b & 0x80u) ? -v : v;
+}
+
+// DeepSeek FP8 blocks (io/source_weights.h decompress_fp8_block): w[r, c] = bf16(e4m3(w8[r, c]) *
+// scale_inv[r / block, c / block]), one fp32 product rounded to bf16; stored as bf16 bits or as
+// the fp32 value of that bf16.
+__global__ void k_dequant_fp8_block(const uint8_t* w, int64_t out, int64_t in, int64_t block,
+                                    const void* scale, int scale_dt, void* dst, bool to_bf16) {
+  const int64_t blocks_per_row = (in + block - 1) / block;
+  FOR_N(i, out * in) {
+    const int64_t r = i / in, c = i % in;
+    const float sc = load_as_f32(scale, scale_dt, (r / block) * blocks_per_row + c / block);
+    const uint16_t b = f32_bf16_bits(__fmul_rn(e4m3_f32(w[i]), sc));
+    if (to_bf16) {
+      static_cast<uint16_t*>(dst)[i] = b;
+    } else {
+      static_cast<float*>(dst)[i] = bf16_bits_f32(b);
+    }
+  }
+}
+
+}  // namespace
+
+void convert_to_f32(const void* src, DType dtype, float* dst, int64_t n, void* s) {
+  if (n == 0) return;
+  k_to_f32<<<blocks_for(n), kThreads, 0, st(s)>>>(src, dtype_code(dtype), dst, n);
+  launched("convert_to_f32");
+}
+void convert_to_bf16(const void* src, DType dtype, uint16_t* dst, int64_t n, void* s) {
+  if (n == 0) return;
+  k_to_bf16<<<blocks_for(n), kThreads, 0, st(s)>>>(src, dtype_code(dtype), dst, n);
+  launched("convert_to_bf16");
+}
+void dequant_fp8_block(const uint8_t* w, int64_t out, int64_t in, int64_t block, const void* scale,
+                       DType scale_dtype, void* dst, bool to_bf16, void* s) {
+  if (out * in == 0) return;
+  k_dequant_fp8_block<<<blocks_for(out * in), kThreads, 0, st(s)>>>(
+      w, out, in, block, scale, dtype_code(scale_dtype), dst, to_bf16);
+  launched("dequant_fp8_block");
+}
+void cast_bf16(const float* x, uint16_t* y, int64_t n, void* s) {
+  if (n == 0) return;
+  k_cast_bf16<<<blocks_for(n), kThreads, 0, st(s)>>>(x, y, n);
+  launched("cast_bf16");
+}
+void bf16_to_f32(const uint16_t* x, float* y, int64_t n, void* s) {
+  if (n == 0) return;
+  k_bf16_f32<<<blocks_for(n), kThreads, 0, st(s)>>>(x, y, n);
+  launched("bf16_to_f32");
+}
+void round_bf16(float* x, int64_t n, void* s) {
+  if (n == 0) return;
+  k_round_bf16<<<blocks_for(n), kThreads, 0, st(s)>>>(x, n);
+  launched("round_bf16");
+}
+
+}  // namespace strata::ops::cuda

@@ -1,0 +1,35 @@
+// dtype conversions and bf16 rounding on the device (kernels: ops/cuda/convert.cu). Conventions
+// of every ops/cuda header (docs/CUDA.md): no CUDA header is needed to include it; pointers are
+// device pointers; `stream` is a cudaStream_t passed as void*, and every launcher is asynchronous
+// on it; layouts are row-major, shapes in the comments; bf16 values are their uint16_t bits.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace strata::ops::cuda {
+
+// dst[n] = src[n] converted from a floating dtype (F32, F16, BF16) to fp32 (exact) / bf16 bits
+// (as cast_bf16); any other dtype throws strata::Error before the launch.
+void convert_to_f32(const void* src, DType dtype, float* dst, int64_t n, void* stream);
+void convert_to_bf16(const void* src, DType dtype, uint16_t* dst, int64_t n, void* stream);
+// A DeepSeek FP8-block weight w8 F8_E4M3 [out, in] with scale_inv [ceil(out/block),
+// ceil(in/block)] (F32, F16 or BF16) decompressed as the CPU does (io/source_weights.h
+// decompress_fp8_block, bit-identical): one fp32 product rounded to bf16; dst is bf16 bits
+// (to_bf16) or the fp32 value of that bf16.
+void dequant_fp8_block(const uint8_t* w8, int64_t out, int64_t in, int64_t block,
+                       const void* scale_inv, DType scale_dtype, void* dst, bool to_bf16,
+                       void* stream);
+// y[n] = bf16(x[n]): nearest, ties to even, as core/dtype.h f32_to_bf16 for every non-NaN x
+// (infinities and overflow to infinity included). A NaN stays NaN with its sign and the top
+// bits of its payload, made quiet: the top 16 bits of x with bit 6 (the bf16 quiet bit) set.
+// (The CPU's f32_to_bf16 and ops::round_bf16 give 0x7FC0 for every NaN instead.)
+void cast_bf16(const float* x, uint16_t* y, int64_t n, void* stream);
+// y[n] = the fp32 value of bf16 x[n] (exact).
+void bf16_to_f32(const uint16_t* x, float* y, int64_t n, void* stream);
+// x[n] = float(bf16(x[n])) in place, with cast_bf16's rounding: ops::round_bf16 for every
+// non-NaN value.
+void round_bf16(float* x, int64_t n, void* stream);
+
+}  // namespace strata::ops::cuda

@@ -1,0 +1,75 @@
+// cuBLAS GEMMs of the forward (host launchers: ops/cuda/gemm.h): the projections, and the
+// batched attention GEMMs around ops/cuda/attention.h's causal_softmax.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "core/error.h"
+#include "ops/cuda/gemm.h"
+#include "ops/cuda/launch.cuh"
+
+namespace strata::ops::cuda {
+
+using launch::st;
+
+void gemm_batched_qk(void* handle, const float* const* q, int64_t q_stride, const float* const* k,
+                     int64_t k_stride, float* const* s, int64_t L, int64_t dq, int64_t batch,
+                     bool tf32) {
+  if (batch == 0 || L == 0) return;
+  // Row-major S[L, L] = Q[L, dq] K[L, dq]^T: column-major S^T = K^T' ... as gemm(): A = K (op T,
+  // lda k_stride), B = Q (op N, ldb q_stride), C = S (ldc L).
+  const float alpha = 1.0f, beta = 0.0f;
+  const cublasStatus_t r = cublasGemmBatchedEx(
+      static_cast<cublasHandle_t>(handle), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(L),
+      static_cast<int>(L), static_cast<int>(dq), &alpha, reinterpret_cast<const void* const*>(k),
+      CUDA_R_32F, static_cast<int>(k_stride), reinterpret_cast<const void* const*>(q), CUDA_R_32F,
+      static_cast<int>(q_stride), &beta, reinterpret_cast<void* const*>(s), CUDA_R_32F,
+      static_cast<int>(L), static_cast<int>(batch),
+      tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
+  STRATA_CHECK(r == CUBLAS_STATUS_SUCCESS, "cuBLAS: attention scores (", batch, " x [", L, ", ", dq,
+               "]) failed (status ", static_cast<int>(r), ")");
+}
+
+void gemm_batched_pv(void* handle, const float* const* p, const float* const* v, int64_t v_stride,
+                     float* const* o, int64_t o_stride, int64_t L, int64_t dv, int64_t batch,
+                     bool tf32) {
+  if (batch == 0 || L == 0) return;
+  // Row-major O[L, dv] = P[L, L] V[L, dv]: column-major O^T = V^T P^T: A = V (op N, lda
+  // v_stride), B = P (op N, ldb L), C = O (ldc o_stride).
+  const float alpha = 1.0f, beta = 0.0f;
+  const cublasStatus_t r = cublasGemmBatchedEx(
+      static_cast<cublasHandle_t>(handle), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(dv),
+      static_cast<int>(L), static_cast<int>(L), &alpha, reinterpret_cast<const void* const*>(v),
+      CUDA_R_32F, static_cast<int>(v_stride), reinterpret_cast<const void* const*>(p), CUDA_R_32F,
+      static_cast<int>(L), &beta, reinterpret_cast<void* const*>(o), CUDA_R_32F,
+      static_cast<int>(o_stride), static_cast<int>(batch),
+      tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
+  STRATA_CHECK(r == CUBLAS_STATUS_SUCCESS, "cuBLAS: attention output (", batch, " x [", L, ", ", dv,
+               "]) failed (status ", static_cast<int>(r), ")");
+}
+
+void* gemm_handle_create(void* stream) {
+  cublasHandle_t h;
+  STRATA_CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS, "cuBLAS: cannot create a handle");
+  cublasSetStream(h, st(stream));
+  return h;
+}
+void gemm_handle_destroy(void* handle) {
+  if (handle) cublasDestroy(static_cast<cublasHandle_t>(handle));
+}
+void gemm(void* handle, const void* x, const void* w, float* y, int64_t M, int64_t N, int64_t K,
+          bool bf16) {
+  if (M == 0 || N == 0) return;
+  // Row-major y[M, N] = x[M, K] w[N, K]^T is column-major y^T[N, M] = w^T... : with w read as
+  // column-major [K, N] (ld K) transposed, and x as column-major [K, M] (ld K).
+  const float alpha = 1.0f, beta = 0.0f;
+  const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const cublasComputeType_t c = bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC;
+  const cublasStatus_t r = cublasGemmEx(
+      static_cast<cublasHandle_t>(handle), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
+      static_cast<int>(M), static_cast<int>(K), &alpha, w, t, static_cast<int>(K), x, t,
+      static_cast<int>(K), &beta, y, CUDA_R_32F, static_cast<int>(N), c, CUBLAS_GEMM_DEFAULT);
+  STRATA_CHECK(r == CUBLAS_STATUS_SUCCESS, "cuBLAS: gemm [", M, ", ", K, "] x [", N, ", ", K,
+               "]^T failed (status ", static_cast<int>(r), ")");
+}
+
+}  // namespace strata::ops::cuda

@@ -1,0 +1,76 @@
+// Routed-expert dispatch on the device (host launchers: ops/cuda/moe.h): slots grouped by
+// expert, rows gathered into expert order, expert outputs combined in slot order.
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "ops/cuda/launch.cuh"
+#include "ops/cuda/moe.h"
+
+namespace strata::ops::cuda {
+namespace {
+
+using launch::blocks_for;
+using launch::kThreads;
+using launch::launched;
+using launch::st;
+
+__global__ void k_scatter(const int32_t* chosen, int64_t S, const int32_t* offsets, int32_t* cursor,
+                          int32_t* pos, int32_t* row_expert) {
+  FOR_N(s, S) {
+    const int32_t e = chosen[s];
+    const int32_t p = offsets[e] + atomicAdd(&cursor[e], 1);
+    pos[s] = p;
+    row_expert[p] = e;
+  }
+}
+
+template <typename V>
+__global__ void k_gather(const V* n, int64_t T, int64_t H, int64_t K, const int32_t* pos, V* xg) {
+  FOR_N(i, T * K * H) {
+    const int64_t s = i / H, c = i % H;
+    xg[static_cast<int64_t>(pos[s]) * H + c] = n[(s / K) * H + c];
+  }
+}
+
+__global__ void k_combine(const float* outg, const int32_t* pos, const float* weight, int64_t T,
+                          int64_t K, int64_t H, float* y) {
+  FOR_N(i, T * H) {
+    const int64_t t = i / H, c = i % H;
+    float acc = 0.0f;
+    for (int64_t j = 0; j < K; ++j)
+      acc += weight[t * K + j] * outg[static_cast<int64_t>(pos[t * K + j]) * H + c];
+    y[i] = acc;
+  }
+}
+
+}  // namespace
+
+void moe_scatter(const int32_t* chosen, int64_t slots, const int32_t* offsets, int32_t* cursor,
+                 int32_t* pos, int32_t* row_expert, void* s) {
+  if (slots == 0) return;
+  k_scatter<<<blocks_for(slots), kThreads, 0, st(s)>>>(chosen, slots, offsets, cursor, pos,
+                                                       row_expert);
+  launched("moe_scatter");
+}
+void moe_gather(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* pos, float* xg,
+                void* s) {
+  if (T * K * H == 0) return;
+  k_gather<<<blocks_for(T * K * H), kThreads, 0, st(s)>>>(n, T, H, K, pos, xg);
+  launched("moe_gather");
+}
+void moe_gather(const uint16_t* n, int64_t T, int64_t H, int64_t K, const int32_t* pos,
+                uint16_t* xg, void* s) {
+  if (T * K * H == 0) return;
+  k_gather<<<blocks_for(T * K * H), kThreads, 0, st(s)>>>(n, T, H, K, pos, xg);
+  launched("moe_gather");
+}
+void moe_combine(const float* outg, const int32_t* pos, const float* weight, int64_t T, int64_t K,
+                 int64_t H, float* y, void* s) {
+  if (T * H == 0) return;
+  k_combine<<<blocks_for(T * H), kThreads, 0, st(s)>>>(outg, pos, weight, T, K, H, y);
+  launched("moe_combine");
+}
+
+}  // namespace strata::ops::cuda

@@ -1,0 +1,26 @@
+// Routed-expert dispatch on the device (ops/cuda/moe.cu); conventions: ops/cuda/convert.h. The
+// CPU's dispatch (model/common.h moe_dispatch_combine) sums a token's expert outputs in slot
+// order; so does moe_combine. The rows of one expert are in arrival order here, not token order
+// as on the CPU.
+#pragma once
+
+#include <cstdint>
+
+namespace strata::ops::cuda {
+
+// Slots s = t*K + j (chosen[slots], the routing's [T, K]) are grouped by expert: pos[s] =
+// offsets[e] + (order of arrival), offsets[E] the exclusive prefix sum of the routing's counts;
+// cursor[E] zeroed first. row_expert[pos] = e.
+void moe_scatter(const int32_t* chosen, int64_t slots, const int32_t* offsets, int32_t* cursor,
+                 int32_t* pos, int32_t* row_expert, void* stream);
+// xg[pos[s], :] = n[s / K, :] for every slot; n[T, H], xg[T*K, H]; fp32 or bf16 bits. Exact.
+void moe_gather(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* pos, float* xg,
+                void* stream);
+void moe_gather(const uint16_t* n, int64_t T, int64_t H, int64_t K, const int32_t* pos,
+                uint16_t* xg, void* stream);
+// y[t, :] = sum_j weight[t, j] * outg[pos[t*K + j], :], summed in j order in fp32 (each step
+// may be one fused multiply-add). outg [T*K, H], weight [T, K], y [T, H].
+void moe_combine(const float* outg, const int32_t* pos, const float* weight, int64_t T, int64_t K,
+                 int64_t H, float* y, void* stream);
+
+}  // namespace strata::ops::cuda

@@ -1,0 +1,26 @@
+// MoE routing on the device (ops/cuda/routing.cu); conventions: ops/cuda/convert.h. One thread
+// per token, in fp32 as the CPU families route (model/qwen_moe.cpp, model/deepseek_v3.h
+// SigmoidMoe::route). Top-k is ops::top_k's: largest first, ties to the lower expert. expf is
+// within 2 ulp of the host's exp, so a choice differs from the CPU's only where two candidates
+// are within an ulp or two. chosen and weight are [T, K]; counts[E] += tokens per expert (zero it
+// first). K <= 32 (else strata::Error).
+#pragma once
+
+#include <cstdint>
+
+namespace strata::ops::cuda {
+
+// Softmax routing (Qwen MoE): p = softmax(logits[t, :E]) (max subtracted, exp in fp32, sum in
+// fp64, as ops::softmax); the top K of p, weight = p (/ the fp32 sum of the top K when norm).
+void route_softmax_topk(const float* logits, int64_t T, int64_t E, int64_t K, bool norm,
+                        int32_t* chosen, float* weight, int32_t* counts, void* stream);
+// Sigmoid routing with group-limited selection (DeepSeek-V3 noaux_tc, spec/architectures.md §3):
+// s = sigmoid(logit); choice = s + bias (bias fp32 [E] or null); a group's score is the sum of its
+// top 2 choices (top 1 when a group has one expert); keep the topk_group best groups; the top K
+// of choice among their experts; weight = s (/ (sum + 1e-20) when norm) * scaling. n_group <= 64
+// and divides E (else strata::Error).
+void route_sigmoid_grouped(const float* logits, int64_t T, int64_t E, int64_t K, const float* bias,
+                           int64_t n_group, int64_t topk_group, bool norm, float scaling,
+                           int32_t* chosen, float* weight, int32_t* counts, void* stream);
+
+}  // namespace strata::ops::cuda

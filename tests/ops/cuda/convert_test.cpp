@@ -1,0 +1,158 @@
+// ops/cuda/convert.h against core/dtype.h's conversions and io/source_weights.h's FP8-block
+// decompression.
+#include <cmath>
+#include <utility>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "io/source_weights.h"
+#include "ops/cuda/convert.h"
+#include "ops/ops.h"
+#include "tests/ops/cuda/cuda_test_util.h"
+
+namespace strata::ops::cuda {
+namespace {
+
+// Finite values over many binades plus ties (both directions), the largest finite values
+// (rounding up to infinity and not), subnormals, signed zeros and infinities.
+std::vector<float> rounding_cases(std::vector<float> x) {
+  for (uint32_t u :
+       {0x3F808000u, 0x3F818000u, 0xBF808000u, 0x3F808001u, 0x7F7FFFFFu, 0x7F7F7FFFu, 0xFF7F8000u,
+        0x00000001u, 0x00008000u, 0x80018000u, 0x80000000u, 0x00000000u, 0x7F800000u, 0xFF800000u})
+    x.push_back(float_of(u));
+  return x;
+}
+
+// cast_bf16 / round_bf16: nearest, ties to even, bit for bit as core/dtype.h f32_to_bf16 and
+// ops::round_bf16 for every value that is not NaN; bf16_to_f32 exact.
+TEST_F(CudaOps, Bf16RoundingMatchesCoreForEveryNonNan) {
+  std::vector<float> x = normal(4000, 1.0f);
+  for (float& v : x)
+    v = std::ldexp(v, static_cast<int>(rng()() % 200) - 100);
+  x = rounding_cases(std::move(x));
+  const size_t n = x.size();
+  gpu::DeviceBuffer dx = up(x), dy = buffer(n * 2), db = buffer(n * 4);
+  cast_bf16(dx.as<float>(), dy.as<uint16_t>(), static_cast<int64_t>(n), st());
+  bf16_to_f32(dy.as<uint16_t>(), db.as<float>(), static_cast<int64_t>(n), st());
+  round_bf16(dx.as<float>(), static_cast<int64_t>(n), st());
+  const auto y = down<uint16_t>(dy, n);
+  const auto back = down<float>(db, n);
+  const auto rounded = down<float>(dx, n);
+  std::vector<float> cpu = x;
+  ops::round_bf16(cpu.data(), static_cast<int64_t>(n));
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(y[i], f32_to_bf16(x[i])) << "element " << i << " bits " << std::hex << bits_of(x[i]);
+    ASSERT_EQ(bits_of(back[i]), static_cast<uint32_t>(y[i]) << 16) << i;
+    ASSERT_EQ(bits_of(rounded[i]), bits_of(cpu[i])) << i;
+  }
+}
+
+// The production rule for NaN (which the CPU does not share: core's f32_to_bf16 and
+// ops::round_bf16 give the canonical 0x7FC0 for every NaN): a NaN keeps its sign and the top 7
+// bits of its payload and is made quiet, i.e. bf16 = (top 16 bits of x) | 0x0040.
+TEST_F(CudaOps, Bf16RoundingKeepsANansSignAndTopPayload) {
+  const std::vector<uint32_t> nans = {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFF812345u,
+                                      0x7FBFFFFFu, 0x7FFFFFFFu, 0xFFA00000u};
+  std::vector<float> x;
+  for (uint32_t u : nans)
+    x.push_back(float_of(u));
+  const size_t n = x.size();
+  gpu::DeviceBuffer dx = up(x), dy = buffer(n * 2);
+  cast_bf16(dx.as<float>(), dy.as<uint16_t>(), static_cast<int64_t>(n), st());
+  round_bf16(dx.as<float>(), static_cast<int64_t>(n), st());
+  const auto y = down<uint16_t>(dy, n);
+  const auto rounded = down<float>(dx, n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t want = static_cast<uint16_t>((nans[i] >> 16) | 0x0040u);
+    EXPECT_EQ(y[i], want) << std::hex << nans[i];
+    EXPECT_EQ(bits_of(rounded[i]), static_cast<uint32_t>(want) << 16) << std::hex << nans[i];
+    EXPECT_TRUE(std::isnan(rounded[i]));
+    EXPECT_EQ(std::signbit(rounded[i]), (nans[i] >> 31) != 0);
+  }
+}
+
+// convert_to_f32 is exact from F32, F16 and BF16; convert_to_bf16 copies BF16 and rounds the
+// others' fp32 values as f32_to_bf16 (F16 -> fp32 is exact). Other dtypes are refused.
+TEST_F(CudaOps, ConversionsFromEachFloatingDtype) {
+  const std::vector<float> f = rounding_cases(normal(3000, 50.0f));
+  const size_t n = f.size();
+  std::vector<uint16_t> h(n), b(n);
+  for (size_t i = 0; i < n; ++i) {
+    h[i] = f32_to_f16(f[i]);
+    b[i] = f32_to_bf16(f[i]);
+  }
+  h.push_back(0x7E01);  // an F16 NaN: converted to fp32, it stays NaN
+  b.push_back(0xFF81);  // a BF16 NaN: copied as it is
+  gpu::DeviceBuffer df = up(f), dh = up(h), db = up(b);
+  gpu::DeviceBuffer out32 = buffer((n + 1) * 4), out16 = buffer((n + 1) * 2);
+  const int64_t nn = static_cast<int64_t>(n);
+
+  convert_to_f32(df.data(), DType::kF32, out32.as<float>(), nn, st());
+  auto g32 = down<float>(out32, n);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(bits_of(g32[i]), bits_of(f[i])) << "F32 " << i;
+  convert_to_bf16(df.data(), DType::kF32, out16.as<uint16_t>(), nn, st());
+  auto g16 = down<uint16_t>(out16, n);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(g16[i], f32_to_bf16(f[i])) << "F32 -> bf16 " << i;
+
+  convert_to_f32(dh.data(), DType::kF16, out32.as<float>(), nn + 1, st());
+  g32 = down<float>(out32, n + 1);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(bits_of(g32[i]), bits_of(f16_to_f32(h[i]))) << "F16 " << i;
+  EXPECT_TRUE(std::isnan(g32[n]));
+  convert_to_bf16(dh.data(), DType::kF16, out16.as<uint16_t>(), nn, st());
+  g16 = down<uint16_t>(out16, n);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(g16[i], f32_to_bf16(f16_to_f32(h[i]))) << "F16 -> bf16 " << i;
+
+  convert_to_f32(db.data(), DType::kBF16, out32.as<float>(), nn, st());
+  g32 = down<float>(out32, n);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(bits_of(g32[i]), bits_of(strata::bf16_to_f32(b[i]))) << "BF16 " << i;
+  convert_to_bf16(db.data(), DType::kBF16, out16.as<uint16_t>(), nn + 1, st());
+  EXPECT_EQ(down<uint16_t>(out16, n + 1), b);
+
+  EXPECT_THROW(convert_to_f32(df.data(), DType::kF8E4M3, out32.as<float>(), nn, st()), Error);
+  EXPECT_THROW(convert_to_bf16(df.data(), DType::kI32, out16.as<uint16_t>(), nn, st()), Error);
+}
+
+TEST_F(CudaOps, Fp8BlocksDecompressLikeTheCpu) {
+  std::mt19937 rng(3);
+  // Odd sizes (partial blocks), every e4m3 code but NaN, scales over several binades.
+  for (auto [out, in] : {std::pair<int64_t, int64_t>{130, 260}, {7, 128}, {256, 100}}) {
+    const int64_t br = (out + 127) / 128, bc = (in + 127) / 128;
+    Tensor w8 = Tensor::zeros(DType::kF8E4M3, {out, in});
+    uint8_t* w = w8.mutable_data<uint8_t>();
+    for (int64_t i = 0; i < out * in; ++i) {
+      uint8_t b = static_cast<uint8_t>(rng() & 0xFF);
+      if ((b & 0x7F) == 0x7F) b ^= 1;  // not NaN
+      w[i] = b;
+    }
+    Tensor sc = Tensor::zeros(DType::kF32, {br, bc});
+    std::uniform_real_distribution<float> e(-12.0f, 4.0f);
+    for (int64_t i = 0; i < br * bc; ++i)
+      sc.mutable_data<float>()[i] = std::exp2(e(rng)) * (1.0f + static_cast<float>(i % 7) / 9.0f);
+    const Tensor ref = decompress_fp8_block(w8, sc, 128, "test");
+    std::vector<uint8_t> hw(w, w + out * in);
+    std::vector<float> hs(sc.data<float>(), sc.data<float>() + br * bc);
+    gpu::DeviceBuffer dw = up(hw), ds = up(hs);
+    gpu::DeviceBuffer d16 = buffer(static_cast<uint64_t>(out * in) * 2);
+    gpu::DeviceBuffer d32 = buffer(static_cast<uint64_t>(out * in) * 4);
+    dequant_fp8_block(dw.as<uint8_t>(), out, in, 128, ds.data(), DType::kF32, d16.data(), true,
+                      st());
+    dequant_fp8_block(dw.as<uint8_t>(), out, in, 128, ds.data(), DType::kF32, d32.data(), false,
+                      st());
+    const auto g16 = down<uint16_t>(d16, static_cast<size_t>(out * in));
+    const auto g32 = down<float>(d32, static_cast<size_t>(out * in));
+    const uint16_t* r = ref.data<uint16_t>();
+    for (int64_t i = 0; i < out * in; ++i) {
+      ASSERT_EQ(g16[i], r[i]) << "element " << i << " of [" << out << ", " << in << "]";
+      ASSERT_EQ(bits_of(g32[i]), static_cast<uint32_t>(r[i]) << 16) << "element " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::ops::cuda
