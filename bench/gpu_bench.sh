@@ -11,12 +11,16 @@
 #   bench/gpu_bench.sh [--bin DIR] [--work DIR] [--out DIR] [--layers 17] [--seqs 512]
 #                      [--seq_len 512] [--micro_batch 16] [--batch_size N] [--cap_gb X]
 #                      [--skip strata,hf,read,write,peak] [--deadline SECONDS] [--keep] [--small]
+#                      [--before DIR]
 #                      [--profile] [--strata_flag FLAG]...
 #
 # --bin: where strata and make_synthetic are (default: the directory of `strata` on PATH).
 # --work: checkpoint and outputs (default: strata_gpu_bench in the disk-backed one of /var/tmp,
 #   /tmp, $HOME, . with the most room; needs the checkpoint + ~40%).
 # --out: results (default $OUT when set, else ./gpu_bench_out).
+# --before DIR: another strata build (DIR/strata, e.g. the commit before a refactor) runs each
+#   strata step too, right before this one, on the same checkpoint and tokens; the table adds its
+#   times and the ratio, and the two exports are compared byte for byte.
 # --small: a tiny checkpoint and 16 x 64 tokens, to check the harness on any machine (CPU too).
 # --deadline: start no further step once this many seconds have passed (the table still prints).
 # --profile: strata runs with --gpu_profile; the table adds its device time by part of the forward.
@@ -35,7 +39,7 @@ t_start=$EPOCHREALTIME
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 
 bin="" work="" out="${OUT:-$PWD/gpu_bench_out}" layers=17 seqs=512 seq_len=512
-micro_batch=16 batch_size="" cap_gb="" skip="" deadline=0 keep=0 small=0
+micro_batch=16 batch_size="" cap_gb="" skip="" deadline=0 keep=0 small=0 before=""
 strata_flags=()
 py=${PYTHON:-python3}
 while [ $# -gt 0 ]; do
@@ -52,6 +56,7 @@ while [ $# -gt 0 ]; do
     --skip) skip=$2; shift 2 ;;
     --deadline) deadline=$2; shift 2 ;;
     --keep) keep=1; shift ;;
+    --before) before=$2; shift 2 ;;
     --small) small=1; shift ;;
     --profile) strata_flags+=(--gpu_profile); shift ;;
     --strata_flag) strata_flags+=("$2"); shift 2 ;;
@@ -285,8 +290,9 @@ grep -q -- "--max_gpu_memory_gb" <<<"$help" && has_cap=1
 # (At least 0.01: 0 would mean no cap.)
 [ -n "$cap_gb" ] || cap_gb=$(awk -v b="${R[ckpt_bytes]}" 'BEGIN {c = int(b / 2^30 / 10 * 100) / 100; printf "%.2f", c < 0.01 ? 0.01 : c}')
 R[cap_gb]=$cap_gb
-run_strata() {  # name, extra flags...
+run_strata() {  # name, extra flags... (RUN_BIN: another strata binary; KEEP_OUT=1: keep the export)
   local name=$1; shift
+  local strata=${RUN_BIN:-$strata}
   local args=(quantize --model "$ckpt" --export_path "$work/out_$name" --recipe nvfp4_experts_only-kv_fp8
     --calib_data "$work/tokens.jsonl" --calib_size "$seqs" --calib_seq "$seq_len" --calib_min_tokens 1)
   [ -n "$batch_size" ] && args+=(--batch_size "$batch_size")
@@ -326,15 +332,35 @@ run_strata() {  # name, extra flags...
     # --profile (strata's --gpu_profile): device time by part of the forward.
     R[${name}_profile]=$(sed -n 's/^strata: info: GPU profile: //p; s/^strata: info:   \(.*\)/\1/p' "$logs/strata_$name.log" | paste -sd';' | sed 's/;/; /g')
   fi
-  rm -rf "$work/out_$name"
+  [ "${KEEP_OUT:-0}" = 1 ] || rm -rf "$work/out_$name"
   say "strata $name: ${R[${name}_s]} s"
+}
+# With --before: the other build's run of step $1 first (export kept), then this build's, and the
+# two exports compared file by file.
+run_pair() {  # name, extra flags...
+  local name=$1
+  if [ -z "$before" ]; then
+    run_strata "$@"
+    return
+  fi
+  RUN_BIN=$before/strata KEEP_OUT=1 run_strata "${name}_before" "${@:2}"
+  KEEP_OUT=1 run_strata "$@"
+  if [ -d "$work/out_${name}_before" ] && [ -d "$work/out_$name" ]; then
+    if diff -rq "$work/out_${name}_before" "$work/out_$name" >"$logs/identity_$name.log" 2>&1; then
+      R[${name}_identical]="byte-identical ($(ls "$work/out_$name" | wc -l) files)"
+    else
+      R[${name}_identical]="DIFFERENT: $(head -3 "$logs/identity_$name.log" | tr '\n' ' ')"
+    fi
+    notes+=("--before $before, $name: ${R[${name}_before_s]} s before, ${R[${name}_s]} s now ($(ratio "${R[${name}_s]}" "${R[${name}_before_s]}") x); exports ${R[${name}_identical]}")
+  fi
+  rm -rf "$work/out_${name}_before" "$work/out_$name"
 }
 if [ "$has_device" = 0 ] && [ "$small" = 0 ]; then
   notes+=("strata not run: this strata has no --device (no GPU engine); a CPU run of this size takes hours")
 elif ! skipped strata; then
-  run_strata free
+  run_pair free
   if [ "$has_cap" = 1 ]; then
-    skipped strata || run_strata capped --max_gpu_memory_gb "$cap_gb"
+    skipped strata || run_pair capped --max_gpu_memory_gb "$cap_gb"
   else
     notes+=("capped run not made: this strata has no --max_gpu_memory_gb")
   fi
