@@ -216,7 +216,7 @@ class DeviceQuantizer {
       const void* w = dev + it.offset;
       const int64_t rows = m.shape[0], cols = m.shape[1];
       const std::string& M = m.module;
-      std::vector<std::pair<std::string, Tensor> >& o = out[M];
+      QuantizedWeight& o = out[M];
       switch (m.format) {
         case QFormat::kNvfp4:
         case QFormat::kW4A16Nvfp4: {
@@ -224,23 +224,22 @@ class DeviceQuantizer {
           uint8_t* scales = arena + rows * cols / 2;
           const float ws2 = qc::nvfp4_quantize(
               w, it.dtype, rows, cols, amax[static_cast<size_t>(j.slot)], packed, scales, M, qs_);
-          o.emplace_back(M + ".weight", fetch(packed, DType::kU8, {rows, cols / 2}));
-          o.emplace_back(M + ".weight_scale", fetch(scales, DType::kF8E4M3, {rows, cols / 16}));
-          o.emplace_back(M + ".weight_scale_2", Tensor::scalar_f32(ws2));
+          o.nvfp4 = Nvfp4Weight{fetch(packed, DType::kU8, {rows, cols / 2}),
+                                fetch(scales, DType::kF8E4M3, {rows, cols / 16}),
+                                Tensor::scalar_f32(ws2)};
           break;
         }
         case QFormat::kFp8: {
           const float ws = qc::fp8_quantize(w, it.dtype, rows * cols,
                                             amax[static_cast<size_t>(j.slot)], arena, M, qs_);
-          o.emplace_back(M + ".weight", fetch(arena, DType::kF8E4M3, {rows, cols}));
-          o.emplace_back(M + ".weight_scale", Tensor::scalar_f32(ws));
+          o.fp8 = Fp8Weight{fetch(arena, DType::kF8E4M3, {rows, cols}), Tensor::scalar_f32(ws)};
           break;
         }
         case QFormat::kMxfp8: {
           uint8_t* scales = arena + rows * cols;
           qc::mxfp8_quantize(w, it.dtype, rows, cols, arena, scales, M, qs_);
-          o.emplace_back(M + ".weight", fetch(arena, DType::kF8E4M3, {rows, cols}));
-          o.emplace_back(M + ".weight_scale", fetch(scales, DType::kU8, {rows, cols / 32}));
+          o.mxfp8 = Mxfp8Weight{fetch(arena, DType::kF8E4M3, {rows, cols}),
+                                fetch(scales, DType::kU8, {rows, cols / 32})};
           break;
         }
         case QFormat::kNone:

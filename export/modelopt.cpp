@@ -454,11 +454,11 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
     const PlannedModule& m, const MaxCalibrator* calib) {
   std::vector<std::pair<std::string, Tensor>> out;
   const std::string& M = m.module;
-  // Weights quantized elsewhere (the GPU engine): their tensors, then the activation scale; the
+  // Weights quantized elsewhere (the GPU engine), named and written as if quantized here; the
   // source weight (decompressed, for a compressed source) is read only when quantized here.
-  const auto pre = pre_ ? pre_->find(M) : decltype(pre_->find(M)){};
-  const bool have_pre = pre_ && pre != pre_->end();
-  if (have_pre) out = pre->second;
+  const auto pre_it = pre_ ? pre_->find(M) : decltype(pre_->find(M)){};
+  const QuantizedWeight* pre = pre_ && pre_it != pre_->end() ? &pre_it->second : nullptr;
+  const bool have_pre = pre != nullptr;
   const Tensor w = have_pre ? Tensor() : source_weight(M);
   // Weight amax of the fused group (NVFP4 shares weight_scale_2 within it).
   static const std::vector<const PlannedModule*> kNoModules;
@@ -508,16 +508,19 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
   switch (m.format) {
     case QFormat::kNvfp4:
     case QFormat::kW4A16Nvfp4: {
-      if (!have_pre) {
+      Nvfp4Weight q;
+      if (have_pre) {
+        STRATA_ASSERT(pre->nvfp4, "precomputed weight of ", M, " is not NVFP4");
+        q = *pre->nvfp4;
+      } else {
         const int mx_max = exact_mxfp4_group_max(m);
-        Nvfp4Weight q = mx_max >= 0
-                            ? *mxfp4_to_nvfp4_exact(ckpt_.tensor(M + ".weight_blocks"),
-                                                    ckpt_.tensor(M + ".weight_scales"), mx_max)
-                            : nvfp4_quantize(w, group_weight_amax(), M);
-        out.emplace_back(M + ".weight", std::move(q.packed));
-        out.emplace_back(M + ".weight_scale", std::move(q.block_scale));
-        out.emplace_back(M + ".weight_scale_2", std::move(q.global_scale));
+        q = mx_max >= 0 ? *mxfp4_to_nvfp4_exact(ckpt_.tensor(M + ".weight_blocks"),
+                                                ckpt_.tensor(M + ".weight_scales"), mx_max)
+                        : nvfp4_quantize(w, group_weight_amax(), M);
       }
+      out.emplace_back(M + ".weight", std::move(q.packed));
+      out.emplace_back(M + ".weight_scale", std::move(q.block_scale));
+      out.emplace_back(M + ".weight_scale_2", std::move(q.global_scale));
       if (m.format == QFormat::kNvfp4) {
         out.emplace_back(M + ".input_scale",
                          Tensor::scalar_f32(nvfp4_input_scale(group_input_amax(true), M)));
@@ -527,22 +530,20 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
     case QFormat::kFp8: {
       // ModelOpt keeps FP8 weight and input scales per module (vLLM takes the max when it
       // fuses); routed experts share the layer's input scale.
-      if (!have_pre) {
-        Fp8Weight q = fp8_quantize(w, weight_amax_of(w), M);
-        out.emplace_back(M + ".weight", std::move(q.weight));
-        out.emplace_back(M + ".weight_scale", std::move(q.scale));
-      }
+      STRATA_ASSERT(!have_pre || pre->fp8, "precomputed weight of ", M, " is not FP8");
+      Fp8Weight q = have_pre ? *pre->fp8 : fp8_quantize(w, weight_amax_of(w), M);
+      out.emplace_back(M + ".weight", std::move(q.weight));
+      out.emplace_back(M + ".weight_scale", std::move(q.scale));
       const bool expert = routed_expert_index(M) >= 0;
       out.emplace_back(M + ".input_scale",
                        Tensor::scalar_f32(fp8_input_scale(group_input_amax(expert))));
       break;
     }
     case QFormat::kMxfp8: {
-      if (!have_pre) {
-        Mxfp8Weight q = mxfp8_quantize(w, M);
-        out.emplace_back(M + ".weight", std::move(q.weight));
-        out.emplace_back(M + ".weight_scale", std::move(q.scale));
-      }
+      STRATA_ASSERT(!have_pre || pre->mxfp8, "precomputed weight of ", M, " is not MXFP8");
+      Mxfp8Weight q = have_pre ? *pre->mxfp8 : mxfp8_quantize(w, M);
+      out.emplace_back(M + ".weight", std::move(q.weight));
+      out.emplace_back(M + ".weight_scale", std::move(q.scale));
       break;
     }
     case QFormat::kNone:

@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
 #include "io/safetensors_writer.h"
+#include "quant/fp8.h"
+#include "quant/mxfp8.h"
+#include "quant/nvfp4.h"
 
 namespace strata {
 
@@ -46,10 +50,15 @@ struct ExportOptions {
   bool exact_mxfp4 = false;
 };
 
-// Weights quantized elsewhere (the GPU engine, --gpu_quantize), per module name: the
-// tensors write_layer would make from the checkpoint, in the same order (weight, weight_scale[,
-// weight_scale_2]); the activation scales are still made here from the calibration.
-using PrecomputedWeights = std::map<std::string, std::vector<std::pair<std::string, Tensor>>>;
+// A weight quantized elsewhere (the GPU engine, --gpu_quantize) in its module's format: the
+// encoders' results (quant/), which the exporter names and writes as it would its own; the
+// activation scales are still made here from the calibration.
+struct QuantizedWeight {
+  std::optional<Nvfp4Weight> nvfp4;  // kNvfp4, kW4A16Nvfp4
+  std::optional<Fp8Weight> fp8;      // kFp8
+  std::optional<Mxfp8Weight> mxfp8;  // kMxfp8
+};
+using PrecomputedWeights = std::map<std::string, QuantizedWeight>;  // per module name
 
 // Per-layer summary for the end-of-run report.
 struct LayerReport {
