@@ -1,5 +1,5 @@
 // Routed-expert dispatch on the device (ops/cuda/moe.cu); conventions: ops/cuda/convert.h. The
-// CPU's dispatch (model/common.h moe_dispatch_combine) sums a token's expert outputs in slot
+// CPU's dispatch (ops/cpu_backend.cpp CpuBackend::moe) sums a token's expert outputs in slot
 // order; so does moe_combine. The rows of one expert are in arrival order here, not token order
 // as on the CPU.
 #pragma once

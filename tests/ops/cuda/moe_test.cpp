@@ -1,6 +1,6 @@
 // ops/cuda/moe.h: slots grouped by expert, rows gathered, expert outputs combined as
 // y[t] = sum_j weight[t, j] * expert_j(x[t]) (spec/architectures.md §2; model/common.h
-// moe_dispatch_combine sums in slot order).
+// CpuBackend::moe sums in slot order).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
