@@ -1,8 +1,8 @@
 // Kimi-Linear family: kimi_linear (spec/architectures.md §4).
 //
 // Every layer is x += mixer(RMSNorm(x)); x += ffn(RMSNorm(x)). The mixer is KDA on the layers
-// layer_is_linear_attention() names and NoPE MLA (MlaAttention of model/blocks.h, no rotation, scale
-// (d_n + d_r)^-1/2) on the others; the ffn is a dense SwiGLU on the dense layers and the
+// layer_is_linear_attention() names and NoPE MLA (MlaAttention of model/blocks.h, no rotation,
+// scale (d_n + d_r)^-1/2) on the others; the ffn is a dense SwiGLU on the dense layers and the
 // sigmoid-routed MoE with shared experts (DeepSeek's noaux_tc) on the others.
 //
 // KDA (Kimi Delta Attention), per sequence, on n = the layer's normed input; D = nH · d:

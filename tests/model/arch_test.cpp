@@ -251,41 +251,40 @@ TEST(Arch, DeepseekV3) {
 
 TEST(Arch, KimiLinear) {
   ArchInfo a = arch_of(ArchFamily::kKimiLinear, 27);
-  check(a, {
-               {"model.layers.0.self_attn.q_proj.weight", K::kAttention, 0, R::kLinearWeight},
-               {"model.layers.0.self_attn.q_conv1d.weight", K::kAttention, 0, R::kParam},
-               {"model.layers.0.self_attn.v_conv1d.weight", K::kAttention, 0, R::kParam},
-               {"model.layers.0.self_attn.f_a_proj.weight", K::kAttention, 0, R::kLinearWeight},
-               {"model.layers.0.self_attn.f_b_proj.weight", K::kAttention, 0, R::kLinearWeight},
-               {"model.layers.0.self_attn.b_proj.weight", K::kAttention, 0, R::kLinearWeight},
-               {"model.layers.0.self_attn.g_a_proj.weight", K::kAttention, 0, R::kLinearWeight},
-               {"model.layers.0.self_attn.g_b_proj.weight", K::kAttention, 0, R::kLinearWeight},
-               {"model.layers.0.self_attn.A_log", K::kAttention, 0, R::kParam},
-               {"model.layers.0.self_attn.dt_bias", K::kAttention, 0, R::kParam},
-               {"model.layers.0.self_attn.o_norm.weight", K::kNorm, 0, R::kParam},
-               {"model.layers.3.self_attn.kv_a_proj_with_mqa.weight", K::kAttention, 3,
-                R::kLinearWeight},
-               {"model.layers.3.self_attn.kv_a_layernorm.weight", K::kNorm, 3, R::kParam},
-               {"model.layers.3.self_attn.kv_b_proj.weight", K::kAttention, 3, R::kLinearWeight},
-               {"model.layers.0.mlp.down_proj.weight", K::kDenseMlp, 0, R::kLinearWeight},
-               // transformers 5.x save_pretrained: the dense layer under block_sparse_moe.
-               {"model.layers.0.block_sparse_moe.gate_proj.weight", K::kDenseMlp, 0,
-                R::kLinearWeight},
-               {"model.layers.0.block_sparse_moe.up_proj.weight", K::kDenseMlp, 0,
-                R::kLinearWeight},
-               {"model.layers.1.block_sparse_moe.gate.weight", K::kRouter, 1, R::kLinearWeight},
-               {"model.layers.1.block_sparse_moe.gate.e_score_correction_bias", K::kRouter, 1,
-                R::kParam},
-               {"model.layers.1.block_sparse_moe.experts.255.w2.weight", K::kRoutedExperts, 1,
-                R::kLinearWeight},
-               {"model.layers.1.block_sparse_moe.shared_experts.gate_proj.weight",
-                K::kSharedExperts, 1, R::kLinearWeight},
-               {"model.layers.26.input_layernorm.weight", K::kNorm, 26, R::kParam},
-               // The in-tree transformers port's renamed keys are not the checkpoint's.
-               {"model.layers.0.self_attn.beta_proj.weight", K::kUnrecognized, -1, R::kParam},
-               {"model.layers.1.mlp.experts.0.w1.weight", K::kUnrecognized, -1, R::kParam},
-               {"model.layers.27.input_layernorm.weight", K::kUnrecognized, -1, R::kParam},
-           });
+  check(a,
+        {
+            {"model.layers.0.self_attn.q_proj.weight", K::kAttention, 0, R::kLinearWeight},
+            {"model.layers.0.self_attn.q_conv1d.weight", K::kAttention, 0, R::kParam},
+            {"model.layers.0.self_attn.v_conv1d.weight", K::kAttention, 0, R::kParam},
+            {"model.layers.0.self_attn.f_a_proj.weight", K::kAttention, 0, R::kLinearWeight},
+            {"model.layers.0.self_attn.f_b_proj.weight", K::kAttention, 0, R::kLinearWeight},
+            {"model.layers.0.self_attn.b_proj.weight", K::kAttention, 0, R::kLinearWeight},
+            {"model.layers.0.self_attn.g_a_proj.weight", K::kAttention, 0, R::kLinearWeight},
+            {"model.layers.0.self_attn.g_b_proj.weight", K::kAttention, 0, R::kLinearWeight},
+            {"model.layers.0.self_attn.A_log", K::kAttention, 0, R::kParam},
+            {"model.layers.0.self_attn.dt_bias", K::kAttention, 0, R::kParam},
+            {"model.layers.0.self_attn.o_norm.weight", K::kNorm, 0, R::kParam},
+            {"model.layers.3.self_attn.kv_a_proj_with_mqa.weight", K::kAttention, 3,
+             R::kLinearWeight},
+            {"model.layers.3.self_attn.kv_a_layernorm.weight", K::kNorm, 3, R::kParam},
+            {"model.layers.3.self_attn.kv_b_proj.weight", K::kAttention, 3, R::kLinearWeight},
+            {"model.layers.0.mlp.down_proj.weight", K::kDenseMlp, 0, R::kLinearWeight},
+            // transformers 5.x save_pretrained: the dense layer under block_sparse_moe.
+            {"model.layers.0.block_sparse_moe.gate_proj.weight", K::kDenseMlp, 0, R::kLinearWeight},
+            {"model.layers.0.block_sparse_moe.up_proj.weight", K::kDenseMlp, 0, R::kLinearWeight},
+            {"model.layers.1.block_sparse_moe.gate.weight", K::kRouter, 1, R::kLinearWeight},
+            {"model.layers.1.block_sparse_moe.gate.e_score_correction_bias", K::kRouter, 1,
+             R::kParam},
+            {"model.layers.1.block_sparse_moe.experts.255.w2.weight", K::kRoutedExperts, 1,
+             R::kLinearWeight},
+            {"model.layers.1.block_sparse_moe.shared_experts.gate_proj.weight", K::kSharedExperts,
+             1, R::kLinearWeight},
+            {"model.layers.26.input_layernorm.weight", K::kNorm, 26, R::kParam},
+            // The in-tree transformers port's renamed keys are not the checkpoint's.
+            {"model.layers.0.self_attn.beta_proj.weight", K::kUnrecognized, -1, R::kParam},
+            {"model.layers.1.mlp.experts.0.w1.weight", K::kUnrecognized, -1, R::kParam},
+            {"model.layers.27.input_layernorm.weight", K::kUnrecognized, -1, R::kParam},
+        });
 }
 
 TEST(Arch, Qwen3Next) {

@@ -47,7 +47,8 @@ class AmaxObserver : public Observer {
  public:
   void observe(std::string_view name, const float* x, int64_t rows, int64_t cols) override {
     float m = 0;
-    for (int64_t i = 0; i < rows * cols; ++i) m = std::max(m, std::fabs(x[i]));
+    for (int64_t i = 0; i < rows * cols; ++i)
+      m = std::max(m, std::fabs(x[i]));
     auto [it, inserted] = amax.emplace(std::string(name), m);
     if (!inserted) it->second = std::max(it->second, m);
   }
@@ -63,7 +64,10 @@ struct Fixture {
 
 Fixture load(const std::string& name) {
   const std::string dir = kFixtures + name;
-  Fixture f{Checkpoint::open(dir), read_model_config(dir), SafetensorsFile::open(dir + "/reference.safetensors"), {}};
+  Fixture f{Checkpoint::open(dir),
+            read_model_config(dir),
+            SafetensorsFile::open(dir + "/reference.safetensors"),
+            {}};
   for (int s = 0;; ++s) {
     const TensorEntry* e = f.ref.find("tokens." + std::to_string(s));
     if (!e) break;
@@ -77,7 +81,8 @@ void check_model(const std::string& name, bool bf16, double tol) {
   Fixture f = load(name);
   ASSERT_FALSE(f.seqs.empty());
   const std::string tag = bf16 ? "ref16." : "ref32.";
-  if (bf16 && !f.ref.find(tag + "logits.0")) GTEST_SKIP() << name << ": fixture has no GPU bf16 run (regenerate on the GPU machine)";
+  if (bf16 && !f.ref.find(tag + "logits.0"))
+    GTEST_SKIP() << name << ": fixture has no GPU bf16 run (regenerate on the GPU machine)";
   ForwardOptions options;
   options.bf16_between_layers = bf16;
   auto fwd = ModelForward::create(f.config, f.ckpt, options);
@@ -89,7 +94,8 @@ void check_model(const std::string& name, bool bf16, double tol) {
   for (int mode = 0; mode < 2; ++mode) {
     std::vector<std::vector<std::vector<int32_t>>> batches;
     if (mode == 0) {
-      for (auto& s : f.seqs) batches.push_back({s});
+      for (auto& s : f.seqs)
+        batches.push_back({s});
     } else {
       batches.push_back(f.seqs);
     }
@@ -101,11 +107,13 @@ void check_model(const std::string& name, bool bf16, double tol) {
       for (int64_t l = 0; l < fwd->num_layers(); ++l) {
         fwd->layer(l)->forward(batch, h.data(), mode == 0 ? &obs : nullptr);
         for (int64_t s = 0; s < batch.n_seqs(); ++s) {
-          Tensor ref = f.ref.tensor(tag + "hidden." + std::to_string(l) + "." + std::to_string(seq_base + s));
+          Tensor ref = f.ref.tensor(tag + "hidden." + std::to_string(l) + "." +
+                                    std::to_string(seq_base + s));
           const float* mine = &h[batch.seq_offsets[s] * H];
           if (!bf16) {
             const double err = rel_error(mine, ref);
-            EXPECT_LT(err, tol) << name << " layer " << l << " seq " << seq_base + s << " mode " << mode;
+            EXPECT_LT(err, tol) << name << " layer " << l << " seq " << seq_base + s << " mode "
+                                << mode;
             continue;
           }
           // bf16: per token, since a near-tie in routing can send one token to other experts.
@@ -126,7 +134,8 @@ void check_model(const std::string& name, bool bf16, double tol) {
       for (int64_t s = 0; s < batch.n_seqs(); ++s) {
         Tensor ref = f.ref.tensor(tag + "logits." + std::to_string(seq_base + s));
         if (!bf16) {
-          EXPECT_LT(rel_error(&logits[batch.seq_offsets[s] * V], ref), tol) << name << " logits seq " << seq_base + s;
+          EXPECT_LT(rel_error(&logits[batch.seq_offsets[s] * V], ref), tol)
+              << name << " logits seq " << seq_base + s;
         }
       }
       seq_base += static_cast<int>(batch.n_seqs());
@@ -153,9 +162,10 @@ void check_model(const std::string& name, bool bf16, double tol) {
       }
     }
     const int64_t ours = tokens_over / 2;  // both batch modes ran over every token
-    std::printf("%s bf16: %lld of %lld token-layer outputs above %.0e (transformers fp32 vs bf16: %lld)\n",
-                name.c_str(), static_cast<long long>(ours), static_cast<long long>(tokens_checked / 2), tol,
-                static_cast<long long>(hf_over));
+    std::printf(
+        "%s bf16: %lld of %lld token-layer outputs above %.0e (transformers fp32 vs bf16: %lld)\n",
+        name.c_str(), static_cast<long long>(ours), static_cast<long long>(tokens_checked / 2), tol,
+        static_cast<long long>(hf_over));
     EXPECT_LE(ours, hf_over + std::max<int64_t>(2, hf_over / 4)) << name;
     if (f.config.num_experts == 0) {
       EXPECT_EQ(ours, 0) << name;
@@ -168,8 +178,9 @@ void check_model(const std::string& name, bool bf16, double tol) {
     const std::string prefix = "ref32.amax.";
     if (e.name.rfind(prefix, 0) != 0) continue;
     std::string module = e.name.substr(prefix.size());
-    if (module.find("lm_head") != std::string::npos || module.find("embed_tokens") != std::string::npos ||
-        module.ends_with(".mlp.gate") || module.ends_with(".block_sparse_moe.gate") ||
+    if (module.find("lm_head") != std::string::npos ||
+        module.find("embed_tokens") != std::string::npos || module.ends_with(".mlp.gate") ||
+        module.ends_with(".block_sparse_moe.gate") ||
         module.find("shared_expert_gate") != std::string::npos)
       continue;  // routers and lm_head are not quantized inputs
     const float want = f.ref.tensor(e).item_f32();
@@ -182,7 +193,8 @@ void check_model(const std::string& name, bool bf16, double tol) {
   // transformers records none for them and strata must report none.
   for (int64_t l = 0; l < fwd->num_layers(); ++l) {
     for (const char* kv : {"k", "v"}) {
-      const std::string obs_name = "model.layers." + std::to_string(l) + ".self_attn." + kv + "_cache";
+      const std::string obs_name =
+          "model.layers." + std::to_string(l) + ".self_attn." + kv + "_cache";
       const TensorEntry* e = f.ref.find("ref32.kv_amax." + std::to_string(l) + "." + kv);
       if (!e) {
         EXPECT_EQ(obs.amax.count(obs_name), 0u) << name << " " << obs_name;
@@ -190,19 +202,25 @@ void check_model(const std::string& name, bool bf16, double tol) {
       }
       Tensor ref = f.ref.tensor(*e);
       ASSERT_TRUE(obs.amax.count(obs_name)) << obs_name;
-      EXPECT_NEAR(obs.amax[obs_name], ref.item_f32(), 1e-4 * ref.item_f32()) << name << " " << obs_name;
+      EXPECT_NEAR(obs.amax[obs_name], ref.item_f32(), 1e-4 * ref.item_f32())
+          << name << " " << obs_name;
     }
   }
   EXPECT_GT(checked, 0);
 }
 
 class ForwardFp32 : public testing::TestWithParam<std::string> {};
-TEST_P(ForwardFp32, MatchesTransformers) { check_model(GetParam(), false, 1e-4); }
+TEST_P(ForwardFp32, MatchesTransformers) {
+  check_model(GetParam(), false, 1e-4);
+}
 class ForwardBf16 : public testing::TestWithParam<std::string> {};
-TEST_P(ForwardBf16, MatchesTransformersOnGpu) { check_model(GetParam(), true, 3e-2); }
+TEST_P(ForwardBf16, MatchesTransformersOnGpu) {
+  check_model(GetParam(), true, 3e-2);
+}
 
-const auto kModels = testing::Values("llama", "llama_odd", "qwen3", "qwen3_moe", "qwen3_moe_nonorm", "deepseek_v3",
-                                     "deepseek_v3_noqlora", "kimi_linear", "mixtral");
+const auto kModels =
+    testing::Values("llama", "llama_odd", "qwen3", "qwen3_moe", "qwen3_moe_nonorm", "deepseek_v3",
+                    "deepseek_v3_noqlora", "kimi_linear", "mixtral");
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardFp32, kModels);
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardBf16, kModels);
 
@@ -217,7 +235,8 @@ namespace {
 std::string forward_error(const std::string& name, const std::function<void(Json&)>& edit,
                           const std::string& drop_tensor = "", int64_t layer = 0) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("strata_forward_test_" + name + std::to_string(getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("strata_forward_test_" + name + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::copy(kFixtures + name, dir);
   Json config = json_read_file((dir / "config.json").string());
@@ -246,8 +265,9 @@ std::string forward_error(const std::string& name, const std::function<void(Json
 
 TEST(ForwardErrors, MathChangingFieldsAreRefused) {
   EXPECT_EQ(forward_error("llama", [](Json&) {}), "");
-  EXPECT_THAT(forward_error("llama", [](Json& c) { c["rope_parameters"]["rope_type"] = "longrope"; }),
-              testing::HasSubstr("rope type 'longrope' is not supported"));
+  EXPECT_THAT(
+      forward_error("llama", [](Json& c) { c["rope_parameters"]["rope_type"] = "longrope"; }),
+      testing::HasSubstr("rope type 'longrope' is not supported"));
   EXPECT_THAT(forward_error("llama", [](Json& c) { c["hidden_act"] = "gelu"; }),
               testing::HasSubstr("hidden_act"));
   EXPECT_THAT(forward_error("qwen3", [](Json& c) { c["use_sliding_window"] = true; }),
@@ -298,8 +318,10 @@ TEST(ForwardKimiLinear, RemoteCodeSpellingAndHubNames) {
     EXPECT_EQ(moved, 3);
     write_safetensors((dir / "model.safetensors").string(), renamed);
   }
-  Fixture f{Checkpoint::open(dir.string()), read_model_config(dir.string()),
-            SafetensorsFile::open(kFixtures + "kimi_linear/reference.safetensors"), {}};
+  Fixture f{Checkpoint::open(dir.string()),
+            read_model_config(dir.string()),
+            SafetensorsFile::open(kFixtures + "kimi_linear/reference.safetensors"),
+            {}};
   ForwardOptions options;
   options.bf16_between_layers = false;
   auto fwd = ModelForward::create(f.config, f.ckpt, options);
@@ -307,12 +329,16 @@ TEST(ForwardKimiLinear, RemoteCodeSpellingAndHubNames) {
     const TensorEntry* e = f.ref.find("tokens." + std::to_string(s));
     if (!e) break;
     Tensor t = f.ref.tensor(*e);
-    Batch batch = Batch::from_sequences({std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + t.numel())});
-    std::vector<float> h(batch.n_tokens() * fwd->hidden_size()), logits(batch.n_tokens() * fwd->vocab_size());
+    Batch batch = Batch::from_sequences(
+        {std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + t.numel())});
+    std::vector<float> h(batch.n_tokens() * fwd->hidden_size()),
+        logits(batch.n_tokens() * fwd->vocab_size());
     fwd->embed(batch, h.data());
-    for (int64_t l = 0; l < fwd->num_layers(); ++l) fwd->layer(l)->forward(batch, h.data(), nullptr);
+    for (int64_t l = 0; l < fwd->num_layers(); ++l)
+      fwd->layer(l)->forward(batch, h.data(), nullptr);
     fwd->logits(batch, h.data(), logits.data());
-    EXPECT_LT(rel_error(logits.data(), f.ref.tensor("ref32.logits." + std::to_string(s))), 1e-4) << s;
+    EXPECT_LT(rel_error(logits.data(), f.ref.tensor("ref32.logits." + std::to_string(s))), 1e-4)
+        << s;
   }
   fs::remove_all(dir);
 }
@@ -321,17 +347,22 @@ TEST(ForwardErrors, KimiLinearVariantsAreRefused) {
   EXPECT_EQ(forward_error("kimi_linear", [](Json&) {}), "");
   EXPECT_THAT(forward_error("kimi_linear", [](Json& c) { c["mla_use_nope"] = false; }),
               testing::HasSubstr("mla_use_nope false"));
-  EXPECT_THAT(forward_error("kimi_linear", [](Json& c) { c["moe_router_activation_func"] = "softmax"; }),
-              testing::HasSubstr("moe_router_activation_func 'softmax'"));
-  EXPECT_THAT(forward_error("kimi_linear",
-                            [](Json& c) { c["linear_attn_config"] = Json::parse(R"({"gate_lower_bound": -5.0})"); }),
-              testing::HasSubstr("linear_attn_config.gate_lower_bound"));
+  EXPECT_THAT(
+      forward_error("kimi_linear", [](Json& c) { c["moe_router_activation_func"] = "softmax"; }),
+      testing::HasSubstr("moe_router_activation_func 'softmax'"));
+  EXPECT_THAT(
+      forward_error(
+          "kimi_linear",
+          [](Json& c) { c["linear_attn_config"] = Json::parse(R"({"gate_lower_bound": -5.0})"); }),
+      testing::HasSubstr("linear_attn_config.gate_lower_bound"));
   EXPECT_THAT(forward_error("kimi_linear", [](Json& c) { c["hidden_act"] = "situ"; }),
               testing::HasSubstr("hidden_act 'situ'"));
-  EXPECT_THAT(forward_error("kimi_linear", [](Json& c) { c["layer_types"][1] = "sliding_attention"; }),
-              testing::HasSubstr("'layer_types'[1] is 'sliding_attention'"));
+  EXPECT_THAT(
+      forward_error("kimi_linear", [](Json& c) { c["layer_types"][1] = "sliding_attention"; }),
+      testing::HasSubstr("'layer_types'[1] is 'sliding_attention'"));
   EXPECT_THAT(forward_error("kimi_linear", [](Json& c) { c["linear_head_dim"] = 16; }),
-              testing::HasSubstr("'model.layers.0.self_attn.q_proj.weight' has shape [64, 64] but config.json implies [32, 64]"));
+              testing::HasSubstr("'model.layers.0.self_attn.q_proj.weight' has shape [64, 64] but "
+                                 "config.json implies [32, 64]"));
   EXPECT_THAT(forward_error("kimi_linear", [](Json& c) { c["attention_bias"] = true; }),
               testing::HasSubstr("attention_bias true"));
   EXPECT_THAT(forward_error(
@@ -342,7 +373,8 @@ TEST(ForwardErrors, KimiLinearVariantsAreRefused) {
                   },
                   "", /*layer=*/1),
               testing::HasSubstr("use_grouped_topk false with num_expert_group 2 is ambiguous"));
-  EXPECT_THAT(forward_error("kimi_linear", [](Json&) {}, "model.layers.0.self_attn.A_log"),
+  EXPECT_THAT(forward_error(
+                  "kimi_linear", [](Json&) {}, "model.layers.0.self_attn.A_log"),
               testing::HasSubstr("'model.layers.0.self_attn.A_log' is missing"));
 }
 
@@ -355,19 +387,24 @@ TEST(ForwardErrors, MixtralVariantsAreRefused) {
   EXPECT_THAT(forward_error("mixtral", [](Json& c) { c["intermediate_size"] = 64; }),
               testing::HasSubstr("'model.layers.0.block_sparse_moe.experts.0.w1.weight' has shape "
                                  "[96, 64] but config.json implies [64, 64]"));
-  EXPECT_THAT(forward_error("mixtral", [](Json&) {},
-                            "model.layers.2.block_sparse_moe.experts.7.w2.weight", /*layer=*/2),
-              testing::HasSubstr("'model.layers.2.block_sparse_moe.experts.7.w2.weight' is missing"));
-  EXPECT_THAT(forward_error("mixtral", [](Json&) {}, "model.layers.1.block_sparse_moe.gate.weight",
-                            /*layer=*/1),
+  EXPECT_THAT(
+      forward_error(
+          "mixtral", [](Json&) {}, "model.layers.2.block_sparse_moe.experts.7.w2.weight",
+          /*layer=*/2),
+      testing::HasSubstr("'model.layers.2.block_sparse_moe.experts.7.w2.weight' is missing"));
+  EXPECT_THAT(forward_error(
+                  "mixtral", [](Json&) {}, "model.layers.1.block_sparse_moe.gate.weight",
+                  /*layer=*/1),
               testing::HasSubstr("'model.layers.1.block_sparse_moe.gate.weight' is missing"));
 }
 
 TEST(ForwardErrors, MissingOrMisshapenTensorsAreNamed) {
-  EXPECT_THAT(forward_error("llama", [](Json&) {}, "model.layers.0.self_attn.k_proj.weight"),
+  EXPECT_THAT(forward_error(
+                  "llama", [](Json&) {}, "model.layers.0.self_attn.k_proj.weight"),
               testing::HasSubstr("'model.layers.0.self_attn.k_proj.weight' is missing"));
   EXPECT_THAT(forward_error("llama", [](Json& c) { c["intermediate_size"] = 200; }),
-              testing::HasSubstr("'model.layers.0.mlp.gate_proj.weight' has shape [256, 128] but config.json implies [200, 128]"));
+              testing::HasSubstr("'model.layers.0.mlp.gate_proj.weight' has shape [256, 128] but "
+                                 "config.json implies [200, 128]"));
 }
 
 }  // namespace
