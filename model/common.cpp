@@ -12,10 +12,6 @@
 
 namespace strata::model {
 
-bool has_tensor(const Checkpoint& ckpt, const std::string& name) {
-  return ckpt.has(name);
-}
-
 namespace {
 
 // A ModelOpt-quantized weight (strata's own exports, spec/format.md §1, §2, §7), dequantized to

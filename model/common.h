@@ -15,7 +15,6 @@ namespace strata::model {
 // Reads `name` as fp32, checking its shape; a missing tensor or another shape is a
 // strata::Error naming the tensor.
 std::vector<float> load_weight(const Checkpoint& ckpt, const std::string& name, const Shape& shape);
-bool has_tensor(const Checkpoint& ckpt, const std::string& name);
 
 // RoPE parameters from the config's normalised rope fields; an unknown rope type is an error.
 ops::RopeParams rope_params(const ModelConfig& config);
