@@ -275,10 +275,12 @@ namespace {
 // declared in the order the steps create it, so that they are destroyed in the reverse order.
 class QuantizeRun {
  public:
-  explicit QuantizeRun(const QuantizeJob& job)
+  // `result` outlives the run (the exporter refers to its plan until destroyed).
+  QuantizeRun(const QuantizeJob& job, QuantizeResult& result)
       : job(job),
         comm(job.comm ? *job.comm : single),
         lead(comm.rank() == 0),
+        result(result),
         config(read_model_config(job.model_dir)),
         ckpt(Checkpoint::open(job.model_dir)),
         exchange(comm) {}
@@ -312,8 +314,8 @@ class QuantizeRun {
   void run_layers();
   // Step N + 1, the tensors outside the layers.
   void write_tail();
-  // The index and config files; the resume folder goes; the result.
-  QuantizeResult finish();
+  // The index and config files; the resume folder goes; the result's totals.
+  void finish();
 
  private:
   // Step `next - 1` is written: make it durable, then record it with the file holding the next
@@ -333,7 +335,7 @@ class QuantizeRun {
   SingleComm single;
   Comm& comm;
   const bool lead;  // rank 0 prepares, publishes and finishes the output
-  QuantizeResult result;
+  QuantizeResult& result;
   ModelConfig config;
   Checkpoint ckpt;
   const QuantPlan& plan = result.plan;
@@ -734,7 +736,7 @@ void QuantizeRun::write_tail() {
   phase.lap(&result.times.tail);
 }
 
-QuantizeResult QuantizeRun::finish() {
+void QuantizeRun::finish() {
   result.bytes_read = ckpt.bytes_read();
   result.expert_bytes_sent = exchange.bytes_sent;
   result.expert_exchange_seconds = exchange.seconds;
@@ -749,13 +751,13 @@ QuantizeResult QuantizeRun::finish() {
   phase.lap(&result.times.finish);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   result.times.total = result.seconds;
-  return std::move(result);
 }
 
 }  // namespace
 
 QuantizeResult run_quantize(const QuantizeJob& job) {
-  QuantizeRun run(job);
+  QuantizeResult result;
+  QuantizeRun run(job, result);
   run.resolve_plan();
   run.choose_device();
   run.check_output();
@@ -770,7 +772,8 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   run.embed();
   run.run_layers();
   run.write_tail();
-  return run.finish();
+  run.finish();
+  return result;
 }
 
 }  // namespace strata
