@@ -70,21 +70,8 @@ TestHooks test_hooks(const Args& args) {
   return t;
 }
 
-}  // namespace
-
-int cmd_quantize(const std::vector<std::string>& argv) {
-  Args args("quantize",
-            "Quantizes a Hugging Face checkpoint into NVIDIA ModelOpt's format (NVFP4, FP8, MXFP8 "
-            "weights,\n"
-            "calibrated activation scales, FP8 KV cache), one decoder layer at a time, for vLLM, "
-            "SGLang and\n"
-            "TensorRT-LLM. Calibration is max calibration over the calibration tokens "
-            "(docs/QUANTIZE.md).\n"
-            "The format comes from --recipe, or from --qformat and --kv_cache_qformat as hf_ptq.py "
-            "names them.\n"
-            "Under an MPI launcher (mpirun -np N strata quantize ...) N ranks share the work and "
-            "write\n"
-            "the same bytes as one process (docs/SCALEOUT.md).");
+// The flags of `strata quantize`.
+void declare_flags(Args& args) {
   args.option("--model,--pyt_ckpt_path", "DIR", "the Hugging Face checkpoint to quantize");
   args.option("--export_path", "DIR",
               "where to write the quantized checkpoint (created; must be empty unless it holds an "
@@ -178,9 +165,10 @@ int cmd_quantize(const std::vector<std::string>& argv) {
             "reads, runs and writes its range; tokens are sent to their experts' ranks) instead "
             "of every rank holding all of them; CPU ranks (see docs/SCALEOUT.md)");
   args.flag("--quiet,-q", "only warnings and errors");
-  if (!args.parse(argv)) return 0;
-  if (args.flag_set("--quiet")) log_set_level(LogLevel::kWarn);
+}
 
+// The job's inputs, which --dry-run needs too: model, recipe, calibration, batching, shards.
+QuantizeJob job_inputs(const Args& args) {
   QuantizeJob job;
   job.model_dir = args.get("--model");
   const std::string recipe_name =
@@ -204,28 +192,24 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   STRATA_CHECK(shard_gb > 0, "--max_shard_size_gb must be positive");
   job.max_shard_bytes = static_cast<uint64_t>(shard_gb * 1024.0 * 1024.0 * 1024.0);
   job.version = STRATA_VERSION;
+  return job;
+}
 
-  if (args.flag_set("--dry-run")) {
-    ModelConfig config = read_model_config(job.model_dir);
-    Checkpoint ckpt = Checkpoint::open(job.model_dir);
-    QuantPlan plan = make_plan(config, ckpt, job.recipe);
-    const bool print =
-        world(launcher_from_environment()).rank() == 0;  // under mpirun, rank 0 alone
-    comm_finalize();
-    if (print)
-      std::fputs(describe_plan(plan, ckpt, job.calib, config.hidden_size, job.batch_size).c_str(),
-                 stdout);
-    return 0;
-  }
-  job.export_path = args.get("--export_path");
-  job.resume_dir = args.get_optional("--resume_dir").value_or("");
-  job.overwrite = args.flag_set("--overwrite");
-  job.exact_mxfp4 = args.flag_set("--exact_mxfp4");
-  job.expert_parallel = args.flag_set("--expert_parallel");
-  job.offload_folder = args.get_optional("--offload_folder").value_or("");
-  const double mem_gb = args.get_double("--max_cpu_memory_gb");
-  STRATA_CHECK(mem_gb >= 0, "--max_cpu_memory_gb must not be negative");
-  job.max_cpu_memory_bytes = static_cast<uint64_t>(mem_gb * 1024.0 * 1024.0 * 1024.0);
+// --dry-run: the plan, printed by rank 0 alone under mpirun; the ranks end.
+void print_plan(const QuantizeJob& job) {
+  ModelConfig config = read_model_config(job.model_dir);
+  Checkpoint ckpt = Checkpoint::open(job.model_dir);
+  QuantPlan plan = make_plan(config, ckpt, job.recipe);
+  const bool print = world(launcher_from_environment()).rank() == 0;  // under mpirun, rank 0 alone
+  comm_finalize();
+  if (print)
+    std::fputs(describe_plan(plan, ckpt, job.calib, config.hidden_size, job.batch_size).c_str(),
+               stdout);
+}
+
+// --device: where the calibration forward runs (default: cuda when built with CUDA and a GPU is
+// visible).
+void choose_device(const Args& args, QuantizeJob& job) {
   if (auto dev = args.get_optional("--device")) {
     STRATA_CHECK(*dev == "cpu" || *dev == "cuda", "--device must be cpu or cuda, not '", *dev, "'");
     job.device_explicit = true;
@@ -240,16 +224,31 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   } else if (cuda_compiled() && cuda_device_count() > 0) {
     job.device = QuantizeJob::Device::kCuda;
   }
+}
+
+// The rest of the job: output and resume folders, memory caps, device, GPU switches, test hooks.
+void run_options(const Args& args, QuantizeJob& job) {
+  job.export_path = args.get("--export_path");
+  job.resume_dir = args.get_optional("--resume_dir").value_or("");
+  job.overwrite = args.flag_set("--overwrite");
+  job.exact_mxfp4 = args.flag_set("--exact_mxfp4");
+  job.expert_parallel = args.flag_set("--expert_parallel");
+  job.offload_folder = args.get_optional("--offload_folder").value_or("");
+  const double mem_gb = args.get_double("--max_cpu_memory_gb");
+  STRATA_CHECK(mem_gb >= 0, "--max_cpu_memory_gb must not be negative");
+  job.max_cpu_memory_bytes = static_cast<uint64_t>(mem_gb * 1024.0 * 1024.0 * 1024.0);
+  choose_device(args, job);
   const double gpu_gb = args.get_double("--max_gpu_memory_gb");
   STRATA_CHECK(gpu_gb >= 0, "--max_gpu_memory_gb must not be negative");
   job.max_gpu_memory_bytes = static_cast<uint64_t>(gpu_gb * 1024.0 * 1024.0 * 1024.0);
   job.gpu = gpu_options(args);
   job.test = test_hooks(args);
-  // Under an MPI launcher (mpirun -np N strata quantize ...) every rank runs this job; an error
-  // on any rank ends them all (docs/SCALEOUT.md).
-  Comm& comm = world(launcher_from_environment());
+}
+
+// Under ranks or with --log_dir: each rank's log prefix and file (DIR/rank-<r>.log), rank 0
+// alone logging below warnings. Returns the file, nullptr when none.
+std::FILE* open_rank_log(const Args& args, Comm& comm) {
   const int rank = comm.rank(), ranks = comm.size();
-  job.comm = &comm;
   std::FILE* log_file = nullptr;
   if (ranks > 1 || args.get_optional("--log_dir")) {
     if (auto dir = args.get_optional("--log_dir")) {
@@ -262,11 +261,20 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     log_set_rank_output(ranks > 1 ? str("rank ", rank, ": ") : std::string(),
                         rank == 0 ? LogLevel::kDebug : LogLevel::kWarn, log_file);
   }
-  // CPU ranks on one host split its cores, unless OMP_NUM_THREADS says otherwise.
+  return log_file;
+}
+
+// CPU ranks on one host split its cores, unless OMP_NUM_THREADS says otherwise.
+void split_cores(Comm& comm) {
   if (comm.local_size() > 1 && !std::getenv("OMP_NUM_THREADS")) {
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     ops::set_threads(std::max(1, cores / comm.local_size()));
   }
+}
+
+// run_quantize on this rank; with ranks an error on one says why and stops them all.
+QuantizeResult run_on_ranks(const QuantizeJob& job, Comm& comm, std::FILE* log_file) {
+  const int rank = comm.rank(), ranks = comm.size();
   QuantizeResult r;
   try {
     if (rank == 0 && ranks > 1)
@@ -282,18 +290,28 @@ int cmd_quantize(const std::vector<std::string>& argv) {
     if (log_file) std::fprintf(log_file, "error: %s\n", e.what()), std::fflush(log_file);
     comm.abort(bad_input ? 1 : 3);
   }
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
+  return r;
+}
+
+// What each rank read, peaked at and sent, gathered for rank 0's summary (ranks only).
+struct RankStats {
   std::vector<std::string> read_per_rank, rss_per_rank, sent_per_rank;
+};
+RankStats gather_rank_stats(Comm& comm, const QuantizeResult& r, const struct rusage& ru) {
+  const int ranks = comm.size();
+  RankStats s;
   if (ranks > 1) {
-    read_per_rank = comm.allgather(std::to_string(r.bytes_read));
-    rss_per_rank = comm.allgather(str(static_cast<double>(ru.ru_maxrss) / 1024.0));
-    sent_per_rank = comm.allgather(
+    s.read_per_rank = comm.allgather(std::to_string(r.bytes_read));
+    s.rss_per_rank = comm.allgather(str(static_cast<double>(ru.ru_maxrss) / 1024.0));
+    s.sent_per_rank = comm.allgather(
         str(r.expert_bytes_sent, " ", static_cast<int64_t>(r.expert_exchange_seconds * 1000.0)));
   }
-  comm_finalize();
-  if (rank != 0) return 0;
+  return s;
+}
 
+// Rank 0's summary of the run on stdout.
+void print_summary(const QuantizeJob& job, const QuantizeResult& r, const struct rusage& ru,
+                   int ranks, const RankStats& s) {
   std::printf("quantized %s -> %s with %s in %.1f s%s\n", job.model_dir.c_str(),
               job.export_path.c_str(), r.plan.recipe.name.c_str(), r.seconds,
               r.resumed_at_step > 0 ? " (resumed an interrupted run)" : "");
@@ -328,24 +346,64 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   if (ranks > 1) {
     std::printf("ranks: %d; checkpoint bytes read per rank:", ranks);
     uint64_t sum = 0;
-    for (const std::string& b : read_per_rank) {
+    for (const std::string& b : s.read_per_rank) {
       std::printf(" %s", b.c_str());
       sum += std::stoull(b);
     }
     std::printf(" (sum %llu)\n", static_cast<unsigned long long>(sum));
     std::printf("peak RSS per rank, MiB:");
-    for (const std::string& m : rss_per_rank)
+    for (const std::string& m : s.rss_per_rank)
       std::printf(" %.1f", std::stod(m));
     std::printf("\n");
     if (job.expert_parallel) {
       std::printf("expert exchange per rank (bytes sent to other ranks, ms):");
-      for (const std::string& x : sent_per_rank)
+      for (const std::string& x : s.sent_per_rank)
         std::printf(" %s", x.c_str());
       std::printf("\n");
     }
   } else {
     std::printf("checkpoint bytes read: %llu\n", static_cast<unsigned long long>(r.bytes_read));
   }
+}
+
+}  // namespace
+
+int cmd_quantize(const std::vector<std::string>& argv) {
+  Args args("quantize",
+            "Quantizes a Hugging Face checkpoint into NVIDIA ModelOpt's format (NVFP4, FP8, MXFP8 "
+            "weights,\n"
+            "calibrated activation scales, FP8 KV cache), one decoder layer at a time, for vLLM, "
+            "SGLang and\n"
+            "TensorRT-LLM. Calibration is max calibration over the calibration tokens "
+            "(docs/QUANTIZE.md).\n"
+            "The format comes from --recipe, or from --qformat and --kv_cache_qformat as hf_ptq.py "
+            "names them.\n"
+            "Under an MPI launcher (mpirun -np N strata quantize ...) N ranks share the work and "
+            "write\n"
+            "the same bytes as one process (docs/SCALEOUT.md).");
+  declare_flags(args);
+  if (!args.parse(argv)) return 0;
+  if (args.flag_set("--quiet")) log_set_level(LogLevel::kWarn);
+  QuantizeJob job = job_inputs(args);
+  if (args.flag_set("--dry-run")) {
+    print_plan(job);
+    return 0;
+  }
+  run_options(args, job);
+  // Under an MPI launcher (mpirun -np N strata quantize ...) every rank runs this job; an error
+  // on any rank ends them all (docs/SCALEOUT.md).
+  Comm& comm = world(launcher_from_environment());
+  const int rank = comm.rank(), ranks = comm.size();
+  job.comm = &comm;
+  std::FILE* log_file = open_rank_log(args, comm);
+  split_cores(comm);
+  const QuantizeResult r = run_on_ranks(job, comm, log_file);
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  const RankStats stats = gather_rank_stats(comm, r, ru);
+  comm_finalize();
+  if (rank != 0) return 0;
+  print_summary(job, r, ru, ranks, stats);
   return 0;
 }
 

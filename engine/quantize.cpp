@@ -17,6 +17,7 @@
 #include "engine/activation_store.h"
 #include "engine/gpu_runner.h"
 #include "engine/parallel.h"
+#include "engine/quantize_steps.h"
 #include "engine/resume.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
@@ -27,14 +28,6 @@ namespace fs = std::filesystem;
 
 namespace strata {
 namespace {
-
-bool needs_activations(const QuantPlan& plan) {
-  if (plan.recipe.kv_cache == KvCacheFormat::kFp8) return true;
-  for (const PlannedModule& m : plan.modules) {
-    if (m.format == QFormat::kNvfp4 || m.format == QFormat::kFp8) return true;
-  }
-  return false;
-}
 
 uint64_t quantized_bytes(const PlannedModule& m) {
   const uint64_t out = static_cast<uint64_t>(m.shape[0]), in = static_cast<uint64_t>(m.shape[1]);
@@ -51,19 +44,6 @@ uint64_t quantized_bytes(const PlannedModule& m) {
       return out * in * static_cast<uint64_t>(dtype_bits(m.dtype)) / 8;
   }
   return 0;
-}
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024.0 && u < 4) {
-    b /= 1024.0;
-    ++u;
-  }
-  std::ostringstream os;
-  os.precision(u == 0 ? 0 : 2);
-  os << std::fixed << b << " " << units[u];
-  return os.str();
 }
 
 // Refusals that need no calibration data, made before any work (prepare_output repeats them).
@@ -118,16 +98,9 @@ ResumeState prepare_output(const QuantizeJob& job, const std::string& resume_dir
                " exists and is not a directory");
   const std::string manifest = (fs::path(resume_dir) / "manifest.json").string();
   if (!job.overwrite) {
-    if (std::optional<ResumeState> prev = read_resume_manifest(manifest)) {
-      const std::string changed = identity_changes(prev->identity, identity);
-      STRATA_CHECK(changed.empty(), manifest,
-                   " records an interrupted run of another job (changed: ", changed,
-                   "); run the same command as before to resume it, or add --overwrite to start "
-                   "over");
-      STRATA_CHECK(prev->steps == steps, manifest, ": malformed resume manifest (", prev->steps,
-                   " steps, this run has ", steps, "); run with --overwrite to start over");
+    if (std::optional<ResumeState> prev =
+            resumed_state(read_resume_manifest(manifest), identity, steps, manifest))
       return *prev;
-    }
     STRATA_CHECK(is_empty_dir(out), "--export_path ", out,
                  " is not empty and holds no interrupted strata run to resume; remove it, choose "
                  "another directory, or add --overwrite to replace its contents");
@@ -296,17 +269,105 @@ std::string describe_plan(const QuantPlan& plan, const Checkpoint& ckpt, const C
   return os.str();
 }
 
-QuantizeResult run_quantize(const QuantizeJob& job) {
-  const auto t0 = std::chrono::steady_clock::now();
+namespace {
+
+// One quantize run (run_quantize), as the sequence of its steps. The members are the run's state,
+// declared in the order the steps create it, so that they are destroyed in the reverse order.
+class QuantizeRun {
+ public:
+  // `result` outlives the run (the exporter refers to its plan until destroyed).
+  QuantizeRun(const QuantizeJob& job, QuantizeResult& result)
+      : job(job),
+        comm(job.comm ? *job.comm : single),
+        lead(comm.rank() == 0),
+        result(result),
+        config(read_model_config(job.model_dir)),
+        ckpt(Checkpoint::open(job.model_dir)),
+        exchange(comm) {}
+
+  // The plan (recipe x checkpoint) and the refusals it allows before any work.
+  void resolve_plan();
+  // --device: whether the calibration forward runs on the GPU (engine/gpu_runner.h).
+  void choose_device();
+  // Refusals of --export_path that need no calibration data (rank 0).
+  void check_output() const;
+  // Expert parallelism (docs/SCALEOUT.md "Expert parallel"), warned about when asked in vain.
+  void choose_expert_parallel();
+  // The forward and the calibration sequences (only when calibrating).
+  void calibration_data();
+  // The micro-batches, the memory estimate and, under a cap, whether the store spills.
+  void plan_memory();
+  // The resume folder and the run's identity; a fresh or a resumed state, agreed by the ranks.
+  void prepare_resume();
+  // The exporter, its ranks, and the output cleared of what the manifest does not vouch for.
+  void open_exporter();
+  // GPU path, single process: the page warmer and the early CUDA setup, started meanwhile.
+  void start_gpu_early();
+  // "resuming at ..." when the run continues an interrupted one.
+  void log_resume() const;
+  // Step 0, the embedding table: begun on a helper thread (in order with ranks).
+  void start_head();
+  // The first layer's inputs: the embeddings, or the hidden states the manifest names; then
+  // waits for the head.
+  void embed();
+  // Steps 1..N, the decoder layers, on the GPU (run_layers_gpu) or the CPU (cpu_layer).
+  void run_layers();
+  // Step N + 1, the tensors outside the layers.
+  void write_tail();
+  // The index and config files; the resume folder goes; the result's totals.
+  void finish();
+
+ private:
+  // Step `next - 1` is written: make it durable, then record it with the file holding the next
+  // layer's inputs ("" when none); the previous inputs' file goes once the manifest is written.
+  void commit(int64_t next, const std::string& hidden_path, const std::string& old_input);
+  // Starts reading layer l's weights (each tensor read by one rank) in the background.
+  std::future<std::unique_ptr<DecoderLayer>> fetch(int64_t l);
+  // The GPU loop over the remaining layers (engine/gpu_runner.h).
+  void gpu_layers();
+  // Decoder layer l on the CPU: take its prefetched weights, run every micro-batch through it
+  // with the calibrator watching, write its tensors, commit the step.
+  void cpu_layer(int64_t l);
+
+  const QuantizeJob& job;
+  const std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
   PhaseTimer phase;  // laps into result.times (engine/run_times.h)
   SingleComm single;
-  Comm& comm = job.comm ? *job.comm : single;
-  const bool lead = comm.rank() == 0;  // rank 0 prepares, publishes and finishes the output
-  QuantizeResult result;
-  ModelConfig config = read_model_config(job.model_dir);
-  Checkpoint ckpt = Checkpoint::open(job.model_dir);
-  result.plan = make_plan(config, ckpt, job.recipe);
+  Comm& comm;
+  const bool lead;  // rank 0 prepares, publishes and finishes the output
+  QuantizeResult& result;
+  ModelConfig config;
+  Checkpoint ckpt;
   const QuantPlan& plan = result.plan;
+  bool on_gpu = false;
+  bool expert_parallel = false;
+  CommExpertExchange exchange;
+  std::unique_ptr<ModelForward> fwd;
+  ForwardOptions fopts;
+  Calibration calibration;
+  MicroBatches micro;
+  std::string resume_dir, manifest, offload;
+  std::map<std::string, std::string> identity;
+  ResumeState state;
+  std::optional<ModeloptExporter> exporter;
+  std::function<int(const std::string&)> expert_pin;
+  std::unique_ptr<PageWarmer> warm;
+  std::unique_ptr<GpuEarlySetup> early;  // the CUDA context and pinned buffers, meanwhile
+  double* commit_time = nullptr;         // in the layer loop: result.times.commit
+  std::future<void> head_written;
+  std::function<int(const std::string&)> owner;
+  std::vector<Batch> batches;
+  std::unique_ptr<ActivationStore> store;
+  std::vector<float> buf;  // one micro-batch, fp32 [T_b, H]
+  MaxCalibrator calib;
+  int64_t first_layer = 0;
+  std::optional<Progress> progress;
+  std::future<std::unique_ptr<DecoderLayer>> prefetch;
+  uint64_t bytes_read = 0;
+};
+
+void QuantizeRun::resolve_plan() {
+  result.plan = make_plan(config, ckpt, job.recipe);
   for (const std::string& w : plan.warnings)
     log_warn(w);
   for (const PlannedModule& m : plan.modules) {
@@ -319,9 +380,12 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
                  "exclude it");
   }
   result.calibrated = needs_activations(plan);
+}
+
+void QuantizeRun::choose_device() {
   // --device cuda (engine/gpu_runner.h): its activation store is file-backed (written only at
   // durable steps); the hidden states live on the device or in pinned host memory.
-  bool on_gpu = job.device == QuantizeJob::Device::kCuda && result.calibrated;
+  on_gpu = job.device == QuantizeJob::Device::kCuda && result.calibrated;
   if (on_gpu) {
     std::string why = gpu_unsupported(config, ckpt);
     if (why.empty() && comm.size() > 1 && job.expert_parallel)
@@ -330,131 +394,99 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     if (!why.empty() && lead) log_warn("calibrating on the CPU: ", why);
     on_gpu = why.empty();
   }
-  if (lead)
-    check_output_early(
-        job, job.resume_dir.empty() ? job.export_path + ".strata_resume" : job.resume_dir);
+}
 
-  // Expert parallelism (docs/SCALEOUT.md "Expert parallel"): only with ranks, a forward, and
-  // routed experts; the routed experts of each layer are then read, run and written by their
-  // owner (expert_owner) alone.
-  const bool expert_parallel = job.expert_parallel && comm.size() > 1 && result.calibrated &&
-                               !on_gpu && config.num_experts > 0;
+void QuantizeRun::check_output() const {
+  if (lead) check_output_early(job, resume_dir_of(job));
+}
+
+void QuantizeRun::choose_expert_parallel() {
+  // Only with ranks, a forward, and routed experts; the routed experts of each layer are then
+  // read, run and written by their owner (expert_owner) alone.
+  expert_parallel = use_expert_parallel(job.expert_parallel, comm.size(), result.calibrated, on_gpu,
+                                        config.num_experts);
   if (job.expert_parallel && comm.size() > 1 && !expert_parallel && lead)
     log_warn("--expert_parallel: ",
              config.num_experts == 0 ? "the model has no routed experts"
                                      : "no calibration forward runs (weight-only formats)",
              "; the ranks split the work by tensors");
-  CommExpertExchange exchange(comm);
-  std::unique_ptr<ModelForward> fwd;
-  ForwardOptions fopts;
-  if (expert_parallel) fopts.experts = &exchange;
-  Calibration calibration;
-  if (result.calibrated) {
-    fwd = ModelForward::create(config, ckpt, fopts);  // refuses unsupported math before any work
-    phase.lap(&result.times.startup);
-    std::unique_ptr<Tokenizer> tok;
-    const bool has_tokenizer = fs::exists(fs::path(job.model_dir) / "tokenizer.json") ||
-                               fs::exists(fs::path(job.model_dir) / "tiktoken.model");
-    if (has_tokenizer) tok = std::make_unique<Tokenizer>(Tokenizer::load(job.model_dir));
-    calibration = load_calibration(job.calib, tok.get(), fwd->vocab_size());
-    result.calib = calibration.report;
-    STRATA_CHECK(!calibration.sequences.empty(),
-                 "no calibration sequences: ", calibration.report.summary());
-    log_info("calibration: ", calibration.report.sequences, " sequences, ",
-             calibration.report.tokens, " tokens");
-    phase.lap(&result.times.calib_data);
-  }
+}
 
+void QuantizeRun::calibration_data() {
+  if (expert_parallel) fopts.experts = &exchange;
+  if (!result.calibrated) return;
+  fwd = ModelForward::create(config, ckpt, fopts);  // refuses unsupported math before any work
+  phase.lap(&result.times.startup);
+  std::unique_ptr<Tokenizer> tok;
+  const bool has_tokenizer = fs::exists(fs::path(job.model_dir) / "tokenizer.json") ||
+                             fs::exists(fs::path(job.model_dir) / "tiktoken.model");
+  if (has_tokenizer) tok = std::make_unique<Tokenizer>(Tokenizer::load(job.model_dir));
+  calibration = load_calibration(job.calib, tok.get(), fwd->vocab_size());
+  result.calib = calibration.report;
+  STRATA_CHECK(!calibration.sequences.empty(),
+               "no calibration sequences: ", calibration.report.summary());
+  log_info("calibration: ", calibration.report.sequences, " sequences, ", calibration.report.tokens,
+           " tokens");
+  phase.lap(&result.times.calib_data);
+}
+
+void QuantizeRun::plan_memory() {
   // Micro-batches: consecutive sequences by index, batch_size at a time.
-  const int64_t bs = std::max<int64_t>(job.batch_size, 1);
-  std::vector<std::vector<std::vector<int32_t>>> groups;
-  std::vector<int64_t> batch_tokens;
-  int64_t longest = 0;
-  for (size_t i = 0; i < calibration.sequences.size(); i += static_cast<size_t>(bs)) {
-    const size_t end = std::min(calibration.sequences.size(), i + static_cast<size_t>(bs));
-    groups.emplace_back(calibration.sequences.begin() + static_cast<int64_t>(i),
-                        calibration.sequences.begin() + static_cast<int64_t>(end));
-    int64_t t = 0;
-    for (const auto& seq : groups.back()) {
-      t += static_cast<int64_t>(seq.size());
-      longest = std::max<int64_t>(longest, static_cast<int64_t>(seq.size()));
-    }
-    batch_tokens.push_back(t);
-  }
-  result.memory = estimate_memory(plan, ckpt, batch_tokens, longest, config.hidden_size,
+  micro = group_micro_batches(calibration.sequences, job.batch_size);
+  result.memory = estimate_memory(plan, ckpt, micro.tokens, micro.longest, config.hidden_size,
                                   fopts.bf16_between_layers, expert_parallel ? comm.size() : 1,
                                   config.num_experts);
-  {
-    const uint64_t cap = job.max_cpu_memory_bytes;
-    // Test hook (tests/engine/spill_test.sh): tiny fixtures spill.
-    const std::optional<uint64_t> test_budget = job.test.activation_budget;
-    MemoryEstimate least = result.memory;
-    least.spilled = least.calibrated;
-    least.activations = least.activations_one;
-    STRATA_CHECK(cap == 0 || least.total() <= cap, "--max_cpu_memory_gb ",
-                 static_cast<double>(cap) / (1024.0 * 1024.0 * 1024.0), " (", mib(cap),
-                 ") is below the least this run needs, ", mib(least.total()),
-                 least.calibrated ? " with the activation store spilled" : "", ": ",
-                 least.describe(), "; raise it, or lower --batch_size or --calib_seq");
-    const uint64_t budget =
-        test_budget ? *test_budget : (cap == 0 ? UINT64_MAX : cap - result.memory.fixed());
-    if (result.memory.calibrated && result.memory.activations_all > budget) {
-      result.memory.spilled = true;
-      result.memory.activations = result.memory.activations_one;
-    }
-  }
-  const std::string resume_dir =
-      job.resume_dir.empty() ? job.export_path + ".strata_resume" : job.resume_dir;
-  const std::string manifest = (fs::path(resume_dir) / "manifest.json").string();
+  // Test hook (tests/engine/spill_test.sh): tiny fixtures spill.
+  result.memory =
+      fit_memory_cap(result.memory, job.max_cpu_memory_bytes, job.test.activation_budget);
+}
+
+void QuantizeRun::prepare_resume() {
+  resume_dir = resume_dir_of(job);
+  manifest = (fs::path(resume_dir) / "manifest.json").string();
   // Absolute, so that the manifest names a spill file outside the resume folder unambiguously.
-  const std::string offload = job.offload_folder.empty()
-                                  ? resume_dir
-                                  : fs::absolute(job.offload_folder).lexically_normal().string();
-  const std::map<std::string, std::string> identity =
-      run_identity(config, ckpt, plan, calibration.sequences,
-                   str("batch_size=", result.calibrated ? job.batch_size : 0,
-                       " max_shard_bytes=", job.max_shard_bytes,
-                       job.exact_mxfp4 ? " exact_mxfp4" : "", on_gpu ? " device=cuda" : ""),
-                   job.version);
+  offload = job.offload_folder.empty()
+                ? resume_dir
+                : fs::absolute(job.offload_folder).lexically_normal().string();
+  identity = run_identity(config, ckpt, plan, calibration.sequences,
+                          str("batch_size=", result.calibrated ? job.batch_size : 0,
+                              " max_shard_bytes=", job.max_shard_bytes,
+                              job.exact_mxfp4 ? " exact_mxfp4" : "", on_gpu ? " device=cuda" : ""),
+                          job.version);
   // Rank 0 decides between a fresh and a resumed run; the other ranks then take its manifest.
-  ResumeState state;
   if (lead) state = prepare_output(job, resume_dir, identity, plan.num_layers + 2);
   comm.barrier();
   if (!lead) state = agree_resume_state(comm, manifest, identity);
+}
 
+void QuantizeRun::open_exporter() {
   ExportOptions eo;
   eo.max_shard_bytes = job.max_shard_bytes;
   eo.producer_version = job.version;
   eo.exact_mxfp4 = job.exact_mxfp4;
-  ModeloptExporter exporter(plan, config, ckpt, job.export_path, eo);
-  STRATA_ASSERT(exporter.steps() == state.steps, "steps");
+  exporter.emplace(plan, config, ckpt, job.export_path, eo);
+  STRATA_ASSERT(exporter->steps() == state.steps, "steps");
   // With expert parallelism a routed expert's tensors belong to the rank that holds the expert.
   const int64_t n_experts = config.num_experts;
   const int n_ranks = comm.size();
-  std::function<int(const std::string&)> expert_pin;
   if (expert_parallel) {
     expert_pin = [n_experts, n_ranks](const std::string& name) {
       const int64_t e = routed_expert_of(name);
       return e >= 0 && e < n_experts ? expert_owner(e, n_experts, n_ranks) : -1;
     };
-    if (lead) {
-      std::string ranges;
-      for (int r = 0; r < n_ranks; ++r) {
-        const int64_t lo = n_experts * r / n_ranks, hi = n_experts * (r + 1) / n_ranks;
-        ranges += str(r == 0 ? "" : ", ", "rank ", r, ": ", lo, "-", hi - 1);
-      }
-      log_info("expert parallel: ", n_experts, " routed experts per MoE layer (", ranges, ")");
-    }
+    if (lead)
+      log_info("expert parallel: ", n_experts, " routed experts per MoE layer (",
+               expert_ranges(n_experts, n_ranks), ")");
   }
-  exporter.set_ranks(comm.rank(), comm.size(), expert_pin);
+  exporter->set_ranks(comm.rank(), comm.size(), expert_pin);
   if (!lead) {
     comm.barrier();  // after rank 0 has renamed the shards a kill left complete
-    exporter.resume(state.next_step);
+    exporter->resume(state.next_step);
   }
   std::error_code ec;
   // What the manifest vouches for stays; everything else a kill left behind goes.
-  if (lead) exporter.resume(state.next_step);
-  if (lead) remove_except(job.export_path, exporter.vouched_files());
+  if (lead) exporter->resume(state.next_step);
+  if (lead) remove_except(job.export_path, exporter->vouched_files());
   if (lead) remove_except(resume_dir, {"manifest.json", state.hidden_file});
   if (lead && offload != resume_dir && fs::is_directory(offload, ec)) {
     // Spilled hidden states an interrupted run left; the one the manifest names stays.
@@ -469,75 +501,67 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   if (comm.size() > 1) check_same_step(comm, state.next_step);
   result.resumed_at_step = state.next_step;
   result.layers = state.layers;
-  // GPU path: the first layers' weights are read into the page cache while the run starts up.
-  // Not with ranks: each rank reads only its share of every layer (and, on several hosts, a
-  // warmer per rank would read the checkpoint once per rank).
-  std::unique_ptr<PageWarmer> warm;
-  std::unique_ptr<GpuEarlySetup> early;  // the CUDA context and pinned buffers, meanwhile
+}
+
+void QuantizeRun::start_gpu_early() {
+  // The first layers' weights are read into the page cache while the run starts up. Not with
+  // ranks: each rank reads only its share of every layer (and, on several hosts, a warmer per
+  // rank would read the checkpoint once per rank).
   if (on_gpu && state.next_step <= plan.num_layers && comm.size() == 1) {
-    warm = gpu_warm_start(ckpt, exporter, state.next_step - 1, plan.num_layers);
+    warm = gpu_warm_start(ckpt, *exporter, state.next_step - 1, plan.num_layers);
     if (result.calibrated)  // the GPU path keeps bf16 hidden states
       early = gpu_early_setup(
           config, ckpt, std::max<int64_t>(state.next_step - 1, 0), plan.num_layers,
-          ActivationStore::bytes_for(batch_tokens, config.hidden_size, DType::kBF16),
+          ActivationStore::bytes_for(micro.tokens, config.hidden_size, DType::kBF16),
           !result.memory.spilled, job.max_gpu_memory_bytes);
   }
-  if (state.next_step > 0) {
-    log_info("resuming at ",
-             state.next_step <= plan.num_layers
-                 ? str("layer ", state.next_step, "/", plan.num_layers)
-                 : std::string(state.next_step == plan.num_layers + 1 ? "the final tensors"
-                                                                      : "the config files"),
-             " (", manifest, ")");
-  }
+}
+
+void QuantizeRun::log_resume() const {
+  if (state.next_step > 0)
+    log_info("resuming at ", resume_point(state.next_step, plan.num_layers), " (", manifest, ")");
+}
+
+void QuantizeRun::commit(int64_t next, const std::string& hidden_path,
+                         const std::string& old_input) {
   // Test hook (tests/engine/kill_resume_test.sh): a kill lands mid-run on tiny fixtures.
   const int64_t slow_ms = job.test.slow_layer_ms;
-  double* commit_time = nullptr;  // in the layer loop: result.times.commit
-  // The file holding the inputs of the next layer, as the manifest names it: relative to the
-  // resume folder when it lies there.
-  auto manifest_name = [&](const std::string& path) {
-    return fs::path(path).parent_path() == fs::path(resume_dir) ? fs::path(path).filename().string()
-                                                                : path;
-  };
-  // Step `done` is written: make it durable, then record it with the file holding the next
-  // layer's inputs ("" when none); the previous inputs' file goes once the manifest is written.
-  auto commit = [&](int64_t next, const std::string& hidden_path, const std::string& old_input) {
-    if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
-    PhaseTimer timer;
-    struct Lap {
-      PhaseTimer& t;
-      double* into;
-      ~Lap() { t.lap(into); }
-    } lap{timer, commit_time};
-    exporter.sync();
-    comm.barrier();  // every rank's part of the step is durable
-    if (!lead) {
-      state.next_step = next;
-      exporter.publish();
-      exporter.release_source(next - 1);
-      return;
-    }
-    const std::string old_hidden = state.hidden_file;
-    state.hidden_file = hidden_path.empty() ? "" : manifest_name(hidden_path);
+  if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+  PhaseTimer timer;
+  struct Lap {
+    PhaseTimer& t;
+    double* into;
+    ~Lap() { t.lap(into); }
+  } lap{timer, commit_time};
+  exporter->sync();
+  comm.barrier();  // every rank's part of the step is durable
+  if (!lead) {
     state.next_step = next;
-    state.layers = result.layers;
-    write_resume_manifest(manifest, state);
-    exporter.publish();
-    exporter.release_source(next - 1);
-    std::error_code ec;
-    if (!old_hidden.empty()) fs::remove(fs::path(resume_dir) / old_hidden, ec);
-    if (!old_input.empty()) fs::remove(old_input, ec);
-  };
+    exporter->publish();
+    exporter->release_source(next - 1);
+    return;
+  }
+  const std::string old_hidden = state.hidden_file;
+  state.hidden_file = hidden_path.empty() ? "" : manifest_name(hidden_path, resume_dir);
+  state.next_step = next;
+  state.layers = result.layers;
+  write_resume_manifest(manifest, state);
+  exporter->publish();
+  exporter->release_source(next - 1);
+  std::error_code ec;
+  if (!old_hidden.empty()) fs::remove(fs::path(resume_dir) / old_hidden, ec);
+  if (!old_input.empty()) fs::remove(old_input, ec);
+}
 
+void QuantizeRun::start_head() {
   phase.lap(&result.times.startup);
   // Step 0 (the embedding table copied to the export, synced, recorded). A single process writes
-  // it on a helper thread while the first hidden states are computed below (they only read the
-  // table); it is waited for before the layers. With ranks its commit is collective, so it runs
-  // here, in order.
-  std::future<void> head_written;
+  // it on a helper thread while the first hidden states are computed (they only read the table);
+  // it is waited for before the layers. With ranks its commit is collective, so it runs here, in
+  // order.
   if (state.next_step == 0) {
-    auto write_head = [&exporter, &commit]() {
-      exporter.write_head();
+    auto write_head = [this]() {
+      exporter->write_head();
       commit(1, "", "");
     };
     if (comm.size() == 1) {
@@ -547,33 +571,30 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     }
   }
   phase.lap(&result.times.head);
+}
 
+void QuantizeRun::embed() {
   // With ranks, tensors every rank needs are read by their writer and broadcast.
-  const std::function<int(const std::string&)> owner = [&exporter](const std::string& n) {
-    return exporter.owner_of(n);
-  };
-  std::vector<Batch> batches;
-  std::unique_ptr<ActivationStore> store;
-  std::vector<float> buf;  // one micro-batch, fp32 [T_b, H]
+  owner = [this](const std::string& n) { return exporter->owner_of(n); };
   if (result.calibrated && state.next_step <= plan.num_layers) {
     if (on_gpu) create_dir(offload, "--offload_folder");
     if (result.memory.spilled) {
       create_dir(offload, "--offload_folder");
       log_info("activation store: ", mib(result.memory.activations_all), " spilled to ", offload,
-               " (", groups.size(), " micro-batches)");
+               " (", micro.groups.size(), " micro-batches)");
     }
     store = std::make_unique<ActivationStore>(
-        batch_tokens, fwd->hidden_size(), fopts.bf16_between_layers ? DType::kBF16 : DType::kF32,
+        micro.tokens, fwd->hidden_size(), fopts.bf16_between_layers ? DType::kBF16 : DType::kF32,
         result.memory.spilled || on_gpu, offload,
-        comm.size() > 1 ? owned_batches(comm, groups.size()) : std::vector<bool>{});
+        comm.size() > 1 ? owned_batches(comm, micro.groups.size()) : std::vector<bool>{});
     int64_t most = 0;
-    for (size_t b = 0; b < groups.size(); ++b) {
-      batches.push_back(Batch::from_sequences(groups[b]));
+    for (size_t b = 0; b < micro.groups.size(); ++b) {
+      batches.push_back(Batch::from_sequences(micro.groups[b]));
       most = std::max(most, batches.back().n_tokens());
     }
     buf.resize(static_cast<size_t>(most * fwd->hidden_size()));
     if (state.hidden_file.empty()) {
-      const std::vector<std::string>& head = exporter.step_sources(0);
+      const std::vector<std::string>& head = exporter->step_sources(0);
       share_tensors(comm, ckpt, head, owner);  // the embedding, read by one rank
       store->begin(1);
       for (size_t b = 0; b < batches.size(); ++b) {
@@ -582,7 +603,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
         store->write(b, buf.data());
       }
       store->commit(resume_dir, false);
-      if (comm.size() > 1) exporter.release_source(0);
+      if (comm.size() > 1) exporter->release_source(0);
     } else {
       store->load((fs::path(resume_dir) / state.hidden_file).string());
     }
@@ -590,127 +611,138 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   phase.lap(&result.times.embedding);
   if (head_written.valid()) head_written.get();  // what the embedding did not hide
   phase.lap(&result.times.head);
+}
 
-  MaxCalibrator calib;
-  const int64_t first_layer = std::min(std::max<int64_t>(state.next_step - 1, 0), plan.num_layers);
-  Progress progress("quantize", plan.num_layers - first_layer, "layers", job.progress && lead);
+std::future<std::unique_ptr<DecoderLayer>> QuantizeRun::fetch(int64_t l) {
+  // Each read by one rank; a routed expert only by its holder, which alone needs it.
+  std::vector<std::string> shared;
+  for (const std::string& n : exporter->step_sources(l + 1)) {
+    if (!expert_pin || expert_pin(n) < 0) shared.push_back(n);
+  }
+  share_tensors(comm, ckpt, shared, owner);
+  return std::async(std::launch::async, [this, l]() { return fwd->layer(l); });
+}
+
+void QuantizeRun::gpu_layers() {
+  // With ranks, each runs its own micro-batches on its GPU (engine/gpu_ranks.h).
+  std::vector<Batch> mine;
+  std::vector<size_t> mine_ids;
+  for (size_t b = 0; comm.size() > 1 && b < batches.size(); ++b) {
+    if (!store->owns(b)) continue;
+    mine.push_back(batches[b]);
+    mine_ids.push_back(b);
+  }
+  GpuLoop loop{config,
+               ckpt,
+               plan,
+               *store,
+               comm.size() > 1 ? mine : batches,
+               *exporter,
+               first_layer,
+               job.max_gpu_memory_bytes,
+               !result.memory.spilled,
+               resume_dir,
+               job.gpu,
+               [this](int64_t next, const std::string& hidden_path, const std::string& old_input) {
+                 commit(next, hidden_path, old_input);
+               },
+               [this](const LayerReport& r) {
+                 result.layers.push_back(r);
+                 progress->step(str("layer ", r.layer, ", wrote ",
+                                    human_bytes(static_cast<double>(exporter->bytes_written()))));
+               },
+               &comm,
+               mine_ids,
+               &result.times,
+               warm.get(),
+               early.get(),
+               job.test};
+  commit_time = &result.times.commit;
+  run_layers_gpu(loop);  // fills result.times.device_setup and the loop's parts
+}
+
+void QuantizeRun::cpu_layer(int64_t l) {
+  PhaseTimer layer_timer;
+  calib.clear();
+  const bool last = l + 1 == plan.num_layers;
+  std::string hidden_path, old_input;
+  if (result.calibrated) {
+    std::unique_ptr<DecoderLayer> layer = prefetch.get();
+    layer_timer.lap(&result.times.read_wait);
+    if (l + 1 < plan.num_layers) prefetch = fetch(l + 1);
+    if (!last) store->begin(l + 2);
+    test_fail_hook(comm, l, job.test);
+    // With expert parallelism the ranks run their micro-batches in lockstep rounds (the MoE
+    // exchanges are collective): round k is micro-batch k·N + rank, or an empty batch.
+    const size_t rounds = lockstep_rounds(batches.size(), expert_parallel, comm.size());
+    const Batch none = Batch::from_sequences({});
+    for (size_t k = 0; k < rounds; ++k) {
+      const size_t b = round_micro_batch(k, expert_parallel, comm.size(), comm.rank());
+      if (b >= batches.size() || !store->owns(b)) {
+        if (expert_parallel) layer->forward(none, buf.data(), &calib);
+        continue;
+      }
+      store->read(b, buf.data());
+      layer->forward(batches[b], buf.data(), &calib);
+      if (!last) store->write(b, buf.data());
+    }
+    layer_timer.lap(&result.times.compute);
+    old_input = store->spilled() ? store->input_path() : "";
+    if (!last) hidden_path = store->commit(resume_dir, true);
+    if (!last) ++result.times.hidden_write_count;
+    layer_timer.lap(&result.times.hidden_writes);
+    allreduce_calibration(comm, calib);  // every rank now holds one process's statistics
+  }
+  bytes_read += exporter->source_bytes(l + 1);
+  layer_timer.lap(nullptr);
+  LayerReport r = exporter->write_layer(l, calib);
+  layer_timer.lap(&result.times.writer_wait);
+  result.layers.push_back(r);
+  commit(l + 2, hidden_path, old_input);
+  progress->step(str(
+      "layer ", l, ", wrote ", human_bytes(static_cast<double>(exporter->bytes_written())), " of ",
+      human_bytes(static_cast<double>(exporter->output_bytes())),
+      r.experts ? str(" (", r.experts_without_tokens, "/", r.experts, " experts without tokens)")
+                : ""));
+}
+
+void QuantizeRun::run_layers() {
+  first_layer = first_layer_to_run(state.next_step, plan.num_layers);
+  progress.emplace("quantize", plan.num_layers - first_layer, "layers", job.progress && lead);
+  if (on_gpu && first_layer < plan.num_layers) gpu_layers();
   // Layer l + 1's weights load in the background while layer l computes. Loading is a pure
   // function of the checkpoint, so the results do not depend on the overlap.
-  std::future<std::unique_ptr<DecoderLayer>> prefetch;
-  auto fetch = [&](int64_t l) {
-    // Each read by one rank; a routed expert only by its holder, which alone needs it.
-    std::vector<std::string> shared;
-    for (const std::string& n : exporter.step_sources(l + 1)) {
-      if (!expert_pin || expert_pin(n) < 0) shared.push_back(n);
-    }
-    share_tensors(comm, ckpt, shared, owner);
-    return std::async(std::launch::async, [&fwd, l]() { return fwd->layer(l); });
-  };
-  if (on_gpu && first_layer < plan.num_layers) {
-    // With ranks, each runs its own micro-batches on its GPU (engine/gpu_ranks.h).
-    std::vector<Batch> mine;
-    std::vector<size_t> mine_ids;
-    for (size_t b = 0; comm.size() > 1 && b < batches.size(); ++b) {
-      if (!store->owns(b)) continue;
-      mine.push_back(batches[b]);
-      mine_ids.push_back(b);
-    }
-    GpuLoop loop{config,
-                 ckpt,
-                 plan,
-                 *store,
-                 comm.size() > 1 ? mine : batches,
-                 exporter,
-                 first_layer,
-                 job.max_gpu_memory_bytes,
-                 !result.memory.spilled,
-                 resume_dir,
-                 job.gpu,
-                 commit,
-                 [&](const LayerReport& r) {
-                   result.layers.push_back(r);
-                   progress.step(str("layer ", r.layer, ", wrote ",
-                                     human_bytes(static_cast<double>(exporter.bytes_written()))));
-                 },
-                 &comm,
-                 mine_ids,
-                 &result.times,
-                 warm.get(),
-                 early.get(),
-                 job.test};
-    commit_time = &result.times.commit;
-    run_layers_gpu(loop);  // fills result.times.device_setup and the loop's parts
-  }
   if (result.calibrated && !on_gpu && first_layer < plan.num_layers) prefetch = fetch(first_layer);
-  uint64_t bytes_read = 0;
   commit_time = &result.times.commit;
-  for (int64_t l = on_gpu ? plan.num_layers : first_layer; l < plan.num_layers; ++l) {
-    PhaseTimer layer_timer;
-    calib.clear();
-    const bool last = l + 1 == plan.num_layers;
-    std::string hidden_path, old_input;
-    if (result.calibrated) {
-      std::unique_ptr<DecoderLayer> layer = prefetch.get();
-      layer_timer.lap(&result.times.read_wait);
-      if (l + 1 < plan.num_layers) prefetch = fetch(l + 1);
-      if (!last) store->begin(l + 2);
-      test_fail_hook(comm, l, job.test);
-      // With expert parallelism the ranks run their micro-batches in lockstep rounds (the MoE
-      // exchanges are collective): round k is micro-batch k·N + rank, or an empty batch.
-      const size_t N = expert_parallel ? static_cast<size_t>(comm.size()) : 1;
-      const size_t rounds = (batches.size() + N - 1) / N;
-      const Batch none = Batch::from_sequences({});
-      for (size_t k = 0; k < rounds; ++k) {
-        const size_t b = expert_parallel ? k * N + static_cast<size_t>(comm.rank()) : k;
-        if (b >= batches.size() || !store->owns(b)) {
-          if (expert_parallel) layer->forward(none, buf.data(), &calib);
-          continue;
-        }
-        store->read(b, buf.data());
-        layer->forward(batches[b], buf.data(), &calib);
-        if (!last) store->write(b, buf.data());
-      }
-      layer_timer.lap(&result.times.compute);
-      old_input = store->spilled() ? store->input_path() : "";
-      if (!last) hidden_path = store->commit(resume_dir, true);
-      if (!last) ++result.times.hidden_write_count;
-      layer_timer.lap(&result.times.hidden_writes);
-      allreduce_calibration(comm, calib);  // every rank now holds one process's statistics
-    }
-    bytes_read += exporter.source_bytes(l + 1);
-    layer_timer.lap(nullptr);
-    LayerReport r = exporter.write_layer(l, calib);
-    layer_timer.lap(&result.times.writer_wait);
-    result.layers.push_back(r);
-    commit(l + 2, hidden_path, old_input);
-    progress.step(str(
-        "layer ", l, ", wrote ", human_bytes(static_cast<double>(exporter.bytes_written())), " of ",
-        human_bytes(static_cast<double>(exporter.output_bytes())),
-        r.experts ? str(" (", r.experts_without_tokens, "/", r.experts, " experts without tokens)")
-                  : ""));
-  }
-  progress.finish();
+  for (int64_t l = on_gpu ? plan.num_layers : first_layer; l < plan.num_layers; ++l)
+    cpu_layer(l);
+  progress->finish();
   commit_time = nullptr;
-  {
-    const double s = phase.lap(nullptr);
-    // The GPU runner timed its loop; the rest of its time is setup and teardown.
-    if (on_gpu) {
-      result.times.device_setup = s - result.times.layers;
-    } else {
-      result.times.layers += s;
-    }
+  const double s = phase.lap(nullptr);
+  // The GPU runner timed its loop; the rest of its time is setup and teardown.
+  if (on_gpu) {
+    result.times.device_setup = s - result.times.layers;
+  } else {
+    result.times.layers += s;
   }
+}
+
+void QuantizeRun::write_tail() {
   if (state.next_step == plan.num_layers + 1) {
     calib.clear();
-    exporter.write_tail(calib);
+    exporter->write_tail(calib);
     commit(plan.num_layers + 2, "", "");
   }
   phase.lap(&result.times.tail);
+}
+
+void QuantizeRun::finish() {
   result.bytes_read = ckpt.bytes_read();
   result.expert_bytes_sent = exchange.bytes_sent;
   result.expert_exchange_seconds = exchange.seconds;
   if (lead) {
-    result.files = exporter.finish();
+    std::error_code ec;
+    result.files = exporter->finish();
     // The manifest goes first: once it is gone the export is complete.
     fs::remove(manifest, ec);
     fs::remove_all(resume_dir, ec);
@@ -719,6 +751,28 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   phase.lap(&result.times.finish);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   result.times.total = result.seconds;
+}
+
+}  // namespace
+
+QuantizeResult run_quantize(const QuantizeJob& job) {
+  QuantizeResult result;
+  QuantizeRun run(job, result);
+  run.resolve_plan();
+  run.choose_device();
+  run.check_output();
+  run.choose_expert_parallel();
+  run.calibration_data();
+  run.plan_memory();
+  run.prepare_resume();
+  run.open_exporter();
+  run.start_gpu_early();
+  run.log_resume();
+  run.start_head();
+  run.embed();
+  run.run_layers();
+  run.write_tail();
+  run.finish();
   return result;
 }
 

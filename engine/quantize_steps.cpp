@@ -1,0 +1,132 @@
+#include "engine/quantize_steps.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace strata {
+namespace {
+
+std::string mib(uint64_t b) {
+  return human_bytes(static_cast<double>(b));
+}
+
+}  // namespace
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 4) {
+    b /= 1024.0;
+    ++u;
+  }
+  std::ostringstream os;
+  os.precision(u == 0 ? 0 : 2);
+  os << std::fixed << b << " " << units[u];
+  return os.str();
+}
+
+bool needs_activations(const QuantPlan& plan) {
+  if (plan.recipe.kv_cache == KvCacheFormat::kFp8) return true;
+  for (const PlannedModule& m : plan.modules) {
+    if (m.format == QFormat::kNvfp4 || m.format == QFormat::kFp8) return true;
+  }
+  return false;
+}
+
+std::string resume_dir_of(const QuantizeJob& job) {
+  return job.resume_dir.empty() ? job.export_path + ".strata_resume" : job.resume_dir;
+}
+
+bool use_expert_parallel(bool asked, int ranks, bool calibrated, bool on_gpu, int64_t experts) {
+  return asked && ranks > 1 && calibrated && !on_gpu && experts > 0;
+}
+
+MicroBatches group_micro_batches(const std::vector<std::vector<int32_t>>& sequences,
+                                 int64_t batch_size) {
+  MicroBatches mb;
+  const int64_t bs = std::max<int64_t>(batch_size, 1);
+  for (size_t i = 0; i < sequences.size(); i += static_cast<size_t>(bs)) {
+    const size_t end = std::min(sequences.size(), i + static_cast<size_t>(bs));
+    mb.groups.emplace_back(sequences.begin() + static_cast<int64_t>(i),
+                           sequences.begin() + static_cast<int64_t>(end));
+    int64_t t = 0;
+    for (const auto& seq : mb.groups.back()) {
+      t += static_cast<int64_t>(seq.size());
+      mb.longest = std::max<int64_t>(mb.longest, static_cast<int64_t>(seq.size()));
+    }
+    mb.tokens.push_back(t);
+  }
+  return mb;
+}
+
+MemoryEstimate fit_memory_cap(MemoryEstimate m, uint64_t cap, std::optional<uint64_t> test_budget) {
+  MemoryEstimate least = m;
+  least.spilled = least.calibrated;
+  least.activations = least.activations_one;
+  STRATA_CHECK(cap == 0 || least.total() <= cap, "--max_cpu_memory_gb ",
+               static_cast<double>(cap) / (1024.0 * 1024.0 * 1024.0), " (", mib(cap),
+               ") is below the least this run needs, ", mib(least.total()),
+               least.calibrated ? " with the activation store spilled" : "", ": ", least.describe(),
+               "; raise it, or lower --batch_size or --calib_seq");
+  const uint64_t budget = test_budget ? *test_budget : (cap == 0 ? UINT64_MAX : cap - m.fixed());
+  if (m.calibrated && m.activations_all > budget) {
+    m.spilled = true;
+    m.activations = m.activations_one;
+  }
+  return m;
+}
+
+std::optional<ResumeState> resumed_state(const std::optional<ResumeState>& prev,
+                                         const std::map<std::string, std::string>& identity,
+                                         int64_t steps, const std::string& manifest) {
+  if (!prev) return std::nullopt;
+  const std::string changed = identity_changes(prev->identity, identity);
+  STRATA_CHECK(changed.empty(), manifest,
+               " records an interrupted run of another job (changed: ", changed,
+               "); run the same command as before to resume it, or add --overwrite to start "
+               "over");
+  STRATA_CHECK(prev->steps == steps, manifest, ": malformed resume manifest (", prev->steps,
+               " steps, this run has ", steps, "); run with --overwrite to start over");
+  return prev;
+}
+
+std::string expert_ranges(int64_t experts, int ranks) {
+  std::string ranges;
+  for (int r = 0; r < ranks; ++r) {
+    const int64_t lo = experts * r / ranks, hi = experts * (r + 1) / ranks;
+    ranges += str(r == 0 ? "" : ", ", "rank ", r, ": ", lo, "-", hi - 1);
+  }
+  return ranges;
+}
+
+std::string resume_point(int64_t next_step, int64_t num_layers) {
+  return next_step <= num_layers
+             ? str("layer ", next_step, "/", num_layers)
+             : std::string(next_step == num_layers + 1 ? "the final tensors" : "the config files");
+}
+
+int64_t first_layer_to_run(int64_t next_step, int64_t num_layers) {
+  return std::min(std::max<int64_t>(next_step - 1, 0), num_layers);
+}
+
+std::string manifest_name(const std::string& path, const std::string& resume_dir) {
+  return fs::path(path).parent_path() == fs::path(resume_dir) ? fs::path(path).filename().string()
+                                                              : path;
+}
+
+size_t lockstep_rounds(size_t batches, bool expert_parallel, int ranks) {
+  const size_t N = expert_parallel ? static_cast<size_t>(ranks) : 1;
+  return (batches + N - 1) / N;
+}
+
+size_t round_micro_batch(size_t k, bool expert_parallel, int ranks, int rank) {
+  const size_t N = expert_parallel ? static_cast<size_t>(ranks) : 1;
+  return expert_parallel ? k * N + static_cast<size_t>(rank) : k;
+}
+
+}  // namespace strata

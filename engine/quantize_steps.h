@@ -1,0 +1,70 @@
+// The pure steps of run_quantize (engine/quantize.cpp): inputs in, a value out, no files and no
+// ranks touched; each is unit-tested (tests/engine/quantize_steps_test.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/quantize.h"
+#include "engine/resume.h"
+
+namespace strata {
+
+// "12.00 MiB": binary units, two decimals (none for bytes).
+std::string human_bytes(double b);
+
+// Whether any module's format or the KV cache needs activation statistics (a calibration forward).
+bool needs_activations(const QuantPlan& plan);
+
+// The resume folder: --resume_dir, or "<export_path>.strata_resume".
+std::string resume_dir_of(const QuantizeJob& job);
+
+// Whether the routed experts of each layer are split over the ranks (docs/SCALEOUT.md "Expert
+// parallel"): asked for, with ranks, a CPU calibration forward, and routed experts.
+bool use_expert_parallel(bool asked, int ranks, bool calibrated, bool on_gpu, int64_t experts);
+
+// Consecutive sequences by index, batch_size (at least 1) at a time.
+struct MicroBatches {
+  std::vector<std::vector<std::vector<int32_t>>> groups;  // the sequences of each micro-batch
+  std::vector<int64_t> tokens;                            // tokens of each micro-batch
+  int64_t longest = 0;                                    // the longest sequence's tokens
+};
+MicroBatches group_micro_batches(const std::vector<std::vector<int32_t>>& sequences,
+                                 int64_t batch_size);
+
+// Fits `m` under --max_cpu_memory_gb (`cap`, 0: none): refuses a cap below the least the run
+// needs (the store spilled); spills the activation store when it does not fit beside the rest
+// (or exceeds `test_budget`, the hidden --test_activation_budget, when given).
+MemoryEstimate fit_memory_cap(MemoryEstimate m, uint64_t cap, std::optional<uint64_t> test_budget);
+
+// The fresh-or-resumed decision for a manifest read at `manifest` (`prev`, nullopt when none):
+// the state to resume, nullopt for a fresh run; refuses a manifest of another job or of another
+// step count.
+std::optional<ResumeState> resumed_state(const std::optional<ResumeState>& prev,
+                                         const std::map<std::string, std::string>& identity,
+                                         int64_t steps, const std::string& manifest);
+
+// "rank 0: 0-3, rank 1: 4-7": the routed experts each rank holds (expert_owner's ranges).
+std::string expert_ranges(int64_t experts, int ranks);
+
+// Where a run resumes, as logged: "layer K/N", "the final tensors" or "the config files".
+std::string resume_point(int64_t next_step, int64_t num_layers);
+
+// The first decoder layer still to run: step s > 0 is layer s - 1, clamped to [0, num_layers].
+int64_t first_layer_to_run(int64_t next_step, int64_t num_layers);
+
+// A file holding the next layer's inputs, as the manifest names it: its file name when it lies
+// in the resume folder, else its path.
+std::string manifest_name(const std::string& path, const std::string& resume_dir);
+
+// The micro-batch a rank runs in round k of a layer: with expert parallelism the ranks run in
+// lockstep rounds (the MoE exchanges are collective), round k being micro-batch k*ranks + rank;
+// else round k is micro-batch k. lockstep_rounds: the rounds that cover `batches`.
+size_t lockstep_rounds(size_t batches, bool expert_parallel, int ranks);
+size_t round_micro_batch(size_t k, bool expert_parallel, int ranks, int rank);
+
+}  // namespace strata

@@ -1,0 +1,236 @@
+// The pure steps of run_quantize (engine/quantize_steps.h). Every expected value is worked out by
+// hand from the rule in the header, the working in the comments.
+#include "engine/quantize_steps.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace strata {
+namespace {
+
+// Sequences of lengths 3, 1, 4, 1, 5; the token ids are the sequence's index.
+std::vector<std::vector<int32_t>> five_sequences() {
+  return {{0, 0, 0}, {1}, {2, 2, 2, 2}, {3}, {4, 4, 4, 4, 4}};
+}
+
+TEST(GroupMicroBatches, ConsecutiveSequencesBatchSizeAtATime) {
+  // batch 2: {3,1} {4,1} {5} -> tokens 4, 5, 5; longest sequence 5.
+  const MicroBatches mb = group_micro_batches(five_sequences(), 2);
+  ASSERT_EQ(mb.groups.size(), 3u);
+  EXPECT_EQ(mb.tokens, (std::vector<int64_t>{4, 5, 5}));
+  EXPECT_EQ(mb.longest, 5);
+  ASSERT_EQ(mb.groups[1].size(), 2u);
+  EXPECT_EQ(mb.groups[1][0], (std::vector<int32_t>{2, 2, 2, 2}));
+  EXPECT_EQ(mb.groups[1][1], (std::vector<int32_t>{3}));
+  ASSERT_EQ(mb.groups[2].size(), 1u);
+  EXPECT_EQ(mb.groups[2][0][0], 4);
+}
+
+TEST(GroupMicroBatches, EdgeSizes) {
+  // batch 0 counts as 1: one micro-batch per sequence.
+  EXPECT_EQ(group_micro_batches(five_sequences(), 0).tokens, (std::vector<int64_t>{3, 1, 4, 1, 5}));
+  // batch larger than the count: one micro-batch of 3+1+4+1+5 = 14 tokens.
+  const MicroBatches one = group_micro_batches(five_sequences(), 10);
+  EXPECT_EQ(one.tokens, (std::vector<int64_t>{14}));
+  EXPECT_EQ(one.groups.size(), 1u);
+  // No sequences (weight-only): nothing.
+  const MicroBatches none = group_micro_batches({}, 8);
+  EXPECT_TRUE(none.groups.empty());
+  EXPECT_TRUE(none.tokens.empty());
+  EXPECT_EQ(none.longest, 0);
+}
+
+TEST(UseExpertParallel, OnlyWithRanksAForwardOnTheCpuAndExperts) {
+  EXPECT_TRUE(use_expert_parallel(true, 2, true, false, 8));
+  EXPECT_FALSE(use_expert_parallel(false, 2, true, false, 8));  // not asked
+  EXPECT_FALSE(use_expert_parallel(true, 1, true, false, 8));   // one process
+  EXPECT_FALSE(use_expert_parallel(true, 2, false, false, 8));  // weight-only
+  EXPECT_FALSE(use_expert_parallel(true, 2, true, true, 8));    // GPU forward
+  EXPECT_FALSE(use_expert_parallel(true, 2, true, false, 0));   // dense model
+}
+
+// fixed = 2 x (100 + 10) + 5 + 3 + 2 + 0 = 230 calibrating; all micro-batches 1000, one 300:
+// total 1230 in memory, least 230 + 300 = 530 spilled.
+MemoryEstimate calibrated_estimate() {
+  MemoryEstimate m;
+  m.layer_weights = 100;
+  m.layer_source = 10;
+  m.quantizer = 5;
+  m.outside_pages = 3;
+  m.working = 2;
+  m.overhead = 0;
+  m.activations_all = 1000;
+  m.activations_one = 300;
+  m.activations = 1000;
+  m.calibrated = true;
+  return m;
+}
+
+TEST(FitMemoryCap, SpillsWhenTheStoreDoesNotFitBesideTheRest) {
+  ASSERT_EQ(calibrated_estimate().fixed(), 230u);
+  // No cap: in memory.
+  MemoryEstimate m = fit_memory_cap(calibrated_estimate(), 0, std::nullopt);
+  EXPECT_FALSE(m.spilled);
+  EXPECT_EQ(m.total(), 1230u);
+  // cap 1230 leaves 1000 for the store: it fits exactly.
+  m = fit_memory_cap(calibrated_estimate(), 1230, std::nullopt);
+  EXPECT_FALSE(m.spilled);
+  EXPECT_EQ(m.activations, 1000u);
+  // cap 1229 leaves 999: spilled, one micro-batch held, total 530.
+  m = fit_memory_cap(calibrated_estimate(), 1229, std::nullopt);
+  EXPECT_TRUE(m.spilled);
+  EXPECT_EQ(m.activations, 300u);
+  EXPECT_EQ(m.total(), 530u);
+  // cap 530 is the least: still runs, spilled.
+  EXPECT_TRUE(fit_memory_cap(calibrated_estimate(), 530, std::nullopt).spilled);
+  // The test budget replaces the cap's: 999 < 1000 spills without a cap, 1000 does not.
+  EXPECT_TRUE(fit_memory_cap(calibrated_estimate(), 0, 999).spilled);
+  EXPECT_FALSE(fit_memory_cap(calibrated_estimate(), 0, 1000).spilled);
+}
+
+TEST(FitMemoryCap, RefusesACapBelowTheLeast) {
+  try {
+    fit_memory_cap(calibrated_estimate(), 529, std::nullopt);
+    FAIL() << "a cap of 529 bytes below the least, 530, was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--max_cpu_memory_gb"), std::string::npos) << what;
+    EXPECT_NE(what.find("below the least this run needs, 530 B with the activation store spilled"),
+              std::string::npos)
+        << what;
+  }
+  // Weight-only: fixed = 1 x (100 + 10) + 5 + 3 + 2 = 120, no store; never spilled.
+  MemoryEstimate w = calibrated_estimate();
+  w.calibrated = false;
+  w.activations_all = w.activations_one = w.activations = 0;
+  const MemoryEstimate fits = fit_memory_cap(w, 120, std::nullopt);
+  EXPECT_FALSE(fits.spilled);
+  EXPECT_EQ(fits.total(), 120u);
+  try {
+    fit_memory_cap(w, 119, std::nullopt);
+    FAIL() << "a cap of 119 bytes below the least, 120, was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("below the least this run needs, 120 B: "), std::string::npos) << what;
+  }
+}
+
+std::map<std::string, std::string> identity(const std::string& recipe) {
+  return {{"source", "a"},
+          {"recipe", recipe},
+          {"calibration", "c"},
+          {"options", "o"},
+          {"version", "v"}};
+}
+
+TEST(ResumedState, FreshWithoutAManifest) {
+  EXPECT_FALSE(resumed_state(std::nullopt, identity("r"), 6, "m.json").has_value());
+}
+
+TEST(ResumedState, ResumesTheSameJob) {
+  ResumeState prev;
+  prev.identity = identity("r");
+  prev.steps = 6;
+  prev.next_step = 3;
+  prev.hidden_file = "hidden-3.safetensors";
+  const std::optional<ResumeState> s = resumed_state(prev, identity("r"), 6, "m.json");
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->next_step, 3);
+  EXPECT_EQ(s->hidden_file, "hidden-3.safetensors");
+}
+
+TEST(ResumedState, RefusesAnotherJobNamingThePart) {
+  ResumeState prev;
+  prev.identity = identity("r");
+  prev.steps = 6;
+  try {
+    resumed_state(prev, identity("other"), 6, "m.json");
+    FAIL() << "a manifest of another recipe was resumed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("m.json records an interrupted run of another job "
+                                         "(changed: recipe)"),
+              std::string::npos)
+        << e.what();
+  }
+  prev.steps = 5;
+  try {
+    resumed_state(prev, identity("r"), 6, "m.json");
+    FAIL() << "a manifest of 5 steps was resumed by a run of 6";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("malformed resume manifest (5 steps, this run has 6)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(QuantizeSteps, ExpertRanges) {
+  // 8 over 2: [0, 4) and [4, 8).
+  EXPECT_EQ(expert_ranges(8, 2), "rank 0: 0-3, rank 1: 4-7");
+  // 10 over 3: floor(10r/3) = 0, 3, 6, 10.
+  EXPECT_EQ(expert_ranges(10, 3), "rank 0: 0-2, rank 1: 3-5, rank 2: 6-9");
+}
+
+TEST(QuantizeSteps, ResumePointAndFirstLayer) {
+  // 4 layers: step 0 the head, 1..4 the layers 0..3, 5 the tail, 6 the config files.
+  EXPECT_EQ(resume_point(1, 4), "layer 1/4");
+  EXPECT_EQ(resume_point(4, 4), "layer 4/4");
+  EXPECT_EQ(resume_point(5, 4), "the final tensors");
+  EXPECT_EQ(resume_point(6, 4), "the config files");
+  EXPECT_EQ(first_layer_to_run(0, 4), 0);
+  EXPECT_EQ(first_layer_to_run(1, 4), 0);
+  EXPECT_EQ(first_layer_to_run(3, 4), 2);
+  EXPECT_EQ(first_layer_to_run(5, 4), 4);
+  EXPECT_EQ(first_layer_to_run(6, 4), 4);
+}
+
+TEST(QuantizeSteps, ResumeFolderAndManifestNames) {
+  QuantizeJob job;
+  job.export_path = "/x/out";
+  EXPECT_EQ(resume_dir_of(job), "/x/out.strata_resume");
+  job.resume_dir = "/r";
+  EXPECT_EQ(resume_dir_of(job), "/r");
+  EXPECT_EQ(manifest_name("/r/hidden-3.safetensors", "/r"), "hidden-3.safetensors");
+  EXPECT_EQ(manifest_name("/spill/hidden-3.safetensors", "/r"), "/spill/hidden-3.safetensors");
+}
+
+TEST(QuantizeSteps, LockstepRounds) {
+  // Expert parallel, 5 micro-batches over 2 ranks: 3 rounds; rank 1 runs 1, 3, then 5 (none).
+  EXPECT_EQ(lockstep_rounds(5, true, 2), 3u);
+  EXPECT_EQ(round_micro_batch(0, true, 2, 1), 1u);
+  EXPECT_EQ(round_micro_batch(1, true, 2, 1), 3u);
+  EXPECT_EQ(round_micro_batch(2, true, 2, 1), 5u);
+  EXPECT_EQ(round_micro_batch(2, true, 2, 0), 4u);
+  // Otherwise every micro-batch is a round, whatever the ranks.
+  EXPECT_EQ(lockstep_rounds(5, false, 2), 5u);
+  EXPECT_EQ(round_micro_batch(3, false, 2, 1), 3u);
+}
+
+TEST(QuantizeSteps, HumanBytes) {
+  EXPECT_EQ(human_bytes(512), "512 B");
+  EXPECT_EQ(human_bytes(1536), "1.50 KiB");             // 1536 / 1024
+  EXPECT_EQ(human_bytes(3.0 * (1 << 30)), "3.00 GiB");  // 3 x 1024^3
+}
+
+TEST(QuantizeSteps, NeedsActivations) {
+  QuantPlan plan;
+  plan.recipe.kv_cache = KvCacheFormat::kNone;
+  PlannedModule m;
+  m.format = QFormat::kMxfp8;
+  plan.modules.push_back(m);
+  m.format = QFormat::kW4A16Nvfp4;
+  plan.modules.push_back(m);
+  EXPECT_FALSE(needs_activations(plan));  // weight-only formats
+  plan.recipe.kv_cache = KvCacheFormat::kFp8;
+  EXPECT_TRUE(needs_activations(plan));  // k/v scales
+  plan.recipe.kv_cache = KvCacheFormat::kNone;
+  m.format = QFormat::kFp8;
+  plan.modules.push_back(m);
+  EXPECT_TRUE(needs_activations(plan));  // an input scale
+}
+
+}  // namespace
+}  // namespace strata
