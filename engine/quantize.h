@@ -19,9 +19,9 @@
 
 #include "calib/dataset.h"
 #include "engine/comm.h"
-#include "engine/plan.h"
 #include "engine/run_times.h"
 #include "export/modelopt.h"
+#include "export/plan.h"
 
 namespace strata {
 
