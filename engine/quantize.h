@@ -20,9 +20,9 @@
 #include "calib/dataset.h"
 #include "engine/comm.h"
 #include "engine/options.h"
-#include "engine/plan.h"
 #include "engine/run_times.h"
 #include "export/modelopt.h"
+#include "export/plan.h"
 
 namespace strata {
 

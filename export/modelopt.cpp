@@ -134,7 +134,7 @@ ModeloptExporter::ModeloptExporter(const QuantPlan& plan, const ModelConfig& con
     append(std::move(specs));
   }
   append(outputs_of(tail_tensors_));
-  ShardedWriterOptions w;
+  ShardOptions w;
   w.max_shard_bytes = options_.max_shard_bytes;
   writer_ = std::make_unique<PlannedShardWriter>(out_dir_, outputs_, w);
 }

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "calib/max_calib.h"
-#include "engine/plan.h"
+#include "export/plan.h"
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
 #include "io/safetensors_writer.h"

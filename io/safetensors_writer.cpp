@@ -254,73 +254,6 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
   out.commit();
 }
 
-ShardedWriter::ShardedWriter(std::string out_dir, ShardedWriterOptions options)
-    : out_dir_(std::move(out_dir)), options_(std::move(options)) {
-  std::error_code ec;
-  STRATA_CHECK(fs::is_directory(out_dir_, ec), out_dir_,
-               ": output directory does not exist (create it first)");
-  STRATA_CHECK(!options_.prefix.empty() && options_.prefix.find('/') == std::string::npos, out_dir_,
-               ": shard prefix \"", options_.prefix, "\" must be a plain file name");
-  STRATA_CHECK(options_.max_shard_bytes > 0, out_dir_, ": max_shard_bytes must be positive");
-}
-
-ShardedWriter::~ShardedWriter() {
-  if (finished_) return;
-  for (const std::string& t : temp_shards_)
-    ::unlink(t.c_str());
-}
-
-void ShardedWriter::add(std::string name, Tensor tensor) {
-  STRATA_ASSERT(!finished_, "ShardedWriter::add after finish()");
-  STRATA_CHECK(!name.empty(), out_dir_, ": a tensor has an empty name");
-  STRATA_CHECK(names_.insert(name).second, out_dir_, ": tensor '", name, "' added twice");
-  STRATA_CHECK(tensor.defined(), out_dir_, ": tensor '", name, "' is undefined");
-  const uint64_t n = tensor.nbytes();
-  if (!pending_.empty() && pending_bytes_ + n > options_.max_shard_bytes) flush_shard();
-  pending_.emplace_back(std::move(name), std::move(tensor));
-  pending_bytes_ += n;
-  total_bytes_ += n;
-}
-
-void ShardedWriter::flush_shard() {
-  if (pending_.empty()) return;
-  // The final name needs the shard count, known only at finish(): write under a numbered
-  // temporary name now and rename later.
-  const size_t k = temp_shards_.size() + 1;
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "-%05zu.safetensors.part-%d", k, static_cast<int>(::getpid()));
-  const std::string temp = (fs::path(out_dir_) / ("." + options_.prefix + buf)).string();
-  temp_shards_.push_back(temp);  // before writing, so the destructor cleans up a failure
-  write_safetensors(temp, pending_, options_.metadata);
-  std::vector<std::string> names;
-  for (const auto& kv : pending_)
-    names.push_back(kv.first);
-  shard_names_.push_back(std::move(names));
-  pending_.clear();
-  pending_bytes_ = 0;
-}
-
-std::vector<std::string> ShardedWriter::finish() {
-  STRATA_ASSERT(!finished_, "ShardedWriter::finish called twice");
-  flush_shard();
-  STRATA_CHECK(!temp_shards_.empty(), out_dir_, ": no tensors to write");
-  const size_t n = temp_shards_.size();
-  std::vector<std::string> finals;
-  for (size_t i = 0; i < n; ++i)
-    finals.push_back(shard_name(options_.prefix, i + 1, n));
-  for (size_t i = 0; i < n; ++i) {
-    const std::string final_path = (fs::path(out_dir_) / finals[i]).string();
-    if (::rename(temp_shards_[i].c_str(), final_path.c_str()) != 0) {
-      fail(final_path, ": cannot rename ", temp_shards_[i], " into place: ", std::strerror(errno));
-    }
-    temp_shards_[i].clear();  // now owned by its final name
-  }
-  fsync_dir(out_dir_);
-  write_shard_index(out_dir_, options_.prefix, finals, shard_names_, total_bytes_);
-  finished_ = true;
-  return finals;
-}
-
 // ---- PlannedShardWriter ------------------------------------------------------------------
 
 namespace {
@@ -345,7 +278,7 @@ void pwrite_all(int fd, const void* data, size_t n, uint64_t offset, const std::
 }  // namespace
 
 PlannedShardWriter::PlannedShardWriter(std::string out_dir, std::vector<TensorSpec> plan,
-                                       ShardedWriterOptions options)
+                                       ShardOptions options)
     : out_dir_(std::move(out_dir)), options_(std::move(options)), plan_(std::move(plan)) {
   std::error_code ec;
   STRATA_CHECK(fs::is_directory(out_dir_, ec), out_dir_,
@@ -354,7 +287,7 @@ PlannedShardWriter::PlannedShardWriter(std::string out_dir, std::vector<TensorSp
                ": shard prefix \"", options_.prefix, "\" must be a plain file name");
   STRATA_CHECK(options_.max_shard_bytes > 0, out_dir_, ": max_shard_bytes must be positive");
   STRATA_CHECK(!plan_.empty(), out_dir_, ": no tensors to write");
-  // The same boundaries as ShardedWriter::add.
+  // A shard closes before a tensor that would take it past max_shard_bytes.
   std::vector<std::pair<size_t, size_t>> ranges;
   uint64_t bytes = 0;
   for (size_t i = 0; i < plan_.size(); ++i) {

@@ -8,7 +8,6 @@
 
 #include <cstdint>
 #include <map>
-#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -24,36 +23,11 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
-struct ShardedWriterOptions {
+// Where PlannedShardWriter closes shards and what it names them.
+struct ShardOptions {
   uint64_t max_shard_bytes = 5ull << 30;  // a shard closes before it would exceed this
   std::string prefix = "model";           // shards are <prefix>-0000k-of-0000n.safetensors
   std::map<std::string, std::string> metadata = {{"format", "pt"}};
-};
-
-// Streams tensors into shards. A shard is written (under a temporary name) as soon as it is
-// full; finish() gives the shards their final names and writes <prefix>.safetensors.index.json.
-class ShardedWriter {
- public:
-  ShardedWriter(std::string out_dir, ShardedWriterOptions options = {});
-  ~ShardedWriter();  // removes temporary files if finish() was not reached
-  ShardedWriter(const ShardedWriter&) = delete;
-  ShardedWriter& operator=(const ShardedWriter&) = delete;
-
-  void add(std::string name, Tensor tensor);
-  // Returns the final shard file names, in order.
-  std::vector<std::string> finish();
-
- private:
-  void flush_shard();
-  std::string out_dir_;
-  ShardedWriterOptions options_;
-  NamedTensors pending_;
-  uint64_t pending_bytes_ = 0;
-  std::vector<std::string> temp_shards_;
-  std::vector<std::vector<std::string>> shard_names_;  // tensor names per written shard
-  std::set<std::string> names_;                        // every name added, to refuse repeats
-  uint64_t total_bytes_ = 0;
-  bool finished_ = false;
 };
 
 // The output tensors of a run, known before any of them is computed: enough to lay out every
@@ -78,8 +52,10 @@ SafetensorsLayout safetensors_layout(const std::vector<TensorSpec>& tensors,
 
 // Writes a sharded checkpoint whose every tensor is declared up front (`plan`, in write order),
 // so that shard names, headers and offsets are fixed before any work and a killed run can
-// continue where it stopped. Shard boundaries are ShardedWriter's: a shard closes before a
-// tensor that would take it past max_shard_bytes, so both writers give the same bytes.
+// continue where it stopped. A shard closes before a tensor that would take it past
+// max_shard_bytes (a tensor larger than that gets a shard of its own); each shard holds the bytes
+// write_safetensors writes for its tensors, and <prefix>.safetensors.index.json maps each tensor
+// to its shard.
 //
 // A shard is written in place under `.<final name>.partial` (created at full size with its
 // header; each tensor pwritten at its offset) and renamed to its final name by publish() once
@@ -89,8 +65,7 @@ SafetensorsLayout safetensors_layout(const std::vector<TensorSpec>& tensors,
 // complete ones that a kill left under their partial name.
 class PlannedShardWriter {
  public:
-  PlannedShardWriter(std::string out_dir, std::vector<TensorSpec> plan,
-                     ShardedWriterOptions options = {});
+  PlannedShardWriter(std::string out_dir, std::vector<TensorSpec> plan, ShardOptions options = {});
   ~PlannedShardWriter();  // closes files; partial shards stay for a later resume
   PlannedShardWriter(const PlannedShardWriter&) = delete;
   PlannedShardWriter& operator=(const PlannedShardWriter&) = delete;
@@ -134,7 +109,7 @@ class PlannedShardWriter {
   void open_shard(Shard& s, bool create);
   std::string path_of(const std::string& name) const;
   std::string out_dir_;
-  ShardedWriterOptions options_;
+  ShardOptions options_;
   std::vector<TensorSpec> plan_;
   std::vector<size_t> shard_of_;  // planned tensor -> shard
   std::vector<Shard> shards_;

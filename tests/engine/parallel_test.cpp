@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "engine/activation_store.h"
-#include "engine/plan.h"
 #include "engine/quantize.h"
+#include "export/plan.h"
 #include "io/hf_config.h"
 #include "quant/recipe.h"
 #include "tests/engine/fake_comm.h"

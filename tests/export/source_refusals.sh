@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A compressed source whose quantization_config strata cannot honour is refused before any work,
-# with one line naming the key or module (engine/plan.cpp check_source_quantization).
+# with one line naming the key or module (export/plan.cpp check_source_quantization).
 #   tests/export/source_refusals.sh STRATA
 set -euo pipefail
 strata=$1

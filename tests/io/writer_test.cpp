@@ -173,105 +173,8 @@ TEST(WriteFileAtomic, WritesAndReplaces) {
   EXPECT_EQ(dir.list(), (std::vector<std::string>{"empty", "f.json"}));
 }
 
-// Adds tensors of 40, 40, 40, 100 and 8 bytes with a 100-byte limit:
+// Tensors of 40, 40, 40, 100 and 8 bytes. With a 100-byte limit the shards are
 // [40 40] (+40 would be 120), [40] (+100 would be 140), [100] (+8 would be 108), [8].
-std::vector<std::string> write_five(const std::string& out, ShardedWriterOptions options) {
-  ShardedWriter w(out, std::move(options));
-  w.add("m.w1", u8_tensor({40}, 1));
-  w.add("m.w0", u8_tensor({4, 10}, 2));
-  w.add("m.b", u8_tensor({40}, 3));
-  w.add("a.big", u8_tensor({10, 10}, 4));
-  w.add("z.small", u8_tensor({8}, 5));
-  return w.finish();
-}
-
-TEST(ShardedWriter, ShardsIndexAndReadBack) {
-  TempDir dir;
-  ShardedWriterOptions opt;
-  opt.max_shard_bytes = 100;
-  const auto shards = write_five(dir.path(), opt);
-  const std::vector<std::string> expected_shards = {
-      "model-00001-of-00004.safetensors", "model-00002-of-00004.safetensors",
-      "model-00003-of-00004.safetensors", "model-00004-of-00004.safetensors"};
-  EXPECT_EQ(shards, expected_shards);
-  std::vector<std::string> files = expected_shards;
-  files.insert(files.begin() + 4, "model.safetensors.index.json");
-  EXPECT_EQ(dir.list(), files);  // nothing else: no temporaries
-
-  const std::string expected_index =
-      "{\n"
-      "  \"metadata\": {\n"
-      "    \"total_size\": 228\n"
-      "  },\n"
-      "  \"weight_map\": {\n"
-      "    \"a.big\": \"model-00003-of-00004.safetensors\",\n"
-      "    \"m.b\": \"model-00002-of-00004.safetensors\",\n"
-      "    \"m.w0\": \"model-00001-of-00004.safetensors\",\n"
-      "    \"m.w1\": \"model-00001-of-00004.safetensors\",\n"
-      "    \"z.small\": \"model-00004-of-00004.safetensors\"\n"
-      "  }\n"
-      "}\n";
-  EXPECT_EQ(read_bytes(dir.file("model.safetensors.index.json")), expected_index);
-
-  Checkpoint c = Checkpoint::open(dir.path());
-  EXPECT_EQ(c.tensor_names(),
-            (std::vector<std::string>{"a.big", "m.b", "m.w0", "m.w1", "z.small"}));
-  EXPECT_EQ(c.shards().size(), 4u);
-  EXPECT_EQ(c.tensor("m.w0").shape(), (Shape{4, 10}));
-  EXPECT_EQ(c.tensor("m.w0").item_f32(39), 41.0f);  // first 2, last 2 + 39
-  EXPECT_EQ(c.tensor("a.big").item_f32(99), 103.0f);
-  EXPECT_EQ(c.shard_of("m.b").metadata().at("format"), "pt");
-}
-
-TEST(ShardedWriter, DeterministicAndPrefix) {
-  TempDir a;
-  TempDir b;
-  ShardedWriterOptions opt;
-  opt.max_shard_bytes = 100;
-  opt.prefix = "part";
-  const auto sa = write_five(a.path(), opt);
-  const auto sb = write_five(b.path(), opt);
-  ASSERT_EQ(sa, sb);
-  EXPECT_EQ(sa.front(), "part-00001-of-00004.safetensors");
-  ASSERT_EQ(a.list(), b.list());
-  for (const std::string& f : a.list())
-    EXPECT_EQ(read_bytes(a.file(f)), read_bytes(b.file(f))) << f;
-  EXPECT_TRUE(std::filesystem::exists(a.file("part.safetensors.index.json")));
-}
-
-TEST(ShardedWriter, OneShardWhenEverythingFits) {
-  TempDir dir;
-  const auto shards = write_five(dir.path(), {});
-  EXPECT_EQ(shards, (std::vector<std::string>{"model-00001-of-00001.safetensors"}));
-  EXPECT_EQ(Checkpoint::open(dir.path()).tensor_names().size(), 5u);
-}
-
-TEST(ShardedWriter, AbandonedWriterLeavesNothing) {
-  TempDir dir;
-  {
-    ShardedWriterOptions opt;
-    opt.max_shard_bytes = 10;
-    ShardedWriter w(dir.path(), opt);
-    w.add("a", u8_tensor({8}, 0));
-    w.add("b", u8_tensor({8}, 0));  // flushes the first shard to a temporary file
-    w.add("c", u8_tensor({8}, 0));
-    EXPECT_FALSE(dir.list().empty());
-  }
-  EXPECT_TRUE(dir.list().empty());
-}
-
-TEST(ShardedWriter, Errors) {
-  TempDir dir;
-  expect_error([&] { ShardedWriter w(dir.file("missing")); }, {"missing", "does not exist"});
-  ShardedWriter w(dir.path());
-  w.add("a", u8_tensor({1}, 0));
-  expect_error([&] { w.add("a", u8_tensor({1}, 0)); }, {"tensor 'a' added twice"});
-  ShardedWriter empty(dir.path());
-  expect_error([&] { empty.finish(); }, {"no tensors"});
-}
-
-// PlannedShardWriter against ShardedWriter (the independent reference here: it buffers whole
-// shards and writes them front to back), for the same five tensors.
 std::vector<std::pair<std::string, Tensor>> five() {
   return {{"m.w1", u8_tensor({40}, 1)},
           {"m.w0", u8_tensor({4, 10}, 2)},
@@ -287,11 +190,74 @@ std::vector<TensorSpec> specs_of(const std::vector<std::pair<std::string, Tensor
   return out;
 }
 
-TEST(PlannedShardWriter, SameBytesAsShardedWriter) {
-  TempDir ref, dir;
-  ShardedWriterOptions opt;
+// The index of five() at a 100-byte limit, as transformers writes it (indent 2, keys sorted).
+const char* const kFiveIndex =
+    "{\n"
+    "  \"metadata\": {\n"
+    "    \"total_size\": 228\n"
+    "  },\n"
+    "  \"weight_map\": {\n"
+    "    \"a.big\": \"model-00003-of-00004.safetensors\",\n"
+    "    \"m.b\": \"model-00002-of-00004.safetensors\",\n"
+    "    \"m.w0\": \"model-00001-of-00004.safetensors\",\n"
+    "    \"m.w1\": \"model-00001-of-00004.safetensors\",\n"
+    "    \"z.small\": \"model-00004-of-00004.safetensors\"\n"
+    "  }\n"
+    "}\n";
+
+// The expected output for five() at a 100-byte limit, made without PlannedShardWriter: each
+// shard is the file write_safetensors writes for its tensors (grouped as worked out above, with
+// the default metadata), and the index is the text above.
+void write_reference(const std::string& out) {
+  const auto ts = five();
+  const std::vector<std::vector<size_t>> groups = {{0, 1}, {2}, {3}, {4}};
+  for (size_t k = 0; k < groups.size(); ++k) {
+    NamedTensors shard;
+    for (size_t i : groups[k])
+      shard.push_back(ts[i]);
+    write_safetensors(out + "/model-0000" + std::to_string(k + 1) + "-of-00004.safetensors", shard,
+                      {{"format", "pt"}});
+  }
+  write_file_atomic(out + "/model.safetensors.index.json", kFiveIndex);
+}
+
+// Writes five() in plan order in one go; returns the shard names.
+std::vector<std::string> write_planned(const std::string& out, const ShardOptions& opt) {
+  PlannedShardWriter w(out, specs_of(five()), opt);
+  for (const auto& [n, t] : five())
+    w.add(n, t);
+  return w.finish();
+}
+
+TEST(PlannedShardWriter, ShardsIndexAndReadBack) {
+  TempDir dir;
+  ShardOptions opt;
   opt.max_shard_bytes = 100;
-  write_five(ref.path(), opt);
+  const auto shards = write_planned(dir.path(), opt);
+  const std::vector<std::string> expected_shards = {
+      "model-00001-of-00004.safetensors", "model-00002-of-00004.safetensors",
+      "model-00003-of-00004.safetensors", "model-00004-of-00004.safetensors"};
+  EXPECT_EQ(shards, expected_shards);
+  std::vector<std::string> files = expected_shards;
+  files.insert(files.begin() + 4, "model.safetensors.index.json");
+  EXPECT_EQ(dir.list(), files);  // nothing else: no partial files
+  EXPECT_EQ(read_bytes(dir.file("model.safetensors.index.json")), kFiveIndex);
+
+  Checkpoint c = Checkpoint::open(dir.path());
+  EXPECT_EQ(c.tensor_names(),
+            (std::vector<std::string>{"a.big", "m.b", "m.w0", "m.w1", "z.small"}));
+  EXPECT_EQ(c.shards().size(), 4u);
+  EXPECT_EQ(c.tensor("m.w0").shape(), (Shape{4, 10}));
+  EXPECT_EQ(c.tensor("m.w0").item_f32(39), 41.0f);  // first 2, last 2 + 39
+  EXPECT_EQ(c.tensor("a.big").item_f32(99), 103.0f);
+  EXPECT_EQ(c.shard_of("m.b").metadata().at("format"), "pt");
+}
+
+TEST(PlannedShardWriter, SameBytesAsWriteSafetensors) {
+  TempDir ref, dir;
+  ShardOptions opt;
+  opt.max_shard_bytes = 100;
+  write_reference(ref.path());
   PlannedShardWriter w(dir.path(), specs_of(five()), opt);
   EXPECT_EQ(w.shard_count(), 4u);
   for (const auto& [n, t] : five())
@@ -302,13 +268,36 @@ TEST(PlannedShardWriter, SameBytesAsShardedWriter) {
     EXPECT_EQ(read_bytes(dir.file(f)), read_bytes(ref.file(f))) << f;
 }
 
+TEST(PlannedShardWriter, DeterministicAndPrefix) {
+  TempDir a;
+  TempDir b;
+  ShardOptions opt;
+  opt.max_shard_bytes = 100;
+  opt.prefix = "part";
+  const auto sa = write_planned(a.path(), opt);
+  const auto sb = write_planned(b.path(), opt);
+  ASSERT_EQ(sa, sb);
+  EXPECT_EQ(sa.front(), "part-00001-of-00004.safetensors");
+  ASSERT_EQ(a.list(), b.list());
+  for (const std::string& f : a.list())
+    EXPECT_EQ(read_bytes(a.file(f)), read_bytes(b.file(f))) << f;
+  EXPECT_TRUE(std::filesystem::exists(a.file("part.safetensors.index.json")));
+}
+
+TEST(PlannedShardWriter, OneShardWhenEverythingFits) {
+  TempDir dir;
+  const auto shards = write_planned(dir.path(), {});
+  EXPECT_EQ(shards, (std::vector<std::string>{"model-00001-of-00001.safetensors"}));
+  EXPECT_EQ(Checkpoint::open(dir.path()).tensor_names().size(), 5u);
+}
+
 // Ranks sharing the shards (engine/comm.h): each writes every third tensor and skips the rest;
 // the last writer runs first, so shards are created by whichever writer touches them first.
 TEST(PlannedShardWriter, SharedWritersGiveTheSameBytes) {
   TempDir ref, dir;
-  ShardedWriterOptions opt;
+  ShardOptions opt;
   opt.max_shard_bytes = 100;
-  write_five(ref.path(), opt);
+  write_reference(ref.path());
   const auto ts = five();
   std::vector<std::unique_ptr<PlannedShardWriter>> ws;
   for (int r = 0; r < 3; ++r) {
@@ -336,9 +325,9 @@ TEST(PlannedShardWriter, SharedWritersGiveTheSameBytes) {
 
 TEST(PlannedShardWriter, ResumeAfterEveryTensorGivesTheSameBytes) {
   TempDir ref;
-  ShardedWriterOptions opt;
+  ShardOptions opt;
   opt.max_shard_bytes = 100;
-  write_five(ref.path(), opt);
+  write_reference(ref.path());
   const auto ts = five();
   for (size_t stop = 0; stop <= ts.size(); ++stop) {
     TempDir dir;
@@ -363,11 +352,16 @@ TEST(PlannedShardWriter, ResumeAfterEveryTensorGivesTheSameBytes) {
 
 TEST(PlannedShardWriter, Errors) {
   TempDir dir;
-  ShardedWriterOptions opt;
+  ShardOptions opt;
   opt.max_shard_bytes = 100;
   PlannedShardWriter w(dir.path(), specs_of(five()), opt);
   expect_error([&] { w.resume(3); }, {"model-00001-of-00004.safetensors.partial", "--overwrite"});
   EXPECT_THROW(w.add("m.w0", u8_tensor({4, 10}, 2)), InternalError);  // out of plan order
+  expect_error([&] { PlannedShardWriter(dir.file("missing"), specs_of(five())); },
+               {"missing", "does not exist"});
+  expect_error([&] { PlannedShardWriter(dir.path(), {}); }, {"no tensors"});
+  const std::vector<TensorSpec> twice = {{"a", DType::kU8, {1}}, {"a", DType::kU8, {1}}};
+  expect_error([&] { PlannedShardWriter(dir.path(), twice); }, {"tensor 'a' given twice"});
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "engine/plan.h"
+#include "export/plan.h"
 
 #include <algorithm>
 #include <map>
