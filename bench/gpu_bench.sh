@@ -281,6 +281,7 @@ PY
   fi
 fi
 
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else printf "" }'; }
 # ---- 6. strata, unconstrained and capped -------------------------------------------------------
 help=$("$strata" quantize --help 2>&1 || true)
 has_device=0 has_cap=0
@@ -367,7 +368,6 @@ elif ! skipped strata; then
 fi
 
 # ---- 7. the table ------------------------------------------------------------------------------
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else printf "" }'; }
 frac() {  # flops, seconds -> percent of the measured bf16 matmul rate
   awk -v f="$1" -v s="$2" -v p="${R[peak_tflops]}" 'BEGIN {
     if (s + 0 > 0 && p + 0 > 0) printf "%.1f%%", 100 * f / s / (p * 1e12); else printf "n/a" }'
