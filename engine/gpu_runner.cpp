@@ -50,7 +50,7 @@ std::unique_ptr<GpuEarlySetup> gpu_early_setup(const ModelConfig&, const Checkpo
 std::string gpu_unsupported(const ModelConfig&, const Checkpoint&) {
   return "this strata was built without CUDA";
 }
-void run_layers_gpu(GpuLoop&) {
+std::unique_ptr<Placement> make_gpu_placement(GpuLoop&) {
   fail("--device cuda: this strata was built without CUDA; use --device cpu");
 }
 
@@ -86,25 +86,6 @@ std::unique_ptr<GpuEarlySetup> gpu_early_setup(const ModelConfig& config, const 
 }
 
 namespace {
-
-// Makes a written file durable (its dirty pages, through a fresh descriptor).
-void fsync_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  STRATA_CHECK(fd >= 0, path, ": cannot open to sync: ", std::strerror(errno));
-  const bool ok = ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  STRATA_CHECK(ok, path, ": fsync failed: ", std::strerror(err));
-}
-
-struct Pending {
-  int64_t layer = -1;
-  std::unique_ptr<MaxCalibrator> calib;
-  std::unique_ptr<PrecomputedWeights> weights;          // quantized on the device
-  std::future<std::pair<LayerReport, double> > report;  // and the writer's seconds
-  bool durable = false;
-  std::string hidden, old_input;
-};
 
 // Weight quantization on the device (the default; --gpu_quantize off leaves it to the CPU
 // exporter): layer l's quantized modules encoded from its device blob with quant/cuda
@@ -265,411 +246,422 @@ class DeviceQuantizer {
   strata::cuda::Stream qs_;
 };
 
-}  // namespace
+// The device's placement of the layer loop (engine/layer_loop.h): layer weights in one or two
+// device buffers, read through pinned memory on a helper thread; hidden states on the device, in
+// pinned host memory or in the store's files (engine/memory_plan.h), run chunk by chunk.
+class DevicePlacement : public Placement {
+ public:
+  explicit DevicePlacement(GpuLoop& loop);
+  void prefetch(int64_t l) override;
+  void take(int64_t l) override;
+  std::future<PrecomputedWeights> quantize(int64_t l) override;
+  void forward(int64_t l, bool last, MaxCalibrator& calib) override;
+  uint64_t hidden_bytes() const override { return mp_.store_bytes; }
+  bool always_durable() const override { return mp_.tier == HiddenTier::kFile; }
+  StepFiles end_step(int64_t next, bool durable) override;
+  bool overlap_writer() const override { return true; }
+  void finish() override;
 
-void run_layers_gpu(GpuLoop& loop) {
+ private:
+  // Setup, in order.
+  void plan_layers();       // every layer's read plan (headers only) and the largest buffers
+  void plan_memory();       // engine/memory_plan.h: buffers, tier, chunks
+  void allocate();          // device and pinned buffers
+  void upload_positions();  // every chunk's token positions and sequence bounds
+  void load_hidden();       // the store's current inputs into the device or pinned tier
+
+  // The store's index of batches[b].
+  size_t sid(size_t b) const { return loop_.store_ids.empty() ? b : loop_.store_ids[b]; }
+  // Layer l's device copy.
+  gpu::DeviceBuffer& dev_weights(int64_t l) { return weights_[mp_.buffers == 2 ? l % 2 : 0]; }
+  // Where the bf16 hidden states of token `tok` (micro-batches back to back) live.
+  uint16_t* dev_at(int64_t tok) { return dstore_.as<uint16_t>() + tok * H_; }
+  uint16_t* host_at(int64_t tok) { return reinterpret_cast<uint16_t*>(hstore_.data()) + tok * H_; }
+  gpu::GpuChunk chunk(size_t i);
+  void write_store(int64_t next);
+
+  GpuLoop& loop_;
+  const int64_t L_, H_;
+  Comm* comm_ = nullptr;  // several ranks, else null
+  int device_ = 0;
+  std::unique_ptr<ThreadChannel> channel_;
+  std::unique_ptr<gpu::DeviceBudget> budget_;
+  gpu::Stream compute_, copy_, h2d_, d2h_;
+  std::unique_ptr<gpu::GpuForward> f_;
+  std::unique_ptr<LayerReader> reader_;
+  std::vector<LayerBlob> blobs_;
+  std::vector<BlobShare> shares_;
+  LayerBlob tail_;
+  uint64_t max_blob_ = 0, max_conv_ = 0, attention_cap_ = 0, attention_ = 0;
+  int64_t longest_seq_ = 0;
+  std::unique_ptr<DeviceQuantizer> dq_;
+  GpuMemoryPlan mp_;
+  gpu::DeviceBuffer weights_[2], meta_, x_, dstore_, io_[2];
+  gpu::PinnedBuffer host_weights_[2], hstore_, stage_;
+  std::vector<std::vector<int64_t> > bounds_;  // per chunk: its sequences' bounds (host)
+  std::vector<int64_t> bounds_at_;             // and where they start in meta_
+  std::future<void> next_;
+  gpu::Event in_ready_[2], out_ready_[2], io_free_[2];
+};
+
+DevicePlacement::DevicePlacement(GpuLoop& loop)
+    : loop_(loop), L_(loop.plan.num_layers), H_(loop.config.hidden_size) {
   STRATA_CHECK(cuda_device_count() > 0,
-               "--device cuda: no CUDA device is visible; use --device "
-               "cpu");
-  RunTimes unused_times;
-  RunTimes& times = loop.times ? *loop.times : unused_times;
+               "--device cuda: no CUDA device is visible; use --device cpu");
   PhaseTimer setup;
-  double setup_parts[4] = {0, 0, 0, 0};  // device and forward, plans, buffers, hidden states in
-  const int64_t L = loop.plan.num_layers, H = loop.config.hidden_size;
-  ActivationStore& store = loop.store;
+  double parts[4] = {0, 0, 0, 0};  // device and forward, plans, buffers, hidden states in
   // Ranks (engine/gpu_ranks.h): this rank's GPU; ranks sharing one split its memory by default.
-  Comm* comm = loop.comm && loop.comm->size() > 1 ? loop.comm : nullptr;
-  const int device = comm ? gpu_rank_device(*comm, cuda_device_count()) : 0;
-  set_cuda_device(device);
+  comm_ = loop.comm && loop.comm->size() > 1 ? loop.comm : nullptr;
+  device_ = comm_ ? gpu_rank_device(*comm_, cuda_device_count()) : 0;
+  set_cuda_device(device_);
   uint64_t gpu_limit = loop.max_gpu_memory_bytes;
-  if (comm && gpu_limit == 0)
+  if (comm_ && gpu_limit == 0)
     gpu_limit = gpu::cuda_memory_info().free / 20 * 19 /
-                static_cast<uint64_t>(gpu_rank_sharers(*comm, cuda_device_count()));
+                static_cast<uint64_t>(gpu_rank_sharers(*comm_, cuda_device_count()));
   // The reader thread's own communicator, so that layer l+1's exchange overlaps layer l.
   // (--test_gpu_ranks_exchange main: none, the exchange on the main thread.)
-  std::unique_ptr<ThreadChannel> channel =
-      comm && !loop.test.gpu_exchange_on_main ? make_thread_channel(*comm) : nullptr;
-  // The store's index of loop.batches[b].
-  auto sid = [&](size_t b) { return loop.store_ids.empty() ? b : loop.store_ids[b]; };
-  gpu::DeviceBudget budget(gpu_limit);
-  gpu::Stream compute, copy;
+  if (comm_ && !loop.test.gpu_exchange_on_main) channel_ = make_thread_channel(*comm_);
+  budget_ = std::make_unique<gpu::DeviceBudget>(gpu_limit);
   gpu::GpuForwardOptions fo;
   fo.gemm_bf16 = loop.gpu.gemm_bf16;
   fo.gemm_threads = loop.gpu.gemm_threads;
   fo.profile = loop.gpu.profile;
   fo.warp_attention = loop.gpu.warp_attention;
-  gpu::GpuForward f(loop.config, loop.ckpt, budget, compute, fo);
-  setup_parts[0] = setup.lap(&times.device_setup);
-  LayerReader reader(loop.ckpt);
+  f_ = std::make_unique<gpu::GpuForward>(loop.config, loop.ckpt, *budget_, compute_, fo);
+  reader_ = std::make_unique<LayerReader>(loop.ckpt);
+  parts[0] = setup.lap(nullptr);
+  plan_layers();
+  plan_memory();
+  parts[1] = setup.lap(nullptr);
+  allocate();
+  upload_positions();
+  parts[2] = setup.lap(nullptr);
+  const char* tier = mp_.tier == HiddenTier::kDevice   ? "resident on the device"
+                     : mp_.tier == HiddenTier::kPinned ? "in pinned host memory"
+                                                       : "streamed from --offload_folder";
+  log_info("GPU: ", cuda_device_description(device_), ", budget ", format_gib(budget_->limit()),
+           "; hidden states (", format_gib(mp_.store_bytes), ") ", tier, ", ", mp_.chunks.size(),
+           " chunk(s) of up to ", mp_.chunk_max, " tokens; layer weights up to ",
+           format_gib(max_blob_),
+           mp_.buffers == 2 ? " in two device buffers" : " in one device buffer",
+           attention_ ? "; attention through batched GEMMs" : "",
+           dq_ ? "; weights quantized on the device" : "; weights quantized by the CPU exporter");
+  load_hidden();
+  parts[3] = setup.lap(nullptr);
+  log_info("GPU setup: device and forward ", str(parts[0]).substr(0, 5), " s, plans ",
+           str(parts[1]).substr(0, 5), " s, buffers ", str(parts[2]).substr(0, 5),
+           " s, hidden states in ", str(parts[3]).substr(0, 5), " s");
+}
 
-  // Every layer's read plan (headers only), and the largest buffers they need.
-  std::vector<LayerBlob> blobs(static_cast<size_t>(L));
-  std::vector<BlobShare> shares(static_cast<size_t>(L));
-  uint64_t max_blob = 0, max_conv = 0;
-  for (int64_t l = loop.first_layer; l < L; ++l) {
-    blobs[l] = reader.plan(f.layer_tensors(l));
-    if (comm) {
+void DevicePlacement::plan_layers() {
+  blobs_.resize(static_cast<size_t>(L_));
+  shares_.resize(static_cast<size_t>(L_));
+  for (int64_t l = loop_.first_layer; l < L_; ++l) {
+    blobs_[l] = reader_->plan(f_->layer_tensors(l));
+    if (comm_) {
       // Each tensor read by the rank that writes it (rank 0 for one no step names).
-      std::set<std::string> sources(loop.exporter.step_sources(l + 1).begin(),
-                                    loop.exporter.step_sources(l + 1).end());
-      shares[l] = plan_share(loop.ckpt, blobs[l], [&](const std::string& n) {
-        return sources.count(n) ? loop.exporter.owner_of(n) : 0;
+      std::set<std::string> sources(loop_.exporter.step_sources(l + 1).begin(),
+                                    loop_.exporter.step_sources(l + 1).end());
+      shares_[l] = plan_share(loop_.ckpt, blobs_[l], [&](const std::string& n) {
+        return sources.count(n) ? loop_.exporter.owner_of(n) : 0;
       });
     }
-    max_blob = std::max(max_blob, blobs[l].bytes);
-    max_conv = std::max(max_conv, f.converted_bytes(l, blobs[l]));
+    max_blob_ = std::max(max_blob_, blobs_[l].bytes);
+    max_conv_ = std::max(max_conv_, f_->converted_bytes(l, blobs_[l]));
   }
-  const LayerBlob tail = reader.plan(loop.exporter.step_sources(L + 1));
+  tail_ = reader_->plan(loop_.exporter.step_sources(L_ + 1));
+}
+
+void DevicePlacement::plan_memory() {
   // The budget: one or two layers' weights, converted weights, token metadata, then either the
   // whole store (resident) or two bf16 chunk buffers, then chunks (engine/memory_plan.h).
-  STRATA_ASSERT(store.dtype() == DType::kBF16, "the GPU path keeps bf16 hidden states");
-  int64_t longest_seq = 0;
-  for (const Batch& b : loop.batches) {
+  STRATA_ASSERT(loop_.store.dtype() == DType::kBF16, "the GPU path keeps bf16 hidden states");
+  for (const Batch& b : loop_.batches) {
     for (int64_t s = 0; s < b.n_seqs(); ++s)
-      longest_seq = std::max(longest_seq, b.seq_offsets[s + 1] - b.seq_offsets[s]);
+      longest_seq_ = std::max(longest_seq_, b.seq_offsets[s + 1] - b.seq_offsets[s]);
   }
   // Attention scores through GEMMs when one sequence's take at most an eighth of the budget.
-  const uint64_t attention_cap = budget.limit() / 8;
-  const uint64_t attention = f.attention_bytes(longest_seq, attention_cap);
+  attention_cap_ = budget_->limit() / 8;
   // Weights quantized on the device unless --gpu_quantize off (tests compare both with the CPU
   // exporter's bytes).
-  std::unique_ptr<DeviceQuantizer> dq;
-  if (loop.gpu.quantize)
-    dq = std::make_unique<DeviceQuantizer>(
-        loop.plan, loop.first_layer, device, [&](const PlannedModule& m) {
-          return !comm || loop.exporter.owner_of(m.module + ".weight") == comm->rank();
+  if (loop_.gpu.quantize)
+    dq_ = std::make_unique<DeviceQuantizer>(
+        loop_.plan, loop_.first_layer, device_, [&](const PlannedModule& m) {
+          return !comm_ || loop_.exporter.owner_of(m.module + ".weight") == comm_->rank();
         });
   // Two device buffers for layer weights let layer l+1 be copied in while layer l computes;
   // with one, the copy (a layer over the host link, tens of milliseconds) waits for layer l to
   // finish, and the memory of the second goes to larger chunks.
   GpuMemoryInputs mi;
-  mi.left = budget.left();
-  mi.max_blob = max_blob;
-  mi.max_conv = max_conv;
-  mi.attention = attention;
-  mi.quantizer = dq ? dq->device_bytes() : 0;
-  mi.forward_per_token = f.bytes_per_token();
-  mi.hidden_size = H;
-  for (const Batch& b : loop.batches)
+  mi.left = budget_->left();
+  mi.max_blob = max_blob_;
+  mi.max_conv = max_conv_;
+  attention_ = f_->attention_bytes(longest_seq_, attention_cap_);
+  mi.attention = attention_;
+  mi.quantizer = dq_ ? dq_->device_bytes() : 0;
+  mi.forward_per_token = f_->bytes_per_token();
+  mi.hidden_size = H_;
+  for (const Batch& b : loop_.batches)
     mi.batch_tokens.push_back(b.n_tokens());
-  mi.host_fits = loop.host_fits;
+  mi.host_fits = loop_.host_fits;
   // Test hook (--test_gpu_host_store, tests/engine/CMakeLists.txt): hidden states in host
   // memory, one micro-batch per chunk, as a budget far below the store would make them on a
   // large run.
-  mi.force_host = loop.test.gpu_host_store;
-  mi.weight_buffers = loop.gpu.weight_buffers;
-  const GpuMemoryPlan mp = plan_gpu_memory(mi);
-  const int buffers = mp.buffers;
-  const HiddenTier tier = mp.tier;
-  const std::vector<PlannedChunk>& chunks = mp.chunks;
-  const std::vector<int64_t>& token0 = mp.token0;  // tokens: micro-batches back to back
-  const int64_t total = mp.total, largest = mp.largest, chunk_max = mp.chunk_max;
-  const uint64_t store_bytes = mp.store_bytes, meta_bytes = mp.meta_bytes;
+  mi.force_host = loop_.test.gpu_host_store;
+  mi.weight_buffers = loop_.gpu.weight_buffers;
+  mp_ = plan_gpu_memory(mi);
+}
 
-  setup_parts[1] = setup.lap(&times.device_setup);
-  // Device allocations.
-  gpu::DeviceBuffer weights[2];
-  weights[0] = gpu::DeviceBuffer(budget, max_blob, "a layer's weights");
-  if (buffers == 2) weights[1] = gpu::DeviceBuffer(budget, max_blob, "the next layer's weights");
-  // Layer l's device copy.
-  auto dev_weights = [&](int64_t l) -> gpu::DeviceBuffer& {
-    return weights[buffers == 2 ? l % 2 : 0];
-  };
-  gpu::PinnedBuffer host_weights[2];
-  gpu::PinnedBuffer hstore;  // kPinned: every micro-batch, bf16, back to back
-  if (loop.early) {          // what gpu_early_setup allocated while the run started up
-    loop.early->done.get();
-    if (loop.early->blob_bytes >= max_blob) {
-      host_weights[0] = std::move(loop.early->weights[0]);
-      host_weights[1] = std::move(loop.early->weights[1]);
+void DevicePlacement::allocate() {
+  gpu::DeviceBudget& budget = *budget_;
+  weights_[0] = gpu::DeviceBuffer(budget, max_blob_, "a layer's weights");
+  if (mp_.buffers == 2)
+    weights_[1] = gpu::DeviceBuffer(budget, max_blob_, "the next layer's weights");
+  if (loop_.early) {  // what gpu_early_setup allocated while the run started up
+    loop_.early->done.get();
+    if (loop_.early->blob_bytes >= max_blob_) {
+      host_weights_[0] = std::move(loop_.early->weights[0]);
+      host_weights_[1] = std::move(loop_.early->weights[1]);
     }
-    if (tier == HiddenTier::kPinned && loop.early->hidden.bytes() >= store_bytes)
-      hstore = std::move(loop.early->hidden);
-    loop.early->hidden = gpu::PinnedBuffer();
+    if (mp_.tier == HiddenTier::kPinned && loop_.early->hidden.bytes() >= mp_.store_bytes)
+      hstore_ = std::move(loop_.early->hidden);
+    loop_.early->hidden = gpu::PinnedBuffer();
   }
-  host_weights[0].reserve(max_blob);
-  host_weights[1].reserve(max_blob);
-  gpu::DeviceBuffer meta(budget, meta_bytes, "token positions");
-  // Per chunk: its sequences' chunk-relative bounds (host) and where they start in `meta`.
-  std::vector<std::vector<int64_t> > bounds(chunks.size());
-  std::vector<int64_t> bounds_at(chunks.size());
-  {
-    std::vector<int64_t> m(meta_bytes / 8);
-    int64_t at = 2 * total;
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      const PlannedChunk& c = chunks[i];
-      bounds[i].push_back(0);
-      for (size_t b = c.first; b < c.last; ++b) {
-        const Batch& bt = loop.batches[b];
-        for (int64_t s = 0; s < bt.n_seqs(); ++s) {
-          for (int64_t t = bt.seq_offsets[s]; t < bt.seq_offsets[s + 1]; ++t) {
-            const int64_t g = token0[b] + t;
-            m[g] = bt.positions[t];
-            m[total + g] = token0[b] - c.token0 + bt.seq_offsets[s];
-          }
-          bounds[i].push_back(token0[b] - c.token0 + bt.seq_offsets[s + 1]);
-        }
-      }
-      bounds_at[i] = at;
-      std::copy(bounds[i].begin(), bounds[i].end(), m.begin() + at);
-      at += static_cast<int64_t>(bounds[i].size());
-    }
-    STRATA_ASSERT(static_cast<uint64_t>(at) * 8 <= meta_bytes, "token metadata");
-    compute.copy_to_device(meta.data(), m.data(), m.size() * 8);
-    compute.synchronize();
-  }
-  f.reserve(chunk_max, longest_seq, attention_cap);
-  if (dq) dq->reserve(budget);
-  const uint64_t chunk_bf16 = static_cast<uint64_t>(chunk_max * H) * 2;
-  gpu::DeviceBuffer x(budget, chunk_bf16 * 2, "a chunk's hidden states");
-  gpu::DeviceBuffer dstore, io[2];
-  gpu::PinnedBuffer stage;  // kFile: one chunk; else one micro-batch (durable writes, the start)
-  if (tier == HiddenTier::kDevice) {
-    dstore = gpu::DeviceBuffer(budget, store_bytes, "the hidden states");
+  host_weights_[0].reserve(max_blob_);
+  host_weights_[1].reserve(max_blob_);
+  meta_ = gpu::DeviceBuffer(budget, mp_.meta_bytes, "token positions");
+  f_->reserve(mp_.chunk_max, longest_seq_, attention_cap_);
+  if (dq_) dq_->reserve(budget);
+  const uint64_t chunk_bf16 = static_cast<uint64_t>(mp_.chunk_max * H_) * 2;
+  x_ = gpu::DeviceBuffer(budget, chunk_bf16 * 2, "a chunk's hidden states");
+  if (mp_.tier == HiddenTier::kDevice) {
+    dstore_ = gpu::DeviceBuffer(budget, mp_.store_bytes, "the hidden states");
   } else {
-    io[0] = gpu::DeviceBuffer(budget, chunk_bf16, "a chunk's inputs");
-    io[1] = gpu::DeviceBuffer(budget, chunk_bf16, "the next chunk's inputs");
+    io_[0] = gpu::DeviceBuffer(budget, chunk_bf16, "a chunk's inputs");
+    io_[1] = gpu::DeviceBuffer(budget, chunk_bf16, "the next chunk's inputs");
   }
-  if (tier == HiddenTier::kPinned) hstore.reserve(store_bytes);
-  stage.reserve(tier == HiddenTier::kFile ? chunk_bf16 : static_cast<uint64_t>(largest * H) * 2);
-  setup_parts[2] = setup.lap(&times.device_setup);
-  log_info("GPU: ", cuda_device_description(device), ", budget ", format_gib(budget.limit()),
-           "; hidden states (", format_gib(store_bytes), ") ",
-           tier == HiddenTier::kDevice   ? "resident on the device"
-           : tier == HiddenTier::kPinned ? "in pinned host memory"
-                                         : "streamed from --offload_folder",
-           ", ", chunks.size(), " chunk(s) of up to ", chunk_max, " tokens; layer weights up to ",
-           format_gib(max_blob), buffers == 2 ? " in two device buffers" : " in one device buffer",
-           attention ? "; attention through batched GEMMs" : "",
-           dq ? "; weights quantized on the device" : "; weights quantized by the CPU exporter");
+  if (mp_.tier == HiddenTier::kPinned) hstore_.reserve(mp_.store_bytes);
+  // kFile: one chunk; else one micro-batch (durable writes, the start).
+  stage_.reserve(mp_.tier == HiddenTier::kFile ? chunk_bf16
+                                               : static_cast<uint64_t>(mp_.largest * H_) * 2);
+}
 
-  auto chunk_of = [&](size_t i) {
-    gpu::GpuChunk g;
-    g.tokens = chunks[i].tokens;
-    g.positions = meta.as<int64_t>() + chunks[i].token0;
-    g.seq_start = meta.as<int64_t>() + total + chunks[i].token0;
-    g.seq_bounds = bounds[i];
-    g.seq_bounds_dev = meta.as<int64_t>() + bounds_at[i];
-    return g;
-  };
-  // Where micro-batch b's bf16 hidden states live on the device or in pinned memory.
-  auto dev_at = [&](int64_t tok) { return dstore.as<uint16_t>() + tok * H; };
-  auto host_at = [&](int64_t tok) { return reinterpret_cast<uint16_t*>(hstore.data()) + tok * H; };
-  // The store's current inputs into the device or pinned tier.
-  if (tier != HiddenTier::kFile) {
-    for (size_t b = 0; b < loop.batches.size(); ++b) {
-      const uint64_t n = store.batch_bytes(sid(b));
-      if (tier == HiddenTier::kPinned) {
-        store.read_raw(sid(b), host_at(token0[b]));
-      } else {
-        store.read_raw(sid(b), stage.data());
-        compute.copy_to_device(dev_at(token0[b]), stage.data(), n);
-        compute.synchronize();
+void DevicePlacement::upload_positions() {
+  // meta_: positions [total], each token's sequence start in its chunk [total], then per chunk
+  // its sequences' chunk-relative bounds.
+  const std::vector<PlannedChunk>& chunks = mp_.chunks;
+  const int64_t total = mp_.total;
+  bounds_.assign(chunks.size(), {});
+  bounds_at_.assign(chunks.size(), 0);
+  std::vector<int64_t> m(mp_.meta_bytes / 8);
+  int64_t at = 2 * total;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const PlannedChunk& c = chunks[i];
+    bounds_[i].push_back(0);
+    for (size_t b = c.first; b < c.last; ++b) {
+      const Batch& bt = loop_.batches[b];
+      const int64_t t0 = mp_.token0[b];
+      for (int64_t s = 0; s < bt.n_seqs(); ++s) {
+        for (int64_t t = bt.seq_offsets[s]; t < bt.seq_offsets[s + 1]; ++t) {
+          const int64_t g = t0 + t;
+          m[g] = bt.positions[t];
+          m[total + g] = t0 - c.token0 + bt.seq_offsets[s];
+        }
+        bounds_[i].push_back(t0 - c.token0 + bt.seq_offsets[s + 1]);
       }
     }
+    bounds_at_[i] = at;
+    std::copy(bounds_[i].begin(), bounds_[i].end(), m.begin() + at);
+    at += static_cast<int64_t>(bounds_[i].size());
   }
-  // A durable step off the file tier: the outputs go to the store's next file.
-  setup_parts[3] = setup.lap(&times.device_setup);
-  log_info("GPU setup: device and forward ", str(setup_parts[0]).substr(0, 5), " s, plans ",
-           str(setup_parts[1]).substr(0, 5), " s, buffers ", str(setup_parts[2]).substr(0, 5),
-           " s, hidden states in ", str(setup_parts[3]).substr(0, 5), " s");
-  auto write_store = [&](int64_t next) {
-    store.begin(next);
-    for (size_t b = 0; b < loop.batches.size(); ++b) {
-      if (tier == HiddenTier::kPinned) {
-        store.write_raw(sid(b), host_at(token0[b]));
-      } else {
-        compute.copy_to_host(stage.data(), dev_at(token0[b]), store.batch_bytes(sid(b)));
-        compute.synchronize();
-        store.write_raw(sid(b), stage.data());
-      }
-    }
-  };
+  STRATA_ASSERT(static_cast<uint64_t>(at) * 8 <= mp_.meta_bytes, "token metadata");
+  compute_.copy_to_device(meta_.data(), m.data(), m.size() * 8);
+  compute_.synchronize();
+}
 
+void DevicePlacement::load_hidden() {
+  if (mp_.tier == HiddenTier::kFile) return;
+  ActivationStore& store = loop_.store;
+  for (size_t b = 0; b < loop_.batches.size(); ++b) {
+    const int64_t tok = mp_.token0[b];
+    if (mp_.tier == HiddenTier::kPinned) {
+      store.read_raw(sid(b), host_at(tok));
+    } else {
+      store.read_raw(sid(b), stage_.data());
+      compute_.copy_to_device(dev_at(tok), stage_.data(), store.batch_bytes(sid(b)));
+      compute_.synchronize();
+    }
+  }
+}
+
+gpu::GpuChunk DevicePlacement::chunk(size_t i) {
+  const PlannedChunk& c = mp_.chunks[i];
+  gpu::GpuChunk g;
+  g.tokens = c.tokens;
+  g.positions = meta_.as<int64_t>() + c.token0;
+  g.seq_start = meta_.as<int64_t>() + mp_.total + c.token0;
+  g.seq_bounds = bounds_[i];
+  g.seq_bounds_dev = meta_.as<int64_t>() + bounds_at_[i];
+  return g;
+}
+
+void DevicePlacement::prefetch(int64_t l) {
+  if (l == L_) {
+    // The tensors after the layers (lm_head, final norm) read into the page cache while the
+    // last layer computes, so that the exporter's tail step finds them there.
+    if (tail_.bytes > 0 && tail_.bytes <= max_blob_)
+      next_ = std::async(std::launch::async,
+                         [this]() { reader_->read(tail_, host_weights_[L_ % 2].data()); });
+    return;
+  }
   // Layer l's weights: read into pinned memory, then (two device buffers) copied on the copy
   // stream; both on a helper thread, while the device computes the previous layer. With one
-  // device buffer the copy waits for the previous layer at the top of the loop.
-  auto fetch = [&](int64_t l) {
-    return std::async(std::launch::async, [&, l]() {
-      const int i = static_cast<int>(l % 2);
-      if (comm) {  // this rank's share, then every rank's over the channel, then the copy
-        read_share(loop.ckpt, shares[l], comm->rank(), host_weights[i].data());
-        if (!channel) return;  // the exchange and the copy follow on the main thread
-        set_cuda_device(device);
-        exchange_share(*channel, shares[l], host_weights[i].data());
-      } else {
-        reader.read(blobs[l], host_weights[i].data());
-        for (const auto& [n, item] : blobs[l].items)
-          (void)loop.ckpt.tensor(n);  // read by this process (Checkpoint::bytes_read)
-      }
-      if (buffers == 1) return;
-      copy.copy_to_device(dev_weights(l).data(), host_weights[i].data(), blobs[l].bytes);
-      copy.synchronize();
-    });
-  };
-  std::future<void> prefetch = fetch(loop.first_layer);
-  Pending pending;
-  PhaseTimer phase;                 // laps into `times` (the loop's parts)
-  std::future<void> hidden_synced;  // the last durable step's hidden states reach the disk
-  auto finish_pending = [&]() {
-    if (pending.layer < 0) return;
-    phase.lap(nullptr);
-    const auto [r, busy] = pending.report.get();
-    times.writer_busy += busy;
-    if (hidden_synced.valid()) hidden_synced.get();
-    phase.lap(&times.writer_wait);
-    loop.layer_done(r);
-    if (pending.durable) {
-      loop.commit(pending.layer + 2, pending.hidden, pending.old_input);  // times its own part
+  // device buffer the copy waits for the previous layer (take()).
+  next_ = std::async(std::launch::async, [this, l]() {
+    uint8_t* host = host_weights_[l % 2].data();
+    if (comm_) {  // this rank's share, then every rank's over the channel, then the copy
+      read_share(loop_.ckpt, shares_[l], comm_->rank(), host);
+      if (!channel_) return;  // the exchange and the copy follow on the main thread
+      set_cuda_device(device_);
+      exchange_share(*channel_, shares_[l], host);
     } else {
-      loop.exporter.release_source(pending.layer + 1);
+      reader_->read(blobs_[l], host);
+      for (const auto& [n, item] : blobs_[l].items)
+        (void)loop_.ckpt.tensor(n);  // read by this process (Checkpoint::bytes_read)
     }
-    phase.lap(nullptr);
-    pending = Pending{};
-  };
-  gpu::Stream h2d, d2h;
-  gpu::Event in_ready[2], out_ready[2], io_free[2];
-  uint64_t since_durable = 0;
-  times.device_setup += setup.lap(nullptr);
-  PhaseTimer loop_timer;
-  for (int64_t l = loop.first_layer; l < L; ++l) {
-    const bool last = l + 1 == L;
-    phase.lap(nullptr);
-    if (comm) test_fail_hook(*comm, l, loop.test);
-    prefetch.get();
-    const int hi = static_cast<int>(l % 2);
-    // Without a reader thread's channel, every rank's share into every rank's buffer here.
-    if (comm && !channel) exchange_share(*comm, shares[l], host_weights[hi].data());
-    if (buffers == 1 || (comm && !channel)) {  // onto the GPU (layer l-1 is done with it)
-      copy.copy_to_device(dev_weights(l).data(), host_weights[hi].data(), blobs[l].bytes);
-      copy.synchronize();
-    }
-    if (loop.warm) loop.warm->advance();
-    phase.lap(&times.read_wait);
-    // Layer l's weights are quantized on a helper thread (own stream) while its forward runs.
-    std::future<PrecomputedWeights> quantized;
-    if (dq) {
-      const LayerBlob* blob = &blobs[static_cast<size_t>(l)];
-      const uint8_t* dev = dev_weights(l).as<uint8_t>();
-      quantized = std::async(std::launch::async,
-                             [&dq, l, blob, dev]() { return dq->quantize(l, *blob, dev); });
-    }
-    f.set_layer(l, blobs[l], dev_weights(l).data());
-    // The next layer's buffer was last read by layer l-1 (forward and quantization), which
-    // have finished (one buffer: its copy waits for layer l, at the top of the next step).
-    compute.synchronize();
-    if (!last) {
-      prefetch = fetch(l + 1);
-    } else if (tail.bytes > 0 && tail.bytes <= max_blob) {
-      // The tensors after the layers (lm_head, final norm) read into the page cache while the
-      // last layer computes, so that the exporter's tail step finds them there.
-      prefetch =
-          std::async(std::launch::async, [&]() { reader.read(tail, host_weights[L % 2].data()); });
-    }
-    since_durable += loop.exporter.source_bytes(l + 1);
-    bool durable = last || tier == HiddenTier::kFile || since_durable >= kResumeEvery * store_bytes;
-    if (comm) durable = any_rank(*comm, durable);  // ranks commit the same steps
-    float* xf = x.as<float>();
-    if (tier == HiddenTier::kFile && !last) store.begin(l + 2);
-    // kPinned: chunk i+1 is copied in (h2d) and chunk i-1 out (d2h) while chunk i computes.
-    auto copy_in = [&](size_t i) {
-      const PlannedChunk& c = chunks[i];
-      const int j = static_cast<int>(i % 2);
-      io_free[j].wait(h2d);
-      h2d.copy_to_device(io[j].data(), host_at(c.token0), static_cast<uint64_t>(c.tokens * H) * 2);
-      in_ready[j].record(h2d);
-    };
-    if (tier == HiddenTier::kPinned) {
-      for (int j = 0; j < 2; ++j)
-        io_free[j].record(d2h);
-      copy_in(0);
-    }
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      const PlannedChunk& c = chunks[i];
-      const gpu::GpuChunk g = chunk_of(i);
-      const int64_t n = c.tokens * H;
-      const int j = static_cast<int>(i % 2);
-      if (tier == HiddenTier::kDevice) {
-        ops::cuda::bf16_to_f32(dev_at(c.token0), xf, n, compute.handle());
-        f.forward(g, xf, true);
-        if (!last) ops::cuda::cast_bf16(xf, dev_at(c.token0), n, compute.handle());
-      } else if (tier == HiddenTier::kPinned) {
-        if (i + 1 < chunks.size()) copy_in(i + 1);
-        in_ready[j].wait(compute);
-        ops::cuda::bf16_to_f32(io[j].as<uint16_t>(), xf, n, compute.handle());
-        f.forward(g, xf, true);
-        if (!last) ops::cuda::cast_bf16(xf, io[j].as<uint16_t>(), n, compute.handle());
-        out_ready[j].record(compute);
-        out_ready[j].wait(d2h);
-        if (!last) d2h.copy_to_host(host_at(c.token0), io[j].data(), static_cast<uint64_t>(n) * 2);
-        io_free[j].record(d2h);
-      } else {
-        for (size_t b = c.first; b < c.last; ++b)
-          store.read_raw(sid(b), stage.data() + (token0[b] - c.token0) * H * 2);
-        compute.copy_to_device(io[0].data(), stage.data(), static_cast<uint64_t>(n) * 2);
-        compute.synchronize();  // the next chunk reuses `stage`
-        ops::cuda::bf16_to_f32(io[0].as<uint16_t>(), xf, n, compute.handle());
-        f.forward(g, xf, true);
-        if (!last) {
-          ops::cuda::cast_bf16(xf, io[0].as<uint16_t>(), n, compute.handle());
-          compute.copy_to_host(stage.data(), io[0].data(), static_cast<uint64_t>(n) * 2);
-          compute.synchronize();
-          for (size_t b = c.first; b < c.last; ++b)
-            store.write_raw(sid(b), stage.data() + (token0[b] - c.token0) * H * 2);
-        }
-      }
-    }
-    if (tier == HiddenTier::kPinned) d2h.synchronize();
-    auto calib = std::make_unique<MaxCalibrator>();
-    for (const gpu::AmaxStat& s : f.take_stats())
-      calib->record(s.name, s.amax, s.rows);
-    if (comm) allreduce_calibration(*comm, *calib);  // one process's statistics on every rank
-    phase.lap(&times.compute);
-    // Layer l-1's tensors are written (and synced) by now or soon; record it, then hand layer l
-    // over. (Before this step's hidden states are written: the sync of the last durable ones
-    // is waited for here.)
-    finish_pending();
-    std::string hidden, old_input;
-    if (durable) {
-      // The file the inputs were read from (the embedding's, or the last durable step's) goes
-      // once this step is recorded.
-      old_input = store.input_path();
-      if (!last) {
-        // Written here (the next layer overwrites the host copy); synced on a helper thread,
-        // waited for before this step is recorded.
-        if (tier != HiddenTier::kFile) write_store(l + 2);
-        store.commit(loop.resume_dir, false);
-        hidden = store.input_path();
-        hidden_synced = std::async(std::launch::async, [hidden]() { fsync_file(hidden); });
-        ++times.hidden_write_count;
-      }
-      since_durable = 0;
-    }
-    phase.lap(&times.hidden_writes);
-    pending.layer = l;
-    pending.calib = std::move(calib);
-    pending.durable = durable;
-    pending.hidden = hidden;
-    pending.old_input = old_input;
-    if (dq) pending.weights = std::make_unique<PrecomputedWeights>(quantized.get());
-    phase.lap(&times.quantize);
-    const MaxCalibrator* cp = pending.calib.get();
-    const PrecomputedWeights* pw = pending.weights.get();
-    // The writer thread quantizes what is left on the CPU, writes, and syncs its shards, so that
-    // the step's commit finds them durable.
-    pending.report = std::async(std::launch::async, [&loop, l, cp, pw]() {
-      PhaseTimer busy;
-      LayerReport r = loop.exporter.write_layer(l, *cp, pw);
-      loop.exporter.sync();
-      return std::make_pair(r, busy.lap(nullptr));
-    });
+    if (mp_.buffers == 1) return;
+    copy_.copy_to_device(dev_weights(l).data(), host, blobs_[l].bytes);
+    copy_.synchronize();
+  });
+}
+
+void DevicePlacement::take(int64_t l) {
+  next_.get();
+  uint8_t* host = host_weights_[l % 2].data();
+  // Without a reader thread's channel, every rank's share into every rank's buffer here.
+  if (comm_ && !channel_) exchange_share(*comm_, shares_[l], host);
+  if (mp_.buffers == 1 || (comm_ && !channel_)) {  // onto the GPU (layer l-1 is done with it)
+    copy_.copy_to_device(dev_weights(l).data(), host, blobs_[l].bytes);
+    copy_.synchronize();
   }
-  finish_pending();
-  if (prefetch.valid()) prefetch.get();
-  times.layers += loop_timer.lap(nullptr);
-  log_info("GPU: peak device memory ", format_gib(budget.peak()), " of ",
-           format_gib(budget.limit()), "; waited ", str(times.read_wait).substr(0, 6),
-           " s for weights, ", str(times.compute).substr(0, 6), " s computing");
+  if (loop_.warm) loop_.warm->advance();
+  f_->set_layer(l, blobs_[l], dev_weights(l).data());
+  // The next layer's buffer was last read by layer l-1 (forward and quantization), which have
+  // finished (one buffer: its copy waits for layer l, at the top of the next step).
+  compute_.synchronize();
+}
+
+std::future<PrecomputedWeights> DevicePlacement::quantize(int64_t l) {
+  if (!dq_) return {};
+  // On a helper thread (own stream) while the layer's forward runs; both only read the weights.
+  DeviceQuantizer* dq = dq_.get();
+  const LayerBlob* blob = &blobs_[static_cast<size_t>(l)];
+  const uint8_t* dev = dev_weights(l).as<uint8_t>();
+  return std::async(std::launch::async,
+                    [dq, l, blob, dev]() { return dq->quantize(l, *blob, dev); });
+}
+
+void DevicePlacement::forward(int64_t l, bool last, MaxCalibrator& calib) {
+  ActivationStore& store = loop_.store;
+  const std::vector<PlannedChunk>& chunks = mp_.chunks;
+  const HiddenTier tier = mp_.tier;
+  float* xf = x_.as<float>();
+  if (tier == HiddenTier::kFile && !last) store.begin(l + 2);
+  // kPinned: chunk i+1 is copied in (h2d) and chunk i-1 out (d2h) while chunk i computes.
+  auto copy_in = [&](size_t i) {
+    const PlannedChunk& c = chunks[i];
+    const int j = static_cast<int>(i % 2);
+    io_free_[j].wait(h2d_);
+    h2d_.copy_to_device(io_[j].data(), host_at(c.token0), static_cast<uint64_t>(c.tokens * H_) * 2);
+    in_ready_[j].record(h2d_);
+  };
+  if (tier == HiddenTier::kPinned) {
+    for (int j = 0; j < 2; ++j)
+      io_free_[j].record(d2h_);
+    copy_in(0);
+  }
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const PlannedChunk& c = chunks[i];
+    const gpu::GpuChunk g = chunk(i);
+    const int64_t n = c.tokens * H_;
+    const int j = static_cast<int>(i % 2);
+    if (tier == HiddenTier::kDevice) {
+      ops::cuda::bf16_to_f32(dev_at(c.token0), xf, n, compute_.handle());
+      f_->forward(g, xf, true);
+      if (!last) ops::cuda::cast_bf16(xf, dev_at(c.token0), n, compute_.handle());
+    } else if (tier == HiddenTier::kPinned) {
+      if (i + 1 < chunks.size()) copy_in(i + 1);
+      in_ready_[j].wait(compute_);
+      ops::cuda::bf16_to_f32(io_[j].as<uint16_t>(), xf, n, compute_.handle());
+      f_->forward(g, xf, true);
+      if (!last) ops::cuda::cast_bf16(xf, io_[j].as<uint16_t>(), n, compute_.handle());
+      out_ready_[j].record(compute_);
+      out_ready_[j].wait(d2h_);
+      if (!last) d2h_.copy_to_host(host_at(c.token0), io_[j].data(), static_cast<uint64_t>(n) * 2);
+      io_free_[j].record(d2h_);
+    } else {
+      uint8_t* stage = stage_.data();
+      for (size_t b = c.first; b < c.last; ++b)
+        store.read_raw(sid(b), stage + (mp_.token0[b] - c.token0) * H_ * 2);
+      compute_.copy_to_device(io_[0].data(), stage, static_cast<uint64_t>(n) * 2);
+      compute_.synchronize();  // the next chunk reuses the stage
+      ops::cuda::bf16_to_f32(io_[0].as<uint16_t>(), xf, n, compute_.handle());
+      f_->forward(g, xf, true);
+      if (!last) {
+        ops::cuda::cast_bf16(xf, io_[0].as<uint16_t>(), n, compute_.handle());
+        compute_.copy_to_host(stage, io_[0].data(), static_cast<uint64_t>(n) * 2);
+        compute_.synchronize();
+        for (size_t b = c.first; b < c.last; ++b)
+          store.write_raw(sid(b), stage + (mp_.token0[b] - c.token0) * H_ * 2);
+      }
+    }
+  }
+  if (tier == HiddenTier::kPinned) d2h_.synchronize();
+  for (const gpu::AmaxStat& s : f_->take_stats())
+    calib.record(s.name, s.amax, s.rows);
+}
+
+void DevicePlacement::write_store(int64_t next) {
+  ActivationStore& store = loop_.store;
+  store.begin(next);
+  for (size_t b = 0; b < loop_.batches.size(); ++b) {
+    const int64_t tok = mp_.token0[b];
+    if (mp_.tier == HiddenTier::kPinned) {
+      store.write_raw(sid(b), host_at(tok));
+    } else {
+      compute_.copy_to_host(stage_.data(), dev_at(tok), store.batch_bytes(sid(b)));
+      compute_.synchronize();
+      store.write_raw(sid(b), stage_.data());
+    }
+  }
+}
+
+StepFiles DevicePlacement::end_step(int64_t next, bool durable) {
+  // The outputs stay where they are; a durable step's are written to the store's next file
+  // (the file tier's already are) and synced on a helper thread.
+  StepFiles files;
+  if (!durable) return files;
+  if (mp_.tier != HiddenTier::kFile) write_store(next);
+  loop_.store.commit(loop_.resume_dir, false);
+  files.hidden = loop_.store.input_path();
+  std::string hidden = files.hidden;
+  files.synced = std::async(std::launch::async, [hidden]() { fsync_file(hidden); });
+  return files;
+}
+
+void DevicePlacement::finish() {
+  if (next_.valid()) next_.get();
+  log_info("GPU: peak device memory ", format_gib(budget_->peak()), " of ",
+           format_gib(budget_->limit()));
+  if (loop_.times)
+    log_info("GPU: waited ", str(loop_.times->read_wait).substr(0, 6), " s for weights, ",
+             str(loop_.times->compute).substr(0, 6), " s computing");
+}
+
+}  // namespace
+
+std::unique_ptr<Placement> make_gpu_placement(GpuLoop& loop) {
+  return std::make_unique<DevicePlacement>(loop);
 }
 
 #endif

@@ -1,28 +1,23 @@
-// The decoder-layer loop of `strata quantize --device cuda` (docs/CUDA.md "The engine on the
-// GPU"). run_quantize() prepares everything shared with the CPU path (plan, calibration tokens,
-// embedding, activation store, exporter, resume manifest) and hands the layers to this loop:
+// The device's placement of the layer loop (engine/layer_loop.h), for `strata quantize --device
+// cuda` (docs/CUDA.md "The engine on the GPU"):
 //
 //   read layer l+1 (LayerReader: merged preads into a pinned buffer, then one copy to the device
-//   on a copy stream)   ||   layer l's forward on the device, chunk by chunk   ||   layer l-1
-//   quantized and written by the CPU exporter on a writer thread
+//   on a copy stream)   ||   layer l's forward on the device, chunk by chunk, and its weights
+//   quantized on a second stream   ||   layer l-1 written by the exporter on the writer thread
 //
 // Hidden states: resident on the device in bf16 (exact: the forward rounds them to bf16 between
 // layers) when the whole store fits in --max_gpu_memory_gb beside two layers' weights and one
-// chunk's working set; otherwise they stay in the host ActivationStore (in memory, or spilled to
-// --offload_folder under --max_cpu_memory_gb, exactly as on the CPU path) and each chunk is
-// copied in and out. A chunk is as many consecutive micro-batches as the working set allows.
-// These choices, and one or two device buffers for layer weights, are engine/memory_plan.h's.
+// chunk's working set; otherwise they stay in the host ActivationStore (in pinned memory, or
+// spilled to --offload_folder under --max_cpu_memory_gb, exactly as on the CPU path) and each
+// chunk is copied in and out. A chunk is as many consecutive micro-batches as the working set
+// allows. These choices, and one or two device buffers for layer weights, are
+// engine/memory_plan.h's. A durable step's hidden states (engine/layer_loop.h) are copied to the
+// store's next file and synced on a helper thread.
 //
 // Ranks (engine/gpu_ranks.h): with GpuLoop::comm of several ranks, each runs its own
 // micro-batches on GPU local_rank mod devices; a layer is read once in total (each tensor by its
 // writer, then broadcast, on the reader thread) and the statistics are combined over the ranks
-// before the writer thread gets them.
-//
-// Resume: the same manifest steps as the CPU path. A step whose hidden states live only on the
-// device (or only in memory) is recorded once it is durable: the hidden states are written to
-// the resume folder when the checkpoint bytes read since the last record reach kResumeEvery
-// times the store's size (always for small stores, so the fixtures record every layer; for a
-// large calibration set writing them every layer would cost more than reading the weights).
+// by the loop.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +30,7 @@
 #include "core/gpu_memory.h"
 #include "engine/activation_store.h"
 #include "engine/comm.h"
+#include "engine/layer_loop.h"
 #include "engine/options.h"
 #include "engine/run_times.h"
 #include "export/modelopt.h"
@@ -50,8 +46,8 @@ namespace strata {
 // head and the embedding (single process) so that it overlaps them: on a helper thread, the
 // CUDA context is created and the loop's pinned host buffers are allocated (page-locking host
 // memory costs about half a second per GiB): two layers' weights, and the hidden states' when
-// a GPU memory cap leaves them no room on the device. run_layers_gpu takes over what fits its
-// plan and allocates the rest itself.
+// a GPU memory cap leaves them no room on the device. the device placement takes over what
+// fits its plan and allocates the rest itself.
 struct GpuEarlySetup {
   std::future<void> done;
   uint64_t blob_bytes = 0;               // the largest layer's blob (weights[i] hold it)
@@ -70,29 +66,21 @@ struct GpuLoop {
   const QuantPlan& plan;
   ActivationStore& store;  // holds the inputs of first_layer
   const std::vector<Batch>& batches;
-  ModeloptExporter& exporter;
+  const ModeloptExporter& exporter;
   int64_t first_layer = 0;
   uint64_t max_gpu_memory_bytes = 0;  // 0: the device's free memory
   bool host_fits = true;              // the hidden states may be held in (pinned) host memory
   std::string resume_dir;
   GpuOptions gpu;  // QuantizeJob::gpu (engine/options.h)
-  // Records step `next` as done (CPU path's commit): hidden = the file holding its inputs.
-  std::function<void(int64_t next, const std::string& hidden, const std::string& old_input)> commit;
-  std::function<void(const LayerReport&)> layer_done;
   // Ranks (engine/gpu_ranks.h): null or one rank, the single process. With several, `batches`
   // are this rank's micro-batches, store_ids[i] the store's index of batches[i].
   Comm* comm = nullptr;
   std::vector<size_t> store_ids;
-  RunTimes* times = nullptr;       // the loop's parts and device_setup are added here
-  PageWarmer* warm = nullptr;      // gpu_warm_start's, told of each layer read
-  GpuEarlySetup* early = nullptr;  // gpu_early_setup's, taken over
-  TestHooks test;                  // QuantizeJob::test: host store, fail rank, exchange thread
+  const RunTimes* times = nullptr;  // the loop's, for the closing log line
+  PageWarmer* warm = nullptr;       // gpu_warm_start's, told of each layer read
+  GpuEarlySetup* early = nullptr;   // gpu_early_setup's, taken over
+  TestHooks test;                   // QuantizeJob::test: host store, exchange thread
 };
-
-// A step's hidden states are made durable once the checkpoint bytes read since the last durable
-// step reach kResumeEvery times their size: writing them costs at most 1/kResumeEvery of the
-// reading, and a kill costs at most kResumeEvery times their size of reading again.
-inline constexpr uint64_t kResumeEvery = 16;
 
 // "" when the GPU path can run this model; else why not.
 std::string gpu_unsupported(const ModelConfig& config, const Checkpoint& ckpt);
@@ -104,7 +92,8 @@ std::string gpu_unsupported(const ModelConfig& config, const Checkpoint& ckpt);
 inline constexpr uint64_t kWarmBytes = 8ull << 30;
 std::unique_ptr<PageWarmer> gpu_warm_start(const Checkpoint& ckpt, const ModeloptExporter& exporter,
                                            int64_t first_layer, int64_t num_layers);
-// Runs layers [first_layer, num_layers). Throws strata::Error without CUDA.
-void run_layers_gpu(GpuLoop& loop);
+// The device placement for layers [first_layer, num_layers): its plans made, its buffers
+// allocated, the current hidden states in place. Throws strata::Error without CUDA.
+std::unique_ptr<Placement> make_gpu_placement(GpuLoop& loop);
 
 }  // namespace strata

@@ -16,6 +16,7 @@
 #include "core/progress.h"
 #include "engine/activation_store.h"
 #include "engine/gpu_runner.h"
+#include "engine/layer_loop.h"
 #include "engine/parallel.h"
 #include "engine/quantize_steps.h"
 #include "engine/resume.h"
@@ -310,7 +311,7 @@ class QuantizeRun {
   // The first layer's inputs: the embeddings, or the hidden states the manifest names; then
   // waits for the head.
   void embed();
-  // Steps 1..N, the decoder layers, on the GPU (run_layers_gpu) or the CPU (cpu_layer).
+  // Steps 1..N, the decoder layers: the layer loop (engine/layer_loop.h) on the placement.
   void run_layers();
   // Step N + 1, the tensors outside the layers.
   void write_tail();
@@ -321,13 +322,8 @@ class QuantizeRun {
   // Step `next - 1` is written: make it durable, then record it with the file holding the next
   // layer's inputs ("" when none); the previous inputs' file goes once the manifest is written.
   void commit(int64_t next, const std::string& hidden_path, const std::string& old_input);
-  // Starts reading layer l's weights (each tensor read by one rank) in the background.
-  std::future<std::unique_ptr<DecoderLayer>> fetch(int64_t l);
-  // The GPU loop over the remaining layers (engine/gpu_runner.h).
-  void gpu_layers();
-  // Decoder layer l on the CPU: take its prefetched weights, run every micro-batch through it
-  // with the calibrator watching, write its tensors, commit the step.
-  void cpu_layer(int64_t l);
+  // Where the layers run: the device, the CPU, or no forward at all (weight-only formats).
+  std::unique_ptr<Placement> placement();
 
   const QuantizeJob& job;
   const std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
@@ -358,12 +354,11 @@ class QuantizeRun {
   std::function<int(const std::string&)> owner;
   std::vector<Batch> batches;
   std::unique_ptr<ActivationStore> store;
-  std::vector<float> buf;  // one micro-batch, fp32 [T_b, H]
-  MaxCalibrator calib;
   int64_t first_layer = 0;
   std::optional<Progress> progress;
-  std::future<std::unique_ptr<DecoderLayer>> prefetch;
-  uint64_t bytes_read = 0;
+  std::vector<Batch> mine;  // GPU ranks: this rank's micro-batches, and their store indices
+  std::vector<size_t> mine_ids;
+  std::optional<GpuLoop> gpu;  // the device placement's inputs
 };
 
 void QuantizeRun::resolve_plan() {
@@ -592,7 +587,7 @@ void QuantizeRun::embed() {
       batches.push_back(Batch::from_sequences(micro.groups[b]));
       most = std::max(most, batches.back().n_tokens());
     }
-    buf.resize(static_cast<size_t>(most * fwd->hidden_size()));
+    std::vector<float> buf(static_cast<size_t>(most * fwd->hidden_size()));  // one micro-batch
     if (state.hidden_file.empty()) {
       const std::vector<std::string>& head = exporter->step_sources(0);
       share_tensors(comm, ckpt, head, owner);  // the embedding, read by one rank
@@ -613,124 +608,65 @@ void QuantizeRun::embed() {
   phase.lap(&result.times.head);
 }
 
-std::future<std::unique_ptr<DecoderLayer>> QuantizeRun::fetch(int64_t l) {
-  // Each read by one rank; a routed expert only by its holder, which alone needs it.
-  std::vector<std::string> shared;
-  for (const std::string& n : exporter->step_sources(l + 1)) {
-    if (!expert_pin || expert_pin(n) < 0) shared.push_back(n);
-  }
-  share_tensors(comm, ckpt, shared, owner);
-  return std::async(std::launch::async, [this, l]() { return fwd->layer(l); });
-}
-
-void QuantizeRun::gpu_layers() {
-  // With ranks, each runs its own micro-batches on its GPU (engine/gpu_ranks.h).
-  std::vector<Batch> mine;
-  std::vector<size_t> mine_ids;
-  for (size_t b = 0; comm.size() > 1 && b < batches.size(); ++b) {
-    if (!store->owns(b)) continue;
-    mine.push_back(batches[b]);
-    mine_ids.push_back(b);
-  }
-  GpuLoop loop{config,
-               ckpt,
-               plan,
-               *store,
-               comm.size() > 1 ? mine : batches,
-               *exporter,
-               first_layer,
-               job.max_gpu_memory_bytes,
-               !result.memory.spilled,
-               resume_dir,
-               job.gpu,
-               [this](int64_t next, const std::string& hidden_path, const std::string& old_input) {
-                 commit(next, hidden_path, old_input);
-               },
-               [this](const LayerReport& r) {
-                 result.layers.push_back(r);
-                 progress->step(str("layer ", r.layer, ", wrote ",
-                                    human_bytes(static_cast<double>(exporter->bytes_written()))));
-               },
-               &comm,
-               mine_ids,
-               &result.times,
-               warm.get(),
-               early.get(),
-               job.test};
-  commit_time = &result.times.commit;
-  run_layers_gpu(loop);  // fills result.times.device_setup and the loop's parts
-}
-
-void QuantizeRun::cpu_layer(int64_t l) {
-  PhaseTimer layer_timer;
-  calib.clear();
-  const bool last = l + 1 == plan.num_layers;
-  std::string hidden_path, old_input;
-  if (result.calibrated) {
-    std::unique_ptr<DecoderLayer> layer = prefetch.get();
-    layer_timer.lap(&result.times.read_wait);
-    if (l + 1 < plan.num_layers) prefetch = fetch(l + 1);
-    if (!last) store->begin(l + 2);
-    test_fail_hook(comm, l, job.test);
-    // With expert parallelism the ranks run their micro-batches in lockstep rounds (the MoE
-    // exchanges are collective): round k is micro-batch k·N + rank, or an empty batch.
-    const size_t rounds = lockstep_rounds(batches.size(), expert_parallel, comm.size());
-    const Batch none = Batch::from_sequences({});
-    for (size_t k = 0; k < rounds; ++k) {
-      const size_t b = round_micro_batch(k, expert_parallel, comm.size(), comm.rank());
-      if (b >= batches.size() || !store->owns(b)) {
-        if (expert_parallel) layer->forward(none, buf.data(), &calib);
-        continue;
-      }
-      store->read(b, buf.data());
-      layer->forward(batches[b], buf.data(), &calib);
-      if (!last) store->write(b, buf.data());
+std::unique_ptr<Placement> QuantizeRun::placement() {
+  if (!result.calibrated) return std::make_unique<NoForward>();
+  if (on_gpu) {
+    // With ranks, each runs its own micro-batches on its GPU (engine/gpu_ranks.h).
+    for (size_t b = 0; comm.size() > 1 && b < batches.size(); ++b) {
+      if (!store->owns(b)) continue;
+      mine.push_back(batches[b]);
+      mine_ids.push_back(b);
     }
-    layer_timer.lap(&result.times.compute);
-    old_input = store->spilled() ? store->input_path() : "";
-    if (!last) hidden_path = store->commit(resume_dir, true);
-    if (!last) ++result.times.hidden_write_count;
-    layer_timer.lap(&result.times.hidden_writes);
-    allreduce_calibration(comm, calib);  // every rank now holds one process's statistics
+    gpu.emplace(GpuLoop{config, ckpt, plan, *store, comm.size() > 1 ? mine : batches, *exporter,
+                        first_layer, job.max_gpu_memory_bytes, !result.memory.spilled, resume_dir,
+                        job.gpu, &comm, mine_ids, &result.times, warm.get(), early.get(),
+                        job.test});
+    return make_gpu_placement(*gpu);
   }
-  bytes_read += exporter->source_bytes(l + 1);
-  layer_timer.lap(nullptr);
-  LayerReport r = exporter->write_layer(l, calib);
-  layer_timer.lap(&result.times.writer_wait);
-  result.layers.push_back(r);
-  commit(l + 2, hidden_path, old_input);
-  progress->step(str(
-      "layer ", l, ", wrote ", human_bytes(static_cast<double>(exporter->bytes_written())), " of ",
-      human_bytes(static_cast<double>(exporter->output_bytes())),
-      r.experts ? str(" (", r.experts_without_tokens, "/", r.experts, " experts without tokens)")
-                : ""));
+  return std::make_unique<HostPlacement>(HostPlacement::Inputs{*fwd, *exporter, ckpt, comm, *store,
+                                                               batches, resume_dir, expert_parallel,
+                                                               owner, expert_pin, plan.num_layers});
 }
 
 void QuantizeRun::run_layers() {
   first_layer = first_layer_to_run(state.next_step, plan.num_layers);
+  if (first_layer >= plan.num_layers) return;
   progress.emplace("quantize", plan.num_layers - first_layer, "layers", job.progress && lead);
-  if (on_gpu && first_layer < plan.num_layers) gpu_layers();
-  // Layer l + 1's weights load in the background while layer l computes. Loading is a pure
-  // function of the checkpoint, so the results do not depend on the overlap.
-  if (result.calibrated && !on_gpu && first_layer < plan.num_layers) prefetch = fetch(first_layer);
+  std::unique_ptr<Placement> where = placement();
+  phase.lap(on_gpu ? &result.times.device_setup : &result.times.layers);
+  LayerLoop loop{
+      plan,
+      *exporter,
+      comm,
+      store.get(),
+      first_layer,
+      job.test,
+      result.times,
+      [this](int64_t next, const std::string& hidden, const std::string& old_input) {
+        commit(next, hidden, old_input);
+      },
+      [this](const LayerReport& r) {
+        result.layers.push_back(r);
+        progress->step(str("layer ", r.layer, ", wrote ",
+                           human_bytes(static_cast<double>(exporter->bytes_written())), " of ",
+                           human_bytes(static_cast<double>(exporter->output_bytes())),
+                           r.experts ? str(" (", r.experts_without_tokens, "/", r.experts,
+                                           " experts without tokens)")
+                                     : ""));
+      }};
   commit_time = &result.times.commit;
-  for (int64_t l = on_gpu ? plan.num_layers : first_layer; l < plan.num_layers; ++l)
-    cpu_layer(l);
-  progress->finish();
+  run_layer_loop(loop, *where);
   commit_time = nullptr;
-  const double s = phase.lap(nullptr);
-  // The GPU runner timed its loop; the rest of its time is setup and teardown.
-  if (on_gpu) {
-    result.times.device_setup = s - result.times.layers;
-  } else {
-    result.times.layers += s;
-  }
+  progress->finish();
+  phase.lap(&result.times.layers);
+  where.reset();  // the device's buffers go
+  phase.lap(on_gpu ? &result.times.device_setup : &result.times.layers);
 }
 
 void QuantizeRun::write_tail() {
   if (state.next_step == plan.num_layers + 1) {
-    calib.clear();
-    exporter->write_tail(calib);
+    MaxCalibrator none;  // nothing after the layers is calibrated
+    exporter->write_tail(none);
     commit(plan.num_layers + 2, "", "");
   }
   phase.lap(&result.times.tail);

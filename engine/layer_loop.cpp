@@ -1,0 +1,171 @@
+#include "engine/layer_loop.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "core/error.h"
+#include "engine/gpu_ranks.h"
+#include "engine/parallel.h"
+#include "engine/quantize_steps.h"
+
+namespace strata {
+
+void fsync_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  STRATA_CHECK(fd >= 0, path, ": cannot open to sync: ", std::strerror(errno));
+  const bool ok = ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  STRATA_CHECK(ok, path, ": fsync failed: ", std::strerror(err));
+}
+
+HostPlacement::HostPlacement(Inputs in) : in_(std::move(in)) {
+  int64_t most = 0;
+  for (const Batch& b : in_.batches)
+    most = std::max(most, b.n_tokens());
+  buf_.resize(static_cast<size_t>(most * in_.forward.hidden_size()));
+}
+
+void HostPlacement::prefetch(int64_t l) {
+  if (l >= in_.num_layers) return;
+  // Each tensor read by one rank; a routed expert only by its holder, which alone needs it.
+  // Loading is a pure function of the checkpoint, so the results do not depend on the overlap.
+  std::vector<std::string> shared;
+  for (const std::string& n : in_.exporter.step_sources(l + 1)) {
+    if (!in_.expert_pin || in_.expert_pin(n) < 0) shared.push_back(n);
+  }
+  share_tensors(in_.comm, in_.ckpt, shared, in_.owner);
+  const ModelForward* f = &in_.forward;
+  next_ = std::async(std::launch::async, [f, l]() { return f->layer(l); });
+}
+
+void HostPlacement::take(int64_t) {
+  layer_ = next_.get();
+}
+
+void HostPlacement::forward(int64_t l, bool last, MaxCalibrator& calib) {
+  ActivationStore& store = in_.store;
+  if (!last) store.begin(l + 2);
+  // With expert parallelism the ranks run their micro-batches in lockstep rounds: round k is
+  // micro-batch k·N + rank, or an empty batch.
+  const size_t rounds = lockstep_rounds(in_.batches.size(), in_.expert_parallel, in_.comm.size());
+  const Batch none = Batch::from_sequences({});
+  for (size_t k = 0; k < rounds; ++k) {
+    const size_t b = round_micro_batch(k, in_.expert_parallel, in_.comm.size(), in_.comm.rank());
+    if (b >= in_.batches.size() || !store.owns(b)) {
+      if (in_.expert_parallel) layer_->forward(none, buf_.data(), &calib);
+      continue;
+    }
+    store.read(b, buf_.data());
+    layer_->forward(in_.batches[b], buf_.data(), &calib);
+    if (!last) store.write(b, buf_.data());
+  }
+  layer_.reset();
+}
+
+uint64_t HostPlacement::hidden_bytes() const {
+  uint64_t n = 0;
+  for (size_t b = 0; b < in_.store.batches(); ++b)
+    n += in_.store.batch_bytes(b);
+  return n;
+}
+
+StepFiles HostPlacement::end_step(int64_t, bool durable) {
+  StepFiles f;
+  f.hidden = in_.store.commit(in_.resume_dir, durable);
+  return f;
+}
+
+namespace {
+
+// A layer handed to the writer, recorded once its shards are synced.
+struct Pending {
+  int64_t layer = -1;
+  std::unique_ptr<MaxCalibrator> calib;
+  std::unique_ptr<PrecomputedWeights> weights;          // quantized by the placement
+  std::future<std::pair<LayerReport, double> > report;  // and the writer's seconds
+  bool durable = false;
+  StepFiles files;
+  std::string old_input;
+};
+
+}  // namespace
+
+void run_layer_loop(LayerLoop& loop, Placement& p) {
+  const int64_t L = loop.plan.num_layers;
+  RunTimes& times = loop.times;
+  Comm* ranks = loop.comm.size() > 1 ? &loop.comm : nullptr;
+  PhaseTimer phase;  // laps into `times` (the loop's parts)
+  Pending pending;
+  // Layer l-1's tensors are written and synced: record the step (or, not durable, let its
+  // sources go).
+  auto finish_pending = [&]() {
+    if (pending.layer < 0) return;
+    phase.lap(nullptr);
+    auto [r, busy] = pending.report.get();
+    times.writer_busy += busy;
+    if (pending.files.synced.valid()) pending.files.synced.get();
+    phase.lap(&times.writer_wait);
+    loop.layer_done(r);
+    if (pending.durable) {
+      loop.commit(pending.layer + 2, pending.files.hidden, pending.old_input);  // own part
+    } else {
+      loop.exporter.release_source(pending.layer + 1);
+    }
+    phase.lap(nullptr);
+    pending = Pending{};
+  };
+  uint64_t since_durable = 0;
+  p.prefetch(loop.first_layer);
+  for (int64_t l = loop.first_layer; l < L; ++l) {
+    const bool last = l + 1 == L;
+    phase.lap(nullptr);
+    test_fail_hook(loop.comm, l, loop.test);
+    p.take(l);
+    phase.lap(&times.read_wait);
+    std::future<PrecomputedWeights> quantized = p.quantize(l);
+    p.prefetch(l + 1);
+    since_durable += loop.exporter.source_bytes(l + 1);
+    bool durable = last || p.always_durable() || since_durable >= kResumeEvery * p.hidden_bytes();
+    if (ranks) durable = any_rank(*ranks, durable);  // the ranks record the same steps
+    auto calib = std::make_unique<MaxCalibrator>();
+    p.forward(l, last, *calib);
+    if (ranks) allreduce_calibration(*ranks, *calib);  // one process's statistics on every rank
+    phase.lap(&times.compute);
+    finish_pending();
+    // The file the inputs were read from (a spilled store's) goes once this step is recorded.
+    if (durable && loop.store && loop.store->spilled())
+      pending.old_input = loop.store->input_path();
+    if (!last) {
+      pending.files = p.end_step(l + 2, durable);
+      if (durable) ++times.hidden_write_count;
+    }
+    if (durable) since_durable = 0;
+    phase.lap(&times.hidden_writes);
+    pending.layer = l;
+    pending.calib = std::move(calib);
+    pending.durable = durable;
+    if (quantized.valid()) pending.weights = std::make_unique<PrecomputedWeights>(quantized.get());
+    phase.lap(&times.quantize);
+    const MaxCalibrator* cp = pending.calib.get();
+    const PrecomputedWeights* pw = pending.weights.get();
+    // The writer thread quantizes what is left, writes, and syncs its shards, so that the step's
+    // commit finds them durable.
+    ModeloptExporter* exporter = &loop.exporter;
+    pending.report = std::async(std::launch::async, [exporter, l, cp, pw]() {
+      PhaseTimer busy;
+      LayerReport r = exporter->write_layer(l, *cp, pw);
+      exporter->sync();
+      return std::make_pair(r, busy.lap(nullptr));
+    });
+    if (!p.overlap_writer()) finish_pending();
+  }
+  finish_pending();
+  p.finish();
+}
+
+}  // namespace strata
