@@ -91,7 +91,7 @@ kill -9 "$pid"; wait "$pid" 2> /dev/null || true
 kill_with_hidden() {  # out
   "$strata" "${args[@]}" --test_slow_layer_ms 300 --export_path "$1" > /dev/null 2>&1 &
   local pid=$! hidden=""
-  for _ in $(seq 300); do
+  for _ in $(seq 1500); do  # up to 30 s: slow starts under the sanitizers
     hidden=$(grep -o '"hidden_file": "[^"]*hidden-[^"]*"' "$1.strata_resume/manifest.json" 2> /dev/null || true)
     [ -n "$hidden" ] && break
     sleep 0.02
