@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "engine/comm.h"
 #include "engine/quantize.h"
+#include "export/modelopt.h"
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
 #include "ops/ops.h"
@@ -403,6 +404,13 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   const RankStats stats = gather_rank_stats(comm, r, ru);
   comm_finalize();
   if (rank != 0) return 0;
+  if (r.already_complete) {
+    std::printf(
+        "%s: already complete (the same command finished it before; its %s matches this "
+        "run); nothing to do\n",
+        job.export_path.c_str(), kRunRecordName);
+    return 0;
+  }
   print_summary(job, r, ru, ranks, stats);
   return 0;
 }

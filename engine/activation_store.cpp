@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "io/safetensors_writer.h"
 
@@ -46,6 +48,12 @@ void pread_all(int fd, void* data, size_t n, uint64_t off, const std::string& pa
   }
 }
 
+std::string hex32(uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
 void close_fd(int& fd) {
   if (fd >= 0) ::close(fd);
   fd = -1;
@@ -63,6 +71,8 @@ ActivationStore::ActivationStore(std::vector<int64_t> rows, int64_t hidden, DTyp
       owned_(std::move(owned)) {
   STRATA_ASSERT(dtype_ == DType::kBF16 || dtype_ == DType::kF32, "activation store dtype");
   STRATA_ASSERT(owned_.empty() || owned_.size() == rows_.size(), "activation store owners");
+  out_sums_.assign(rows_.size(), 0);
+  in_sums_.assign(rows_.size(), 0);
   if (!spill_) {
     mem_.resize(rows_.size());
     for (size_t b = 0; b < rows_.size(); ++b)
@@ -119,6 +129,7 @@ int ActivationStore::open_shared(const std::string& path, int access, const std:
 
 void ActivationStore::begin(int64_t next) {
   next_ = next;
+  out_sums_.assign(rows_.size(), 0);
   if (!spill_) return;
   close_fd(out_fd_);
   out_path_ = (fs::path(spill_dir_) / ("hidden-" + std::to_string(next) + ".safetensors")).string();
@@ -175,6 +186,7 @@ void ActivationStore::write(size_t b, const float* in) {
     src = half.data();
   }
   const size_t nbytes = n * elem_bytes(dtype_);
+  out_sums_[b] = crc32c(src, nbytes);
   if (spill_) {
     pwrite_all(out_fd_, src, nbytes, offsets_[b], out_path_);
   } else {
@@ -195,6 +207,7 @@ void ActivationStore::read_raw(size_t b, void* out) const {
 }
 
 void ActivationStore::write_raw(size_t b, const void* in) {
+  out_sums_[b] = crc32c(in, batch_bytes(b));
   if (spill_) {
     pwrite_all(out_fd_, in, batch_bytes(b), offsets_[b], out_path_);
   } else {
@@ -203,6 +216,7 @@ void ActivationStore::write_raw(size_t b, const void* in) {
 }
 
 std::string ActivationStore::commit(const std::string& resume_dir, bool durable) {
+  in_sums_ = out_sums_;
   if (spill_) {
     STRATA_CHECK(!durable || ::fsync(out_fd_) == 0, out_path_,
                  ": fsync failed: ", std::strerror(errno));
@@ -264,6 +278,46 @@ void ActivationStore::load(const std::string& path) {
   for (size_t b = 0; b < mem_.size(); ++b)
     if (owns(b)) pread_all(fd, mem_[b].data(), mem_[b].size(), offsets[b], path);
   ::close(fd);
+}
+
+std::string ActivationStore::check(const std::string& path,
+                                   const std::vector<uint32_t>& sums) const {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return "is missing";
+  std::vector<uint64_t> offsets;
+  const std::string head = layout_head(path, &offsets);
+  const uint64_t want =
+      offsets.empty() ? head.size() : offsets.back() + batch_bytes(rows_.size() - 1);
+  const uint64_t size = fs::file_size(path, ec);
+  if (ec) return str("cannot be read: ", ec.message());
+  if (size != want) return str("is ", size, " bytes, ", want, " expected (truncated or extended)");
+  if (sums.size() != rows_.size())
+    return str("has ", sums.size(), " recorded checksums for ", rows_.size(), " micro-batches");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return str("cannot be opened: ", std::strerror(errno));
+  std::string problem;
+  try {
+    std::string have(head.size(), '\0');
+    pread_all(fd, have.data(), have.size(), 0, path);
+    if (have != head) problem = "has another header than this run's hidden states";
+    std::vector<uint8_t> chunk(std::min<uint64_t>(want, uint64_t{16} << 20));
+    for (size_t b = 0; problem.empty() && b < rows_.size(); ++b) {
+      uint32_t crc = 0;
+      for (uint64_t at = 0, n = batch_bytes(b); at < n;) {
+        const size_t len = static_cast<size_t>(std::min<uint64_t>(n - at, chunk.size()));
+        pread_all(fd, chunk.data(), len, offsets[b] + at, path);
+        crc = crc32c(chunk.data(), len, crc);
+        at += len;
+      }
+      if (crc != sums[b])
+        problem = str("fails its checksum in micro-batch ", b, " (CRC-32C ", hex32(crc),
+                      ", the manifest records ", hex32(sums[b]), ")");
+    }
+  } catch (const Error& e) {
+    problem = str("cannot be read: ", e.what());
+  }
+  ::close(fd);
+  return problem;
 }
 
 }  // namespace strata

@@ -8,6 +8,9 @@
 // Values are stored as bf16 when the forward rounds them to bf16 between layers
 // (ForwardOptions::bf16_between_layers), which is exact and halves the bytes; else as fp32.
 // Spilled and in-memory runs hold the same values, so their outputs are byte-identical.
+// Each micro-batch's CRC-32C (core/crc32c.h) is computed as it is written (write, write_raw), so
+// that the resume manifest can record the checksums of the file a step leaves (input_sums) and a
+// resumed run can check that file before trusting it (check).
 // With ranks (docs/SCALEOUT.md) each rank holds only the micro-batches it owns; the files are the
 // same files, each rank writing its micro-batches at their offsets (the file created at full size
 // by whichever rank comes first, never truncated), so that any rank count reads any of them.
@@ -64,6 +67,13 @@ class ActivationStore {
   // Takes the inputs from a resume file written by commit(); throws strata::Error when it does
   // not match this store's shape and dtype.
   void load(const std::string& path);
+  // The CRC-32C of each micro-batch of the current inputs as written (the bytes of its tensor in
+  // the file commit() wrote; 0 for another rank's micro-batches).
+  const std::vector<uint32_t>& input_sums() const { return in_sums_; }
+  // Whether `path` holds this store's layout (size and header) with micro-batch checksums `sums`
+  // (input_sums() of the run that wrote it): "" when it does, else what is wrong ("is missing",
+  // "is 100 bytes, 200 expected", ...). Reads the whole file, a bounded buffer at a time.
+  std::string check(const std::string& path, const std::vector<uint32_t>& sums) const;
 
  private:
   std::string layout_head(const std::string& path, std::vector<uint64_t>* offsets) const;
@@ -76,8 +86,9 @@ class ActivationStore {
   int64_t next_ = 0;
   int in_fd_ = -1, out_fd_ = -1;  // spilled: current inputs, outputs being written
   std::string in_path_, out_path_;
-  std::vector<uint64_t> offsets_;  // file offset of each micro-batch
-  std::vector<bool> owned_;        // empty: every micro-batch
+  std::vector<uint64_t> offsets_;             // file offset of each micro-batch
+  std::vector<bool> owned_;                   // empty: every micro-batch
+  std::vector<uint32_t> out_sums_, in_sums_;  // CRC-32C per micro-batch: outputs, inputs
   int open_shared(const std::string& path, int access, const std::string& head,
                   const std::vector<uint64_t>& offsets) const;
 };

@@ -57,6 +57,8 @@ void check_output_early(const QuantizeJob& job, const std::string& resume_dir) {
   if (!fs::exists(job.export_path, ec)) return;
   STRATA_CHECK(fs::is_directory(job.export_path, ec), "--export_path ", job.export_path,
                " exists and is not a directory");
+  // A finished export: prepare_output compares its run record with this run's identity.
+  if (fs::exists(fs::path(job.export_path) / kRunRecordName, ec)) return;
   STRATA_CHECK(fs::is_empty(job.export_path, ec), "--export_path ", job.export_path,
                " is not empty and holds no interrupted strata run to resume; remove it, choose "
                "another directory, or add --overwrite to replace its contents");
@@ -83,10 +85,15 @@ void create_dir(const std::string& dir, const char* what) {
                ": cannot create the directory: ", ec.message());
 }
 
-// Decides between a fresh run and a resumed one, before anything is written. A fresh run starts
-// with an empty export directory and a manifest at step 0.
-ResumeState prepare_output(const QuantizeJob& job, const std::string& resume_dir,
-                           const std::map<std::string, std::string>& identity, int64_t steps) {
+// Decides between a fresh run, a resumed one and nothing to do, before anything is written. A
+// fresh run starts with an empty export directory and a manifest at step 0. std::nullopt: the
+// export is finished and its run record holds this identity (a leftover resume folder without a
+// manifest goes; the export is not touched). `check_hidden` says what is wrong with the hidden
+// file a manifest names ("" when nothing): a damaged one is never trusted, the run starts over.
+std::optional<ResumeState> prepare_output(
+    const QuantizeJob& job, const std::string& resume_dir,
+    const std::map<std::string, std::string>& identity, int64_t steps,
+    const std::function<std::string(const ResumeState&)>& check_hidden) {
   const std::string& out = job.export_path;
   std::error_code ec;
   const fs::path out_c = fs::weakly_canonical(out, ec),
@@ -100,11 +107,27 @@ ResumeState prepare_output(const QuantizeJob& job, const std::string& resume_dir
   const std::string manifest = (fs::path(resume_dir) / "manifest.json").string();
   if (!job.overwrite) {
     if (std::optional<ResumeState> prev =
-            resumed_state(read_resume_manifest(manifest), identity, steps, manifest))
-      return *prev;
-    STRATA_CHECK(is_empty_dir(out), "--export_path ", out,
-                 " is not empty and holds no interrupted strata run to resume; remove it, choose "
-                 "another directory, or add --overwrite to replace its contents");
+            resumed_state(read_resume_manifest(manifest), identity, steps, manifest)) {
+      const std::string damage = prev->hidden_file.empty() ? "" : check_hidden(*prev);
+      if (damage.empty()) return *prev;
+      // Only the latest hidden states are kept, so no later step can be resumed; and a shard
+      // that spans the head and later steps may already be renamed complete. Starting over is
+      // the point every step's bytes are known to come from.
+      log_warn((fs::path(resume_dir) / prev->hidden_file).string(), " ", damage,
+               ": the resume state is damaged and not trusted; starting the run over");
+    } else if (std::optional<std::map<std::string, std::string>> done =
+                   read_run_record((fs::path(out) / kRunRecordName).string())) {
+      const std::string changed = identity_changes(*done, identity);
+      STRATA_CHECK(changed.empty(), "--export_path ", out,
+                   " holds the finished export of another job (changed: ", changed,
+                   "); add --overwrite to replace it, or choose another --export_path");
+      fs::remove_all(resume_dir, ec);  // what a kill after the manifest's removal left
+      return std::nullopt;
+    } else {
+      STRATA_CHECK(is_empty_dir(out), "--export_path ", out,
+                   " is not empty and holds no interrupted strata run to resume; remove it, "
+                   "choose another directory, or add --overwrite to replace its contents");
+    }
   }
   // Fresh: the manifest goes first, so that the output directory never holds files that no
   // manifest accounts for.
@@ -448,9 +471,25 @@ void QuantizeRun::prepare_resume() {
                               " max_shard_bytes=", job.max_shard_bytes,
                               job.exact_mxfp4 ? " exact_mxfp4" : "", on_gpu ? " device=cuda" : ""),
                           job.version);
-  // Rank 0 decides between a fresh and a resumed run; the other ranks then take its manifest.
-  if (lead) state = prepare_output(job, resume_dir, identity, plan.num_layers + 2);
+  // The hidden file a manifest names, checked against this run's layout and the manifest's
+  // checksums.
+  auto check_hidden = [this](const ResumeState& s) {
+    const int64_t hidden = fwd ? fwd->hidden_size() : config.hidden_size;
+    const ActivationStore layout(micro.tokens, hidden,
+                                 fopts.bf16_between_layers ? DType::kBF16 : DType::kF32, true,
+                                 offload);
+    return layout.check((fs::path(resume_dir) / s.hidden_file).string(), s.hidden_sums);
+  };
+  // Rank 0 decides between a fresh run, a resumed one and a finished export; the other ranks
+  // then take its decision and its manifest.
+  std::optional<ResumeState> decided;
+  if (lead) decided = prepare_output(job, resume_dir, identity, plan.num_layers + 2, check_hidden);
+  uint8_t finished = lead && !decided ? 1 : 0;
   comm.barrier();
+  comm.broadcast(&finished, 1, 0);
+  result.already_complete = finished != 0;
+  if (result.already_complete) return;
+  if (lead) state = *decided;
   if (!lead) state = agree_resume_state(comm, manifest, identity);
 }
 
@@ -530,6 +569,15 @@ void QuantizeRun::commit(int64_t next, const std::string& hidden_path,
   } lap{timer, commit_time};
   exporter->sync();
   comm.barrier();  // every rank's part of the step is durable
+  // The hidden file's checksums: each rank computed those of its micro-batches as it wrote them
+  // (0 for the others'), so that their sum holds every one.
+  std::vector<uint64_t> sums;
+  if (!hidden_path.empty()) {
+    STRATA_ASSERT(!store->spilled() || store->input_path() == hidden_path, "hidden file ",
+                  hidden_path, " is not the store's inputs");
+    sums.assign(store->input_sums().begin(), store->input_sums().end());
+    comm.allreduce_sum(sums.data(), sums.size());
+  }
   if (!lead) {
     state.next_step = next;
     exporter->publish();
@@ -538,6 +586,7 @@ void QuantizeRun::commit(int64_t next, const std::string& hidden_path,
   }
   const std::string old_hidden = state.hidden_file;
   state.hidden_file = hidden_path.empty() ? "" : manifest_name(hidden_path, resume_dir);
+  state.hidden_sums.assign(sums.begin(), sums.end());
   state.next_step = next;
   state.layers = result.layers;
   write_resume_manifest(manifest, state);
@@ -679,7 +728,10 @@ void QuantizeRun::finish() {
   if (lead) {
     std::error_code ec;
     result.files = exporter->finish();
-    // The manifest goes first: once it is gone the export is complete.
+    // The run record comes last, synced: a re-run of this command then has nothing to do.
+    write_run_record((fs::path(job.export_path) / kRunRecordName).string(), identity);
+    result.files.push_back(kRunRecordName);
+    // Then the manifest: once it is gone the export is complete.
     fs::remove(manifest, ec);
     fs::remove_all(resume_dir, ec);
   }
@@ -701,6 +753,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   run.calibration_data();
   run.plan_memory();
   run.prepare_resume();
+  if (result.already_complete) return result;  // the same run finished before: nothing to do
   run.open_exporter();
   run.start_gpu_early();
   run.log_resume();

@@ -104,6 +104,9 @@ struct QuantizeResult {
   std::vector<LayerReport> layers;
   std::vector<std::string> files;
   bool calibrated = false;  // false for weight-only streaming conversions
+  // --export_path already held the finished export of this same run (its run record,
+  // engine/resume.h): nothing was done and the rest of the result is empty.
+  bool already_complete = false;
   int64_t resumed_at_step = 0;
   MemoryEstimate memory;
   double seconds = 0.0;

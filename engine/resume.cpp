@@ -81,16 +81,23 @@ std::string identity_changes(const std::map<std::string, std::string>& have,
 std::optional<ResumeState> read_resume_manifest(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return std::nullopt;
-  const Json j = json_read_file(path);
+  Json j;
+  try {
+    j = json_read_file(path);
+  } catch (const Error& e) {
+    fail(e.what(), " (a damaged resume manifest); run with --overwrite to start over");
+  }
   ResumeState s;
   try {
-    STRATA_CHECK(j.at("format").get<std::string>() == "strata-resume-1", path,
+    STRATA_CHECK(j.at("format").get<std::string>() == "strata-resume-2", path,
                  ": not a strata resume manifest of this version; run with --overwrite");
     for (const auto& [k, v] : j.at("identity").items())
       s.identity[k] = v.get<std::string>();
     s.steps = j.at("steps").get<int64_t>();
     s.next_step = j.at("next_step").get<int64_t>();
     s.hidden_file = j.at("hidden_file").get<std::string>();
+    for (const Json& c : j.at("hidden_crc32c"))
+      s.hidden_sums.push_back(c.get<uint32_t>());
     for (const Json& l : j.at("layers")) {
       LayerReport r;
       r.layer = l.at(0).get<int64_t>();
@@ -114,7 +121,7 @@ std::optional<ResumeState> read_resume_manifest(const std::string& path) {
 
 void write_resume_manifest(const std::string& path, const ResumeState& s) {
   Json j = Json::object();
-  j["format"] = "strata-resume-1";
+  j["format"] = "strata-resume-2";
   Json id = Json::object();
   for (const auto& [k, v] : s.identity)
     id[k] = v;
@@ -122,10 +129,46 @@ void write_resume_manifest(const std::string& path, const ResumeState& s) {
   j["steps"] = s.steps;
   j["next_step"] = s.next_step;
   j["hidden_file"] = s.hidden_file;
+  j["hidden_crc32c"] = s.hidden_sums;
   Json layers = Json::array();
   for (const LayerReport& r : s.layers)
     layers.push_back(Json::array({r.layer, r.experts, r.experts_without_tokens}));
   j["layers"] = layers;
+  write_file_atomic(path, j.dump(2) + "\n");
+}
+
+namespace {
+constexpr const char* kRunRecordFormat = "strata-run-1";
+}  // namespace
+
+std::optional<std::map<std::string, std::string>> read_run_record(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  const Json j = json_read_file(path);
+  std::map<std::string, std::string> id;
+  try {
+    STRATA_CHECK(j.at("format").get<std::string>() == kRunRecordFormat, path,
+                 ": not a strata run record of this version; add --overwrite to replace the "
+                 "export, or choose another --export_path");
+    for (const auto& [k, v] : j.at("identity").items())
+      id[k] = v.get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": malformed strata run record (", e.what(),
+         "); add --overwrite to replace the export, or choose another --export_path");
+  }
+  return id;
+}
+
+void write_run_record(const std::string& path, const std::map<std::string, std::string>& identity) {
+  Json j = Json::object();
+  j["format"] = kRunRecordFormat;
+  j["about"] =
+      "the identity of the strata quantize run that wrote this export, one hash per part "
+      "(docs/QUANTIZE.md, Interrupted runs)";
+  Json id = Json::object();
+  for (const auto& [k, v] : identity)
+    id[k] = v;
+  j["identity"] = id;
   write_file_atomic(path, j.dump(2) + "\n");
 }
 

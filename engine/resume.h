@@ -7,7 +7,13 @@
 //                            before the manifest that names it; a spilled run keeps it in
 //                            --offload_folder and the manifest names it by full path
 // The manifest vouches for the output directory: the shards of steps [0, next_step) are on disk
-// and synced (export/modelopt.h: step 0 the head, 1..N the decoder layers, N + 1 the tail).
+// and synced (export/modelopt.h: step 0 the head, 1..N the decoder layers, N + 1 the tail). It
+// records the CRC-32C of each micro-batch of the hidden file it names; a resumed run checks the
+// file against them (and its size and header) before trusting it, and starts over when it fails.
+//
+// A finished export holds its run's identity in kRunRecordName, written last (after the index
+// and config files, synced) and before the resume folder goes: the same command run again finds
+// it and has nothing to do; another command is refused naming the parts that differ.
 //
 // The run's identity is one 64-bit FNV-1a hash per part, so that a refusal can name the part
 // that changed:
@@ -50,6 +56,7 @@ struct ResumeState {
   int64_t steps = 0;
   int64_t next_step = 0;    // steps [0, next_step) are written and synced
   std::string hidden_file;  // in the resume folder; "" when the next inputs are the embeddings
+  std::vector<uint32_t> hidden_sums;  // CRC-32C of each micro-batch of hidden_file
   std::vector<LayerReport> layers;
 };
 
@@ -67,5 +74,13 @@ std::string identity_changes(const std::map<std::string, std::string>& have,
 // std::nullopt when `path` does not exist; throws strata::Error when it is not a manifest.
 std::optional<ResumeState> read_resume_manifest(const std::string& path);
 void write_resume_manifest(const std::string& path, const ResumeState& state);
+
+// The run record of a finished export: `<export_path>/<kRunRecordName>` (export/modelopt.h),
+// {"format", "about", "identity"}; no timestamps: identical runs write identical bytes.
+// The identity it records; std::nullopt when `path` does not exist; throws strata::Error when it
+// is not a run record.
+std::optional<std::map<std::string, std::string>> read_run_record(const std::string& path);
+// Written atomically and synced.
+void write_run_record(const std::string& path, const std::map<std::string, std::string>& identity);
 
 }  // namespace strata

@@ -635,7 +635,7 @@ std::vector<std::string> ModeloptExporter::finish() {
     if (!e.is_regular_file()) continue;
     const std::string n = e.path().filename().string();
     if (n.ends_with(".safetensors") || n == "model.safetensors.index.json" || n == "config.json" ||
-        n == "hf_quant_config.json")
+        n == "hf_quant_config.json" || n == kRunRecordName)
       continue;
     if (n.ends_with(".bin") || n.ends_with(".pt") || n.ends_with(".pth") || n.ends_with(".gguf")) {
       log_warn(ckpt_.dir(), "/", n, ": weights in another format are not copied to the export");

@@ -41,6 +41,10 @@
 
 namespace strata {
 
+// The run record a finished quantize run writes into its export (engine/resume.h). finish()
+// never copies a file of this name from the source checkpoint.
+inline constexpr const char* kRunRecordName = "strata_run.json";
+
 struct ExportOptions {
   uint64_t max_shard_bytes = 5ull << 30;
   std::string producer_version;  // written as the producer's version

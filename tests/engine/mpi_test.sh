@@ -66,6 +66,13 @@ if [ "$mode" != failure ]; then
   for n in 2 3; do
     mpi "$n" "${args[@]}" "${extra[@]}" --export_path "$work/np$n" --log_dir "$work/logs$n" > "$work/np$n.out" 2> "$work/np$n.err" || { cat "$work/np$n.err"; fail "-np $n failed"; }
     same "$work/np$n" "-np $n"
+    if [ "$n" -eq 3 ]; then  # again on the finished export: rank 0 says so, nothing is touched
+      stamps() { (cd "$1" && find . -type f -printf '%p %s %T@\n' | sort); }
+      stamps "$work/np$n" > "$work/np$n.stamps"
+      mpi "$n" "${args[@]}" "${extra[@]}" -q --export_path "$work/np$n" > "$work/again.out" 2>&1 || { cat "$work/again.out"; fail "-np $n: re-run of the finished command failed"; }
+      [ "$(grep -c "already complete" "$work/again.out")" -eq 1 ] || { cat "$work/again.out"; fail "-np $n: re-run did not say already complete once"; }
+      diff "$work/np$n.stamps" <(stamps "$work/np$n") || fail "-np $n: re-run touched the finished export"
+    fi
     grep -q "^wrote " "$work/np$n.out" || fail "-np $n: rank 0 printed no summary"
     [ "$(grep -c "^wrote " "$work/np$n.out")" -eq 1 ] || fail "-np $n: more than one rank printed the summary"
     # Each tensor read by one rank: the ranks' reads add up to one process's.

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,8 @@
 
 #include <unistd.h>
 
+#include "core/crc32c.h"
+#include "core/error.h"
 #include "engine/activation_store.h"
 #include "engine/quantize.h"
 #include "export/plan.h"
@@ -144,6 +147,7 @@ TEST(Parallel, RanksWriteOneProcessesHiddenFile) {
     fs::create_directories(dir / "one");
     fs::create_directories(dir / "ranks");
     std::string one_path, ranks_path;
+    std::vector<uint32_t> one_sums, rank_sums(rows.size(), 0);
     {
       ActivationStore one(rows, H, DType::kBF16, spill, (dir / "one").string());
       one.begin(2);
@@ -154,6 +158,7 @@ TEST(Parallel, RanksWriteOneProcessesHiddenFile) {
         one.write(b, x.data());
       }
       one_path = one.commit((dir / "one").string(), true);
+      one_sums = one.input_sums();
     }
     for (int r = 2; r >= 0; --r) {
       ActivationStore st(rows, H, DType::kBF16, spill, (dir / "ranks").string(),
@@ -167,8 +172,20 @@ TEST(Parallel, RanksWriteOneProcessesHiddenFile) {
         st.write(b, x.data());
       }
       ranks_path = st.commit((dir / "ranks").string(), true);
+      for (size_t b = 0; b < rows.size(); ++b)
+        rank_sums[b] += st.input_sums()[b];  // 0 for another rank's micro-batches
     }
     EXPECT_EQ(slurp(ranks_path), slurp(one_path)) << "spill " << spill;
+    // The checksums: the CRC-32C of each micro-batch's bf16 values (the upper halves of the
+    // exact fp32 values), summed over the ranks the same as one process's.
+    for (size_t b = 0; b < rows.size(); ++b) {
+      std::vector<uint16_t> bf16(static_cast<size_t>(rows[b] * H));
+      for (int64_t i = 0; i < rows[b] * H; ++i)
+        bf16[static_cast<size_t>(i)] =
+            static_cast<uint16_t>(std::bit_cast<uint32_t>(value(b, i)) >> 16);
+      EXPECT_EQ(one_sums[b], crc32c(bf16.data(), bf16.size() * 2)) << b;
+    }
+    EXPECT_EQ(rank_sums, one_sums);
     ActivationStore back(rows, H, DType::kBF16, spill, (dir / "back").string(),
                          owned_batches(FakeRank(1, 2), rows.size()));
     back.load(ranks_path);
@@ -176,6 +193,25 @@ TEST(Parallel, RanksWriteOneProcessesHiddenFile) {
     back.read(3, x.data());
     for (int64_t i = 0; i < rows[3] * H; ++i)
       EXPECT_EQ(x[static_cast<size_t>(i)], value(3, i));
+    // check(): the file as written passes; a flipped byte, a short file, a missing file and
+    // checksums of another count do not.
+    const ActivationStore layout(rows, H, DType::kBF16, true, dir.string());
+    EXPECT_EQ(layout.check(ranks_path, one_sums), "");
+    std::string bytes = slurp(ranks_path);
+    const std::string good = bytes;
+    bytes[bytes.size() - 1] = static_cast<char>(bytes.back() ^ 0x01);
+    std::ofstream(ranks_path, std::ios::binary) << bytes;
+    EXPECT_NE(layout.check(ranks_path, one_sums).find("fails its checksum in micro-batch 4"),
+              std::string::npos);
+    std::ofstream(ranks_path, std::ios::binary) << good.substr(0, good.size() - 2);
+    EXPECT_EQ(
+        layout.check(ranks_path, one_sums),
+        str("is ", good.size() - 2, " bytes, ", good.size(), " expected (truncated or extended)"));
+    std::ofstream(ranks_path, std::ios::binary) << good;
+    EXPECT_NE(layout.check(ranks_path, {1, 2}).find("2 recorded checksums for 5"),
+              std::string::npos);
+    fs::remove(ranks_path);
+    EXPECT_EQ(layout.check(ranks_path, one_sums), "is missing");
   }
   fs::remove_all(dir);
 }

@@ -42,8 +42,16 @@ if [ -z "$extra" ]; then
   n=0
   for f in "$work/out"/* "$work/out_bf16"/*; do
     b=$(basename "$f")
+    [ "$b" != strata_run.json ] || continue  # the run record: compared below
     cmp "$work/out/$b" "$work/out_bf16/$b" || { echo "FAIL: $b differs between the compressed and the bf16 source"; exit 1; }
     n=$((n + 1))
   done
   echo "identical: $((n / 2)) output files of the compressed source and of its bf16 equivalent"
+  # The run records differ in the source's identity alone (another checkpoint, the same job).
+  python3 - "$work/out/strata_run.json" "$work/out_bf16/strata_run.json" << 'EOF2'
+import json, sys
+a, b = (json.load(open(p))["identity"] for p in sys.argv[1:])
+diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+assert diff == ["source"], f"FAIL: the run records differ in {diff}, expected ['source']"
+EOF2
 fi
