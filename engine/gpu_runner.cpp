@@ -1,11 +1,6 @@
 #include "engine/gpu_runner.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <future>
 #include <map>
 #include <memory>
@@ -20,13 +15,13 @@
 #include "engine/gpu_ranks.h"
 #include "engine/memory_plan.h"
 #include "engine/parallel.h"
+#include "engine/weight_quantizer.h"
 #include "io/layer_reader.h"
 
 #if STRATA_WITH_CUDA
 #include "model/cuda/gpu_forward.h"
-#include "model/groups.h"
 #include "ops/cuda/convert.h"
-#include "quant/cuda/quant_cuda.h"
+#include "ops/cuda/cuda_backend.h"
 #endif
 
 namespace strata {
@@ -87,165 +82,6 @@ std::unique_ptr<GpuEarlySetup> gpu_early_setup(const ModelConfig& config, const 
 
 namespace {
 
-// Weight quantization on the device (the default; --gpu_quantize off leaves it to the CPU
-// exporter): layer l's quantized modules encoded from its device blob with quant/cuda
-// (bit-identical to the CPU encoders: the fused group's weight amax for NVFP4's weight_scale_2,
-// the module's own amax for FP8) and copied back for the writer thread, which then only adds the
-// activation scales and writes. It runs on a helper thread with its own stream while layer l's
-// forward computes on the compute stream (both only read the blob), and needs no allocation per
-// layer: the amax slots and one module's outputs (the arena) are reserved up front.
-class DeviceQuantizer {
- public:
-  // Groups every layer's quantized modules (amax slots: one per NVFP4 fused group, one per FP8
-  // module); sizes the arena for the largest module's outputs. Only the modules `take` accepts
-  // (with ranks, the ones this rank writes) are quantized here; so are none of a fused group with
-  // a compressed source (an FP8-block weight in the blob): the CPU exporter decompresses and
-  // quantizes those. The stream is on `device`.
-  DeviceQuantizer(const QuantPlan& plan, int64_t first_layer, int device,
-                  const std::function<bool(const PlannedModule&)>& take)
-      : qs_(device) {
-    layers_.resize(static_cast<size_t>(plan.num_layers));
-    std::vector<std::map<std::string, int> > group_slot(layers_.size());
-    std::set<std::string> compressed_groups;
-    for (const PlannedModule& m : plan.modules) {
-      if (m.source != SourceCompression::kNone) compressed_groups.insert(fused_group_key(m.module));
-    }
-    for (const PlannedModule& m : plan.modules) {
-      if (m.layer < first_layer || m.layer >= plan.num_layers || m.format == QFormat::kNone ||
-          compressed_groups.count(fused_group_key(m.module)) || !take(m))
-        continue;
-      Layer& L = layers_[static_cast<size_t>(m.layer)];
-      const int64_t n = m.shape[0] * m.shape[1];
-      int slot = -1;
-      uint64_t out = 0;
-      switch (m.format) {
-        case QFormat::kNvfp4:
-        case QFormat::kW4A16Nvfp4: {
-          const std::string key = fused_group_key(m.module);
-          auto [it, fresh] = group_slot[static_cast<size_t>(m.layer)].emplace(
-              key, static_cast<int>(L.slots.size()));
-          if (fresh) L.slots.emplace_back();
-          slot = it->second;
-          out = static_cast<uint64_t>(n / 2 + n / 16);
-          break;
-        }
-        case QFormat::kFp8:
-          slot = static_cast<int>(L.slots.size());
-          L.slots.emplace_back();
-          out = static_cast<uint64_t>(n);
-          break;
-        case QFormat::kMxfp8:
-          out = static_cast<uint64_t>(n + n / 32);
-          break;
-        case QFormat::kNone:
-          break;
-      }
-      if (m.format == QFormat::kFp8) L.slots[static_cast<size_t>(slot)].push_back(&m);
-      L.jobs.push_back({&m, slot});
-      arena_bytes_ = std::max(arena_bytes_, out);
-      max_slots_ = std::max(max_slots_, L.slots.size());
-    }
-    // An NVFP4 group's amax covers every planned module of its fused group, quantized or not,
-    // as the CPU exporter's does.
-    for (const PlannedModule& m : plan.modules) {
-      if (m.layer < first_layer || m.layer >= plan.num_layers) continue;
-      const std::map<std::string, int>& g = group_slot[static_cast<size_t>(m.layer)];
-      auto it = g.find(fused_group_key(m.module));
-      if (it != g.end())
-        layers_[static_cast<size_t>(m.layer)].slots[static_cast<size_t>(it->second)].push_back(&m);
-    }
-  }
-  // Device bytes reserve() takes.
-  uint64_t device_bytes() const { return arena_bytes_ + 4 * max_slots_ + 256; }
-  void reserve(gpu::DeviceBudget& budget) {
-    arena_ = gpu::DeviceBuffer(budget, std::max<uint64_t>(arena_bytes_, 1), "weight quantization");
-    slots_ = gpu::DeviceBuffer(budget, 4 * std::max<uint64_t>(max_slots_, 1), "weight amaxes");
-  }
-
-  PrecomputedWeights quantize(int64_t l, const LayerBlob& blob, const uint8_t* dev) {
-    namespace qc = strata::quant::cuda;
-    const Layer& L = layers_[static_cast<size_t>(l)];
-    PrecomputedWeights out;
-    if (L.jobs.empty()) return out;
-    auto weight = [&](const std::string& module) -> const LayerBlob::Item& {
-      auto it = blob.items.find(module + ".weight");
-      STRATA_ASSERT(it != blob.items.end(), "no blob item for ", module);
-      return it->second;
-    };
-    // Every amax slot at once: one copy back for the layer.
-    float* slots = slots_.as<float>();
-    std::vector<float> amax(L.slots.size(), 0.0f);
-    if (!amax.empty()) {
-      strata::cuda::fill_zero(slots, amax.size() * 4, qs_);
-      for (size_t s = 0; s < L.slots.size(); ++s) {
-        for (const PlannedModule* o : L.slots[s]) {
-          const LayerBlob::Item& it = weight(o->module);
-          qc::weight_amax(dev + it.offset, it.dtype, shape_numel(it.shape), slots + s, qs_);
-        }
-      }
-      strata::cuda::copy_to_host(amax.data(), slots, amax.size() * 4, qs_);
-    }
-    uint8_t* arena = arena_.as<uint8_t>();
-    auto fetch = [&](const uint8_t* src, DType dtype, Shape shape) {
-      Tensor t = Tensor::zeros(dtype, std::move(shape));
-      strata::cuda::copy_to_host(t.mutable_bytes(), src, t.nbytes(), qs_);
-      return t;
-    };
-    for (const Job& j : L.jobs) {
-      const PlannedModule& m = *j.module;
-      const LayerBlob::Item& it = weight(m.module);
-      const void* w = dev + it.offset;
-      const int64_t rows = m.shape[0], cols = m.shape[1];
-      const std::string& M = m.module;
-      QuantizedWeight& o = out[M];
-      switch (m.format) {
-        case QFormat::kNvfp4:
-        case QFormat::kW4A16Nvfp4: {
-          uint8_t* packed = arena;
-          uint8_t* scales = arena + rows * cols / 2;
-          const float ws2 = qc::nvfp4_quantize(
-              w, it.dtype, rows, cols, amax[static_cast<size_t>(j.slot)], packed, scales, M, qs_);
-          o.nvfp4 = Nvfp4Weight{fetch(packed, DType::kU8, {rows, cols / 2}),
-                                fetch(scales, DType::kF8E4M3, {rows, cols / 16}),
-                                Tensor::scalar_f32(ws2)};
-          break;
-        }
-        case QFormat::kFp8: {
-          const float ws = qc::fp8_quantize(w, it.dtype, rows * cols,
-                                            amax[static_cast<size_t>(j.slot)], arena, M, qs_);
-          o.fp8 = Fp8Weight{fetch(arena, DType::kF8E4M3, {rows, cols}), Tensor::scalar_f32(ws)};
-          break;
-        }
-        case QFormat::kMxfp8: {
-          uint8_t* scales = arena + rows * cols;
-          qc::mxfp8_quantize(w, it.dtype, rows, cols, arena, scales, M, qs_);
-          o.mxfp8 = Mxfp8Weight{fetch(arena, DType::kF8E4M3, {rows, cols}),
-                                fetch(scales, DType::kU8, {rows, cols / 32})};
-          break;
-        }
-        case QFormat::kNone:
-          break;
-      }
-    }
-    return out;
-  }
-
- private:
-  struct Job {
-    const PlannedModule* module;
-    int slot;  // its amax slot; -1 for MXFP8 (no amax)
-  };
-  struct Layer {
-    std::vector<Job> jobs;                                  // plan order
-    std::vector<std::vector<const PlannedModule*> > slots;  // slot -> the modules of its amax
-  };
-  std::vector<Layer> layers_;
-  uint64_t arena_bytes_ = 0;
-  size_t max_slots_ = 0;
-  gpu::DeviceBuffer arena_, slots_;
-  strata::cuda::Stream qs_;
-};
-
 // The device's placement of the layer loop (engine/layer_loop.h): layer weights in one or two
 // device buffers, read through pinned memory on a helper thread; hidden states on the device, in
 // pinned host memory or in the store's files (engine/memory_plan.h), run chunk by chunk.
@@ -294,7 +130,11 @@ class DevicePlacement : public Placement {
   LayerBlob tail_;
   uint64_t max_blob_ = 0, max_conv_ = 0, attention_cap_ = 0, attention_ = 0;
   int64_t longest_seq_ = 0;
-  std::unique_ptr<DeviceQuantizer> dq_;
+  // Weight quantization on the device (the default; --gpu_quantize off leaves it to the CPU
+  // exporter), on a backend and stream of its own beside the forward (both only read the weights).
+  std::unique_ptr<WeightQuantizer> dq_;
+  gpu::Stream quant_stream_;
+  std::unique_ptr<ops::CudaBackend> quant_;
   GpuMemoryPlan mp_;
   gpu::DeviceBuffer weights_[2], meta_, x_, dstore_, io_[2];
   gpu::PinnedBuffer host_weights_[2], hstore_, stage_;
@@ -385,8 +225,8 @@ void DevicePlacement::plan_memory() {
   // Weights quantized on the device unless --gpu_quantize off (tests compare both with the CPU
   // exporter's bytes).
   if (loop_.gpu.quantize)
-    dq_ = std::make_unique<DeviceQuantizer>(
-        loop_.plan, loop_.first_layer, device_, [&](const PlannedModule& m) {
+    dq_ = std::make_unique<WeightQuantizer>(
+        loop_.plan, loop_.first_layer, [&](const PlannedModule& m) {
           return !comm_ || loop_.exporter.owner_of(m.module + ".weight") == comm_->rank();
         });
   // Two device buffers for layer weights let layer l+1 be copied in while layer l computes;
@@ -398,7 +238,8 @@ void DevicePlacement::plan_memory() {
   mi.max_conv = max_conv_;
   attention_ = f_->attention_bytes(longest_seq_, attention_cap_);
   mi.attention = attention_;
-  mi.quantizer = dq_ ? dq_->device_bytes() : 0;
+  mi.quantizer =
+      dq_ ? dq_->encoded_bytes() + 4 * static_cast<uint64_t>(dq_->max_groups()) + 256 : 0;
   mi.forward_per_token = f_->bytes_per_token();
   mi.hidden_size = H_;
   for (const Batch& b : loop_.batches)
@@ -431,7 +272,12 @@ void DevicePlacement::allocate() {
   host_weights_[1].reserve(max_blob_);
   meta_ = gpu::DeviceBuffer(budget, mp_.meta_bytes, "token positions");
   f_->reserve(mp_.chunk_max, longest_seq_, attention_cap_);
-  if (dq_) dq_->reserve(budget);
+  if (dq_) {
+    quant_ = std::make_unique<ops::CudaBackend>(budget, quant_stream_, ops::CudaBackendOptions{},
+                                                std::max<int64_t>(dq_->max_groups(), 1), 0);
+    quant_->reserve_scratch(std::max<uint64_t>(dq_->encoded_bytes(), 1));
+    quant_->use_for_quantization(device_);
+  }
   const uint64_t chunk_bf16 = static_cast<uint64_t>(mp_.chunk_max * H_) * 2;
   x_ = gpu::DeviceBuffer(budget, chunk_bf16 * 2, "a chunk's hidden states");
   if (mp_.tier == HiddenTier::kDevice) {
@@ -553,12 +399,18 @@ void DevicePlacement::take(int64_t l) {
 
 std::future<PrecomputedWeights> DevicePlacement::quantize(int64_t l) {
   if (!dq_) return {};
-  // On a helper thread (own stream) while the layer's forward runs; both only read the weights.
-  DeviceQuantizer* dq = dq_.get();
+  // On a helper thread while the layer's forward runs.
   const LayerBlob* blob = &blobs_[static_cast<size_t>(l)];
   const uint8_t* dev = dev_weights(l).as<uint8_t>();
-  return std::async(std::launch::async,
-                    [dq, l, blob, dev]() { return dq->quantize(l, *blob, dev); });
+  return std::async(std::launch::async, [this, l, blob, dev]() {
+    return dq_->quantize(l, *quant_, [&](const std::string& module) {
+      auto it = blob->items.find(module + ".weight");
+      STRATA_ASSERT(it != blob->items.end(), "no blob item for ", module);
+      const LayerBlob::Item& item = it->second;
+      return ops::StoredWeight{dev + item.offset, item.dtype, item.shape[0],
+                               shape_numel(item.shape) / item.shape[0]};
+    });
+  });
 }
 
 void DevicePlacement::forward(int64_t l, bool last, MaxCalibrator& calib) {

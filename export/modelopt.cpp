@@ -16,6 +16,7 @@
 #include "io/json.h"
 #include "io/source_weights.h"
 #include "model/groups.h"
+#include "ops/cpu_backend.h"
 #include "quant/fp8.h"
 #include "quant/mxfp4.h"
 #include "quant/mxfp8.h"
@@ -26,14 +27,27 @@ namespace fs = std::filesystem;
 namespace strata {
 namespace {
 
-float weight_amax_of(const Tensor& w) {
-  float m = 0.0f;
-  for (int64_t i = 0; i < w.numel(); ++i) {
-    const float a = std::fabs(w.item_f32(i));
-    if (std::isnan(a)) return NAN;
-    m = std::max(m, a);
-  }
-  return m;
+// The exporter's weight quantization goes through the CPU backend's ops (ops/backend.h), the same
+// ones the device placement calls on the CUDA backend; they keep no state, so the exporter's
+// threads share one backend.
+ops::CpuBackend& host_backend() {
+  static ops::CpuBackend backend(nullptr, nullptr);
+  return backend;
+}
+
+ops::StoredWeight stored(const Tensor& w) {
+  const int64_t rows = w.shape().empty() ? 1 : w.shape()[0];
+  return ops::StoredWeight{w.bytes(), w.dtype(), rows, rows ? w.numel() / rows : 0};
+}
+
+// max |w| over the tensors (NaN when any element is NaN).
+float weight_amax_of(const std::vector<Tensor>& ws) {
+  std::vector<std::vector<ops::StoredWeight>> group(1);
+  for (const Tensor& w : ws)
+    group[0].push_back(stored(w));
+  float a = 0.0f;
+  host_backend().weight_amaxes(group, &a);
+  return a;
 }
 
 // "model.layers.3.self_attn.q_proj" -> "model.layers.3.self_attn."
@@ -471,11 +485,13 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
       std::lock_guard<std::mutex> lock(memo_mu_);
       if (auto it = group_weight_amax_.find(key); it != group_weight_amax_.end()) return it->second;
     }
+    // One weight at a time (a compressed source's is decompressed for this), max-combined as
+    // the backend combines a group.
     float a = 0.0f;
     for (const PlannedModule* o : layer_modules) {
       if (fused_group_key(o->module) != key) continue;
       const float x =
-          o->module == m.module ? weight_amax_of(w) : weight_amax_of(source_weight(o->module));
+          o->module == m.module ? weight_amax_of({w}) : weight_amax_of({source_weight(o->module)});
       a = std::isnan(x) || std::isnan(a) ? NAN : std::max(a, x);
     }
     std::lock_guard<std::mutex> lock(memo_mu_);
@@ -516,7 +532,9 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
         const int mx_max = exact_mxfp4_group_max(m);
         q = mx_max >= 0 ? *mxfp4_to_nvfp4_exact(ckpt_.tensor(M + ".weight_blocks"),
                                                 ckpt_.tensor(M + ".weight_scales"), mx_max)
-                        : nvfp4_quantize(w, group_weight_amax(), M);
+                        : *host_backend()
+                               .quantize_weight(stored(w), m.format, group_weight_amax(), M)
+                               .nvfp4;
       }
       out.emplace_back(M + ".weight", std::move(q.packed));
       out.emplace_back(M + ".weight_scale", std::move(q.block_scale));
@@ -531,7 +549,10 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
       // ModelOpt keeps FP8 weight and input scales per module (vLLM takes the max when it
       // fuses); routed experts share the layer's input scale.
       STRATA_ASSERT(!have_pre || pre->fp8, "precomputed weight of ", M, " is not FP8");
-      Fp8Weight q = have_pre ? *pre->fp8 : fp8_quantize(w, weight_amax_of(w), M);
+      Fp8Weight q =
+          have_pre
+              ? *pre->fp8
+              : *host_backend().quantize_weight(stored(w), m.format, weight_amax_of({w}), M).fp8;
       out.emplace_back(M + ".weight", std::move(q.weight));
       out.emplace_back(M + ".weight_scale", std::move(q.scale));
       const bool expert = routed_expert_index(M) >= 0;
@@ -541,7 +562,9 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
     }
     case QFormat::kMxfp8: {
       STRATA_ASSERT(!have_pre || pre->mxfp8, "precomputed weight of ", M, " is not MXFP8");
-      Mxfp8Weight q = have_pre ? *pre->mxfp8 : mxfp8_quantize(w, M);
+      Mxfp8Weight q = have_pre
+                          ? *pre->mxfp8
+                          : *host_backend().quantize_weight(stored(w), m.format, 0.0f, M).mxfp8;
       out.emplace_back(M + ".weight", std::move(q.weight));
       out.emplace_back(M + ".weight_scale", std::move(q.scale));
       break;

@@ -38,6 +38,7 @@
 #include "quant/fp8.h"
 #include "quant/mxfp8.h"
 #include "quant/nvfp4.h"
+#include "quant/quantized.h"
 
 namespace strata {
 
@@ -53,16 +54,6 @@ struct ExportOptions {
   // bf16 weight like any other source.
   bool exact_mxfp4 = false;
 };
-
-// A weight quantized elsewhere (the GPU engine, --gpu_quantize) in its module's format: the
-// encoders' results (quant/), which the exporter names and writes as it would its own; the
-// activation scales are still made here from the calibration.
-struct QuantizedWeight {
-  std::optional<Nvfp4Weight> nvfp4;  // kNvfp4, kW4A16Nvfp4
-  std::optional<Fp8Weight> fp8;      // kFp8
-  std::optional<Mxfp8Weight> mxfp8;  // kMxfp8
-};
-using PrecomputedWeights = std::map<std::string, QuantizedWeight>;  // per module name
 
 // Per-layer summary for the end-of-run report.
 struct LayerReport {

@@ -28,6 +28,8 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "quant/quantized.h"
+#include "quant/recipe.h"
 
 namespace strata {
 
@@ -96,6 +98,14 @@ struct Tokens {
   const int64_t* seq_start = nullptr;
   const int64_t* seq_bounds_dev = nullptr;
   int64_t n_seqs() const { return static_cast<int64_t>(seq_bounds.size()) - 1; }
+};
+
+// A weight as the checkpoint stores it (BF16, F16 or F32, row-major [rows, cols]), where the
+// backend's memory is: the input of weight quantization.
+struct StoredWeight {
+  const void* data = nullptr;
+  DType dtype = DType::kBF16;
+  int64_t rows = 0, cols = 0;
 };
 
 // Names the part of a layer that the ops issued since the previous mark belong to (the CUDA
@@ -205,6 +215,17 @@ class Backend {
   // produced chosen/weight.
   virtual void moe(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
                    const float* weight, std::span<const Mlp> experts, float* y) = 0;
+
+  // ---- weight quantization (quant/: one encoder per format, bit-identical on both backends) --
+  // out[g] = max |w| over every weight of groups[g] (NaN when any element is NaN): an NVFP4
+  // fused group's shared weight amax, or one FP8 module's own.
+  virtual void weight_amaxes(const std::vector<std::vector<StoredWeight>>& groups, float* out) = 0;
+  // `w` encoded in `format` (kNvfp4 / kW4A16Nvfp4 with its group's amax, kFp8 with its own,
+  // kMxfp8 needs none) as host tensors; throws strata::Error naming `name` as the encoders do.
+  // Both are synchronous and safe to call from another thread than the forward's only on a
+  // backend of their own (the CUDA one then uses its own stream).
+  virtual QuantizedWeight quantize_weight(const StoredWeight& w, QFormat format, float amax,
+                                          std::string_view name) = 0;
 };
 
 // Restores the scratch taken inside a scope when it ends.

@@ -3,9 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "core/error.h"
 #include "ops/ops.h"
+#include "quant/fp8.h"
+#include "quant/mxfp8.h"
+#include "quant/nvfp4.h"
 
 namespace strata {
 
@@ -350,6 +354,54 @@ void CpuBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int3
       y[t * H + c] = acc;
     }
   }
+}
+
+// The weight as a tensor the encoders take (a view: the caller keeps the memory).
+static Tensor stored_tensor(const StoredWeight& w) {
+  const size_t bytes = static_cast<size_t>(w.rows * w.cols * dtype_bits(w.dtype) / 8);
+  return Tensor::view(w.dtype, {w.rows, w.cols}, w.data, bytes,
+                      std::shared_ptr<const void>(w.data, [](const void*) {}));
+}
+
+void CpuBackend::weight_amaxes(const std::vector<std::vector<StoredWeight>>& groups, float* out) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    float a = 0.0f;
+    for (const StoredWeight& sw : groups[g]) {
+      const Tensor t = stored_tensor(sw);
+      float x = 0.0f;
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        const float v = std::fabs(t.item_f32(i));
+        if (std::isnan(v)) {
+          x = NAN;
+          break;
+        }
+        x = std::max(x, v);
+      }
+      a = std::isnan(x) || std::isnan(a) ? NAN : std::max(a, x);
+    }
+    out[g] = a;
+  }
+}
+
+QuantizedWeight CpuBackend::quantize_weight(const StoredWeight& w, QFormat format, float amax,
+                                            std::string_view name) {
+  const Tensor t = stored_tensor(w);
+  QuantizedWeight q;
+  switch (format) {
+    case QFormat::kNvfp4:
+    case QFormat::kW4A16Nvfp4:
+      q.nvfp4 = nvfp4_quantize(t, amax, name);
+      break;
+    case QFormat::kFp8:
+      q.fp8 = fp8_quantize(t, amax, name);
+      break;
+    case QFormat::kMxfp8:
+      q.mxfp8 = mxfp8_quantize(t, name);
+      break;
+    case QFormat::kNone:
+      STRATA_ASSERT(false, "quantize_weight of ", name, " in no format");
+  }
+  return q;
 }
 
 }  // namespace strata::ops

@@ -57,6 +57,9 @@ class CpuBackend final : public Backend {
                      int32_t* chosen, float* weight) override;
   void moe(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
            const float* weight, std::span<const Mlp> experts, float* y) override;
+  void weight_amaxes(const std::vector<std::vector<StoredWeight>>& groups, float* out) override;
+  QuantizedWeight quantize_weight(const StoredWeight& w, QFormat format, float amax,
+                                  std::string_view name) override;
 
  private:
   Observer* observer_;

@@ -1,5 +1,7 @@
 #include "ops/cuda/cuda_backend.h"
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -17,6 +19,7 @@
 #include "ops/cuda/parallel_gemm.h"
 #include "ops/cuda/rope.h"
 #include "ops/cuda/routing.h"
+#include "quant/cuda/quant_cuda.h"
 
 namespace strata::ops {
 
@@ -611,6 +614,75 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   cuda::moe_combine(og, pos, weight, T, K, H, y, s);
   span(kCombine);
   release(top);
+}
+
+void CudaBackend::use_for_quantization(int device) {
+  qstream_ = std::make_unique<strata::cuda::Stream>(device);
+}
+
+void CudaBackend::weight_amaxes(const std::vector<std::vector<StoredWeight>>& groups, float* out) {
+  namespace qc = strata::quant::cuda;
+  if (groups.empty()) return;
+  STRATA_ASSERT(qstream_ && static_cast<int64_t>(groups.size()) <= max_slots_,
+                "weight amaxes: ", groups.size(), " groups, ", max_slots_, " slots");
+  cudaSetDevice(qstream_->device());  // the caller may be a helper thread
+  // Every group at once: one copy back.
+  float* slots = slots_dev_.as<float>();
+  strata::cuda::fill_zero(slots, groups.size() * 4, *qstream_);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const StoredWeight& w : groups[g])
+      qc::weight_amax(w.data, w.dtype, w.rows * w.cols, slots + g, *qstream_);
+  }
+  strata::cuda::copy_to_host(out, slots, groups.size() * 4, *qstream_);
+}
+
+QuantizedWeight CudaBackend::quantize_weight(const StoredWeight& w, QFormat format, float amax,
+                                             std::string_view name) {
+  namespace qc = strata::quant::cuda;
+  STRATA_ASSERT(qstream_, "quantize_weight: use_for_quantization first");
+  cudaSetDevice(qstream_->device());
+  const int64_t rows = w.rows, cols = w.cols;
+  uint8_t* arena = scratch_.as<uint8_t>();  // the encoders' outputs, then copied back
+  auto fetch = [&](const uint8_t* src, DType dtype, Shape shape) {
+    Tensor t = Tensor::zeros(dtype, std::move(shape));
+    strata::cuda::copy_to_host(t.mutable_bytes(), src, t.nbytes(), *qstream_);
+    return t;
+  };
+  QuantizedWeight o;
+  switch (format) {
+    case QFormat::kNvfp4:
+    case QFormat::kW4A16Nvfp4: {
+      STRATA_ASSERT(static_cast<uint64_t>(rows * cols / 2 + rows * cols / 16) <= scratch_.bytes(),
+                    "quantize_weight scratch");
+      uint8_t* packed = arena;
+      uint8_t* scales = arena + rows * cols / 2;
+      const float ws2 =
+          qc::nvfp4_quantize(w.data, w.dtype, rows, cols, amax, packed, scales, name, *qstream_);
+      o.nvfp4 =
+          Nvfp4Weight{fetch(packed, DType::kU8, {rows, cols / 2}),
+                      fetch(scales, DType::kF8E4M3, {rows, cols / 16}), Tensor::scalar_f32(ws2)};
+      break;
+    }
+    case QFormat::kFp8: {
+      STRATA_ASSERT(static_cast<uint64_t>(rows * cols) <= scratch_.bytes(),
+                    "quantize_weight scratch");
+      const float ws = qc::fp8_quantize(w.data, w.dtype, rows * cols, amax, arena, name, *qstream_);
+      o.fp8 = Fp8Weight{fetch(arena, DType::kF8E4M3, {rows, cols}), Tensor::scalar_f32(ws)};
+      break;
+    }
+    case QFormat::kMxfp8: {
+      STRATA_ASSERT(static_cast<uint64_t>(rows * cols + rows * cols / 32) <= scratch_.bytes(),
+                    "quantize_weight scratch");
+      uint8_t* scales = arena + rows * cols;
+      qc::mxfp8_quantize(w.data, w.dtype, rows, cols, arena, scales, name, *qstream_);
+      o.mxfp8 = Mxfp8Weight{fetch(arena, DType::kF8E4M3, {rows, cols}),
+                            fetch(scales, DType::kU8, {rows, cols / 32})};
+      break;
+    }
+    case QFormat::kNone:
+      STRATA_ASSERT(false, "quantize_weight of ", name, " in no format");
+  }
+  return o;
 }
 
 }  // namespace strata::ops

@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/device.h"
 #include "core/gpu_memory.h"
 #include "ops/backend.h"
 
@@ -116,6 +117,14 @@ class CudaBackend final : public Backend {
                      int32_t* chosen, float* weight) override;
   void moe(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
            const float* weight, std::span<const Mlp> experts, float* y) override;
+  // Weight quantization runs on a stream of its own (made by use_for_quantization, on the
+  // thread that owns this backend), so that a backend of its own quantizes a layer's weights
+  // beside the forward: the amax slots are the observers' (max_slots), the encoders' outputs go
+  // to the scratch (reserve_scratch: the largest module's).
+  void use_for_quantization(int device);
+  void weight_amaxes(const std::vector<std::vector<StoredWeight>>& groups, float* out) override;
+  QuantizedWeight quantize_weight(const StoredWeight& w, QFormat format, float amax,
+                                  std::string_view name) override;
 
  private:
   struct Profile;
@@ -140,7 +149,8 @@ class CudaBackend final : public Backend {
   const gpu::Stream* stream_ = nullptr;  // null: sizing only
   void* blas_ = nullptr;
   gpu::DeviceBuffer scratch_, slots_dev_, moe_ints_;
-  gpu::PinnedBuffer host_ints_;  // counts [E], offsets [E]
+  std::unique_ptr<strata::cuda::Stream> qstream_;  // weight quantization
+  gpu::PinnedBuffer host_ints_;                    // counts [E], offsets [E]
   uint64_t arena_at_ = 0, high_water_ = 0;
   std::vector<std::vector<std::string>> slot_names_;
   std::vector<int64_t> slot_rows_;

@@ -1,0 +1,86 @@
+#include "engine/weight_quantizer.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "model/groups.h"
+
+namespace strata {
+
+WeightQuantizer::WeightQuantizer(const QuantPlan& plan, int64_t first_layer,
+                                 const std::function<bool(const PlannedModule&)>& take) {
+  layers_.resize(static_cast<size_t>(plan.num_layers));
+  std::vector<std::map<std::string, int> > group_of(layers_.size());
+  std::set<std::string> compressed_groups;
+  for (const PlannedModule& m : plan.modules) {
+    if (m.source != SourceCompression::kNone) compressed_groups.insert(fused_group_key(m.module));
+  }
+  for (const PlannedModule& m : plan.modules) {
+    if (m.layer < first_layer || m.layer >= plan.num_layers || m.format == QFormat::kNone ||
+        compressed_groups.count(fused_group_key(m.module)) || !take(m))
+      continue;
+    Layer& L = layers_[static_cast<size_t>(m.layer)];
+    const uint64_t n = static_cast<uint64_t>(m.shape[0] * m.shape[1]);
+    int group = -1;
+    uint64_t out = 0;
+    switch (m.format) {
+      case QFormat::kNvfp4:
+      case QFormat::kW4A16Nvfp4: {
+        auto [it, fresh] = group_of[static_cast<size_t>(m.layer)].emplace(
+            fused_group_key(m.module), static_cast<int>(L.groups.size()));
+        if (fresh) L.groups.emplace_back();
+        group = it->second;
+        out = n / 2 + n / 16;
+        break;
+      }
+      case QFormat::kFp8:
+        group = static_cast<int>(L.groups.size());
+        L.groups.push_back({&m});
+        out = n;
+        break;
+      case QFormat::kMxfp8:
+        out = n + n / 32;
+        break;
+      case QFormat::kNone:
+        break;
+    }
+    L.jobs.push_back({&m, group});
+    encoded_bytes_ = std::max(encoded_bytes_, out);
+    max_groups_ = std::max(max_groups_, L.groups.size());
+  }
+  // An NVFP4 group's amax covers every planned module of its fused group, quantized here or not,
+  // as the exporter's does.
+  for (const PlannedModule& m : plan.modules) {
+    if (m.layer < first_layer || m.layer >= plan.num_layers) continue;
+    const std::map<std::string, int>& g = group_of[static_cast<size_t>(m.layer)];
+    auto it = g.find(fused_group_key(m.module));
+    if (it != g.end())
+      layers_[static_cast<size_t>(m.layer)].groups[static_cast<size_t>(it->second)].push_back(&m);
+  }
+}
+
+PrecomputedWeights WeightQuantizer::quantize(
+    int64_t l, ops::Backend& backend,
+    const std::function<ops::StoredWeight(const std::string&)>& weight) {
+  const Layer& L = layers_[static_cast<size_t>(l)];
+  PrecomputedWeights out;
+  if (L.jobs.empty()) return out;
+  std::vector<std::vector<ops::StoredWeight> > groups(L.groups.size());
+  for (size_t g = 0; g < L.groups.size(); ++g) {
+    for (const PlannedModule* m : L.groups[g])
+      groups[g].push_back(weight(m->module));
+  }
+  std::vector<float> amax(groups.size(), 0.0f);
+  backend.weight_amaxes(groups, amax.data());
+  for (const Job& j : L.jobs) {
+    const PlannedModule& m = *j.module;
+    out[m.module] =
+        backend.quantize_weight(weight(m.module), m.format,
+                                j.group < 0 ? 0.0f : amax[static_cast<size_t>(j.group)], m.module);
+  }
+  return out;
+}
+
+}  // namespace strata

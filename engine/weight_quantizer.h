@@ -1,0 +1,53 @@
+// Weight quantization of a layer through the op backend (ops/backend.h weight_amaxes,
+// quantize_weight): the device placement quantizes each layer's weights where they already are
+// (--gpu_quantize, on), on a CUDA backend of its own beside the forward, and hands the results to
+// the exporter, which only adds the activation scales and writes (export/modelopt.h
+// PrecomputedWeights). The exporter's own quantization goes through the CPU backend's same ops.
+//
+// Per layer the quantized modules are grouped by their weight amax: one per NVFP4 fused group
+// (its modules share weight_scale_2; the amax covers every planned module of the group, quantized
+// here or not, as the exporter's), one per FP8 module (its own scale); MXFP8 needs none. All of a
+// layer's amaxes are computed in one backend call, then each module is encoded.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "export/plan.h"
+#include "ops/backend.h"
+
+namespace strata {
+
+class WeightQuantizer {
+ public:
+  // The modules of layers [first_layer, plan.num_layers) that `take` accepts (with ranks, those
+  // this rank writes), except any of a fused group with a compressed source, which the exporter
+  // decompresses and quantizes itself.
+  WeightQuantizer(const QuantPlan& plan, int64_t first_layer,
+                  const std::function<bool(const PlannedModule&)>& take);
+  // The most amax groups of one layer, and the largest module's encoded bytes: what the backend
+  // must hold (its amax slots and its scratch).
+  int64_t max_groups() const { return static_cast<int64_t>(max_groups_); }
+  uint64_t encoded_bytes() const { return encoded_bytes_; }
+  // Layer l's modules quantized on `backend`; `weight(module)` is the module's stored weight in
+  // the backend's memory.
+  PrecomputedWeights quantize(int64_t l, ops::Backend& backend,
+                              const std::function<ops::StoredWeight(const std::string&)>& weight);
+
+ private:
+  struct Job {
+    const PlannedModule* module;
+    int group;  // its amax group; -1 for MXFP8 (no amax)
+  };
+  struct Layer {
+    std::vector<Job> jobs;                                   // plan order
+    std::vector<std::vector<const PlannedModule*> > groups;  // group -> the modules of its amax
+  };
+  std::vector<Layer> layers_;
+  uint64_t encoded_bytes_ = 0;
+  size_t max_groups_ = 0;
+};
+
+}  // namespace strata
