@@ -60,6 +60,7 @@ class CudaOps : public ::testing::Test {
     return v;
   }
   std::mt19937& rng() { return rng_; }
+  gpu::DeviceBudget& budget() { return budget_; }
 
  private:
   gpu::DeviceBudget budget_{8ull << 30};

@@ -1,0 +1,134 @@
+// engine/weight_quantizer.h on the CPU backend, against the quant/ encoders called with amaxes
+// this test computes itself: a fused NVFP4 group shares the max |w| of all its planned modules
+// (a module left to another rank included), an FP8 module uses its own, MXFP8 none.
+#include "engine/weight_quantizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "ops/cpu_backend.h"
+#include "quant/fp8.h"
+#include "quant/mxfp8.h"
+#include "quant/nvfp4.h"
+
+namespace strata {
+namespace {
+
+struct Weights {
+  std::map<std::string, std::vector<uint16_t>> bf16;  // per module, [rows, cols]
+  std::map<std::string, float> amax;                  // max |w| of each, from the floats
+};
+
+PlannedModule module(const std::string& name, QFormat f, int64_t layer, int64_t rows,
+                     int64_t cols) {
+  PlannedModule m;
+  m.module = name;
+  m.format = f;
+  m.layer = layer;
+  m.shape = {rows, cols};
+  return m;
+}
+
+Tensor bf16_tensor(const std::vector<uint16_t>& v, int64_t rows, int64_t cols) {
+  Tensor t = Tensor::zeros(DType::kBF16, {rows, cols});
+  std::memcpy(t.mutable_bytes(), v.data(), v.size() * 2);
+  return t;
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.bytes(), b.bytes(), a.nbytes()) == 0;
+}
+
+TEST(WeightQuantizer, GroupsAmaxesAsTheExporterDoes) {
+  const int64_t R = 32, C = 64;
+  QuantPlan plan;
+  plan.num_layers = 2;
+  const std::string p0 = "model.layers.0.", p1 = "model.layers.1.";
+  for (const char* n : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"})
+    plan.modules.push_back(module(p0 + n, QFormat::kNvfp4, 0, R, C));
+  plan.modules.push_back(module(p0 + "self_attn.o_proj", QFormat::kFp8, 0, R, C));
+  plan.modules.push_back(module(p0 + "mlp.down_proj", QFormat::kMxfp8, 0, R, C));
+  plan.modules.push_back(module(p0 + "mlp.gate_proj", QFormat::kNone, 0, R, C));
+  plan.modules.push_back(module(p1 + "self_attn.q_proj", QFormat::kNvfp4, 1, R, C));
+  // Each module's weights scaled differently; q/k/v's max is k_proj's, which is not quantized here.
+  Weights w;
+  std::mt19937 rng(7);
+  float scale = 0.5f;
+  for (const PlannedModule& m : plan.modules) {
+    std::normal_distribution<float> d(0.0f, m.module == p0 + "self_attn.k_proj" ? 40.0f : scale);
+    scale *= 1.7f;
+    std::vector<uint16_t>& v = w.bf16[m.module];
+    float a = 0.0f;
+    for (int64_t i = 0; i < R * C; ++i) {
+      v.push_back(f32_to_bf16(d(rng)));
+      a = std::max(a, std::fabs(bf16_to_f32(v.back())));
+    }
+    w.amax[m.module] = a;
+  }
+  // k_proj is another rank's: not quantized here, still in its group's amax.
+  WeightQuantizer q(plan, 0,
+                    [&](const PlannedModule& m) { return m.module != p0 + "self_attn.k_proj"; });
+  ops::CpuBackend cpu(nullptr, nullptr);
+  auto stored = [&](const std::string& module) {
+    return ops::StoredWeight{w.bf16.at(module).data(), DType::kBF16, R, C};
+  };
+  const PrecomputedWeights out = q.quantize(0, cpu, stored);
+  ASSERT_EQ(out.size(), 4u);  // q, v, o, down (not k: another rank's; not gate: unquantized)
+  ASSERT_GT(w.amax[p0 + "self_attn.k_proj"], w.amax[p0 + "self_attn.v_proj"]);
+  const float qkv = std::max({w.amax[p0 + "self_attn.q_proj"], w.amax[p0 + "self_attn.k_proj"],
+                              w.amax[p0 + "self_attn.v_proj"]});
+  for (const char* n : {"self_attn.q_proj", "self_attn.v_proj"}) {
+    const std::string M = p0 + n;
+    const Nvfp4Weight ref = nvfp4_quantize(bf16_tensor(w.bf16[M], R, C), qkv, M);
+    const QuantizedWeight& got = out.at(M);
+    ASSERT_TRUE(got.nvfp4.has_value()) << M;
+    EXPECT_TRUE(same_bytes(got.nvfp4->packed, ref.packed)) << M;
+    EXPECT_TRUE(same_bytes(got.nvfp4->block_scale, ref.block_scale)) << M;
+    EXPECT_EQ(got.nvfp4->global_scale.item_f32(0), nvfp4_global_scale(qkv)) << M;
+  }
+  const std::string O = p0 + "self_attn.o_proj";
+  const Fp8Weight fo = fp8_quantize(bf16_tensor(w.bf16[O], R, C), w.amax[O], O);
+  ASSERT_TRUE(out.at(O).fp8.has_value());
+  EXPECT_TRUE(same_bytes(out.at(O).fp8->weight, fo.weight));
+  EXPECT_EQ(out.at(O).fp8->scale.item_f32(0), fp8_weight_scale(w.amax[O]));
+  const std::string D = p0 + "mlp.down_proj";
+  const Mxfp8Weight md = mxfp8_quantize(bf16_tensor(w.bf16[D], R, C), D);
+  ASSERT_TRUE(out.at(D).mxfp8.has_value());
+  EXPECT_TRUE(same_bytes(out.at(D).mxfp8->weight, md.weight));
+  EXPECT_TRUE(same_bytes(out.at(D).mxfp8->scale, md.scale));
+  // Layer 1 alone: its own group.
+  const PrecomputedWeights out1 = q.quantize(1, cpu, stored);
+  const std::string Q1 = p1 + "self_attn.q_proj";
+  EXPECT_EQ(out1.at(Q1).nvfp4->global_scale.item_f32(0), nvfp4_global_scale(w.amax[Q1]));
+  EXPECT_EQ(q.max_groups(), 2);  // layer 0: q/k/v and o_proj
+  EXPECT_EQ(q.encoded_bytes(), static_cast<uint64_t>(R * C + R * C / 32));  // MXFP8's
+}
+
+// A NaN anywhere in a group makes its amax NaN, and the encoder refuses it naming the module.
+TEST(WeightQuantizer, NanWeightIsRefusedNamingTheModule) {
+  QuantPlan plan;
+  plan.num_layers = 1;
+  plan.modules.push_back(module("model.layers.0.mlp.up_proj", QFormat::kNvfp4, 0, 16, 16));
+  std::vector<uint16_t> v(256, f32_to_bf16(0.25f));
+  v[100] = f32_to_bf16(NAN);
+  WeightQuantizer q(plan, 0, [](const PlannedModule&) { return true; });
+  ops::CpuBackend cpu(nullptr, nullptr);
+  try {
+    q.quantize(0, cpu, [&](const std::string&) {
+      return ops::StoredWeight{v.data(), DType::kBF16, 16, 16};
+    });
+    FAIL() << "a NaN weight was quantized";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.0.mlp.up_proj"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,80 @@
+// The CUDA backend's weight quantization (weight_amaxes, quantize_weight) against the CPU
+// backend's, byte for byte, on the same bf16 weights; the amaxes also against a max computed here.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/dtype.h"
+#include "ops/cpu_backend.h"
+#include "ops/cuda/cuda_backend.h"
+#include "tests/ops/cuda/cuda_test_util.h"
+
+namespace strata::ops::cuda {
+namespace {
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.bytes(), b.bytes(), a.nbytes()) == 0;
+}
+
+TEST_F(CudaOps, WeightQuantizationIsTheCpuBackends) {
+  const int64_t R = 96, C = 256;
+  std::vector<std::vector<uint16_t>> host;
+  for (float sd : {0.02f, 1.5f, 300.0f}) {
+    std::vector<uint16_t> v;
+    for (float x : normal(static_cast<size_t>(R * C), sd))
+      v.push_back(f32_to_bf16(x));
+    host.push_back(std::move(v));
+  }
+  std::vector<gpu::DeviceBuffer> dev;
+  for (const auto& v : host)
+    dev.push_back(up(v));
+  CudaBackend gpu_be(budget(), s(), CudaBackendOptions{}, 4, 0);
+  gpu_be.reserve_scratch(static_cast<uint64_t>(R * C + R * C / 16));
+  gpu_be.use_for_quantization(0);
+  CpuBackend cpu_be(nullptr, nullptr);
+  auto on = [&](bool device, size_t i) {
+    return StoredWeight{device ? dev[i].data() : static_cast<const void*>(host[i].data()),
+                        DType::kBF16, R, C};
+  };
+  // Groups {0, 1}, {2}, {1, 2, 0}.
+  const std::vector<std::vector<size_t>> groups = {{0, 1}, {2}, {1, 2, 0}};
+  std::vector<std::vector<StoredWeight>> gd, gh;
+  for (const auto& g : groups) {
+    gd.emplace_back();
+    gh.emplace_back();
+    for (size_t i : g) {
+      gd.back().push_back(on(true, i));
+      gh.back().push_back(on(false, i));
+    }
+  }
+  float ad[3], ah[3];
+  gpu_be.weight_amaxes(gd, ad);
+  cpu_be.weight_amaxes(gh, ah);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    float want = 0.0f;
+    for (size_t i : groups[g])
+      for (uint16_t b : host[i])
+        want = std::max(want, std::fabs(bf16_to_f32(b)));
+    EXPECT_EQ(bits_of(ad[g]), bits_of(want)) << g;
+    EXPECT_EQ(bits_of(ah[g]), bits_of(want)) << g;
+  }
+  for (size_t i = 0; i < host.size(); ++i) {
+    const float a = ah[2];
+    const QuantizedWeight n4d = gpu_be.quantize_weight(on(true, i), QFormat::kNvfp4, a, "w");
+    const QuantizedWeight n4h = cpu_be.quantize_weight(on(false, i), QFormat::kNvfp4, a, "w");
+    EXPECT_TRUE(same_bytes(n4d.nvfp4->packed, n4h.nvfp4->packed)) << i;
+    EXPECT_TRUE(same_bytes(n4d.nvfp4->block_scale, n4h.nvfp4->block_scale)) << i;
+    EXPECT_EQ(n4d.nvfp4->global_scale.item_f32(0), n4h.nvfp4->global_scale.item_f32(0)) << i;
+    const QuantizedWeight f8d = gpu_be.quantize_weight(on(true, i), QFormat::kFp8, a, "w");
+    const QuantizedWeight f8h = cpu_be.quantize_weight(on(false, i), QFormat::kFp8, a, "w");
+    EXPECT_TRUE(same_bytes(f8d.fp8->weight, f8h.fp8->weight)) << i;
+    EXPECT_EQ(f8d.fp8->scale.item_f32(0), f8h.fp8->scale.item_f32(0)) << i;
+    const QuantizedWeight mxd = gpu_be.quantize_weight(on(true, i), QFormat::kMxfp8, 0.0f, "w");
+    const QuantizedWeight mxh = cpu_be.quantize_weight(on(false, i), QFormat::kMxfp8, 0.0f, "w");
+    EXPECT_TRUE(same_bytes(mxd.mxfp8->weight, mxh.mxfp8->weight)) << i;
+    EXPECT_TRUE(same_bytes(mxd.mxfp8->scale, mxh.mxfp8->scale)) << i;
+  }
+}
+
+}  // namespace
+}  // namespace strata::ops::cuda
