@@ -1,8 +1,10 @@
 #include "model/cuda/gpu_forward.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/error.h"
+#include "io/source_weights.h"
 #include "model/arch.h"
 #include "model/common.h"
 #include "model/layer.h"
@@ -15,6 +17,17 @@ constexpr uint64_t kAlign = 256;
 constexpr int64_t kFp8Block = 128;  // DeepSeek's FP8 weight blocks (io/source_weights.h)
 uint64_t align_up(uint64_t x) {
   return (x + kAlign - 1) / kAlign * kAlign;
+}
+
+// The INT4 pack-quantized or MXFP4 weight stored for `name` ("<M>.weight", absent as such), if
+// any; the device decompresses those (FP8 blocks are stored under M.weight itself).
+std::optional<SourceWeight> compressed_weight(const Checkpoint& ckpt, const std::string& name) {
+  if (!name.ends_with(".weight") || ckpt.has(name)) return std::nullopt;
+  std::optional<SourceWeight> sw = find_source_weight(ckpt, name.substr(0, name.size() - 7));
+  if (!sw || (sw->compression != SourceCompression::kInt4Pack &&
+              sw->compression != SourceCompression::kMxfp4))
+    return std::nullopt;
+  return sw;
 }
 
 // Tokens of the sizing runs: one sequence, long enough that the scratch's alignment is noise.
@@ -37,6 +50,10 @@ class BlobBinder final : public model::Binder {
   uint64_t used() const { return used_; }
 
   ops::Weight matrix(const std::string& name, const Shape& shape) override {
+    if (!blob_.items.count(name)) {
+      if (std::optional<SourceWeight> sw = compressed_weight(ckpt_, name))
+        return compressed(*sw, shape);
+    }
     const LayerBlob::Item& it = item(name, shape);
     const int64_t n = shape_numel(shape);
     const uint64_t esz = gemm_bf16_ ? 2 : 4;
@@ -93,10 +110,39 @@ class BlobBinder final : public model::Binder {
     return w;
   }
 
-  bool has(const std::string& name) const override { return blob_.items.count(name) > 0; }
-  Shape shape_of(const std::string& name) const override { return blob_.items.at(name).shape; }
+  bool has(const std::string& name) const override {
+    return blob_.items.count(name) > 0 || compressed_weight(ckpt_, name).has_value();
+  }
+  Shape shape_of(const std::string& name) const override {
+    if (!blob_.items.count(name)) {
+      if (std::optional<SourceWeight> sw = compressed_weight(ckpt_, name)) return sw->shape;
+    }
+    return blob_.items.at(name).shape;
+  }
 
  private:
+  // An INT4 pack-quantized or MXFP4 weight, decompressed into the converted weights as the CPU
+  // decompresses it (io/source_weights.h).
+  ops::Weight compressed(const SourceWeight& sw, const Shape& shape) {
+    STRATA_CHECK(sw.shape == shape, ckpt_.dir(), ": '", sw.stored, "' holds ", shape_str(sw.shape),
+                 " but config.json implies ", shape_str(shape));
+    ops::Weight w{nullptr, shape, false};
+    void* dst = alloc(static_cast<uint64_t>(shape_numel(shape)) * (gemm_bf16_ ? 2 : 4));
+    if (!base_) return w;
+    const LayerBlob::Item& v = blob_.items.at(sw.stored);
+    if (sw.compression == SourceCompression::kInt4Pack) {
+      const LayerBlob::Item& sc = blob_.items.at(sw.module + ".weight_scale");
+      ops::cuda::dequant_int4_pack(base_ + v.offset, shape[0], shape[1], sw.group,
+                                   base_ + sc.offset, sc.dtype, dst, gemm_bf16_, stream_.handle());
+    } else {
+      const LayerBlob::Item& sc = blob_.items.at(sw.module + ".weight_scales");
+      ops::cuda::dequant_mxfp4(base_ + v.offset, base_ + sc.offset, shape[0], v.shape[1], dst,
+                               gemm_bf16_, stream_.handle());
+    }
+    w.data = dst;
+    return w;
+  }
+
   const LayerBlob::Item& item(const std::string& name, const Shape& shape) const {
     auto it = blob_.items.find(name);
     STRATA_CHECK(it != blob_.items.end(), ckpt_.dir(), ": tensor '", name,
@@ -127,13 +173,27 @@ class ShapeBinder final : public model::Binder {
  public:
   explicit ShapeBinder(const Checkpoint& ckpt) : ckpt_(ckpt) {}
   ops::Weight matrix(const std::string& name, const Shape& shape) override {
+    if (!ckpt_.has(name)) {
+      if (std::optional<SourceWeight> sw = compressed_weight(ckpt_, name)) {
+        STRATA_CHECK(sw->shape == shape, ckpt_.dir(), ": '", sw->stored, "' holds ",
+                     shape_str(sw->shape), " but config.json implies ", shape_str(shape));
+        return {nullptr, shape, false};
+      }
+    }
     return {nullptr, checked(name, shape), false};
   }
   ops::Weight vector(const std::string& name, const Shape& shape) override {
     return {nullptr, checked(name, shape), true};
   }
-  bool has(const std::string& name) const override { return ckpt_.has(name); }
-  Shape shape_of(const std::string& name) const override { return ckpt_.entry(name).shape; }
+  bool has(const std::string& name) const override {
+    return ckpt_.has(name) || compressed_weight(ckpt_, name).has_value();
+  }
+  Shape shape_of(const std::string& name) const override {
+    if (!ckpt_.has(name)) {
+      if (std::optional<SourceWeight> sw = compressed_weight(ckpt_, name)) return sw->shape;
+    }
+    return ckpt_.entry(name).shape;
+  }
 
  private:
   const Shape& checked(const std::string& name, const Shape& shape) const {
@@ -224,11 +284,12 @@ std::string GpuForward::unsupported(const ModelConfig& config, const Checkpoint&
     if (n.find(".layers.") == std::string::npos) continue;
     const DType t = ckpt.entry(n).dtype;
     if (t == DType::kF32 || t == DType::kF16 || t == DType::kBF16) continue;
-    // DeepSeek FP8 blocks: decompressed on the device (dequant_fp8_block).
-    const std::string m = n.ends_with(".weight") ? n.substr(0, n.size() - 7) : "";
-    if (t == DType::kF8E4M3 && !m.empty() && ckpt.has(m + ".weight_scale_inv")) continue;
+    // Compressed sources (DeepSeek FP8 blocks, INT4 pack-quantized, MXFP4), their values and
+    // companions: decompressed on the device (ops/cuda/convert.h).
+    if (compressed_module_of(ckpt, n) || is_compressed_aux(ckpt, n)) continue;
     return str("tensor '", n, "' has dtype ", dtype_name(t),
-               " (the GPU forward reads F32, F16 and BF16 weights, and DeepSeek FP8 blocks)");
+               " (the GPU forward reads F32, F16 and BF16 weights, DeepSeek FP8 blocks, INT4 "
+               "pack-quantized and MXFP4 weights)");
   }
   // Every layer on the sizing backend: the kernels' limits (head sizes, experts per token,
   // router groups) are checked there.

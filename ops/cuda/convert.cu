@@ -100,6 +100,58 @@ __global__ void k_dequant_fp8_block(const uint8_t* w, int64_t out, int64_t in, i
   }
 }
 
+// Compressed-tensors INT4 pack-quantized (io/source_weights.h decompress_int4_pack): w[r, c] =
+// bf16((nibble c % 8 of word c / 8 of row r, lowest first, minus 8) * scale[r, c / group]), one
+// exact fp32 product rounded to bf16; stored as bf16 bits or as the fp32 value of that bf16.
+__global__ void k_dequant_int4_pack(const uint8_t* packed, int64_t out, int64_t in, int64_t group,
+                                    const void* scale, int scale_dt, void* dst, bool to_bf16) {
+  const int64_t nw = (in + 7) / 8, ng = (in + group - 1) / group;
+  FOR_N(i, out * in) {
+    const int64_t r = i / in, c = i % in;
+    const uint8_t* p = packed + (r * nw + c / 8) * 4;  // little-endian, any alignment
+    const uint32_t word = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+                          (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+    const float q = static_cast<float>(static_cast<int32_t>((word >> (4 * (c % 8))) & 0xFu) - 8);
+    const float sc = load_as_f32(scale, scale_dt, r * ng + c / group);
+    const uint16_t b = f32_bf16_bits(__fmul_rn(q, sc));
+    if (to_bf16) {
+      static_cast<uint16_t*>(dst)[i] = b;
+    } else {
+      static_cast<float*>(dst)[i] = bf16_bits_f32(b);
+    }
+  }
+}
+
+// MXFP4 (io/source_weights.h decompress_mxfp4): w[r, 32 g + j] = bf16(e2m1(code) * 2^(e - 127)),
+// code the low nibble of byte j / 2 of block [r, g] for even j, the high one for odd j; e the
+// block's E8M0 scale (0xFF: NaN; 0: 2^-127, a subnormal). The product is exact.
+__device__ __forceinline__ float e2m1_f32(uint32_t code) {
+  const float m[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float v = m[code & 7u];
+  return (code & 8u) ? -v : v;
+}
+__device__ __forceinline__ float e8m0_f32(uint32_t e) {
+  if (e == 0xFFu) return __uint_as_float(0x7fc00000u);
+  if (e == 0) return __uint_as_float(0x00400000u);  // 2^-127
+  return __uint_as_float(e << 23);
+}
+__global__ void k_dequant_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t out,
+                                int64_t groups, void* dst, bool to_bf16) {
+  const int64_t in = groups * 32;
+  FOR_N(i, out * in) {
+    const int64_t r = i / in, c = i % in, g = c / 32, j = c % 32;
+    const uint8_t byte = blocks[(r * groups + g) * 16 + j / 2];
+    const uint32_t code = (j & 1) ? (byte >> 4) : (byte & 0xFu);
+    const float v = __fmul_rn(e2m1_f32(code), e8m0_f32(scales[r * groups + g]));
+    const uint16_t b = f32_bf16_bits(v);
+    if (to_bf16) {
+      static_cast<uint16_t*>(dst)[i] = b;
+    } else {
+      static_cast<float*>(dst)[i] = bf16_bits_f32(b);
+    }
+  }
+}
+
 }  // namespace
 
 void convert_to_f32(const void* src, DType dtype, float* dst, int64_t n, void* s) {
@@ -118,6 +170,21 @@ void dequant_fp8_block(const uint8_t* w, int64_t out, int64_t in, int64_t block,
   k_dequant_fp8_block<<<blocks_for(out * in), kThreads, 0, st(s)>>>(
       w, out, in, block, scale, dtype_code(scale_dtype), dst, to_bf16);
   launched("dequant_fp8_block");
+}
+void dequant_int4_pack(const uint8_t* packed, int64_t out, int64_t in, int64_t group,
+                       const void* scale, DType scale_dtype, void* dst, bool to_bf16, void* s) {
+  if (out * in == 0) return;
+  STRATA_CHECK(group > 0, "dequant_int4_pack: group ", group, " must be positive");
+  k_dequant_int4_pack<<<blocks_for(out * in), kThreads, 0, st(s)>>>(
+      packed, out, in, group, scale, dtype_code(scale_dtype), dst, to_bf16);
+  launched("dequant_int4_pack");
+}
+void dequant_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t out, int64_t groups,
+                   void* dst, bool to_bf16, void* s) {
+  if (out * groups == 0) return;
+  k_dequant_mxfp4<<<blocks_for(out * groups * 32), kThreads, 0, st(s)>>>(blocks, scales, out,
+                                                                         groups, dst, to_bf16);
+  launched("dequant_mxfp4");
 }
 void cast_bf16(const float* x, uint16_t* y, int64_t n, void* s) {
   if (n == 0) return;

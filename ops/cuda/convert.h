@@ -21,6 +21,18 @@ void convert_to_bf16(const void* src, DType dtype, uint16_t* dst, int64_t n, voi
 void dequant_fp8_block(const uint8_t* w8, int64_t out, int64_t in, int64_t block,
                        const void* scale_inv, DType scale_dtype, void* dst, bool to_bf16,
                        void* stream);
+// A compressed-tensors INT4 pack-quantized weight (8 nibbles to a little-endian int32, lowest
+// first, value nibble - 8; any alignment) [out, ceil(in/8)] with group-wise scales [out,
+// ceil(in/group)] (F32, F16 or BF16), decompressed as the CPU does (io/source_weights.h
+// decompress_int4_pack, bit-identical on every finite result; the CPU refuses a non-finite one, the
+// device writes it): dst [out, in] as dequant_fp8_block's.
+void dequant_int4_pack(const uint8_t* packed, int64_t out, int64_t in, int64_t group,
+                       const void* scale, DType scale_dtype, void* dst, bool to_bf16, void* stream);
+// An MXFP4 weight: blocks U8 [out, groups, 16] (two E2M1 codes a byte, the even element low),
+// scales E8M0 [out, groups]; decompressed as io/source_weights.h decompress_mxfp4 (bit-identical on
+// every finite result): dst [out, 32 * groups] as dequant_fp8_block's.
+void dequant_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t out, int64_t groups,
+                   void* dst, bool to_bf16, void* stream);
 // y[n] = bf16(x[n]): nearest, ties to even, as core/dtype.h f32_to_bf16 for every non-NaN x
 // (infinities and overflow to infinity included). A NaN stays NaN with its sign and the top
 // bits of its payload, made quiet: the top 16 bits of x with bit 6 (the bf16 quiet bit) set.

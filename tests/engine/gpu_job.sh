@@ -43,14 +43,9 @@ t gpu_vs_cpu.qwen3_moe.warp_attention bash $g "$strata" qwen3_moe nvfp4-kv_fp8 f
 t gpu_vs_cpu.qwen3_moe.exporter_quant bash $g "$strata" qwen3_moe nvfp4-kv_fp8 bf16 0.05 --gpu_quantize off
 t gpu_vs_cpu.llama.exporter_quant_fp8 bash $g "$strata" llama fp8-kv_fp8 bf16 0.05 --gpu_quantize off
 t kill_resume_gpu.qwen3_moe bash tests/engine/kill_resume_test.sh "$strata" qwen3_moe 4
-refused() {  # an explicit --device cuda on weights the GPU forward lacks (INT4): exit 1, named
-  "$strata" quantize -q --model tests/fixtures/models/kimi_k25_int4 --export_path /tmp/ds_out \
-    --device cuda 2> /tmp/ds_err
-  local rc=$?
-  cat /tmp/ds_err
-  [ $rc -eq 1 ] && grep -q "the GPU forward reads F32, F16 and BF16 weights" /tmp/ds_err
-}
-t int4_refused refused
+for m in kimi_k25_int4 deepseek_v3_mxfp4; do  # decompressed on the device: the bf16 bytes
+  t "compressed_cuda.$m" bash tests/export/compressed_source_test.sh "$strata" $m nvfp4-kv_fp8 --device cuda
+done
 
 echo "== demo/tiny-moe (256 x 512 tokens, nvfp4_experts_only + fp8 kv)" >> "$tm"
 for dev in cuda cpu; do

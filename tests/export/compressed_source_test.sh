@@ -2,12 +2,20 @@
 # A compressed source (format.md §8) quantized by strata must give the same bytes as its
 # decompressed bf16 equivalent (written by tests/export/decompress_reference.py with the checker's
 # own numpy decompression), and pass the independent consumer-contract checker.
-#   tests/export/compressed_source_test.sh STRATA MODEL RECIPE [--exact_mxfp4]
-# With --exact_mxfp4 the output is not expected to equal the bf16 path (the weights are converted
-# in closed form); the checker then verifies that the NVFP4 export dequantizes to the source
-# exactly.
+#   tests/export/compressed_source_test.sh STRATA MODEL RECIPE [FLAGS...]
+# FLAGS go to both quantize runs (e.g. --device cuda: the device decompresses the source; exit 77
+# without a GPU). With --exact_mxfp4 the output is not expected to equal the bf16 path (the
+# weights are converted in closed form); the checker then verifies that the NVFP4 export
+# dequantizes to the source exactly.
 set -euo pipefail
-strata=$1 model=$2 recipe=$3 extra=${4:-}
+strata=$1 model=$2 recipe=$3
+shift 3
+flags=("$@")
+extra=""
+for f in "${flags[@]}"; do
+  [ "$f" = --exact_mxfp4 ] && extra=exact
+  if [ "$f" = cuda ] && ! nvidia-smi -L >/dev/null 2>&1; then echo "no GPU: skipped"; exit 77; fi
+done
 src=tests/fixtures/models/$model
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -16,7 +24,7 @@ python3 tests/fixtures/tokens_jsonl.py tests/fixtures/models/deepseek_v3/referen
 count=$(wc -l < "$work/tokens.jsonl")
 run() {
   "$strata" quantize -q --model "$1" --recipe "$recipe" --calib_data "$work/tokens.jsonl" --calib_size "$count" \
-    --calib_min_tokens 1 --batch_size 2 --export_path "$2" $extra
+    --calib_min_tokens 1 --batch_size 2 --export_path "$2" "${flags[@]}"
 }
 run "$src" "$work/out"
 python3 tests/export/check_modelopt_export.py "$src" "$work/out"

@@ -1,6 +1,8 @@
-// ops/cuda/convert.h against core/dtype.h's conversions and io/source_weights.h's FP8-block
-// decompression.
+// ops/cuda/convert.h against core/dtype.h's conversions and io/source_weights.h's FP8-block,
+// INT4 pack-quantized and MXFP4 decompressions.
 #include <cmath>
+#include <cstring>
+#include <tuple>
 #include <utility>
 
 #include "core/dtype.h"
@@ -151,6 +153,80 @@ TEST_F(CudaOps, Fp8BlocksDecompressLikeTheCpu) {
       ASSERT_EQ(g16[i], r[i]) << "element " << i << " of [" << out << ", " << in << "]";
       ASSERT_EQ(bits_of(g32[i]), static_cast<uint32_t>(r[i]) << 16) << "element " << i;
     }
+  }
+}
+
+// Every nibble, a width that is not a multiple of 8 (a padded last word) nor of the group, bf16
+// and fp32 scales over several binades; the packed words at an odd byte offset.
+TEST_F(CudaOps, Int4PackDecompressesLikeTheCpu) {
+  std::mt19937 rng(5);
+  for (auto [out, in, group] :
+       {std::tuple<int64_t, int64_t, int64_t>{9, 100, 32}, {4, 64, 128}, {33, 257, 16}}) {
+    const int64_t nw = (in + 7) / 8, ng = (in + group - 1) / group;
+    Tensor packed = Tensor::zeros(DType::kI32, {out, nw});
+    uint32_t* words = reinterpret_cast<uint32_t*>(packed.mutable_data<int32_t>());
+    for (int64_t i = 0; i < out * nw; ++i)
+      words[i] = static_cast<uint32_t>(rng());
+    for (DType sdt : {DType::kBF16, DType::kF32}) {
+      Tensor sc = Tensor::zeros(sdt, {out, ng});
+      std::uniform_real_distribution<float> e(-14.0f, 3.0f);
+      std::vector<uint8_t> hs(sc.nbytes());
+      for (int64_t i = 0; i < out * ng; ++i) {
+        const float v = std::exp2(e(rng)) * (1.0f + static_cast<float>(i % 5) / 7.0f);
+        if (sdt == DType::kBF16) {
+          sc.mutable_data<uint16_t>()[i] = f32_to_bf16(v);
+        } else {
+          sc.mutable_data<float>()[i] = v;
+        }
+      }
+      std::memcpy(hs.data(), sc.bytes(), sc.nbytes());
+      const Tensor ref = decompress_int4_pack(packed, sc, out, in, group, "test");
+      std::vector<uint8_t> hw(1 + packed.nbytes());  // one byte before: misaligned words
+      std::memcpy(hw.data() + 1, packed.bytes(), packed.nbytes());
+      gpu::DeviceBuffer dw = up(hw), ds = up(hs);
+      gpu::DeviceBuffer d16 = buffer(static_cast<uint64_t>(out * in) * 2);
+      gpu::DeviceBuffer d32 = buffer(static_cast<uint64_t>(out * in) * 4);
+      dequant_int4_pack(dw.as<uint8_t>() + 1, out, in, group, ds.data(), sdt, d16.data(), true,
+                        st());
+      dequant_int4_pack(dw.as<uint8_t>() + 1, out, in, group, ds.data(), sdt, d32.data(), false,
+                        st());
+      const auto g16 = down<uint16_t>(d16, static_cast<size_t>(out * in));
+      const auto g32 = down<float>(d32, static_cast<size_t>(out * in));
+      const uint16_t* r = ref.data<uint16_t>();
+      for (int64_t i = 0; i < out * in; ++i) {
+        ASSERT_EQ(g16[i], r[i]) << "element " << i << " of [" << out << ", " << in << "]";
+        ASSERT_EQ(bits_of(g32[i]), static_cast<uint32_t>(r[i]) << 16) << "element " << i;
+      }
+    }
+  }
+}
+
+// Every E2M1 code in both nibbles, E8M0 scales from 2^-127 (a subnormal) to 2^127 where the
+// product stays a finite bf16.
+TEST_F(CudaOps, Mxfp4DecompressesLikeTheCpu) {
+  std::mt19937 rng(9);
+  const int64_t out = 37, groups = 5;
+  Tensor blocks = Tensor::zeros(DType::kU8, {out, groups, 16});
+  Tensor scales = Tensor::zeros(DType::kU8, {out, groups});
+  for (int64_t i = 0; i < out * groups * 16; ++i)
+    blocks.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(rng() & 0xFF);
+  for (int64_t i = 0; i < out * groups; ++i)
+    scales.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(i == 0 ? 0 : rng() % 252);
+  const Tensor ref = decompress_mxfp4(blocks, scales, "test");
+  std::vector<uint8_t> hb(blocks.bytes(), blocks.bytes() + blocks.nbytes());
+  std::vector<uint8_t> hs(scales.bytes(), scales.bytes() + scales.nbytes());
+  gpu::DeviceBuffer db = up(hb), ds = up(hs);
+  const int64_t n = out * groups * 32;
+  gpu::DeviceBuffer d16 = buffer(static_cast<uint64_t>(n) * 2);
+  gpu::DeviceBuffer d32 = buffer(static_cast<uint64_t>(n) * 4);
+  dequant_mxfp4(db.as<uint8_t>(), ds.as<uint8_t>(), out, groups, d16.data(), true, st());
+  dequant_mxfp4(db.as<uint8_t>(), ds.as<uint8_t>(), out, groups, d32.data(), false, st());
+  const auto g16 = down<uint16_t>(d16, static_cast<size_t>(n));
+  const auto g32 = down<float>(d32, static_cast<size_t>(n));
+  const uint16_t* r = ref.data<uint16_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(g16[i], r[i]) << "element " << i;
+    ASSERT_EQ(bits_of(g32[i]), static_cast<uint32_t>(r[i]) << 16) << "element " << i;
   }
 }
 
