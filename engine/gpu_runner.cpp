@@ -226,9 +226,13 @@ void DevicePlacement::plan_memory() {
   // exporter's bytes).
   if (loop_.gpu.quantize)
     dq_ = std::make_unique<WeightQuantizer>(
-        loop_.plan, loop_.first_layer, [&](const PlannedModule& m) {
+        loop_.plan, loop_.first_layer,
+        [&](const PlannedModule& m) {
           return !comm_ || loop_.exporter.owner_of(m.module + ".weight") == comm_->rank();
-        });
+        },
+        // Compressed sources decompressed by the forward are quantized from there, unless
+        // --exact_mxfp4 converts MXFP4 in closed form (the exporter's).
+        !loop_.exact_mxfp4);
   // Two device buffers for layer weights let layer l+1 be copied in while layer l computes;
   // with one, the copy (a layer over the host link, tens of milliseconds) waits for layer l to
   // finish, and the memory of the second goes to larger chunks.
@@ -404,6 +408,8 @@ std::future<PrecomputedWeights> DevicePlacement::quantize(int64_t l) {
   const uint8_t* dev = dev_weights(l).as<uint8_t>();
   return std::async(std::launch::async, [this, l, blob, dev]() {
     return dq_->quantize(l, *quant_, [&](const std::string& module) {
+      // A compressed source's weight as the forward decompressed it, else as stored.
+      if (const ops::StoredWeight* d = f_->decompressed_weight(module + ".weight")) return *d;
       auto it = blob->items.find(module + ".weight");
       STRATA_ASSERT(it != blob->items.end(), "no blob item for ", module);
       const LayerBlob::Item& item = it->second;

@@ -71,7 +71,8 @@ struct GpuLoop {
   uint64_t max_gpu_memory_bytes = 0;  // 0: the device's free memory
   bool host_fits = true;              // the hidden states may be held in (pinned) host memory
   std::string resume_dir;
-  GpuOptions gpu;  // QuantizeJob::gpu (engine/options.h)
+  GpuOptions gpu;            // QuantizeJob::gpu (engine/options.h)
+  bool exact_mxfp4 = false;  // --exact_mxfp4: the exporter converts MXFP4 sources itself
   // Ranks (engine/gpu_ranks.h): null or one rank, the single process. With several, `batches`
   // are this rank's micro-batches, store_ids[i] the store's index of batches[i].
   Comm* comm = nullptr;

@@ -668,8 +668,8 @@ std::unique_ptr<Placement> QuantizeRun::placement() {
     }
     gpu.emplace(GpuLoop{config, ckpt, plan, *store, comm.size() > 1 ? mine : batches, *exporter,
                         first_layer, job.max_gpu_memory_bytes, !result.memory.spilled, resume_dir,
-                        job.gpu, &comm, mine_ids, &result.times, warm.get(), early.get(),
-                        job.test});
+                        job.gpu, job.exact_mxfp4, &comm, mine_ids, &result.times, warm.get(),
+                        early.get(), job.test});
     return make_gpu_placement(*gpu);
   }
   return std::make_unique<HostPlacement>(HostPlacement::Inputs{*fwd, *exporter, ckpt, comm, *store,

@@ -10,12 +10,14 @@
 namespace strata {
 
 WeightQuantizer::WeightQuantizer(const QuantPlan& plan, int64_t first_layer,
-                                 const std::function<bool(const PlannedModule&)>& take) {
+                                 const std::function<bool(const PlannedModule&)>& take,
+                                 bool compressed) {
   layers_.resize(static_cast<size_t>(plan.num_layers));
   std::vector<std::map<std::string, int> > group_of(layers_.size());
   std::set<std::string> compressed_groups;
   for (const PlannedModule& m : plan.modules) {
-    if (m.source != SourceCompression::kNone) compressed_groups.insert(fused_group_key(m.module));
+    if (!compressed && m.source != SourceCompression::kNone)
+      compressed_groups.insert(fused_group_key(m.module));
   }
   for (const PlannedModule& m : plan.modules) {
     if (m.layer < first_layer || m.layer >= plan.num_layers || m.format == QFormat::kNone ||

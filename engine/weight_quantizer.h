@@ -23,10 +23,10 @@ namespace strata {
 class WeightQuantizer {
  public:
   // The modules of layers [first_layer, plan.num_layers) that `take` accepts (with ranks, those
-  // this rank writes), except any of a fused group with a compressed source, which the exporter
-  // decompresses and quantizes itself.
+  // this rank writes); with compressed false, none of a fused group with a compressed source (the
+  // exporter then decompresses and quantizes those itself).
   WeightQuantizer(const QuantPlan& plan, int64_t first_layer,
-                  const std::function<bool(const PlannedModule&)>& take);
+                  const std::function<bool(const PlannedModule&)>& take, bool compressed = true);
   // The most amax groups of one layer, and the largest module's encoded bytes: what the backend
   // must hold (its amax slots and its scratch).
   int64_t max_groups() const { return static_cast<int64_t>(max_groups_); }

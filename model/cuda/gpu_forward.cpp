@@ -1,6 +1,7 @@
 #include "model/cuda/gpu_forward.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 
 #include "core/error.h"
@@ -38,14 +39,17 @@ constexpr int64_t kSizingTokens = 1024;
 // fp32 weights likewise. With base null, only counts the converted bytes.
 class BlobBinder final : public model::Binder {
  public:
+  // decompressed: where each decompressed weight lands (by its "<M>.weight" name), or null.
   BlobBinder(const Checkpoint& ckpt, const LayerBlob& blob, const uint8_t* base,
-             DeviceBuffer* converted, bool gemm_bf16, const Stream& stream)
+             DeviceBuffer* converted, bool gemm_bf16, const Stream& stream,
+             std::map<std::string, ops::StoredWeight>* decompressed = nullptr)
       : ckpt_(ckpt),
         blob_(blob),
         base_(base),
         converted_(converted),
         gemm_bf16_(gemm_bf16),
-        stream_(stream) {}
+        stream_(stream),
+        decompressed_(decompressed) {}
 
   uint64_t used() const { return used_; }
 
@@ -73,6 +77,7 @@ class BlobBinder final : public model::Binder {
       ops::cuda::dequant_fp8_block(base_ + it.offset, shape[0], shape[1], kFp8Block,
                                    base_ + sc->second.offset, sc->second.dtype, dst, gemm_bf16_,
                                    stream_.handle());
+      record(name, dst, shape);
       w.data = dst;
       return w;
     }
@@ -139,8 +144,14 @@ class BlobBinder final : public model::Binder {
       ops::cuda::dequant_mxfp4(base_ + v.offset, base_ + sc.offset, shape[0], v.shape[1], dst,
                                gemm_bf16_, stream_.handle());
     }
+    record(sw.module + ".weight", dst, shape);
     w.data = dst;
     return w;
+  }
+  void record(const std::string& name, const void* dst, const Shape& shape) {
+    if (decompressed_)
+      (*decompressed_)[name] =
+          ops::StoredWeight{dst, gemm_bf16_ ? DType::kBF16 : DType::kF32, shape[0], shape[1]};
   }
 
   const LayerBlob::Item& item(const std::string& name, const Shape& shape) const {
@@ -165,6 +176,7 @@ class BlobBinder final : public model::Binder {
   DeviceBuffer* converted_;
   bool gemm_bf16_;
   const Stream& stream_;
+  std::map<std::string, ops::StoredWeight>* decompressed_;
   uint64_t used_ = 0;
 };
 
@@ -255,6 +267,7 @@ struct GpuForward::Impl {
   Survey survey;
   std::unique_ptr<ops::CudaBackend> be;
   DeviceBuffer converted;
+  std::map<std::string, ops::StoredWeight> decompressed;  // the current layer's, in `converted`
   std::unique_ptr<model::Layer> layer;
   int64_t max_tokens = 0;
 
@@ -273,7 +286,9 @@ struct GpuForward::Impl {
   }
   uint64_t bind(int64_t l, const LayerBlob& blob, const uint8_t* base) {
     layer = family.make_layer(c, l, layer_prefix(model_prefix, l));
-    BlobBinder binder(ckpt, blob, base, &converted, opt.gemm_bf16, stream);
+    if (base) decompressed.clear();
+    BlobBinder binder(ckpt, blob, base, &converted, opt.gemm_bf16, stream,
+                      base ? &decompressed : nullptr);
     layer->bind(binder);
     return binder.used();
   }
@@ -354,6 +369,11 @@ void GpuForward::reserve(int64_t tokens, int64_t longest, uint64_t attention_cap
   if (tokens <= im.max_tokens) return;
   im.be->reserve_scratch(im.survey.bytes_per_token * static_cast<uint64_t>(tokens) + (1ull << 20));
   im.max_tokens = tokens;
+}
+
+const ops::StoredWeight* GpuForward::decompressed_weight(const std::string& name) const {
+  auto it = impl_->decompressed.find(name);
+  return it == impl_->decompressed.end() ? nullptr : &it->second;
 }
 
 void GpuForward::set_layer(int64_t l, const LayerBlob& blob, const void* weights) {

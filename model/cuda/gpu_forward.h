@@ -62,6 +62,10 @@ class GpuForward {
   // Layer l's weights: blob describes the device buffer `weights` (same layout as the host
   // blob), which must stay alive until the next set_layer. Converts what the GEMMs need.
   void set_layer(int64_t l, const LayerBlob& blob, const void* weights);
+  // Where the current layer's compressed weight `name` ("<M>.weight": FP8 blocks, INT4, MXFP4)
+  // was decompressed to (the converted weights, valid until the next set_layer); null when it is
+  // not a decompressed weight.
+  const ops::StoredWeight* decompressed_weight(const std::string& name) const;
   // x [T, H] fp32 on the device, updated in place (rounded to bf16 at the end when round_bf16).
   void forward(const GpuChunk& chunk, float* x, bool round_bf16);
   // The statistics of every forward since the last take (synchronizes the stream).
