@@ -30,6 +30,8 @@
 //   dtypes {<safetensors dtype>: {tensors, elements, bytes}} sorted by name,
 //   estimates {nvfp4|nvfp4_experts_only|fp8: {bytes, quantized_tensors}},
 //   unrecognized [tensor name] sorted,
+//   refused [{tensor, why}]: the stored layouts `strata quantize` refuses (export/plan.h
+//     tensor_layout_refusal), in name order,
 //   source_quant_method (the config's quantization_config.quant_method, or null),
 //   compression {<kind>: {<layout>: {modules, tensors, bytes}}}: how the linear weights of each
 //     kind are stored ("bf16", "fp8_block 128x128", "int4_pack g32", "mxfp4 b32";
@@ -49,6 +51,7 @@
 #include "cli/commands.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "export/plan.h"
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
 #include "io/json.h"
@@ -216,6 +219,7 @@ struct Report {
   uint64_t bytes_on_disk = 0;
   std::array<Tally, kRecipes.size()> estimates{};  // tensors = quantized tensors
   std::vector<std::string> unrecognized;
+  std::vector<std::pair<std::string, std::string>> refused;  // tensor, why quantize refuses it
   std::string quant_method;  // the source's quantization_config.quant_method (JSON), if any
   struct Compression {
     int64_t modules = 0;  // linear modules stored this way
@@ -280,6 +284,8 @@ Report build_report(const std::string& dir) {
     d.params += shape_numel(e.shape);
     d.bytes += bytes;
     if (c.kind == TensorKind::kUnrecognized) r.unrecognized.push_back(name);
+    if (std::string why = tensor_layout_refusal(r.arch, name); !why.empty())
+      r.refused.emplace_back(name, std::move(why));
     // Compression of linear weights, per kind (io/source_weights.h).
     if (c.role == TensorRole::kLinearWeight) {
       std::string module;
@@ -363,6 +369,10 @@ void print_json(const Report& r) {
   }
   j["estimates"] = est;
   j["unrecognized"] = r.unrecognized;
+  Json refused = Json::array();
+  for (const auto& [name, why] : r.refused)
+    refused.push_back({{"tensor", name}, {"why", why}});
+  j["refused"] = refused;
   j["source_quant_method"] = r.quant_method.empty() ? Json(nullptr) : Json::parse(r.quant_method);
   Json comp = Json::object();
   for (const auto& [kind, layouts] : r.compression) {
@@ -451,6 +461,15 @@ void print_human(const Report& r) {
   }
   std::printf("  decompressed one layer at a time as it is read: %zu tensors (--json lists them)\n",
               r.decompress.size());
+
+  if (r.refused.empty()) {
+    std::printf("\nlayouts quantize refuses: none\n");
+  } else {
+    std::printf("\nlayouts quantize refuses: %zu tensors (strata quantize stops on the first)\n",
+                r.refused.size());
+    for (const auto& [name, why] : r.refused)
+      std::printf("  %s\n", why.c_str());
+  }
 
   if (r.unrecognized.empty()) {
     std::printf("\nunrecognized tensors: none\n");

@@ -133,6 +133,22 @@ void check_source_quantization(const ModelConfig& config, const Checkpoint& ckpt
        "mxfp4 sources only");
 }
 
+std::string tensor_layout_refusal(const ArchInfo& arch, const std::string& name) {
+  if (name.ends_with("_blocks") && !name.ends_with(".weight_blocks"))
+    return str("'", name,
+               "' looks like a fused MXFP4 tensor (gpt-oss layout [E, out, in/32, 16]); strata "
+               "reads MXFP4 per module (M.weight_blocks, M.weight_scales) and does not take fused "
+               "expert layouts yet");
+  const TensorClass c = classify_tensor(arch, name);
+  if (c.role != TensorRole::kLinearWeight) return "";
+  for (std::string_view suffix : {".weight", ".weight_packed", ".weight_blocks"}) {
+    if (name.size() > suffix.size() && name.ends_with(suffix)) return "";
+  }
+  return str("linear weight '", name,
+             "' is not a per-module .weight, .weight_packed or .weight_blocks (fused [E, out, in] "
+             "expert layouts are not supported yet)");
+}
+
 QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Recipe& recipe) {
   QuantPlan plan;
   plan.recipe = recipe;
@@ -143,11 +159,8 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
   for (const std::string& name : ckpt.tensor_names()) {
     const TensorClass c = classify_tensor(arch, name);
     const TensorEntry& e = ckpt.entry(name);
-    STRATA_CHECK(!name.ends_with("_blocks") || name.ends_with(".weight_blocks"), ckpt.dir(), ": '",
-                 name,
-                 "' looks like a fused MXFP4 tensor (gpt-oss layout [E, out, in/32, 16]); strata "
-                 "reads MXFP4 per module (M.weight_blocks, M.weight_scales) and does not take "
-                 "fused expert layouts yet");
+    const std::string refused = tensor_layout_refusal(arch, name);
+    STRATA_CHECK(refused.empty(), ckpt.dir(), ": ", refused);
     // The vision tower and projector of a multimodal wrapper are copied unquantized; their
     // linear weights are planned (as excluded) so that exclude_modules lists them (format.md §6).
     const bool tower = (c.kind == TensorKind::kVision || c.kind == TensorKind::kProjector) &&
@@ -158,9 +171,6 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
       if (name.size() > suffix.size() && name.ends_with(suffix))
         module = name.substr(0, name.size() - suffix.size());
     }
-    STRATA_CHECK(!module.empty(), ckpt.dir(), ": linear weight '", name,
-                 "' is not a per-module .weight, .weight_packed or .weight_blocks (fused [E, out, "
-                 "in] expert layouts are not supported yet)");
     const std::optional<SourceWeight> sw = find_source_weight(ckpt, module);
     STRATA_ASSERT(sw.has_value(), "no source weight for ", module);
     PlannedModule m;

@@ -52,4 +52,8 @@ void check_source_quantization(const ModelConfig& config, const Checkpoint& ckpt
 // weight that is not 2-D floating).
 QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Recipe& recipe);
 
+// Why make_plan refuses tensor `name` as it is stored (a layout strata does not read: fused
+// expert tensors, fused MXFP4 blocks), or "" when it takes it; `strata inspect` lists these.
+std::string tensor_layout_refusal(const ArchInfo& arch, const std::string& name);
+
 }  // namespace strata

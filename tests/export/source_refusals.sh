@@ -37,3 +37,17 @@ fi
 grep -qF "'model.layers.1.mlp.experts.gate_up_proj_blocks' looks like a fused MXFP4 tensor" "$work/err" \
   || { cat "$work/err"; echo "FAIL: unclear refusal of fused MXFP4 experts"; exit 1; }
 echo "refused fused: $(cat "$work/err")"
+# inspect lists that layout among the ones quantize refuses, in its report and its JSON.
+"$strata" inspect "$work/fused" > "$work/inspect" \
+  || { cat "$work/inspect"; echo "FAIL: inspect failed on the fused checkpoint"; exit 1; }
+grep -q "^layouts quantize refuses: 1 tensors" "$work/inspect" \
+  && grep -qF "'model.layers.1.mlp.experts.gate_up_proj_blocks' looks like a fused MXFP4 tensor" "$work/inspect" \
+  || { cat "$work/inspect"; echo "FAIL: inspect does not flag the fused MXFP4 experts"; exit 1; }
+"$strata" inspect --json "$work/fused" | python3 -c "
+import json, sys
+r = json.load(sys.stdin)['refused']
+assert [x['tensor'] for x in r] == ['model.layers.1.mlp.experts.gate_up_proj_blocks'], r
+" || { echo "FAIL: inspect --json does not list the fused MXFP4 experts"; exit 1; }
+"$strata" inspect tests/fixtures/models/deepseek_v3_mxfp4 | grep -q "^layouts quantize refuses: none" \
+  || { echo "FAIL: inspect flags a layout of the per-module MXFP4 fixture"; exit 1; }
+echo "inspect flags the fused layout"
