@@ -327,6 +327,14 @@ run_strata() {  # name, extra flags... (RUN_BIN: another strata binary; KEEP_OUT
     R[${name}_compute_s]=$(sed -n 's/.* \([0-9.]*\) s computing.*/\1/p' "$logs/strata_$name.log" | tail -1)
     R[${name}_wait_s]=$(sed -n 's/.*waited \([0-9.]*\) s for weights.*/\1/p' "$logs/strata_$name.log" | tail -1)
     R[${name}_rss_mib]=$(sed -n 's/^peak RSS \([0-9.]*\) MiB.*/\1/p' "$logs/strata_$name.log" | tail -1)
+    # strata's memory bound beside it (docs/QUANTIZE.md "Memory and progress"); a peak above it
+    # is flagged in the notes.
+    R[${name}_bound_mib]=$(sed -n 's/^peak RSS .*; bound \([0-9.]*\) MiB.*/\1/p' "$logs/strata_$name.log" | tail -1)
+    if [ -n "${R[${name}_rss_mib]}" ] && [ -n "${R[${name}_bound_mib]}" ] &&
+      awk -v p="${R[${name}_rss_mib]}" -v b="${R[${name}_bound_mib]}" 'BEGIN { exit !(p > b) }'; then
+      R[${name}_bound_mib]="${R[${name}_bound_mib]} (EXCEEDED)"
+      notes+=("strata $name: peak RSS ${R[${name}_rss_mib]} MiB above its memory bound: $(grep -m1 '^memory bound: ' "$logs/strata_$name.log")")
+    fi
     # Wall time per phase, from the summary's "time ..." and "layers ..." lines.
     R[${name}_phases]=$(sed -n 's/^time //p' "$logs/strata_$name.log" | tail -1)
     R[${name}_layer_phases]=$(sed -n 's/^layers \([0-9.]* s = .*\)/\1/p' "$logs/strata_$name.log" | tail -1)
@@ -397,7 +405,7 @@ frac() {  # flops, seconds -> percent of the measured bf16 matmul rate
     cs=${R[${name}_compute_s]:-}
     if [ -n "$cs" ]; then fr="$(frac "${R[calib_flops]}" "$cs") of bf16 rate over its ${cs} s computing"
     else fr="$(frac "${R[calib_flops]}" "$t") of bf16 rate over the whole wall time"; fi
-    echo "| $label | $t | $(ratio "$t" "${R[read_s]}") | ${R[${name}_gpu_mib]} | own peak ${R[${name}_own_gib]:-?} GiB; waited ${R[${name}_wait_s]:-?} s for weights; $fr; output ${R[${name}_out_gb]:-?} GB; peak RSS ${R[${name}_rss_mib]:-?} MiB; resident before ${R[res_$name]}; x transformers $(ratio "$t" "${R[hf_total_s]:-}") |"
+    echo "| $label | $t | $(ratio "$t" "${R[read_s]}") | ${R[${name}_gpu_mib]} | own peak ${R[${name}_own_gib]:-?} GiB; waited ${R[${name}_wait_s]:-?} s for weights; $fr; output ${R[${name}_out_gb]:-?} GB; peak RSS ${R[${name}_rss_mib]:-?} MiB, bound ${R[${name}_bound_mib]:-?} MiB; resident before ${R[res_$name]}; x transformers $(ratio "$t" "${R[hf_total_s]:-}") |"
   done
   if [ -n "${R[hf_total_s]:-}" ]; then
     echo "| transformers: load onto the GPU | ${R[hf_load_s]:-} | $(ratio "${R[hf_load_s]:-}" "${R[read_s]}") | | resident before ${R[res_hf]:-} |"

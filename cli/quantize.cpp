@@ -2,6 +2,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "core/log.h"
 #include "engine/comm.h"
 #include "engine/quantize.h"
+#include "engine/quantize_steps.h"
 #include "export/modelopt.h"
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
@@ -337,13 +339,23 @@ void print_summary(const QuantizeJob& job, const QuantizeResult& r, const struct
   std::printf("wrote %zu files\n", r.files.size());
   // Wall time per phase (engine/run_times.h): where a slow run spent it.
   std::fputs(r.times.describe().c_str(), stdout);
+  // The bound and the least (docs/QUANTIZE.md "Memory and progress"); the least also as the
+  // --max_cpu_memory_gb that runs: with a margin of 1% (at least 2 MiB) for the baseline's
+  // variation from run to run (a few hundred KiB measured), rounded up to the thousandth.
   const double to_mib = 1.0 / (1024.0 * 1024.0);
-  std::printf("peak RSS %.1f MiB; bound %.1f MiB%s; least %.1f MiB\n",
-              static_cast<double>(ru.ru_maxrss) / 1024.0,
-              static_cast<double>(r.memory.total()) * to_mib,
-              r.memory.spilled ? " (activation store spilled)" : "",
-              static_cast<double>(r.memory.minimum()) * to_mib);
+  const double peak = static_cast<double>(ru.ru_maxrss) * 1024.0;
+  const double least = static_cast<double>(r.memory.minimum());
+  const double least_gb = std::ceil((least + std::max(least / 100.0, 2.0 * 1024.0 * 1024.0)) /
+                                    (1024.0 * 1024.0 * 1024.0) * 1000.0) /
+                          1000.0;
+  std::printf("peak RSS %.1f MiB; bound %.1f MiB%s; least %.1f MiB (--max_cpu_memory_gb %.3f)\n",
+              peak * to_mib, static_cast<double>(r.memory.total()) * to_mib,
+              r.memory.spilled ? " (activation store spilled)" : "", least * to_mib, least_gb);
   std::printf("memory bound: %s\n", r.memory.describe().c_str());
+  if (peak > static_cast<double>(r.memory.total()))
+    log_warn("peak RSS ", human_bytes(peak), " exceeded the memory bound ",
+             human_bytes(static_cast<double>(r.memory.total())),
+             "; please report it with the 'memory bound' line");
   if (ranks > 1) {
     std::printf("ranks: %d; checkpoint bytes read per rank:", ranks);
     uint64_t sum = 0;

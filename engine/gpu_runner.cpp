@@ -42,6 +42,9 @@ std::unique_ptr<GpuEarlySetup> gpu_early_setup(const ModelConfig&, const Checkpo
                                                int64_t, uint64_t, bool, uint64_t) {
   return nullptr;
 }
+uint64_t gpu_layer_blob_bytes(const ModelConfig&, const Checkpoint&, int64_t, int64_t) {
+  return 0;
+}
 std::string gpu_unsupported(const ModelConfig&, const Checkpoint&) {
   return "this strata was built without CUDA";
 }
@@ -55,16 +58,22 @@ std::string gpu_unsupported(const ModelConfig& config, const Checkpoint& ckpt) {
   return gpu::GpuForward::unsupported(config, ckpt);
 }
 
+uint64_t gpu_layer_blob_bytes(const ModelConfig& config, const Checkpoint& ckpt,
+                              int64_t first_layer, int64_t num_layers) {
+  LayerReader reader(ckpt);
+  uint64_t most = 0;
+  for (int64_t l = std::max<int64_t>(first_layer, 0); l < num_layers; ++l)
+    most = std::max(most, reader.plan(gpu::GpuForward::layer_tensors(config, ckpt, l)).bytes);
+  return most;
+}
+
 std::unique_ptr<GpuEarlySetup> gpu_early_setup(const ModelConfig& config, const Checkpoint& ckpt,
                                                int64_t first_layer, int64_t num_layers,
                                                uint64_t store_bytes, bool host_fits,
                                                uint64_t max_gpu_memory_bytes) {
   if (first_layer >= num_layers || cuda_device_count() == 0) return nullptr;
   auto early = std::make_unique<GpuEarlySetup>();
-  LayerReader reader(ckpt);
-  for (int64_t l = std::max<int64_t>(first_layer, 0); l < num_layers; ++l)
-    early->blob_bytes = std::max(
-        early->blob_bytes, reader.plan(gpu::GpuForward::layer_tensors(config, ckpt, l)).bytes);
+  early->blob_bytes = gpu_layer_blob_bytes(config, ckpt, first_layer, num_layers);
   // The hidden states go to pinned host memory when two layers' weights and they exceed the
   // cap (the loop's own choice also counts its working set; a buffer it does not take is freed).
   const bool hidden = host_fits && max_gpu_memory_bytes > 0 &&
@@ -97,6 +106,10 @@ class DevicePlacement : public Placement {
   StepFiles end_step(int64_t next, bool durable) override;
   bool overlap_writer() const override { return true; }
   void finish() override;
+  uint64_t pinned_bytes() const override {
+    return host_weights_[0].bytes() + host_weights_[1].bytes() + stage_.bytes();
+  }
+  uint64_t pinned_hidden_bytes() const override { return hstore_.bytes(); }
 
  private:
   // Setup, in order.
@@ -291,9 +304,9 @@ void DevicePlacement::allocate() {
     io_[1] = gpu::DeviceBuffer(budget, chunk_bf16, "the next chunk's inputs");
   }
   if (mp_.tier == HiddenTier::kPinned) hstore_.reserve(mp_.store_bytes);
-  // kFile: one chunk; else one micro-batch (durable writes, the start).
-  stage_.reserve(mp_.tier == HiddenTier::kFile ? chunk_bf16
-                                               : static_cast<uint64_t>(mp_.largest * H_) * 2);
+  // One micro-batch: the file tier's chunks pass through it a micro-batch at a time; the other
+  // tiers' durable writes and the start.
+  stage_.reserve(static_cast<uint64_t>(mp_.largest * H_) * 2);
 }
 
 void DevicePlacement::upload_positions() {
@@ -458,19 +471,28 @@ void DevicePlacement::forward(int64_t l, bool last, MaxCalibrator& calib) {
       if (!last) d2h_.copy_to_host(host_at(c.token0), io_[j].data(), static_cast<uint64_t>(n) * 2);
       io_free_[j].record(d2h_);
     } else {
+      // Through the stage one micro-batch at a time: the host holds one micro-batch of the
+      // spilled store, as on the CPU path (the memory bound's `pinned`), however large the chunk.
       uint8_t* stage = stage_.data();
-      for (size_t b = c.first; b < c.last; ++b)
-        store.read_raw(sid(b), stage + (mp_.token0[b] - c.token0) * H_ * 2);
-      compute_.copy_to_device(io_[0].data(), stage, static_cast<uint64_t>(n) * 2);
-      compute_.synchronize();  // the next chunk reuses the stage
+      uint8_t* in = io_[0].as<uint8_t>();
+      auto at = [&](size_t b) { return (mp_.token0[b] - c.token0) * H_ * 2; };
+      auto bytes = [&](size_t b) {
+        return static_cast<uint64_t>((mp_.token0[b + 1] - mp_.token0[b]) * H_) * 2;
+      };
+      for (size_t b = c.first; b < c.last; ++b) {
+        store.read_raw(sid(b), stage);
+        compute_.copy_to_device(in + at(b), stage, bytes(b));
+        compute_.synchronize();  // the next micro-batch reuses the stage
+      }
       ops::cuda::bf16_to_f32(io_[0].as<uint16_t>(), xf, n, compute_.handle());
       f_->forward(g, xf, true);
       if (!last) {
         ops::cuda::cast_bf16(xf, io_[0].as<uint16_t>(), n, compute_.handle());
-        compute_.copy_to_host(stage, io_[0].data(), static_cast<uint64_t>(n) * 2);
-        compute_.synchronize();
-        for (size_t b = c.first; b < c.last; ++b)
-          store.write_raw(sid(b), stage + (mp_.token0[b] - c.token0) * H_ * 2);
+        for (size_t b = c.first; b < c.last; ++b) {
+          compute_.copy_to_host(stage, in + at(b), bytes(b));
+          compute_.synchronize();
+          store.write_raw(sid(b), stage);
+        }
       }
     }
   }

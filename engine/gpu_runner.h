@@ -60,6 +60,11 @@ std::unique_ptr<GpuEarlySetup> gpu_early_setup(const ModelConfig& config, const 
                                                uint64_t store_bytes, bool host_fits,
                                                uint64_t max_gpu_memory_bytes);
 
+// The largest of layers [first_layer, num_layers)' weights as the device placement reads them
+// (one pinned blob); 0 without CUDA.
+uint64_t gpu_layer_blob_bytes(const ModelConfig& config, const Checkpoint& ckpt,
+                              int64_t first_layer, int64_t num_layers);
+
 struct GpuLoop {
   const ModelConfig& config;
   const Checkpoint& ckpt;

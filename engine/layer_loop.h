@@ -73,6 +73,10 @@ class Placement {
   virtual bool overlap_writer() const = 0;
   // After the last layer: waits for what is still in flight.
   virtual void finish() {}
+  // Host memory the placement pinned (the memory bound, engine/quantize.h MemoryEstimate): its
+  // layer blobs and staging buffer, and the hidden states it keeps in pinned memory.
+  virtual uint64_t pinned_bytes() const { return 0; }
+  virtual uint64_t pinned_hidden_bytes() const { return 0; }
 };
 
 // The CPU: a layer's weights as fp32 (ModelForward::layer, read on a helper thread, each tensor by

@@ -43,7 +43,8 @@ struct GpuMemoryInputs {
 enum class HiddenTier {
   kDevice,  // the whole store, bf16, on the device
   kPinned,  // in pinned host memory, each chunk copied in and out (overlapped)
-  kFile,    // in the host ActivationStore (spilled files), each chunk staged through one buffer
+  kFile,    // in the host ActivationStore (spilled files), each chunk staged through one
+            // micro-batch buffer a micro-batch at a time
 };
 
 struct PlannedChunk {

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/progress.h"
+#include "core/rss.h"
 #include "engine/activation_store.h"
 #include "engine/gpu_runner.h"
 #include "engine/layer_loop.h"
@@ -23,6 +24,7 @@
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
 #include "model/forward.h"
+#include "ops/ops.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -165,27 +167,40 @@ std::string mib(uint64_t b) {
 
 uint64_t MemoryEstimate::fixed() const {
   const uint64_t copies = calibrated ? 2 : 1;
-  return copies * (layer_weights + layer_source) + quantizer + outside_pages + working + overhead;
+  return baseline + copies * (layer_weights + layer_source) + workers * quantizer + outside_pages +
+         working + threads + pinned + device_context;
 }
 
 uint64_t MemoryEstimate::total() const {
-  return fixed() + activations;
+  return std::max(startup_peak, fixed() + activations);
+}
+
+uint64_t MemoryEstimate::minimum() const {
+  return std::max(startup_peak, fixed() + activations_one);
 }
 
 std::string MemoryEstimate::describe() const {
   const std::string two = calibrated ? "2 x " : "";
-  return str(mib(total()), " = ",
-             calibrated ? str("2 x layer weights ", mib(layer_weights), " fp32 + ")
-                        : std::string("weight-only, no calibration forward: "),
-             two, "layer source pages ", mib(layer_source), " + quantizer temporaries ",
-             mib(quantizer), " + embedding/lm_head pages ", mib(outside_pages),
-             calibrated
-                 ? str(" + activation store ", mib(activations),
+  const std::string weights = on_gpu ? "2 x layer codes from the device " : "2 x layer weights ";
+  return str(
+      mib(total()), " = process baseline ", mib(baseline), " + ",
+      calibrated ? str(weights, mib(layer_weights), on_gpu ? "" : " fp32", " + ")
+                 : std::string("weight-only, no calibration forward: "),
+      two, "layer source pages ", mib(layer_source), " + ", workers, " x quantizer temporaries ",
+      mib(quantizer), " + embedding/lm_head pages ", mib(outside_pages),
+      calibrated ? str(" + activation store ", mib(activations),
                        spilled ? str(" (one micro-batch; all ", mib(activations_all), " spilled)")
                                : std::string(""),
                        " + micro-batch working set ", mib(working))
                  : std::string(""),
-             " + fixed overhead ", mib(overhead));
+      " + threads ", mib(threads),
+      on_gpu ? str(" + pinned buffers ", mib(pinned), " + CUDA context ",
+                   context_measured ? str(mib(device_context), " (measured, + lazy loading)")
+                   : device_context ? str(mib(device_context), " (allowance)")
+                                    : std::string("(measured once it exists)"))
+             : std::string(""),
+      startup_peak > fixed() + activations ? str("; start-up peaked at ", mib(startup_peak))
+                                           : std::string(""));
 }
 
 MemoryEstimate estimate_memory(const QuantPlan& plan, const Checkpoint& ckpt,
@@ -197,7 +212,9 @@ MemoryEstimate estimate_memory(const QuantPlan& plan, const Checkpoint& ckpt,
   const int64_t held =
       expert_ranks > 1 && experts > 0 ? (experts + expert_ranks - 1) / expert_ranks : experts;
   m.calibrated = needs_activations(plan);
-  m.overhead = kMemoryOverheadBytes;
+  m.workers = export_workers();
+  m.threads =
+      kThreadAllowance * (static_cast<uint64_t>(ops::threads()) + m.workers + kHelperThreads);
   std::map<int64_t, std::pair<uint64_t, uint64_t>> layer;  // layer -> (params, source bytes)
   for (const PlannedModule& p : plan.modules) {
     const uint64_t n = static_cast<uint64_t>(p.shape[0] * p.shape[1]);
@@ -283,9 +300,12 @@ std::string describe_plan(const QuantPlan& plan, const Checkpoint& ckpt, const C
   std::vector<int64_t> micro_batches;
   for (int64_t s = 0; s < sequences; s += batch_size)
     micro_batches.push_back(std::min(batch_size, sequences - s) * calib.seq_len);
-  const MemoryEstimate mem =
-      estimate_memory(plan, ckpt, micro_batches, calib.seq_len, hidden_size, true);
-  os << "memory      at most " << mem.describe() << "\n";
+  MemoryEstimate mem = estimate_memory(plan, ckpt, micro_batches, calib.seq_len, hidden_size, true);
+  // This process's own RSS stands for the baseline: a run measures its own, which also holds the
+  // calibration tokens and the forward (and, on the GPU path, the CUDA context).
+  mem.baseline = rss_bytes();
+  mem.startup_peak = peak_rss_bytes();
+  os << "memory      at most " << mem.describe() << " (CPU path; the run measures its baseline)\n";
   if (mem.calibrated)
     os << "            least with the activation store spilled: " << mib(mem.minimum()) << "\n";
   for (const std::string& w : plan.warnings)
@@ -325,6 +345,8 @@ class QuantizeRun {
   void prepare_resume();
   // The exporter, its ranks, and the output cleared of what the manifest does not vouch for.
   void open_exporter();
+  // The baseline measured again now that the exporter exists; the bound held to the cap.
+  void remeasure_baseline();
   // GPU path, single process: the page warmer and the early CUDA setup, started meanwhile.
   void start_gpu_early();
   // "resuming at ..." when the run continues an interrupted one.
@@ -347,6 +369,9 @@ class QuantizeRun {
   void commit(int64_t next, const std::string& hidden_path, const std::string& old_input);
   // Where the layers run: the device, the CPU, or no forward at all (weight-only formats).
   std::unique_ptr<Placement> placement();
+  // The process's RSS and its peak so far into m.baseline and m.startup_peak (core/rss.h), the
+  // larger of theirs and the measured; with ranks the largest over the ranks.
+  void measure_baseline(MemoryEstimate& m);
 
   const QuantizeJob& job;
   const std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
@@ -451,12 +476,34 @@ void QuantizeRun::calibration_data() {
 void QuantizeRun::plan_memory() {
   // Micro-batches: consecutive sequences by index, batch_size at a time.
   micro = group_micro_batches(calibration.sequences, job.batch_size);
-  result.memory = estimate_memory(plan, ckpt, micro.tokens, micro.longest, config.hidden_size,
-                                  fopts.bf16_between_layers, expert_parallel ? comm.size() : 1,
-                                  config.num_experts);
+  MemoryEstimate m = estimate_memory(plan, ckpt, micro.tokens, micro.longest, config.hidden_size,
+                                     fopts.bf16_between_layers, expert_parallel ? comm.size() : 1,
+                                     config.num_experts);
+  // The process as it stands before the heavy work (binary, libraries, threads, the calibration
+  // tokens, the forward); what the run allocates from here on are the estimate's other terms.
+  measure_baseline(m);
+  if (on_gpu) m = with_gpu_host_memory(m, gpu_layer_blob_bytes(config, ckpt, 0, plan.num_layers));
   // Test hook (tests/engine/spill_test.sh): tiny fixtures spill.
-  result.memory =
-      fit_memory_cap(result.memory, job.max_cpu_memory_bytes, job.test.activation_budget);
+  result.memory = fit_memory_cap(m, job.max_cpu_memory_bytes, job.test.activation_budget);
+}
+
+void QuantizeRun::measure_baseline(MemoryEstimate& m) {
+  m.baseline = std::max(m.baseline, rss_bytes());
+  m.startup_peak = std::max(m.startup_peak, peak_rss_bytes());
+  if (comm.size() > 1) {  // the ranks must decide the same spill: the largest of each
+    for (const std::string& r : comm.allgather(str(m.baseline, " ", m.startup_peak))) {
+      std::istringstream is(r);
+      uint64_t base = 0, peak = 0;
+      is >> base >> peak;
+      m.baseline = std::max(m.baseline, base);
+      m.startup_peak = std::max(m.startup_peak, peak);
+    }
+  }
+}
+
+void QuantizeRun::remeasure_baseline() {
+  measure_baseline(result.memory);
+  check_memory_cap(result.memory, job.max_cpu_memory_bytes, "once the exporter exists");
 }
 
 void QuantizeRun::prepare_resume() {
@@ -682,6 +729,13 @@ void QuantizeRun::run_layers() {
   if (first_layer >= plan.num_layers) return;
   progress.emplace("quantize", plan.num_layers - first_layer, "layers", job.progress && lead);
   std::unique_ptr<Placement> where = placement();
+  if (on_gpu) {
+    // The CUDA context and the pinned buffers exist now: the bound takes the context as measured
+    // and is held to the cap again.
+    result.memory = with_measured_context(result.memory, rss_bytes(), where->pinned_bytes(),
+                                          where->pinned_hidden_bytes());
+    check_memory_cap(result.memory, job.max_cpu_memory_bytes, "once the CUDA context exists");
+  }
   phase.lap(on_gpu ? &result.times.device_setup : &result.times.layers);
   LayerLoop loop{
       plan,
@@ -755,6 +809,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   run.prepare_resume();
   if (result.already_complete) return result;  // the same run finished before: nothing to do
   run.open_exporter();
+  run.remeasure_baseline();
   run.start_gpu_early();
   run.log_resume();
   run.start_head();

@@ -59,18 +59,38 @@ struct QuantizeJob {
 };
 
 // Host memory a run needs, an upper bound on its peak RSS (docs/QUANTIZE.md "Memory and
-// progress"); each term is the largest of its kind:
-//   layer_weights   one decoder layer's weights in fp32, x2 when calibrating (the layer computing
-//                   and the one prefetched); with --expert_parallel, this rank's routed experts
-//                   only
+// progress"): the process as measured before the heavy work, plus each host allocation the run
+// makes after that, each term the largest of its kind:
+//   baseline        the process's RSS measured once the calibration data and the forward exist
+//                   (binary, libraries, config, tokens), before the activation store and the
+//                   layers, and measured again once the exporter exists (its tables); the larger,
+//                   and with ranks the largest over the ranks
+//   startup_peak    the peak RSS by then (transients of start-up): no bound is below it
+//   layer_weights   what the host holds of one decoder layer's weights, x2 when calibrating (the
+//                   layer computing and the one prefetched): fp32 on the CPU path; on the GPU
+//                   path the layer's quantized codes coming back from the device (at most 2
+//                   bytes a value); with --expert_parallel, this rank's routed experts only
 //   layer_source    one layer's source pages while they are read (mapped), x2 likewise
 //   quantizer       fp32 temporaries of the largest module while it is quantized (plus its
-//                   bf16 decompression when the source is compressed)
+//                   bf16 decompression when the source is compressed), times the exporter's
+//                   workers (export_workers(): that many modules are quantized at once)
 //   outside_pages   the largest tensor outside the decoder layers (embedding, lm_head) while read
-//   activations     the activation store in memory: every micro-batch, or one when spilled
+//   activations     the activation store in memory: every micro-batch, or one when spilled (on
+//                   the GPU path: the hidden states in pinned host memory, when they go there)
 //   working         one micro-batch's working set (fp32 buffer, layer intermediates, attention)
-//   overhead        the program itself, fixed (measured on the tiny fixtures)
+//   threads         the stacks and allocator arenas of the threads the run starts after the
+//                   baseline: kThreadAllowance for each of the CPU kernels' threads, the
+//                   exporter's workers and kHelperThreads (reader, writer, head, sync)
+//   pinned          GPU path: the pinned buffers of engine/gpu_runner.cpp, two layer blobs and
+//                   the one-micro-batch staging buffer
+//   device_context  GPU path: the CUDA context's and libraries' host memory. Before the context
+//                   exists, kCudaContextAllowance (used to decide whether the store spills);
+//                   once the device placement exists, measured: the RSS then, less the baseline
+//                   and the pinned buffers and hidden states the placement holds, plus
+//                   kCudaLazyLoadingAllowance for the kernels loaded on first use
 struct MemoryEstimate {
+  uint64_t baseline = 0;
+  uint64_t startup_peak = 0;
   uint64_t layer_weights = 0;
   uint64_t layer_source = 0;
   uint64_t quantizer = 0;
@@ -79,25 +99,40 @@ struct MemoryEstimate {
   uint64_t activations_all = 0;  // every micro-batch, in the store's dtype
   uint64_t activations_one = 0;  // the largest micro-batch
   uint64_t working = 0;
-  uint64_t overhead = 0;
+  uint64_t workers = 1;  // modules quantized at once (export_workers())
+  uint64_t threads = 0;
+  uint64_t pinned = 0;
+  uint64_t device_context = 0;
   bool calibrated = false;
   bool spilled = false;
+  bool on_gpu = false;
+  bool context_measured = false;  // device_context is the measured one, not the allowance
+  // max(startup_peak, fixed() + activations).
   uint64_t total() const;
   // Everything but the activation store.
   uint64_t fixed() const;
   // The least a run can take: the store spilled (one micro-batch resident).
-  uint64_t minimum() const { return fixed() + activations_one; }
+  uint64_t minimum() const;
   std::string describe() const;
 };
-inline constexpr uint64_t kMemoryOverheadBytes = 48ull << 20;
+// The CUDA context's host memory assumed before it exists (MemoryEstimate::device_context).
+inline constexpr uint64_t kCudaContextAllowance = 1ull << 30;
+// Added to the measured context: the CUDA runtime loads kernels on their first launch (lazy
+// loading), after the measurement, and their host-side images grow the context.
+inline constexpr uint64_t kCudaLazyLoadingAllowance = 128ull << 20;
+// A thread's stack and allocator arena (MemoryEstimate::threads): about 0.4 MiB measured per
+// CPU kernel thread on the test fixtures, taken as 1 MiB.
+inline constexpr uint64_t kThreadAllowance = 1ull << 20;
+inline constexpr uint64_t kHelperThreads = 4;
 // micro_batch_tokens: tokens per micro-batch (empty when weight-only).
 // expert_ranks > 1: expert parallelism over that many ranks, so that a rank holds only its
-// share of each layer's `experts` routed experts (the largest share).
+// share of each layer's `experts` routed experts (the largest share). baseline and startup_peak
+// are the caller's (measured: core/rss.h); on_gpu and the GPU terms likewise
+// (engine/quantize_steps.h with_gpu_host_memory, with_measured_context).
 MemoryEstimate estimate_memory(const QuantPlan& plan, const Checkpoint& ckpt,
                                const std::vector<int64_t>& micro_batch_tokens, int64_t seq_len,
                                int64_t hidden_size, bool bf16_store, int expert_ranks = 1,
                                int64_t experts = 0);
-
 struct QuantizeResult {
   QuantPlan plan;
   CalibReport calib;

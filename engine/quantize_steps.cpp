@@ -68,17 +68,51 @@ MemoryEstimate fit_memory_cap(MemoryEstimate m, uint64_t cap, std::optional<uint
   MemoryEstimate least = m;
   least.spilled = least.calibrated;
   least.activations = least.activations_one;
+  if (least.on_gpu && !least.context_measured) least.device_context = 0;
   STRATA_CHECK(cap == 0 || least.total() <= cap, "--max_cpu_memory_gb ",
                static_cast<double>(cap) / (1024.0 * 1024.0 * 1024.0), " (", mib(cap),
                ") is below the least this run needs, ", mib(least.total()),
-               least.calibrated ? " with the activation store spilled" : "", ": ", least.describe(),
-               "; raise it, or lower --batch_size or --calib_seq");
-  const uint64_t budget = test_budget ? *test_budget : (cap == 0 ? UINT64_MAX : cap - m.fixed());
+               least.calibrated ? " with the activation store spilled" : "",
+               least.on_gpu && !least.context_measured ? ", before the CUDA context's" : "", ": ",
+               least.describe(), "; raise it, or lower --batch_size or --calib_seq");
+  const uint64_t fixed = m.fixed();
+  const uint64_t budget =
+      test_budget ? *test_budget : (cap == 0 ? UINT64_MAX : (cap > fixed ? cap - fixed : 0));
   if (m.calibrated && m.activations_all > budget) {
     m.spilled = true;
     m.activations = m.activations_one;
   }
   return m;
+}
+
+MemoryEstimate with_gpu_host_memory(MemoryEstimate m, uint64_t blob_bytes) {
+  m.on_gpu = true;
+  m.layer_weights /= 2;  // fp32 -> at most 2 bytes a value of codes and scales
+  m.pinned = 2 * blob_bytes + m.activations_one;
+  m.device_context = kCudaContextAllowance;
+  m.context_measured = false;
+  return m;
+}
+
+MemoryEstimate with_measured_context(MemoryEstimate m, uint64_t rss, uint64_t pinned,
+                                     uint64_t pinned_hidden) {
+  const uint64_t known = m.baseline + pinned + pinned_hidden;
+  m.device_context = (rss > known ? rss - known : 0) + kCudaLazyLoadingAllowance;
+  m.context_measured = true;
+  m.pinned = pinned;
+  m.activations = pinned_hidden;
+  m.activations_one = 0;  // spilled, the stage (in `pinned`) is all the host holds
+  return m;
+}
+
+void check_memory_cap(const MemoryEstimate& m, uint64_t cap, const std::string& when) {
+  MemoryEstimate c = m;
+  if (c.on_gpu && !c.context_measured) c.device_context = 0;
+  STRATA_CHECK(cap == 0 || c.total() <= cap, "--max_cpu_memory_gb ",
+               static_cast<double>(cap) / (1024.0 * 1024.0 * 1024.0), " (", mib(cap),
+               ") is below this run's memory bound ", when, ", ", mib(c.total()),
+               c.on_gpu && !c.context_measured ? " before the CUDA context's" : "", ": ",
+               c.describe(), "; raise it, or lower --batch_size or --calib_seq");
 }
 
 std::optional<ResumeState> resumed_state(const std::optional<ResumeState>& prev,

@@ -37,9 +37,30 @@ MicroBatches group_micro_batches(const std::vector<std::vector<int32_t>>& sequen
                                  int64_t batch_size);
 
 // Fits `m` under --max_cpu_memory_gb (`cap`, 0: none): refuses a cap below the least the run
-// needs (the store spilled); spills the activation store when it does not fit beside the rest
-// (or exceeds `test_budget`, the hidden --test_activation_budget, when given).
+// needs (the store spilled; on the GPU path before the CUDA context is measured, without the
+// context's allowance, which check_memory_cap then adds as measured); spills the activation
+// store when it does not fit beside the rest, the allowance included (or exceeds `test_budget`,
+// the hidden --test_activation_budget, when given).
 MemoryEstimate fit_memory_cap(MemoryEstimate m, uint64_t cap, std::optional<uint64_t> test_budget);
+
+// The GPU path's host memory, before the CUDA context exists (MemoryEstimate): the layer's codes
+// from the device instead of its fp32 weights, two pinned layer blobs of `blob_bytes` and a
+// one-micro-batch pinned stage, and kCudaContextAllowance for the context.
+MemoryEstimate with_gpu_host_memory(MemoryEstimate m, uint64_t blob_bytes);
+
+// Once the device placement exists (its CUDA context, its pinned buffers): `rss` the process's
+// RSS measured then; `pinned` the placement's pinned layer blobs and stage, `pinned_hidden` the
+// hidden states it keeps in pinned host memory (0 when on the device or in files). The context's
+// host memory is what `rss` holds beyond the baseline and those buffers, plus
+// kCudaLazyLoadingAllowance; the hidden states held are the pinned ones (the GPU path's store
+// keeps none in memory).
+MemoryEstimate with_measured_context(MemoryEstimate m, uint64_t rss, uint64_t pinned,
+                                     uint64_t pinned_hidden);
+
+// Refuses a run whose bound (m.total()) exceeds --max_cpu_memory_gb (`cap`, 0: none), `when`
+// naming the moment ("once the exporter exists"); on the GPU path before the context is
+// measured, without its allowance (as fit_memory_cap).
+void check_memory_cap(const MemoryEstimate& m, uint64_t cap, const std::string& when);
 
 // The fresh-or-resumed decision for a manifest read at `manifest` (`prev`, nullopt when none):
 // the state to resume, nullopt for a fresh run; refuses a manifest of another job or of another

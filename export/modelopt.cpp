@@ -417,6 +417,10 @@ const std::vector<std::string>& ModeloptExporter::step_sources(int64_t step) con
   return it == layer_tensors_.end() ? none : it->second;
 }
 
+size_t export_workers() {
+  return std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+}
+
 void ModeloptExporter::write_tensors(const std::vector<std::string>& names,
                                      const MaxCalibrator* calib) {
   // Quantized modules are quantized on up to `workers` threads, a window ahead of the writer;
@@ -433,7 +437,7 @@ void ModeloptExporter::write_tensors(const std::vector<std::string>& names,
         "quantized module outside a calibrated step: ", m->module);
     mods[i] = m;
   }
-  const size_t workers = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+  const size_t workers = export_workers();
   using Outputs = std::vector<std::pair<std::string, Tensor>>;
   std::vector<std::future<Outputs>> pending(names.size());
   size_t launched = 0;

@@ -62,6 +62,10 @@ struct LayerReport {
   int64_t experts_without_tokens = 0;
 };
 
+// The threads ModeloptExporter quantizes modules on, at most this many at once: the hardware's,
+// at most 16.
+size_t export_workers();
+
 class ModeloptExporter {
  public:
   ModeloptExporter(const QuantPlan& plan, const ModelConfig& config, const Checkpoint& ckpt,

@@ -42,6 +42,10 @@ void set_threads(int n) {
   blas_single_threaded();
 }
 
+int threads() {
+  return omp_get_max_threads();
+}
+
 std::vector<float> weight_f32(const Tensor& w) {
   std::vector<float> out(static_cast<size_t>(w.numel()));
   if (w.dtype() == DType::kF32) {

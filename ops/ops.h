@@ -28,6 +28,8 @@ std::vector<float> weight_f32(const Tensor& w);
 // Threads of the CPU kernels (OpenMP regions and OpenBLAS), e.g. cores / ranks per host when
 // ranks share a host (docs/SCALEOUT.md). n >= 1.
 void set_threads(int n);
+// The threads the CPU kernels use (OpenMP's), as set_threads left them.
+int threads();
 
 // y[m, n] = x[m, k] · W[n, k]^T (+ bias[n]); fp32 accumulate. W given as fp32 [n, k].
 // CUDA: ops/cuda/gemm.h gemm (bf16 or fp32 inputs), then elementwise.h add_bias.

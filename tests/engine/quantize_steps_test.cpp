@@ -62,7 +62,7 @@ MemoryEstimate calibrated_estimate() {
   m.quantizer = 5;
   m.outside_pages = 3;
   m.working = 2;
-  m.overhead = 0;
+  m.baseline = 0;
   m.activations_all = 1000;
   m.activations_one = 300;
   m.activations = 1000;
@@ -116,6 +116,108 @@ TEST(FitMemoryCap, RefusesACapBelowTheLeast) {
   } catch (const Error& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("below the least this run needs, 120 B: "), std::string::npos) << what;
+  }
+}
+
+TEST(MemoryEstimate, CountsTheMeasuredBaselineAndTheStartUpPeak) {
+  // A baseline of 70 adds to every term: fixed 300, total 1300, least 300 + 300 = 600.
+  MemoryEstimate m = calibrated_estimate();
+  m.baseline = 70;
+  EXPECT_EQ(m.fixed(), 300u);
+  EXPECT_EQ(m.total(), 1300u);
+  EXPECT_EQ(m.minimum(), 600u);
+  EXPECT_NE(m.describe().find("process baseline 70 B"), std::string::npos) << m.describe();
+  // A start-up that peaked above the rest is the bound: never below what was already reached.
+  m.startup_peak = 2000;
+  EXPECT_EQ(m.total(), 2000u);
+  EXPECT_EQ(m.minimum(), 2000u);
+  EXPECT_NE(m.describe().find("start-up peaked at 1.95 KiB"), std::string::npos) << m.describe();
+  // Three exporter workers quantize three modules at once: 3 x 5 instead of 5; threads 8 more:
+  // fixed 300 + 10 + 8 = 318.
+  m.startup_peak = 0;
+  m.workers = 3;
+  m.threads = 8;
+  EXPECT_EQ(m.fixed(), 318u);
+  EXPECT_NE(m.describe().find("3 x quantizer temporaries 5 B"), std::string::npos) << m.describe();
+}
+
+// The GPU path before the context: codes at half the fp32 weights (50), pinned = 2 x 40 blob +
+// one micro-batch 300 = 380, the allowance: fixed = 2 x (50 + 10) + 5 + 3 + 2 + 380 + allowance =
+// 510 + allowance. The least checked up front leaves the allowance out: 510 + 300 = 810.
+TEST(FitMemoryCap, GpuPathCountsPinnedBuffersAndTheContextAllowance) {
+  const MemoryEstimate g = with_gpu_host_memory(calibrated_estimate(), 40);
+  EXPECT_EQ(g.layer_weights, 50u);
+  EXPECT_EQ(g.pinned, 380u);
+  EXPECT_EQ(g.device_context, kCudaContextAllowance);
+  EXPECT_EQ(g.fixed(), 510u + kCudaContextAllowance);
+  // cap 810: accepted, and spilled (the allowance leaves the store no room).
+  EXPECT_TRUE(fit_memory_cap(g, 810, std::nullopt).spilled);
+  // No cap: the store stays (pinned host memory or the device).
+  EXPECT_FALSE(fit_memory_cap(g, 0, std::nullopt).spilled);
+  try {
+    fit_memory_cap(g, 809, std::nullopt);
+    FAIL() << "a cap of 809 bytes below the least before the context, 810, was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("below the least this run needs, 810 B with the activation store spilled, "
+                        "before the CUDA context's"),
+              std::string::npos)
+        << what;
+  }
+}
+
+// Once the placement exists: RSS 5000 measured, baseline 70, pinned blobs and stage 150; L the
+// lazy-loading allowance. Hidden states on the device: context = 5000 - 70 - 150 + L = 4780 + L;
+// total = 70 + 2 x (50 + 10) + 5 + 3 + 2 + 150 + 4780 + L = 5130 + L = the RSS measured + the
+// terms still to come (120 + 10) + L. Hidden states pinned (1000): context 3780 + L, the same
+// total; least without them 4130 + L.
+TEST(FitMemoryCap, GpuPathTakesTheMeasuredContext) {
+  const uint64_t L = kCudaLazyLoadingAllowance;
+  MemoryEstimate g = with_gpu_host_memory(calibrated_estimate(), 40);
+  g.baseline = 70;
+  const MemoryEstimate dev = with_measured_context(g, 5000, 150, 0);
+  EXPECT_TRUE(dev.context_measured);
+  EXPECT_EQ(dev.device_context, 4780u + L);
+  EXPECT_EQ(dev.total(), 5130u + L);
+  EXPECT_EQ(dev.minimum(), 5130u + L);
+  EXPECT_NE(dev.describe().find(" (measured, + lazy loading)"), std::string::npos)
+      << dev.describe();
+  const MemoryEstimate pinned = with_measured_context(g, 5000, 150, 1000);
+  EXPECT_EQ(pinned.device_context, 3780u + L);
+  EXPECT_EQ(pinned.total(), 5130u + L);
+  EXPECT_EQ(pinned.minimum(), 4130u + L);
+  // An RSS below what is known (the buffers not yet resident) gives no negative context.
+  EXPECT_EQ(with_measured_context(g, 100, 150, 0).device_context, L);
+  check_memory_cap(dev, 5130 + L, "once the CUDA context exists");
+  check_memory_cap(dev, 0, "once the CUDA context exists");
+  try {
+    check_memory_cap(dev, 5129 + L, "once the CUDA context exists");
+    FAIL() << "a cap of 1 byte below the measured bound was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("is below this run's memory bound once the CUDA context exists, " +
+                        human_bytes(static_cast<double>(5130 + L))),
+              std::string::npos)
+        << what;
+  }
+}
+
+TEST(FitMemoryCap, CheckBeforeTheContextLeavesTheAllowanceOut) {
+  // Spilled under a cap of 810: 510 + 300 (one micro-batch) + the allowance; the check before
+  // the context holds 810 to the cap.
+  const MemoryEstimate g =
+      fit_memory_cap(with_gpu_host_memory(calibrated_estimate(), 40), 810, std::nullopt);
+  ASSERT_TRUE(g.spilled);
+  check_memory_cap(g, 810, "once the exporter exists");
+  try {
+    check_memory_cap(g, 809, "once the exporter exists");
+    FAIL() << "a cap of 809 bytes below 810 was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("below this run's memory bound once the exporter exists, 810 B before the "
+                        "CUDA context's"),
+              std::string::npos)
+        << what;
   }
 }
 

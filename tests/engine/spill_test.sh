@@ -2,8 +2,10 @@
 # The activation store spilled to files gives the same bytes as held in memory: a run whose store
 # budget (--test_activation_budget, a test hook of engine/quantize.cpp) is one byte spills
 # every micro-batch, into the resume folder or into --offload_folder, and every output file
-# must equal an in-memory run's (sha256), also when killed and resumed. Then --max_cpu_memory_gb below the least a run needs is
-# refused before anything is written, on one line that gives the numbers.
+# must equal an in-memory run's (sha256), also when killed and resumed. Every run's measured peak
+# RSS is within its printed bound; the least --max_cpu_memory_gb the in-memory run printed runs
+# (the same bytes, peak RSS within the cap). Then --max_cpu_memory_gb below the least a
+# run needs is refused before anything is written, on one line that gives the numbers.
 #   tests/engine/spill_test.sh STRATA [MODEL]
 set -euo pipefail
 strata=$(realpath "$1") model=${2:-qwen3_moe}
@@ -49,11 +51,28 @@ grep -q "resuming at layer" "$work/spill3b.log" || { cat "$work/spill3b.log"; fa
 diff "$work/mem.sums" <(sums "$work/spill3") || fail "resumed spilled output differs from the in-memory run"
 [ -z "$(ls -A "$work/off3")" ] || { ls -la "$work/off3"; fail "spill files left in --offload_folder"; }
 
+# The measured peak RSS within the memory bound, in memory and spilled (tests/memory_bound.sh).
+source tests/memory_bound.sh
+peak_within_bound "$work/mem.log" "$model in memory" || fail "peak RSS above the bound"
+peak_within_bound "$work/spill.log" "$model spilled" || fail "peak RSS above the bound"
+
+# The least the in-memory run printed, as --max_cpu_memory_gb: the run fits it (spilled where the
+# store does not fit beside the rest; the fixtures' store is smaller than the printed least's
+# margin), gives the same bytes, and its measured peak RSS stays within the cap and its bound.
+least=$(least_cap_gb "$work/mem.log")
+[ -n "$least" ] || { cat "$work/mem.log"; fail "no least --max_cpu_memory_gb in the summary"; }
+"$strata" "${args[@]}" --max_cpu_memory_gb "$least" --export_path "$work/least" > "$work/least.log" 2>&1 || { cat "$work/least.log"; fail "--max_cpu_memory_gb $least, the printed least, was refused or failed"; }
+diff "$work/mem.sums" <(sums "$work/least") || fail "output at the least cap differs from the in-memory run"
+peak_within_bound "$work/least.log" "$model at --max_cpu_memory_gb $least" || fail "peak RSS above the bound"
+peak=$(sed -n 's/^peak RSS \([0-9.]*\) MiB.*/\1/p' "$work/least.log")
+awk -v p="$peak" -v c="$least" 'BEGIN { exit !(p <= c * 1024) }' || fail "peak RSS $peak MiB above the cap $least GiB"
+echo "$model: the printed least, --max_cpu_memory_gb $least, ran with peak RSS $peak MiB"
+
 # Refused up front, with the numbers, before the export directory exists.
 if "$strata" "${args[@]}" -q --max_cpu_memory_gb 0.01 --export_path "$work/refused" > /dev/null 2> "$work/r.err"; then
   fail "--max_cpu_memory_gb 0.01 was accepted"
 fi
 [ "$(wc -l < "$work/r.err")" -eq 1 ] || { cat "$work/r.err"; fail "expected one line on stderr"; }
-grep -q -- "--max_cpu_memory_gb 0.01 (10.24 MiB) is below the least this run needs, .* MiB with the activation store spilled: .*layer weights .*fixed overhead" "$work/r.err" || { cat "$work/r.err"; fail "refusal lacks the numbers"; }
+grep -q -- "--max_cpu_memory_gb 0.01 (10.24 MiB) is below the least this run needs, .* MiB with the activation store spilled: .* MiB = process baseline .*layer weights .*micro-batch working set .*threads" "$work/r.err" || { cat "$work/r.err"; fail "refusal lacks the numbers"; }
 [ ! -e "$work/refused" ] || fail "a refused run created its export directory"
 echo ok

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A compressed source (format.md §8) quantized by strata must give the same bytes as its
 # decompressed bf16 equivalent (written by tests/export/decompress_reference.py with the checker's
-# own numpy decompression), and pass the independent consumer-contract checker.
+# own numpy decompression), and pass the independent consumer-contract checker; its peak RSS is
+# within its printed memory bound.
 #   tests/export/compressed_source_test.sh STRATA MODEL RECIPE [FLAGS...]
 # FLAGS go to both quantize runs (e.g. --device cuda: the device decompresses the source; exit 77
 # without a GPU). With --exact_mxfp4 the output is not expected to equal the bf16 path (the
@@ -26,7 +27,9 @@ run() {
   "$strata" quantize -q --model "$1" --recipe "$recipe" --calib_data "$work/tokens.jsonl" --calib_size "$count" \
     --calib_min_tokens 1 --batch_size 2 --export_path "$2" "${flags[@]}"
 }
-run "$src" "$work/out"
+run "$src" "$work/out" | tee "$work/log"
+source tests/memory_bound.sh
+peak_within_bound "$work/log" "$model $recipe"
 python3 tests/export/check_modelopt_export.py "$src" "$work/out"
 # With the experts excluded (attention_fp8) they are written decompressed: the checker must fail
 # one flipped bit of such a weight.

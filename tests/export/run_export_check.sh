@@ -2,7 +2,8 @@
 # One export test: quantize a transformers fixture with a recipe, calibrating on exactly the
 # tokens transformers saw, then run the independent consumer-contract checker on the result
 # (with the transformers amaxes for the 1% scale check). On the CPU path (--device cpu) also on
-# a GPU machine; tests/engine/gpu_vs_cpu_test.sh checks the GPU path.
+# a GPU machine; tests/engine/gpu_vs_cpu_test.sh checks the GPU path. The run's peak RSS must be
+# within its printed memory bound.
 #   tests/export/run_export_check.sh STRATA MODEL RECIPE
 set -euo pipefail
 strata=$1 model=$2 recipe=$3
@@ -12,5 +13,8 @@ trap 'rm -rf "$work"' EXIT
 python3 tests/fixtures/tokens_jsonl.py "$src/reference.safetensors" > "$work/tokens.jsonl"
 count=$(wc -l < "$work/tokens.jsonl")
 "$strata" quantize -q --device cpu --model "$src" --recipe "$recipe" --calib_data "$work/tokens.jsonl" --calib_size "$count" \
-  --calib_min_tokens 1 --batch_size 2 --export_path "$work/out"
+  --calib_min_tokens 1 --batch_size 2 --export_path "$work/out" | tee "$work/log"
+# The measured peak RSS within the run's memory bound (tests/memory_bound.sh).
+source tests/memory_bound.sh
+peak_within_bound "$work/log" "$model $recipe"
 python3 tests/export/check_modelopt_export.py "$src" "$work/out" --amax "$src/reference.safetensors"

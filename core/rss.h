@@ -1,0 +1,15 @@
+// The process's resident set (Linux /proc/self), for the memory bound of a run
+// (engine/quantize.h MemoryEstimate, docs/QUANTIZE.md "Memory and progress").
+#pragma once
+
+#include <cstdint>
+
+namespace strata {
+
+// Resident bytes now: /proc/self/statm's resident pages times the page size; 0 where unreadable.
+uint64_t rss_bytes();
+// The peak resident bytes so far: /proc/self/status VmHWM (the same figure as getrusage's
+// ru_maxrss); 0 where unreadable.
+uint64_t peak_rss_bytes();
+
+}  // namespace strata
