@@ -6,8 +6,10 @@
 # command again resumes and gives every file of an uninterrupted run byte for byte (the run
 # record strata_run.json included: the same build); once more says "already complete".
 # The tmpfs is sized at POINTS fractions of the uninterrupted export's size (1/POINTS ..
-# (POINTS-1)/POINTS, and one page short of it), so that the disk fills at different writers:
-# shards, the manifest, hidden states, the index and config files at the end.
+# (POINTS-1)/POINTS, and one page short of it), so that the disk fills at different writers
+# (shards, the manifest, the index and config files at the end; at half the size the re-run must
+# resume at a layer), and at the first size, page by page from an eighth, that fills at a
+# hidden-state file.
 #   tests/engine/disk_full_test.sh STRATA [MODEL] [POINTS] [FLAGS...]
 # FLAGS go to every run (e.g. --test_activation_budget 1: the hidden states spilled). Needs to
 # mount a tmpfs (root, or CAP_SYS_ADMIN); skipped (exit 77) where that is refused.
