@@ -27,7 +27,8 @@ void pwrite_all(int fd, const void* data, size_t n, uint64_t off, const std::str
   while (n > 0) {
     const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(off));
     if (w < 0 && errno == EINTR) continue;
-    STRATA_CHECK(w > 0, path, ": cannot write the spilled hidden states: ", std::strerror(errno));
+    if (w <= 0)
+      fail_write(w < 0 ? errno : EIO, path, n, path, ": cannot write the hidden states: ");
     p += w;
     n -= static_cast<size_t>(w);
     off += static_cast<uint64_t>(w);
@@ -115,14 +116,15 @@ std::string ActivationStore::layout_head(const std::string& path,
 int ActivationStore::open_shared(const std::string& path, int access, const std::string& head,
                                  const std::vector<uint64_t>& offsets) const {
   const int fd = ::open(path.c_str(), access | O_CREAT | O_CLOEXEC, 0644);
-  STRATA_CHECK(fd >= 0, path, ": cannot create the hidden states (", std::strerror(errno),
-               "); check --offload_folder");
+  if (fd < 0)
+    fail_write(errno, path, 0, path,
+               ": cannot create the hidden states (check --offload_folder): ");
   const uint64_t size =
       offsets.empty()
           ? head.size()
           : offsets.back() + static_cast<uint64_t>(rows_.back() * hidden_) * elem_bytes(dtype_);
-  STRATA_CHECK(::ftruncate(fd, static_cast<off_t>(size)) == 0, path,
-               ": cannot size the hidden states: ", std::strerror(errno));
+  if (::ftruncate(fd, static_cast<off_t>(size)) != 0)
+    fail_write(errno, path, size, path, ": cannot size the hidden states: ");
   pwrite_all(fd, head.data(), head.size(), 0, path);
   return fd;
 }
@@ -139,8 +141,9 @@ void ActivationStore::begin(int64_t next) {
     return;
   }
   out_fd_ = ::open(out_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  STRATA_CHECK(out_fd_ >= 0, out_path_, ": cannot create the spilled hidden states (",
-               std::strerror(errno), "); check --offload_folder");
+  if (out_fd_ < 0)
+    fail_write(errno, out_path_, 0, out_path_,
+               ": cannot create the spilled hidden states (check --offload_folder): ");
   pwrite_all(out_fd_, head.data(), head.size(), 0, out_path_);
 }
 
@@ -218,8 +221,8 @@ void ActivationStore::write_raw(size_t b, const void* in) {
 std::string ActivationStore::commit(const std::string& resume_dir, bool durable) {
   in_sums_ = out_sums_;
   if (spill_) {
-    STRATA_CHECK(!durable || ::fsync(out_fd_) == 0, out_path_,
-                 ": fsync failed: ", std::strerror(errno));
+    if (durable && ::fsync(out_fd_) != 0)
+      fail_write(errno, out_path_, 0, out_path_, ": fsync failed: ");
     close_fd(in_fd_);
     in_fd_ = out_fd_;
     out_fd_ = -1;
@@ -236,14 +239,19 @@ std::string ActivationStore::commit(const std::string& resume_dir, bool durable)
     fd = open_shared(path, O_WRONLY, head, offsets);
   } else {
     fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    STRATA_CHECK(fd >= 0, path, ": cannot create: ", std::strerror(errno));
-    pwrite_all(fd, head.data(), head.size(), 0, path);
+    if (fd < 0) fail_write(errno, path, 0, path, ": cannot create: ");
   }
-  for (size_t b = 0; b < mem_.size(); ++b)
-    if (owns(b)) pwrite_all(fd, mem_[b].data(), mem_[b].size(), offsets[b], path);
-  const bool synced = ::fsync(fd) == 0;
+  try {
+    if (owned_.empty()) pwrite_all(fd, head.data(), head.size(), 0, path);
+    for (size_t b = 0; b < mem_.size(); ++b)
+      if (owns(b)) pwrite_all(fd, mem_[b].data(), mem_[b].size(), offsets[b], path);
+  } catch (const Error&) {
+    ::close(fd);  // the file stays unnamed by any manifest: a resumed run deletes it
+    throw;
+  }
+  const int synced = ::fsync(fd) == 0 ? 0 : errno;
   ::close(fd);
-  STRATA_CHECK(synced, path, ": fsync failed: ", std::strerror(errno));
+  if (synced != 0) fail_write(synced, path, 0, path, ": fsync failed: ");
   return path;
 }
 

@@ -20,7 +20,7 @@ void fsync_file(const std::string& path) {
   const bool ok = ::fsync(fd) == 0;
   const int err = errno;
   ::close(fd);
-  STRATA_CHECK(ok, path, ": fsync failed: ", std::strerror(err));
+  if (!ok) fail_write(err, path, 0, path, ": fsync failed: ");
 }
 
 HostPlacement::HostPlacement(Inputs in) : in_(std::move(in)) {

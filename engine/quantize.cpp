@@ -1,5 +1,8 @@
 #include "engine/quantize.h"
 
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -83,6 +86,7 @@ void remove_contents(const std::string& dir) {
 void create_dir(const std::string& dir, const char* what) {
   std::error_code ec;
   fs::create_directories(dir, ec);
+  if (ec == std::errc::no_space_on_device) throw DiskFullError(dir, 0);
   STRATA_CHECK(!ec && fs::is_directory(dir, ec), what, " ", dir,
                ": cannot create the directory: ", ec.message());
 }
@@ -362,11 +366,16 @@ class QuantizeRun {
   void write_tail();
   // The index and config files; the resume folder goes; the result's totals.
   void finish();
+  // A write refused for want of space: one line naming the file and about how much more space
+  // the run needs on that filesystem to finish (docs/QUANTIZE.md "Full disk").
+  [[noreturn]] void disk_full(const DiskFullError& e);
 
  private:
   // Step `next - 1` is written: make it durable, then record it with the file holding the next
   // layer's inputs ("" when none); the previous inputs' file goes once the manifest is written.
   void commit(int64_t next, const std::string& hidden_path, const std::string& old_input);
+  // The exporter of this plan (nothing written yet).
+  void make_exporter();
   // Where the layers run: the device, the CPU, or no forward at all (weight-only formats).
   std::unique_ptr<Placement> placement();
   // The process's RSS and its peak so far into m.baseline and m.startup_peak (core/rss.h), the
@@ -540,12 +549,16 @@ void QuantizeRun::prepare_resume() {
   if (!lead) state = agree_resume_state(comm, manifest, identity);
 }
 
-void QuantizeRun::open_exporter() {
+void QuantizeRun::make_exporter() {
   ExportOptions eo;
   eo.max_shard_bytes = job.max_shard_bytes;
   eo.producer_version = job.version;
   eo.exact_mxfp4 = job.exact_mxfp4;
   exporter.emplace(plan, config, ckpt, job.export_path, eo);
+}
+
+void QuantizeRun::open_exporter() {
+  make_exporter();
   STRATA_ASSERT(exporter->steps() == state.steps, "steps");
   // With expert parallelism a routed expert's tensors belong to the rank that holds the expert.
   const int64_t n_experts = config.num_experts;
@@ -795,6 +808,69 @@ void QuantizeRun::finish() {
   result.times.total = result.seconds;
 }
 
+void QuantizeRun::disk_full(const DiskFullError& e) {
+  // The filesystem that is full: that of the deepest existing folder above the file.
+  fs::path dir = fs::path(e.path()).parent_path();
+  std::error_code ec;
+  while (!dir.empty() && !fs::is_directory(dir, ec))
+    dir = dir.parent_path();
+  struct statvfs vfs {};
+  struct stat full {};
+  if (dir.empty() || ::statvfs(dir.c_str(), &vfs) != 0 || ::stat(dir.c_str(), &full) != 0 ||
+      vfs.f_frsize == 0)
+    throw;  // (called in run_quantize's handler: rethrows `e`) the writer's own line
+  const uint64_t block = vfs.f_frsize;
+  auto blocks = [block](uint64_t n) { return (n + block - 1) / block * block; };
+  auto on_full = [&](const std::string& d) {
+    struct stat st {};
+    return ::stat(d.c_str(), &st) == 0 && st.st_dev == full.st_dev;
+  };
+  // What the run's files in `d` take now (blocks allocated: a shard is reserved whole).
+  auto held = [&](const std::string& d, bool only_hidden) {
+    uint64_t n = 0;
+    for (const auto& f : fs::directory_iterator(d, ec)) {
+      const std::string name = f.path().filename().string();
+      struct stat st {};
+      if (only_hidden && !(name.starts_with("hidden-") && name.ends_with(".safetensors"))) continue;
+      if (::stat(f.path().c_str(), &st) == 0 && S_ISREG(st.st_mode))
+        n += static_cast<uint64_t>(st.st_blocks) * 512;
+    }
+    return n;
+  };
+  // What the run needs there to finish, from above: the whole export and its run record, two
+  // manifests (one replacing the other), and two hidden-state files (the next layer's inputs
+  // are written before the previous ones go) while layers remain.
+  if (!exporter && fs::is_directory(job.export_path, ec)) {
+    try {
+      make_exporter();
+    } catch (const Error&) {
+    }
+  }
+  if (!exporter) throw;  // nothing to measure: the writer's own line
+  uint64_t need = 0, have = static_cast<uint64_t>(vfs.f_bavail) * block;
+  if (on_full(job.export_path)) {
+    need += exporter->disk_bytes(block) + blocks(4096);
+    have += held(job.export_path, false);
+  }
+  if (on_full(resume_dir)) {
+    need += 2 * blocks(4096 + 64 * static_cast<uint64_t>(plan.num_layers + micro.tokens.size()));
+    have += held(resume_dir, false);
+  }
+  const std::string hidden_dir = result.memory.spilled || on_gpu ? offload : resume_dir;
+  if (result.calibrated && state.next_step <= plan.num_layers && on_full(hidden_dir)) {
+    const int64_t hidden = fwd ? fwd->hidden_size() : config.hidden_size;
+    need += 2 * blocks(ActivationStore::bytes_for(
+                           micro.tokens, hidden,
+                           fopts.bf16_between_layers ? DType::kBF16 : DType::kF32) +
+                       4096 + 64 * micro.tokens.size());
+    if (hidden_dir != resume_dir) have += held(hidden_dir, true);
+  }
+  const uint64_t more = need > have ? need - have : std::max<uint64_t>(e.bytes(), block);
+  fail("no space left on device writing ", e.path(), " (needs about ",
+       human_bytes(static_cast<double>(more)),
+       " more; free space and re-run the same command to resume)");
+}
+
 }  // namespace
 
 QuantizeResult run_quantize(const QuantizeJob& job) {
@@ -806,17 +882,21 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   run.choose_expert_parallel();
   run.calibration_data();
   run.plan_memory();
-  run.prepare_resume();
-  if (result.already_complete) return result;  // the same run finished before: nothing to do
-  run.open_exporter();
-  run.remeasure_baseline();
-  run.start_gpu_early();
-  run.log_resume();
-  run.start_head();
-  run.embed();
-  run.run_layers();
-  run.write_tail();
-  run.finish();
+  try {
+    run.prepare_resume();
+    if (result.already_complete) return result;  // the same run finished before: nothing to do
+    run.open_exporter();
+    run.remeasure_baseline();
+    run.start_gpu_early();
+    run.log_resume();
+    run.start_head();
+    run.embed();
+    run.run_layers();
+    run.write_tail();
+    run.finish();
+  } catch (const DiskFullError& e) {
+    run.disk_full(e);
+  }
   return result;
 }
 

@@ -76,6 +76,19 @@ Json quant_scheme(QFormat f) {
   return s;
 }
 
+// Weights in another format than safetensors: never copied to the export (finish() warns).
+bool is_foreign_weights(const std::string& n) {
+  return n.ends_with(".bin") || n.ends_with(".pt") || n.ends_with(".pth") || n.ends_with(".gguf");
+}
+
+// The source files finish() copies byte for byte (tokenizer, generation config, chat template
+// ...): all but the weights, the index and the files the export writes itself.
+bool is_copied_sidecar(const std::string& n) {
+  return !(n.ends_with(".safetensors") || n == "model.safetensors.index.json" ||
+           n == "config.json" || n == "hf_quant_config.json" || n == kRunRecordName ||
+           is_foreign_weights(n));
+}
+
 }  // namespace
 
 std::vector<std::string> ModeloptExporter::exclude_modules(const QuantPlan& plan) {
@@ -243,6 +256,21 @@ uint64_t ModeloptExporter::output_bytes() const {
   uint64_t n = 0;
   for (const TensorSpec& t : outputs_)
     n += t.nbytes();
+  return n;
+}
+
+uint64_t ModeloptExporter::disk_bytes(uint64_t block) const {
+  auto blocks = [block](uint64_t n) { return (n + block - 1) / block * block; };
+  uint64_t modules = 4096;
+  for (const PlannedModule& m : plan_.modules)
+    modules += m.module.size() + 64;
+  std::error_code ec;
+  const uint64_t config = fs::file_size(fs::path(ckpt_.dir()) / "config.json", ec);
+  uint64_t n = writer_->disk_bytes(block) + blocks((ec ? 0 : config) + modules) + blocks(modules);
+  for (const auto& e : fs::directory_iterator(ckpt_.dir(), ec)) {
+    if (e.is_regular_file(ec) && is_copied_sidecar(e.path().filename().string()))
+      n += blocks(e.file_size(ec));
+  }
   return n;
 }
 
@@ -661,14 +689,11 @@ std::vector<std::string> ModeloptExporter::finish() {
   for (const auto& e : fs::directory_iterator(ckpt_.dir())) {
     if (!e.is_regular_file()) continue;
     const std::string n = e.path().filename().string();
-    if (n.ends_with(".safetensors") || n == "model.safetensors.index.json" || n == "config.json" ||
-        n == "hf_quant_config.json" || n == kRunRecordName)
-      continue;
-    if (n.ends_with(".bin") || n.ends_with(".pt") || n.ends_with(".pth") || n.ends_with(".gguf")) {
+    if (is_copied_sidecar(n)) {
+      sidecars.push_back(e.path());
+    } else if (is_foreign_weights(n)) {
       log_warn(ckpt_.dir(), "/", n, ": weights in another format are not copied to the export");
-      continue;
     }
-    sidecars.push_back(e.path());
   }
   std::sort(sidecars.begin(), sidecars.end());
   for (const fs::path& p : sidecars) {

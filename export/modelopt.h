@@ -82,7 +82,11 @@ class ModeloptExporter {
   // Files of the output directory that hold the work synced so far.
   std::vector<std::string> vouched_files() const { return writer_->vouched_files(); }
   uint64_t bytes_written() const { return writer_->bytes_written(); }
-  uint64_t output_bytes() const;              // of every planned tensor
+  uint64_t output_bytes() const;  // of every planned tensor
+  // About the space the finished export takes on a filesystem of `block`-byte blocks, from
+  // above: the shards and index (PlannedShardWriter::disk_bytes), config.json and
+  // hf_quant_config.json with room for every module's name, and the source files copied.
+  uint64_t disk_bytes(uint64_t block) const;
   uint64_t source_bytes(int64_t step) const;  // of the checkpoint tensors step `step` reads
   void release_source(int64_t step) const;    // drops them from the resident set
 

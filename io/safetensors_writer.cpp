@@ -53,9 +53,7 @@ class AtomicFile {
  public:
   explicit AtomicFile(std::string path) : path_(std::move(path)), temp_(temp_path_for(path_)) {
     fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) {
-      fail(path_, ": cannot create ", temp_, ": ", std::strerror(errno));
-    }
+    if (fd_ < 0) fail_write(errno, path_, 0, path_, ": cannot create ", temp_, ": ");
   }
   ~AtomicFile() { abort(); }
   AtomicFile(const AtomicFile&) = delete;
@@ -70,8 +68,7 @@ class AtomicFile {
       if (w <= 0) {
         const int err = w < 0 ? errno : EIO;
         abort();
-        fail(path_, ": write failed: ", std::strerror(err),
-             err == ENOSPC ? " (the disk is full; free space or choose another output)" : "");
+        fail_write(err, path_, n, path_, ": write failed: ");
       }
       p += w;
       n -= static_cast<size_t>(w);
@@ -83,19 +80,19 @@ class AtomicFile {
     if (::fsync(fd_) != 0) {
       const int err = errno;
       abort();
-      fail(path_, ": fsync failed: ", std::strerror(err));
+      fail_write(err, path_, 0, path_, ": fsync failed: ");
     }
     const int rc = ::close(fd_);
     fd_ = -1;
     if (rc != 0) {
       const int err = errno;
       abort();
-      fail(path_, ": close failed: ", std::strerror(err));
+      fail_write(err, path_, 0, path_, ": close failed: ");
     }
     if (::rename(temp_.c_str(), path_.c_str()) != 0) {
       const int err = errno;
       abort();
-      fail(path_, ": cannot rename ", temp_, " into place: ", std::strerror(err));
+      fail_write(err, path_, 0, path_, ": cannot rename ", temp_, " into place: ");
     }
     committed_ = true;
     fsync_dir(parent_dir(path_));
@@ -258,16 +255,16 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
 
 namespace {
 
-void pwrite_all(int fd, const void* data, size_t n, uint64_t offset, const std::string& path) {
+// `path` is the file being written, `shown` the name errors give it (the shard's final name).
+void pwrite_all(int fd, const void* data, size_t n, uint64_t offset, const std::string& path,
+                const std::string& shown) {
   const auto* p = static_cast<const uint8_t*>(data);
   while (n > 0) {
     const size_t chunk = n < (size_t{1} << 30) ? n : (size_t{1} << 30);
     const ssize_t w = ::pwrite(fd, p, chunk, static_cast<off_t>(offset));
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
-      const int err = w < 0 ? errno : EIO;
-      fail(path, ": write failed: ", std::strerror(err),
-           err == ENOSPC ? " (the disk is full; free space and run the same command again)" : "");
+      fail_write(w < 0 ? errno : EIO, shown, n, path, ": write failed: ");
     }
     p += w;
     n -= static_cast<size_t>(w);
@@ -324,21 +321,18 @@ std::string PlannedShardWriter::path_of(const std::string& name) const {
 }
 
 void PlannedShardWriter::open_shard(Shard& s, bool create) {
-  const std::string path = path_of(s.partial_name);
+  // A full disk names the shard by its final name, the file the user waits for.
+  const std::string path = path_of(s.partial_name), shown = path_of(s.final_name);
   const int flags = create ? (shared_ ? O_CREAT : O_CREAT | O_TRUNC) : 0;
   s.fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | flags, 0644);
-  if (s.fd < 0) fail(path, ": cannot open for writing: ", std::strerror(errno));
+  if (s.fd < 0) fail_write(errno, shown, 0, path, ": cannot open for writing: ");
   if (!create) return;
   // Reserve the whole file now, so that a full disk stops the run here rather than mid-shard.
   const int rc = ::posix_fallocate(s.fd, 0, static_cast<off_t>(s.layout.file_size));
-  if (rc == ENOSPC) {
-    fail(path, ": cannot reserve ", s.layout.file_size,
-         " bytes: the disk is full; free space and run the same command again");
-  }
-  if (rc != 0 && ::ftruncate(s.fd, static_cast<off_t>(s.layout.file_size)) != 0) {
-    fail(path, ": cannot size the file: ", std::strerror(errno));
-  }
-  pwrite_all(s.fd, s.layout.head.data(), s.layout.head.size(), 0, path);
+  if (is_disk_full(rc)) throw DiskFullError(shown, s.layout.file_size);
+  if (rc != 0 && ::ftruncate(s.fd, static_cast<off_t>(s.layout.file_size)) != 0)
+    fail_write(errno, shown, s.layout.file_size, path, ": cannot size the file: ");
+  pwrite_all(s.fd, s.layout.head.data(), s.layout.head.size(), 0, path, shown);
   s.dirty = true;
 }
 
@@ -349,6 +343,17 @@ std::vector<std::string> PlannedShardWriter::vouched_files() const {
     if (s.begin < synced_ && synced_ < s.end) files.push_back(s.partial_name);
   }
   return files;
+}
+
+uint64_t PlannedShardWriter::disk_bytes(uint64_t block) const {
+  uint64_t n = 0, index = 256;
+  for (const Shard& s : shards_) {
+    n += round_up(s.layout.file_size, block);
+    // One line per tensor: `    "NAME": "SHARD",` and a newline.
+    for (size_t i = s.begin; i < s.end; ++i)
+      index += plan_[i].name.size() + s.final_name.size() + 16;
+  }
+  return n + round_up(index, block);
 }
 
 void PlannedShardWriter::resume(size_t n) {
@@ -387,7 +392,7 @@ void PlannedShardWriter::add(const std::string& name, const Tensor& tensor) {
   Shard& s = shards_[shard_of_[next_]];
   if (s.fd < 0) open_shard(s, shared_ || next_ == s.begin);
   pwrite_all(s.fd, tensor.bytes(), tensor.nbytes(), s.layout.offsets[next_ - s.begin],
-             path_of(s.partial_name));
+             path_of(s.partial_name), path_of(s.final_name));
   s.dirty = true;
   bytes_written_ += tensor.nbytes();
   ++next_;
@@ -410,12 +415,12 @@ void PlannedShardWriter::sync() {
       continue;
     }
     const std::string path = path_of(s.partial_name);
-    if (::fsync(s.fd) != 0) fail(path, ": fsync failed: ", std::strerror(errno));
+    if (::fsync(s.fd) != 0) fail_write(errno, path_of(s.final_name), 0, path, ": fsync failed: ");
     s.dirty = false;
     if (s.end <= next_) {
       const int rc = ::close(s.fd);
       s.fd = -1;
-      if (rc != 0) fail(path, ": close failed: ", std::strerror(errno));
+      if (rc != 0) fail_write(errno, path_of(s.final_name), 0, path, ": close failed: ");
     }
   }
   fsync_dir(out_dir_);
@@ -431,9 +436,8 @@ void PlannedShardWriter::publish() {
       continue;
     }
     const std::string partial = path_of(s.partial_name), final_path = path_of(s.final_name);
-    if (::rename(partial.c_str(), final_path.c_str()) != 0) {
-      fail(final_path, ": cannot rename ", partial, " into place: ", std::strerror(errno));
-    }
+    if (::rename(partial.c_str(), final_path.c_str()) != 0)
+      fail_write(errno, final_path, 0, final_path, ": cannot rename ", partial, " into place: ");
     s.published = renamed = true;
   }
   if (renamed) fsync_dir(out_dir_);

@@ -72,6 +72,9 @@ class PlannedShardWriter {
 
   size_t shard_count() const { return shards_.size(); }
   size_t written() const { return next_; }  // planned tensors written (or resumed) so far
+  // The space the finished shards and index take on a filesystem of `block`-byte blocks: every
+  // shard at its full size, the index estimated from above; each file rounded up to a block.
+  uint64_t disk_bytes(uint64_t block) const;
   uint64_t bytes_written() const { return bytes_written_; }
   // The files of out_dir that hold work up to written(): complete shards under their final
   // names, the partly written shard under its partial name.
