@@ -118,8 +118,11 @@ struct MemoryEstimate {
 // The CUDA context's host memory assumed before it exists (MemoryEstimate::device_context).
 inline constexpr uint64_t kCudaContextAllowance = 1ull << 30;
 // Added to the measured context: the CUDA runtime loads kernels on their first launch (lazy
-// loading), after the measurement, and their host-side images grow the context.
-inline constexpr uint64_t kCudaLazyLoadingAllowance = 128ull << 20;
+// loading), after the measurement, and their host-side images grow the context. Measured on the
+// H200 (2026-12-03): the GPU runs of the test fixtures grew by about 145 MiB after the measurement
+// (with 128 MiB here, peak RSS exceeded the bound by 16-17 MiB in 19 GPU tests); 256 MiB leaves
+// room for the kernels other shapes select (cuBLAS picks per shape).
+inline constexpr uint64_t kCudaLazyLoadingAllowance = 256ull << 20;
 // A thread's stack and allocator arena (MemoryEstimate::threads): about 0.4 MiB measured per
 // CPU kernel thread on the test fixtures, taken as 1 MiB.
 inline constexpr uint64_t kThreadAllowance = 1ull << 20;
