@@ -120,7 +120,28 @@ TEST_F(CudaOps, ConversionsFromEachFloatingDtype) {
   EXPECT_THROW(convert_to_bf16(df.data(), DType::kI32, out16.as<uint16_t>(), nn, st()), Error);
 }
 
-TEST_F(CudaOps, Fp8BlocksDecompressLikeTheCpu) {
+// The decompressions: the device's bf16 bits and its fp32 values (of those bits) against the CPU's.
+class CudaDecompress : public CudaOps {
+ protected:
+  // Calls launch(dst, to_bf16) for a bf16 and an fp32 output of ref's size; both must be ref.
+  template <typename Launch>
+  void expect_like_cpu(const Tensor& ref, Launch launch) {
+    const int64_t n = ref.numel();
+    gpu::DeviceBuffer d16 = buffer(static_cast<uint64_t>(n) * 2);
+    gpu::DeviceBuffer d32 = buffer(static_cast<uint64_t>(n) * 4);
+    launch(d16.data(), true);
+    launch(d32.data(), false);
+    const auto g16 = down<uint16_t>(d16, static_cast<size_t>(n));
+    const auto g32 = down<float>(d32, static_cast<size_t>(n));
+    const uint16_t* r = ref.data<uint16_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(g16[i], r[i]) << "element " << i << " of " << shape_str(ref.shape());
+      ASSERT_EQ(bits_of(g32[i]), static_cast<uint32_t>(r[i]) << 16) << "element " << i;
+    }
+  }
+};
+
+TEST_F(CudaDecompress, Fp8BlocksLikeTheCpu) {
   std::mt19937 rng(3);
   // Odd sizes (partial blocks), every e4m3 code but NaN, scales over several binades.
   for (auto [out, in] : {std::pair<int64_t, int64_t>{130, 260}, {7, 128}, {256, 100}}) {
@@ -140,25 +161,15 @@ TEST_F(CudaOps, Fp8BlocksDecompressLikeTheCpu) {
     std::vector<uint8_t> hw(w, w + out * in);
     std::vector<float> hs(sc.data<float>(), sc.data<float>() + br * bc);
     gpu::DeviceBuffer dw = up(hw), ds = up(hs);
-    gpu::DeviceBuffer d16 = buffer(static_cast<uint64_t>(out * in) * 2);
-    gpu::DeviceBuffer d32 = buffer(static_cast<uint64_t>(out * in) * 4);
-    dequant_fp8_block(dw.as<uint8_t>(), out, in, 128, ds.data(), DType::kF32, d16.data(), true,
-                      st());
-    dequant_fp8_block(dw.as<uint8_t>(), out, in, 128, ds.data(), DType::kF32, d32.data(), false,
-                      st());
-    const auto g16 = down<uint16_t>(d16, static_cast<size_t>(out * in));
-    const auto g32 = down<float>(d32, static_cast<size_t>(out * in));
-    const uint16_t* r = ref.data<uint16_t>();
-    for (int64_t i = 0; i < out * in; ++i) {
-      ASSERT_EQ(g16[i], r[i]) << "element " << i << " of [" << out << ", " << in << "]";
-      ASSERT_EQ(bits_of(g32[i]), static_cast<uint32_t>(r[i]) << 16) << "element " << i;
-    }
+    expect_like_cpu(ref, [&](void* dst, bool to_bf16) {
+      dequant_fp8_block(dw.as<uint8_t>(), out, in, 128, ds.data(), DType::kF32, dst, to_bf16, st());
+    });
   }
 }
 
 // Every nibble, a width that is not a multiple of 8 (a padded last word) nor of the group, bf16
 // and fp32 scales over several binades; the packed words at an odd byte offset.
-TEST_F(CudaOps, Int4PackDecompressesLikeTheCpu) {
+TEST_F(CudaDecompress, Int4PackLikeTheCpu) {
   std::mt19937 rng(5);
   for (auto [out, in, group] :
        {std::tuple<int64_t, int64_t, int64_t>{9, 100, 32}, {4, 64, 128}, {33, 257, 16}}) {
@@ -184,26 +195,16 @@ TEST_F(CudaOps, Int4PackDecompressesLikeTheCpu) {
       std::vector<uint8_t> hw(1 + packed.nbytes());  // one byte before: misaligned words
       std::memcpy(hw.data() + 1, packed.bytes(), packed.nbytes());
       gpu::DeviceBuffer dw = up(hw), ds = up(hs);
-      gpu::DeviceBuffer d16 = buffer(static_cast<uint64_t>(out * in) * 2);
-      gpu::DeviceBuffer d32 = buffer(static_cast<uint64_t>(out * in) * 4);
-      dequant_int4_pack(dw.as<uint8_t>() + 1, out, in, group, ds.data(), sdt, d16.data(), true,
-                        st());
-      dequant_int4_pack(dw.as<uint8_t>() + 1, out, in, group, ds.data(), sdt, d32.data(), false,
-                        st());
-      const auto g16 = down<uint16_t>(d16, static_cast<size_t>(out * in));
-      const auto g32 = down<float>(d32, static_cast<size_t>(out * in));
-      const uint16_t* r = ref.data<uint16_t>();
-      for (int64_t i = 0; i < out * in; ++i) {
-        ASSERT_EQ(g16[i], r[i]) << "element " << i << " of [" << out << ", " << in << "]";
-        ASSERT_EQ(bits_of(g32[i]), static_cast<uint32_t>(r[i]) << 16) << "element " << i;
-      }
+      expect_like_cpu(ref, [&](void* dst, bool to_bf16) {
+        dequant_int4_pack(dw.as<uint8_t>() + 1, out, in, group, ds.data(), sdt, dst, to_bf16, st());
+      });
     }
   }
 }
 
 // Every E2M1 code in both nibbles, E8M0 scales from 2^-127 (a subnormal) to 2^127 where the
 // product stays a finite bf16.
-TEST_F(CudaOps, Mxfp4DecompressesLikeTheCpu) {
+TEST_F(CudaDecompress, Mxfp4LikeTheCpu) {
   std::mt19937 rng(9);
   const int64_t out = 37, groups = 5;
   Tensor blocks = Tensor::zeros(DType::kU8, {out, groups, 16});
@@ -216,18 +217,9 @@ TEST_F(CudaOps, Mxfp4DecompressesLikeTheCpu) {
   std::vector<uint8_t> hb(blocks.bytes(), blocks.bytes() + blocks.nbytes());
   std::vector<uint8_t> hs(scales.bytes(), scales.bytes() + scales.nbytes());
   gpu::DeviceBuffer db = up(hb), ds = up(hs);
-  const int64_t n = out * groups * 32;
-  gpu::DeviceBuffer d16 = buffer(static_cast<uint64_t>(n) * 2);
-  gpu::DeviceBuffer d32 = buffer(static_cast<uint64_t>(n) * 4);
-  dequant_mxfp4(db.as<uint8_t>(), ds.as<uint8_t>(), out, groups, d16.data(), true, st());
-  dequant_mxfp4(db.as<uint8_t>(), ds.as<uint8_t>(), out, groups, d32.data(), false, st());
-  const auto g16 = down<uint16_t>(d16, static_cast<size_t>(n));
-  const auto g32 = down<float>(d32, static_cast<size_t>(n));
-  const uint16_t* r = ref.data<uint16_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    ASSERT_EQ(g16[i], r[i]) << "element " << i;
-    ASSERT_EQ(bits_of(g32[i]), static_cast<uint32_t>(r[i]) << 16) << "element " << i;
-  }
+  expect_like_cpu(ref, [&](void* dst, bool to_bf16) {
+    dequant_mxfp4(db.as<uint8_t>(), ds.as<uint8_t>(), out, groups, dst, to_bf16, st());
+  });
 }
 
 }  // namespace
