@@ -99,13 +99,17 @@ for size in "${sizes[@]}"; do
 done
 # The disk fills while a hidden-state file is written: found page by page from an eighth of the
 # export's size (in the default, unspilled store that write comes between a layer's shards, the
-# writer thread idle, so the same size always fills there).
+# writer thread idle, so the same size always fills there; a spilled store writes the first hidden
+# states while the head is written on a helper thread, so which file fills first at that size may
+# differ from run to run: the file the search found is recorded, and the re-run at that size must
+# resume to the same bytes wherever it filled).
 for ((size = ref_kib / 8 / kib * kib; size <= ref_kib; size += kib)); do
   fill "$size"
   umount "$mnt"
   if [[ $file == *hidden-* ]]; then
+    found=$file
     fill_and_resume "$size"
-    filled="$filled $file"
+    filled="$filled $found $file"
     break
   fi
 done
