@@ -124,11 +124,14 @@ void run_layer_loop(LayerLoop& loop, Placement& p) {
   for (int64_t l = loop.first_layer; l < L; ++l) {
     const bool last = l + 1 == L;
     phase.lap(nullptr);
-    test_fail_hook(loop.comm, l, loop.test);
     p.take(l);
     phase.lap(&times.read_wait);
     std::future<PrecomputedWeights> quantized = p.quantize(l);
     p.prefetch(l + 1);
+    // Test hook (--test_fail_rank/--test_fail_layer): after the prefetch, whose tensor sharing
+    // among CPU ranks is collective, so that rank 0 has recorded the previous step before another
+    // rank fails.
+    test_fail_hook(loop.comm, l, loop.test);
     since_durable += loop.exporter.source_bytes(l + 1);
     bool durable = last || p.always_durable() || since_durable >= kResumeEvery * p.hidden_bytes();
     if (ranks) durable = any_rank(*ranks, durable);  // the ranks record the same steps
