@@ -25,8 +25,9 @@
 //   kQwen3Next     kLlama's attention with q/k norms; linear_attn.{in_proj_qkvz, in_proj_ba,
 //                  conv1d, A_log, dt_bias, norm, out_proj}; kQwenMoe's MoE names; mtp.* is MTP
 //
-// The MoE families also accept transformers v5's fused `mlp.experts.gate_up_proj` [E, 2I, H] and
-// `mlp.experts.down_proj` [E, H, I]. Multimodal wrappers (kimi_vl, kimi_k25) keep the language
+// The MoE families also name transformers v5's fused `mlp.experts.gate_up_proj` [E, 2I, H] and
+// `mlp.experts.down_proj` [E, H, I]; opening a checkpoint serves that layout per expert
+// (io/fused_experts.h), so these names remain only where it is left fused (and refused). Multimodal wrappers (kimi_vl, kimi_k25) keep the language
 // model under `language_model.model.` / `language_model.lm_head.` (or `model.language_model.`),
 // the vision tower under `vision_tower.` and the projector under `multi_modal_projector.` or
 // `mm_projector.`; their family comes from text_config's model_type.
