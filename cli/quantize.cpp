@@ -68,6 +68,7 @@ TestHooks test_hooks(const Args& args) {
     t.fail_layer = args.get_int("--test_fail_layer");
   }
   t.gpu_host_store = args.flag_set("--test_gpu_host_store");
+  t.gpu_split = args.flag_set("--test_gpu_split");
   if (args.has("--test_gpu_ranks_exchange"))
     t.gpu_exchange_on_main = choice(args, "--test_gpu_ranks_exchange", "thread|main") == 1;
   return t;
@@ -157,6 +158,9 @@ void declare_flags(Args& args) {
   args.hidden_flag("--test_gpu_host_store",
                    "the GPU path keeps the hidden states in host memory, one micro-batch per "
                    "chunk");
+  args.hidden_flag("--test_gpu_split",
+                   "the GPU path runs chunks of sequences of one micro-batch, as when one "
+                   "micro-batch does not fit beside a layer");
   args.hidden_option("--test_gpu_ranks_exchange", "thread|main",
                      "where GPU ranks exchange a layer's shares");
   args.flag("--dry-run", "print the plan (formats per module kind, output size, memory) and stop");

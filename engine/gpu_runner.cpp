@@ -194,8 +194,11 @@ DevicePlacement::DevicePlacement(GpuLoop& loop)
                                                        : "streamed from --offload_folder";
   log_info("GPU: ", cuda_device_description(device_), ", budget ", format_gib(budget_->limit()),
            "; hidden states (", format_gib(mp_.store_bytes), ") ", tier, ", ", mp_.chunks.size(),
-           " chunk(s) of up to ", mp_.chunk_max, " tokens; layer weights up to ",
-           format_gib(max_blob_),
+           " chunk(s) of up to ", mp_.chunk_max, " tokens",
+           mp_.split ? str(" (sequences of a micro-batch: one micro-batch of ", mp_.largest,
+                           " tokens does not fit beside a layer)")
+                     : std::string(),
+           "; layer weights up to ", format_gib(max_blob_),
            mp_.buffers == 2 ? " in two device buffers" : " in one device buffer",
            attention_ ? "; attention through batched GEMMs" : "",
            dq_ ? "; weights quantized on the device" : "; weights quantized by the CPU exporter");
@@ -259,13 +262,19 @@ void DevicePlacement::plan_memory() {
       dq_ ? dq_->encoded_bytes() + 4 * static_cast<uint64_t>(dq_->max_groups()) + 256 : 0;
   mi.forward_per_token = f_->bytes_per_token();
   mi.hidden_size = H_;
-  for (const Batch& b : loop_.batches)
+  for (const Batch& b : loop_.batches) {
     mi.batch_tokens.push_back(b.n_tokens());
+    std::vector<int64_t>& seqs = mi.seq_tokens.emplace_back();
+    for (int64_t s = 0; s < b.n_seqs(); ++s)
+      seqs.push_back(b.seq_offsets[s + 1] - b.seq_offsets[s]);
+  }
+  mi.limit = budget_->limit();
   mi.host_fits = loop_.host_fits;
   // Test hook (--test_gpu_host_store, tests/engine/CMakeLists.txt): hidden states in host
   // memory, one micro-batch per chunk, as a budget far below the store would make them on a
   // large run.
   mi.force_host = loop_.test.gpu_host_store;
+  mi.force_split = loop_.test.gpu_split;
   mi.weight_buffers = loop_.gpu.weight_buffers;
   mp_ = plan_gpu_memory(mi);
 }
@@ -325,6 +334,8 @@ void DevicePlacement::upload_positions() {
       const Batch& bt = loop_.batches[b];
       const int64_t t0 = mp_.token0[b];
       for (int64_t s = 0; s < bt.n_seqs(); ++s) {
+        const int64_t g0 = t0 + bt.seq_offsets[s];
+        if (g0 < c.token0 || g0 >= c.token0 + c.tokens) continue;  // another chunk's (split)
         for (int64_t t = bt.seq_offsets[s]; t < bt.seq_offsets[s + 1]; ++t) {
           const int64_t g = t0 + t;
           m[g] = bt.positions[t];
@@ -470,6 +481,24 @@ void DevicePlacement::forward(int64_t l, bool last, MaxCalibrator& calib) {
       out_ready_[j].wait(d2h_);
       if (!last) d2h_.copy_to_host(host_at(c.token0), io_[j].data(), static_cast<uint64_t>(n) * 2);
       io_free_[j].record(d2h_);
+    } else if (mp_.split) {
+      // A chunk of sequences of micro-batch b: the stage holds b from its first chunk, each
+      // chunk's outputs replace its inputs there, and b is written after its last chunk.
+      const size_t b = c.first;
+      uint8_t* stage = stage_.data();
+      uint8_t* in = io_[0].as<uint8_t>();
+      const uint64_t off = static_cast<uint64_t>((c.token0 - mp_.token0[b]) * H_) * 2;
+      if (c.token0 == mp_.token0[b]) store.read_raw(sid(b), stage);
+      compute_.copy_to_device(in, stage + off, static_cast<uint64_t>(n) * 2);
+      compute_.synchronize();
+      ops::cuda::bf16_to_f32(io_[0].as<uint16_t>(), xf, n, compute_.handle());
+      f_->forward(g, xf, true);
+      if (!last) {
+        ops::cuda::cast_bf16(xf, io_[0].as<uint16_t>(), n, compute_.handle());
+        compute_.copy_to_host(stage + off, in, static_cast<uint64_t>(n) * 2);
+        compute_.synchronize();
+        if (c.token0 + c.tokens == mp_.token0[b + 1]) store.write_raw(sid(b), stage);
+      }
     } else {
       // Through the stage one micro-batch at a time: the host holds one micro-batch of the
       // spilled store, as on the CPU path (the memory bound's `pinned`), however large the chunk.

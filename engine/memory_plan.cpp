@@ -12,26 +12,38 @@ std::string format_gib(uint64_t b) {
 
 namespace {
 
+// Token metadata: positions, sequence starts and the chunks' sequence bounds take at most
+// 3 * total; each chunk adds its closing bound, and chunks number at most the sequences when
+// split (counted here from seq_tokens) or the micro-batches (added by the caller).
+uint64_t meta_bytes(int64_t total, const std::vector<std::vector<int64_t>>& seq_tokens) {
+  uint64_t seqs = 0;
+  for (const std::vector<int64_t>& s : seq_tokens)
+    seqs += s.size();
+  return static_cast<uint64_t>(3 * total) * 8 + seqs * 8;
+}
+
 struct Layout {
-  uint64_t fixed = 0, least = 0;
+  uint64_t fixed = 0, least = 0, meta = 0;
   bool fits = false;
   HiddenTier tier = HiddenTier::kFile;
   std::vector<PlannedChunk> chunks;
 };
 
-// The plan with `buffers` device buffers for layer weights (the rules in memory_plan.h).
-Layout layout(const GpuMemoryInputs& in, const GpuMemoryPlan& p, int buffers) {
+// The plan with `buffers` device buffers for layer weights (the rules in memory_plan.h); split:
+// sequences are the unit.
+Layout layout(const GpuMemoryInputs& in, const GpuMemoryPlan& p, int buffers, bool split) {
   const uint64_t H = static_cast<uint64_t>(in.hidden_size);
   const uint64_t per_token = in.forward_per_token + H * 4;
   const uint64_t left = in.left;
+  const int64_t unit = split ? p.longest_seq : p.largest;
   Layout o;
-  o.fixed = static_cast<uint64_t>(buffers) * in.max_blob + in.max_conv + in.attention +
-            p.meta_bytes + (16 << 20) + in.quantizer;
-  o.least = o.fixed + (per_token + 4 * H) * static_cast<uint64_t>(p.largest);
+  o.meta = split ? meta_bytes(p.total, in.seq_tokens) : p.meta_bytes;
+  o.fixed = static_cast<uint64_t>(buffers) * in.max_blob + in.max_conv + in.attention + o.meta +
+            (16 << 20) + in.quantizer;
+  o.least = o.fixed + (per_token + 4 * H) * static_cast<uint64_t>(unit);
   o.fits = o.least <= left;
   if (!o.fits) return o;
-  if (!in.force_host &&
-      o.fixed + p.store_bytes + per_token * static_cast<uint64_t>(p.largest) <= left) {
+  if (!in.force_host && o.fixed + p.store_bytes + per_token * static_cast<uint64_t>(unit) <= left) {
     o.tier = HiddenTier::kDevice;
   } else if (in.host_fits) {
     o.tier = HiddenTier::kPinned;
@@ -39,10 +51,23 @@ Layout layout(const GpuMemoryInputs& in, const GpuMemoryPlan& p, int buffers) {
   // Off the device, each chunk also needs two bf16 in/out buffers for the overlapped copies.
   const uint64_t token_bytes = per_token + (o.tier == HiddenTier::kDevice ? 0 : 4 * H);
   const uint64_t room = left - o.fixed - (o.tier == HiddenTier::kDevice ? p.store_bytes : 0);
-  const int64_t cap = in.force_host
-                          ? p.largest
-                          : std::max<int64_t>(p.largest, static_cast<int64_t>(room / token_bytes));
+  const int64_t cap =
+      in.force_host ? unit : std::max<int64_t>(unit, static_cast<int64_t>(room / token_bytes));
   const std::vector<int64_t>& n = in.batch_tokens;
+  if (split) {  // consecutive sequences of one micro-batch
+    for (size_t b = 0; b < n.size(); ++b) {
+      const std::vector<int64_t>& seqs = in.seq_tokens[b];
+      int64_t t0 = p.token0[b];
+      for (size_t s = 0; s < seqs.size();) {
+        PlannedChunk c{b, b + 1, t0, 0};
+        while (s < seqs.size() && (c.tokens == 0 || c.tokens + seqs[s] <= cap))
+          c.tokens += seqs[s++];
+        o.chunks.push_back(c);
+        t0 += c.tokens;
+      }
+    }
+    return o;
+  }
   for (size_t b = 0; b < n.size();) {
     PlannedChunk c{b, b, p.token0[b], 0};
     while (c.last < n.size() && c.tokens + n[c.last] <= cap) {
@@ -68,10 +93,31 @@ GpuMemoryPlan plan_gpu_memory(const GpuMemoryInputs& in) {
   p.total = p.token0.back();
   for (int64_t t : n)
     p.largest = std::max(p.largest, t);
+  STRATA_ASSERT(in.seq_tokens.empty() || in.seq_tokens.size() == n.size(), "sequences given for ",
+                in.seq_tokens.size(), " of ", n.size(), " micro-batches");
+  for (size_t b = 0; b < in.seq_tokens.size(); ++b) {
+    int64_t sum = 0;
+    for (int64_t t : in.seq_tokens[b]) {
+      p.longest_seq = std::max(p.longest_seq, t);
+      sum += t;
+    }
+    STRATA_ASSERT(sum == n[b], "micro-batch ", b, " has ", n[b], " tokens, its sequences ", sum);
+  }
   p.store_bytes = static_cast<uint64_t>(p.total * H) * 2;
-  p.meta_bytes = static_cast<uint64_t>(3 * p.total + static_cast<int64_t>(n.size())) * 8;
+  p.meta_bytes = meta_bytes(p.total, {}) + static_cast<uint64_t>(n.size()) * 8;
 
-  const Layout two = layout(in, p, 2), one = layout(in, p, 1);
+  Layout two = layout(in, p, 2, false), one = layout(in, p, 1, false);
+  if ((!one.fits || in.force_split) &&
+      !in.seq_tokens.empty()) {  // sequences of a micro-batch in separate chunks
+    p.split = true;
+    two = layout(in, p, 2, true);
+    one = layout(in, p, 1, true);
+    STRATA_CHECK(one.fits, "GPU memory: --max_gpu_memory_gb leaves ", format_gib(in.left),
+                 " but a layer's weights (", format_gib(in.max_blob),
+                 ") and the longest calibration sequence (", p.longest_seq, " tokens) need ",
+                 format_gib(one.least), "; raise --max_gpu_memory_gb to at least ",
+                 format_gib(in.limit - in.left + one.least), " or lower --calib_seq");
+  }
   STRATA_CHECK(one.fits, "GPU memory: --max_gpu_memory_gb leaves ", format_gib(in.left),
                " but a layer's weights (", format_gib(in.max_blob), ") and one micro-batch of ",
                p.largest, " tokens need ", format_gib(one.least),
@@ -91,6 +137,7 @@ GpuMemoryPlan plan_gpu_memory(const GpuMemoryInputs& in) {
   const Layout& chosen = p.buffers == 2 ? two : one;
   p.tier = chosen.tier;
   p.chunks = chosen.chunks;
+  p.meta_bytes = chosen.meta;
   for (const PlannedChunk& c : p.chunks)
     p.chunk_max = std::max(p.chunk_max, c.tokens);
   return p;

@@ -16,6 +16,12 @@
 //   on the device), token_bytes = per_token (+ 4 * H off the device); force_host: largest.
 //   Chunks: consecutive micro-batches, each chunk as many as fit the cap (at least one).
 //   B = 2 unless forced, or two do not fit, or one buffer's chunks number at most 3/4 of two's.
+// Split: when even B = 1 does not fit one micro-batch and the sequences are given, the unit is a
+// sequence instead: `largest` above reads the longest sequence, meta counts a bound per sequence
+// ((3 * total + sequences) * 8), and chunks are consecutive sequences of one micro-batch up to
+// the cap (never across micro-batches). The GPU forward's bytes do not depend on how tokens are
+// chunked (docs/CUDA.md), so this changes no byte of the export. Refused only when one sequence
+// does not fit, with the --max_gpu_memory_gb that would.
 #pragma once
 
 #include <cstddef>
@@ -36,7 +42,11 @@ struct GpuMemoryInputs {
   std::vector<int64_t> batch_tokens;  // tokens of each micro-batch, in order
   bool host_fits = true;              // the hidden states may be held in (pinned) host memory
   bool force_host = false;            // test hook: never on the device, one micro-batch per chunk
+  bool force_split = false;           // test hook: split (below) even where it is not needed
   int weight_buffers = 0;             // 0: the planner chooses; 1 or 2: forced
+  // Tokens of each micro-batch's sequences (empty: micro-batches are never split).
+  std::vector<std::vector<int64_t>> seq_tokens;
+  uint64_t limit = 0;  // the whole budget (--max_gpu_memory_gb), for the refusal's advice
 };
 
 // Where the hidden states of every micro-batch live between layers.
@@ -48,7 +58,7 @@ enum class HiddenTier {
 };
 
 struct PlannedChunk {
-  size_t first = 0, last = 0;  // micro-batches [first, last)
+  size_t first = 0, last = 0;  // micro-batches [first, last) (split: last = first + 1)
   int64_t token0 = 0, tokens = 0;
 };
 
@@ -59,6 +69,8 @@ struct GpuMemoryPlan {
   std::vector<int64_t> token0;  // micro-batch b's first token (back to back); [n] = total
   int64_t total = 0;            // tokens of every micro-batch
   int64_t largest = 0;          // tokens of the largest micro-batch
+  bool split = false;           // chunks are sequences of one micro-batch (see above)
+  int64_t longest_seq = 0;      // tokens of the longest sequence (0 without seq_tokens)
   int64_t chunk_max = 0;        // tokens of the largest chunk
   uint64_t store_bytes = 0;     // every micro-batch's hidden states in bf16
   // Token metadata on the device: positions [total], chunk-relative sequence starts [total], and
@@ -66,8 +78,9 @@ struct GpuMemoryPlan {
   uint64_t meta_bytes = 0;
 };
 
-// Throws strata::Error when one buffer and one micro-batch do not fit in `left`, or when two
-// buffers are forced and do not fit; each message gives the sizes and what to change.
+// Throws strata::Error when one buffer and one micro-batch (split: one sequence) do not fit in
+// `left`, or when two buffers are forced and do not fit; each message gives the sizes and what
+// to change.
 GpuMemoryPlan plan_gpu_memory(const GpuMemoryInputs& in);
 
 // Bytes as GiB for messages: "1.5 GiB" (at most six characters of the number).

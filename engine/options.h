@@ -35,6 +35,9 @@ struct TestHooks {
   // --test_gpu_host_store: the GPU path keeps the hidden states off the device, one micro-batch
   // per chunk, as a budget far below the store would on a large run.
   bool gpu_host_store = false;
+  // --test_gpu_split: the GPU path runs chunks of sequences of one micro-batch, as a budget that
+  // cannot hold one micro-batch beside a layer would (engine/memory_plan.h "Split").
+  bool gpu_split = false;
   // --test_gpu_ranks_exchange main: GPU ranks exchange each layer's shares on the main thread
   // instead of the reader thread's own communicator.
   bool gpu_exchange_on_main = false;

@@ -112,6 +112,53 @@ TEST(GpuMemoryPlan, RefusedWhenOneBufferAndOneMicroBatchDoNotFit) {
             "lower --batch_size");
 }
 
+// four_batches with each micro-batch of sequences {50, 30, 20}, and left between the split and
+// the unsplit least (split: meta = (3 * 400 + 12) * 8 = 9696):
+//   unsplit least(1) = 67108864 + 9632 + 16777216 + 20480 * 100 = 85943712 > 85000000
+//   split   fixed(1) = 67108864 + 9696 + 16777216 = 83895776; least(1) = + 20480 * 50 = 84919776
+//   device: 83895776 + 819200 + 16384 * 50 = 85534176 > left: pinned, token 20480 bytes
+//   room = 85000000 - 83895776 = 1104224; cap = 1104224 / 20480 = 53 tokens: per micro-batch the
+//   chunks {50} and {30 + 20}; two buffers do not fit (64 MiB more).
+GpuMemoryInputs split_batches(uint64_t left) {
+  GpuMemoryInputs in = four_batches(64 * kMiB, left);
+  in.seq_tokens.assign(4, {50, 30, 20});
+  in.limit = left + 100 * kMiB;
+  return in;
+}
+
+TEST(GpuMemoryPlan, SequencesOfAMicroBatchWhenOneMicroBatchDoesNotFit) {
+  const GpuMemoryPlan p = plan_gpu_memory(split_batches(85000000));
+  EXPECT_TRUE(p.split);
+  EXPECT_EQ(p.buffers, 1);
+  EXPECT_EQ(p.tier, HiddenTier::kPinned);
+  EXPECT_EQ(p.meta_bytes, 9696u);
+  EXPECT_EQ(p.largest, 100);
+  EXPECT_EQ(p.longest_seq, 50);
+  EXPECT_EQ(p.chunk_max, 50);
+  expect_chunks(p, {{0, 1, 0, 50},
+                    {0, 1, 50, 50},
+                    {1, 2, 100, 50},
+                    {1, 2, 150, 50},
+                    {2, 3, 200, 50},
+                    {2, 3, 250, 50},
+                    {3, 4, 300, 50},
+                    {3, 4, 350, 50}});
+  // Where whole micro-batches fit, they are not split (the sequences change nothing).
+  const GpuMemoryPlan whole = plan_gpu_memory(split_batches(256 * kMiB));
+  EXPECT_FALSE(whole.split);
+  expect_chunks(whole, {{0, 4, 0, 400}});
+}
+
+TEST(GpuMemoryPlan, RefusedOnlyWhenOneSequenceDoesNotFit) {
+  // One byte below the split least: left 84919775 = 0.079088 GiB, least 84919776; the cap that
+  // would do: limit - left + least = 100 MiB + 84919776 = 189777376 = 0.176745 GiB.
+  EXPECT_EQ(refusal(split_batches(84919776)), "");
+  EXPECT_EQ(refusal(split_batches(84919775)),
+            "GPU memory: --max_gpu_memory_gb leaves 0.0790 GiB but a layer's weights (0.0625 GiB) "
+            "and the longest calibration sequence (50 tokens) need 0.0790 GiB; raise "
+            "--max_gpu_memory_gb to at least 0.1767 GiB or lower --calib_seq");
+}
+
 TEST(GpuMemoryPlan, EveryFixedTermCountsTowardTheLeast) {
   // least(1) = 64 MiB blob + 1 MiB converted + 2 MiB attention + 3 MiB quantizer + 9632 meta
   //   + 16 MiB + 2048000 = 86 MiB + 2057632 = 90177536 + 2057632 = 92235168: fits at exactly
