@@ -426,10 +426,11 @@ frac() {  # flops, seconds -> percent of the measured bf16 matmul rate
     label="strata, GPU memory unconstrained"
     [ "$name" = capped ] && label="strata, --max_gpu_memory_gb ${R[cap_gb]}"
     t=${R[${name}_s]}
+    xhf=$(ratio "$t" "${R[hf_total_s]:-}")
     cs=${R[${name}_compute_s]:-}
     if [ -n "$cs" ]; then fr="$(frac "${R[calib_flops]}" "$cs") of bf16 rate over its ${cs} s computing"
     else fr="$(frac "${R[calib_flops]}" "$t") of bf16 rate over the whole wall time"; fi
-    echo "| $label | $t | $(ratio "$t" "${R[read_s]}") | ${R[${name}_gpu_mib]} | own peak ${R[${name}_own_gib]:-?} GiB; waited ${R[${name}_wait_s]:-?} s for weights; $fr; output ${R[${name}_out_gb]:-?} GB; peak RSS ${R[${name}_rss_mib]:-?} MiB, bound ${R[${name}_bound_mib]:-?} MiB; resident before ${R[res_$name]}; x transformers $(ratio "$t" "${R[hf_total_s]:-}") |"
+    echo "| $label | $t | $(ratio "$t" "${R[read_s]}") | ${R[${name}_gpu_mib]} | own peak ${R[${name}_own_gib]:-?} GiB; waited ${R[${name}_wait_s]:-?} s for weights; $fr; output ${R[${name}_out_gb]:-?} GB; peak RSS ${R[${name}_rss_mib]:-?} MiB, bound ${R[${name}_bound_mib]:-?} MiB; resident before ${R[res_$name]}${xhf:+; x transformers $xhf} |"
   done
   if [ -n "${R[hf_total_s]:-}" ]; then
     echo "| transformers: load onto the GPU | ${R[hf_load_s]:-} | $(ratio "${R[hf_load_s]:-}" "${R[read_s]}") | | resident before ${R[res_hf]:-} |"
