@@ -25,7 +25,9 @@ import time
 
 
 class Shapes:
-    """The sizes both estimates below read from a Qwen3-MoE / Llama config.json."""
+    """The sizes both estimates below read from a Qwen3-MoE / Llama config.json, or a DeepSeek-V3
+    family one (deepseek_v3, kimi_k2: MLA attention, dense layers below first_k_dense_replace,
+    routed and shared experts)."""
 
     def __init__(self, cfg):
         self.h = cfg["hidden_size"]
@@ -33,7 +35,8 @@ class Shapes:
         self.kv = cfg.get("num_key_value_heads", self.heads)
         self.hd = cfg.get("head_dim") or self.h // self.heads
         self.layers = cfg["num_hidden_layers"]
-        self.experts = cfg.get("num_local_experts") or cfg.get("num_experts") or 0
+        self.experts = (cfg.get("num_local_experts") or cfg.get("num_experts")
+                        or cfg.get("n_routed_experts") or 0)
         self.top_k = cfg.get("num_experts_per_tok", 0)
         self.moe_i = cfg.get("moe_intermediate_size", 0)
         self.dense_i = cfg.get("intermediate_size", 0)
@@ -41,25 +44,45 @@ class Shapes:
         self.qk_norm = cfg.get("model_type") == "qwen3_moe"
         self._only = set(cfg.get("mlp_only_layers") or [])
         self._step = cfg.get("decoder_sparse_step", 1) or 1
+        self.mla = bool(cfg.get("kv_lora_rank"))
+        self.shared_i = self.moe_i * (cfg.get("n_shared_experts") or 0)
+        self._first_dense = cfg.get("first_k_dense_replace")
+        self._freq = cfg.get("moe_layer_freq", 1) or 1
+        h, nh = self.h, self.heads
+        if self.mla:  # q_a, q_b (or q_proj), kv_a_proj_with_mqa, kv_b, o; the two LoRA norms
+            ql, kl = cfg.get("q_lora_rank") or 0, cfg["kv_lora_rank"]
+            nope, rope, v = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+            q = ql * h + nh * (nope + rope) * ql if ql else h * nh * (nope + rope)
+            self.attn_weights = q + (kl + rope) * h + nh * (nope + v) * kl + h * nh * v
+            self.attn_norms = ql + kl
+            self.score_dims = nh * (nope + rope + v)  # QK^T over nope + rope, PV over v
+        else:  # q, o and k, v
+            self.attn_weights = 2 * h * nh * self.hd + 2 * h * self.kv * self.hd
+            self.attn_norms = 2 * self.hd if self.qk_norm else 0
+            self.score_dims = 2 * nh * self.hd
 
     def is_moe(self, layer):
-        return self.experts > 0 and layer not in self._only and (layer + 1) % self._step == 0
+        if self.experts == 0:
+            return False
+        if self._first_dense is not None:
+            return layer >= self._first_dense and layer % self._freq == 0
+        return layer not in self._only and (layer + 1) % self._step == 0
 
 
 def flops_per_sequence(cfg, seq_len, lm_head):
     """Multiply-adds x 2 of every matmul of one causal forward over one sequence of seq_len
-    tokens: the q/k/v/o projections, the attention scores and their product with V (each query
-    sees (seq_len + 1) / 2 keys on average), the router and the top-k experts (MoE layers) or
-    the dense MLP, and the lm_head if asked. Norms, softmax, RoPE and activations are left out
-    (a few percent at most)."""
+    tokens: the attention projections (q/k/v/o, or MLA's five), the attention scores and their
+    product with V (each query sees (seq_len + 1) / 2 keys on average), the router, the top-k
+    experts and any shared expert (MoE layers) or the dense MLP, and the lm_head if asked. Norms,
+    softmax, RoPE and activations are left out (a few percent at most)."""
     s = Shapes(cfg)
     per_token_ctx = (seq_len + 1) / 2.0
     total = 0.0
     for layer in range(s.layers):
-        t = 2 * s.h * (s.heads * s.hd) * 2 + 2 * s.h * (s.kv * s.hd) * 2  # q, o and k, v
-        t += 2 * 2 * s.heads * s.hd * per_token_ctx  # QK^T and PV
+        t = 2 * s.attn_weights
+        t += 2 * s.score_dims * per_token_ctx
         if s.is_moe(layer):
-            t += 2 * s.h * s.experts + s.top_k * 2 * 3 * s.h * s.moe_i
+            t += 2 * s.h * s.experts + (s.top_k * s.moe_i + s.shared_i) * 2 * 3 * s.h
         else:
             t += 2 * 3 * s.h * s.dense_i
         total += t
@@ -69,18 +92,18 @@ def flops_per_sequence(cfg, seq_len, lm_head):
 
 
 def export_bytes(cfg):
-    """Bytes of an nvfp4_experts_only export of a Qwen3-MoE / Llama config: every routed
-    expert's weights in NVFP4 (half a byte per value plus one FP8 scale per 16), everything
-    else in bf16. Per-tensor scales and the config files are left out (kilobytes)."""
+    """Bytes of an nvfp4_experts_only export of a Qwen3-MoE / Llama / DeepSeek-V3-family config:
+    every routed expert's weights in NVFP4 (half a byte per value plus one FP8 scale per 16),
+    everything else in bf16 (shared experts too). Per-tensor scales and the config files are
+    left out (kilobytes)."""
     s = Shapes(cfg)
     bf16 = 2 * s.vocab * s.h + s.h  # embedding, lm_head, final norm
     nvfp4 = 0
     for layer in range(s.layers):
-        bf16 += 2 * s.h * s.heads * s.hd + 2 * s.h * s.kv * s.hd + 2 * s.h  # q, o, k, v, two norms
-        if s.qk_norm:
-            bf16 += 2 * s.hd  # q_norm, k_norm
+        bf16 += s.attn_weights + s.attn_norms + 2 * s.h  # attention, its norms, two layer norms
         if s.is_moe(layer):
-            bf16 += s.experts * s.h  # router
+            bf16 += s.experts * s.h + 3 * s.h * s.shared_i  # router, shared experts
+            bf16 += s.experts if s.mla else 0  # the routing correction bias
             nvfp4 += s.experts * 3 * s.h * s.moe_i
         else:
             bf16 += 3 * s.h * s.dense_i

@@ -1,20 +1,36 @@
-// Writes a synthetic bf16 checkpoint of about the requested size, for bench/quantize_bench.sh
-// (Llama) and bench/gpu_bench.sh (Qwen3-MoE): config.json, one shard per decoder layer plus one
-// for the embedding, final norm and lm_head, and model.safetensors.index.json. Weights are
+// Writes a synthetic checkpoint of about the requested size, for bench/quantize_bench.sh (Llama)
+// and bench/gpu_bench.sh (Qwen3-MoE, Kimi-K2 INT4): config.json, one shard per decoder layer plus
+// one for the embedding, final norm and lm_head, and model.safetensors.index.json. Weights are
 // pseudo-random (uniform, scaled by sqrt(3 / fan-in) so every linear keeps unit variance and the
 // forward stays finite); norms are ones. Shards are generated and written by --threads workers,
 // one whole layer each; shard i's values depend only on i, so the bytes do not depend on the
 // thread count.
 //
-//   build/dev/bin/make_synthetic DIR [--arch llama|qwen3_moe] [--gib G] [--layers N]
+//   build/dev/bin/make_synthetic DIR [--arch llama|qwen3_moe|kimi_k2] [--gib G] [--layers N]
 //                                    [--threads T] [--hidden H] [--intermediate I] [--vocab V]
+//                                    [--experts E] [--top_k K]
 //
 // --arch llama (the default; hidden 2048, intermediate 5632, 16/4 heads of 128, vocab 32000).
 // --arch qwen3_moe: Qwen3-30B-A3B's shapes (hidden 2048, 32/4 heads of 128 with q/k norms, 128
 // experts of width 768, top-8, vocab 151936) with fewer layers; --intermediate sets the expert
 // width, --experts and --top_k the routed experts. The config.json is the one transformers 5.17
-// writes for Qwen3MoeForCausalLM. Layers: --layers N, or else (G GiB - embedding - lm_head) / one
-// layer's bytes, at least 1.
+// writes for Qwen3MoeForCausalLM.
+// --arch kimi_k2: Kimi-K2-Thinking's layout (model_type kimi_k2, the DeepSeek-V3 family) scaled
+// down: MLA attention, layer 0 dense (first_k_dense_replace 1), then MoE layers of 384 routed
+// experts, top-8, one group (n_group = topk_group = 1), sigmoid scores with an
+// e_score_correction_bias, routed_scaling_factor 2.827 and one shared expert; vocab 163840.
+// Hidden 1280 (Kimi-K2's 7168 / 5.6), expert width 384 (2048 / 5.3), and in Kimi-K2's
+// proportions to the hidden size: H / 80 heads (or the next divisor of H below) with Kimi-K2's head
+// dims (q/k 128 + 64 RoPE, v 128), kv_lora_rank H / 10 and q_lora_rank 3 x that (rounded up to 32),
+// dense width 2.6 x H (rounded up to 128). As Kimi-K2-Thinking ships it, the routed experts are
+// compressed-tensors pack-quantized INT4 (symmetric, group 32: weight_packed I32 [out, in/8],
+// weight_scale BF16 [out, in/32], weight_shape I32 [2]; docs/SOURCES.md) and everything else bf16,
+// with a quantization_config whose ignore list names everything but the routed experts. The INT4
+// codes are triangular on [-7, 7] around 0 (one plus the sum of two uniform 3-bit draws, minus 8)
+// and each group's scale is 1 / (3.24 sqrt(fan-in)) times a uniform factor in [0.5, 1.5), so the
+// experts keep about unit variance and their groups differ in range. 61 layers (Kimi-K2's count)
+// make about 20.8 GB. Layers: --layers N, or else as many as fit in G GiB beside the embedding and
+// lm_head, at least 1.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -80,22 +96,94 @@ void add(NamedTensors& out, Rng& rng, const std::string& name, Shape shape) {
   out.emplace_back(name, random_bf16(rng, std::move(shape), scale));
 }
 
+// The INT4 codes of a compressed-tensors pack-quantized weight [out, in]: 8 nibbles to an int32,
+// element 0 in the lowest. Each nibble is u = 1 + the sum of two uniform 3-bit draws, in [1, 15]
+// (value u - 8 in [-7, 7]): triangular around 0 like the codes of a bell-shaped weight quantized
+// symmetrically with scale amax / 7, so the weight's mean is 0. Nibbles never carry into each
+// other (at most 7 + 7 + 1).
+Tensor random_int4_packed(Rng& rng, int64_t out, int64_t in) {
+  Tensor t = Tensor::zeros(DType::kI32, {out, (in + 7) / 8});
+  uint32_t* p = t.mutable_data<uint32_t>();
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; i += 2) {
+    const uint64_t a = rng.next(), b = rng.next();
+    const uint64_t w = ((a >> 1) & 0x7777777777777777ull) + ((b >> 1) & 0x7777777777777777ull) +
+                       0x1111111111111111ull;
+    p[i] = static_cast<uint32_t>(w);
+    if (i + 1 < n) p[i + 1] = static_cast<uint32_t>(w >> 32);
+  }
+  return t;
+}
+
+// The bf16 group scales [out, in / group] of such a weight: 1 / (3.24 sqrt(in)) (the codes' RMS is
+// sqrt(2 x 63 / 12) ~ 3.24, so the weight has about unit gain) times a uniform factor in
+// [0.5, 1.5).
+Tensor random_int4_scales(Rng& rng, int64_t out, int64_t in, int64_t group) {
+  Tensor t = Tensor::zeros(DType::kBF16, {out, in / group});
+  uint16_t* p = t.mutable_data<uint16_t>();
+  const float base = 1.0f / (3.24f * std::sqrt(static_cast<float>(in)));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const float f = 0.5f + static_cast<float>(rng.next() >> 40) / 16777216.0f;
+    p[i] = f32_to_bf16_fast(base * f);
+  }
+  return t;
+}
+
+Tensor shape_i32(int64_t out, int64_t in) {
+  Tensor t = Tensor::zeros(DType::kI32, {2});
+  int32_t* p = t.mutable_data<int32_t>();
+  p[0] = static_cast<int32_t>(out);
+  p[1] = static_cast<int32_t>(in);
+  return t;
+}
+
+int64_t round_up(int64_t v, int64_t m) {
+  return (v + m - 1) / m * m;
+}
+
 struct Shapes {
   std::string arch = "llama";
   int64_t H = 2048, I = 5632, V = 32000;
   int64_t head_dim = 128, heads = 16, kv_heads = 4;
-  int64_t experts = 0, top_k = 0;  // qwen3_moe
+  int64_t experts = 0, top_k = 0;  // qwen3_moe, kimi_k2
+  // kimi_k2 (MLA): LoRA ranks, head dims, the dense layers' width and the INT4 group.
+  int64_t q_lora = 0, kv_lora = 0, nope = 128, rope = 64, v_dim = 128, dense_I = 0;
+  int64_t first_dense = 1, shared = 1, group = 32;
 
-  // Parameters of one decoder layer and of everything outside the layers.
-  double layer_params() const {
+  bool moe_layer(int64_t l) const {
+    return arch == "qwen3_moe" || (arch == "kimi_k2" && l >= first_dense);
+  }
+
+  // Parameters and bytes of decoder layer l and of everything outside the layers.
+  double layer_params(int64_t l) const {
+    const double h = static_cast<double>(H), i = static_cast<double>(I),
+                 e = static_cast<double>(experts);
+    if (arch == "kimi_k2") {
+      const double nh = static_cast<double>(heads), ql = static_cast<double>(q_lora),
+                   kl = static_cast<double>(kv_lora);
+      const double attn = ql * h + nh * static_cast<double>(nope + rope) * ql +
+                          static_cast<double>(kv_lora + rope) * h +
+                          nh * static_cast<double>(nope + v_dim) * kl +
+                          h * nh * static_cast<double>(v_dim) + ql + kl;
+      if (!moe_layer(l)) return attn + 3 * static_cast<double>(dense_I) * h + 2 * h;
+      return attn + e * h + e + (e + static_cast<double>(shared)) * 3 * i * h + 2 * h;
+    }
     const double q = static_cast<double>(heads * head_dim),
                  kv = static_cast<double>(kv_heads * head_dim);
-    const double h = static_cast<double>(H), i = static_cast<double>(I);
     const double attn = 2 * q * h + 2 * kv * h;
     if (arch == "qwen3_moe")
-      return attn + 2 * static_cast<double>(head_dim) + static_cast<double>(experts) * h +
-             static_cast<double>(experts) * 3 * i * h + 2 * h;
+      return attn + 2 * static_cast<double>(head_dim) + e * h + e * 3 * i * h + 2 * h;
     return attn + 3 * i * h + 2 * h;
+  }
+  double layer_bytes(int64_t l) const {
+    if (arch != "kimi_k2" || !moe_layer(l)) return 2.0 * layer_params(l);
+    // Routed experts at 4 bits plus a bf16 scale per group (and 8 bytes of shape); the
+    // correction bias in fp32; the rest bf16.
+    const double routed = static_cast<double>(experts) * 3 * static_cast<double>(I * H);
+    const double rest = layer_params(l) - routed - static_cast<double>(experts);
+    return 2.0 * rest + 4.0 * static_cast<double>(experts) +
+           routed * (0.5 + 2.0 / static_cast<double>(group)) +
+           8.0 * 3 * static_cast<double>(experts);
   }
   double outside_params() const {
     return 2.0 * static_cast<double>(V * H) + static_cast<double>(H);
@@ -109,6 +197,52 @@ struct Shapes {
              ",\"num_attention_heads\":" + n(heads) + ",\"num_key_value_heads\":" + n(kv_heads) +
              ",\"head_dim\":" + n(head_dim) + ",\"vocab_size\":" + n(V) +
              ",\"rms_norm_eps\":1e-5,\"rope_theta\":500000.0,\"torch_dtype\":\"bfloat16\"}\n";
+    if (arch == "kimi_k2")
+      // The keys of Kimi-K2-Thinking's config.json (transformers 4 style, rope_scaling), its
+      // sizes scaled down; bos/eos at Kimi-K2's distance from the end of the vocabulary.
+      return "{\n  \"architectures\": [\"DeepseekV3ForCausalLM\"],\n"
+             "  \"attention_bias\": false,\n  \"attention_dropout\": 0.0,\n"
+             "  \"bos_token_id\": " +
+             n(V - 256) + ",\n  \"eos_token_id\": " + n(V - 255) +
+             ",\n  \"first_k_dense_replace\": " + n(first_dense) +
+             ",\n  \"hidden_act\": \"silu\",\n  \"hidden_size\": " + n(H) +
+             ",\n  \"initializer_range\": 0.02,\n  \"intermediate_size\": " + n(dense_I) +
+             ",\n  \"kv_lora_rank\": " + n(kv_lora) +
+             ",\n  \"max_position_embeddings\": 262144,\n  \"model_type\": \"kimi_k2\",\n"
+             "  \"moe_intermediate_size\": " +
+             n(I) + ",\n  \"moe_layer_freq\": 1,\n  \"n_group\": 1,\n  \"n_routed_experts\": " +
+             n(experts) + ",\n  \"n_shared_experts\": " + n(shared) +
+             ",\n  \"norm_topk_prob\": true,\n  \"num_attention_heads\": " + n(heads) +
+             ",\n  \"num_experts_per_tok\": " + n(top_k) +
+             ",\n  \"num_hidden_layers\": " + n(layers) +
+             ",\n  \"num_key_value_heads\": " + n(heads) +
+             ",\n  \"num_nextn_predict_layers\": 0,\n  \"pretraining_tp\": 1,\n"
+             "  \"q_lora_rank\": " +
+             n(q_lora) + ",\n  \"qk_nope_head_dim\": " + n(nope) +
+             ",\n  \"qk_rope_head_dim\": " + n(rope) +
+             ",\n  \"rms_norm_eps\": 1e-06,\n  \"rope_scaling\": {\n    \"beta_fast\": 1.0,\n"
+             "    \"beta_slow\": 1.0,\n    \"factor\": 64.0,\n    \"mscale\": 1.0,\n"
+             "    \"mscale_all_dim\": 1.0,\n    \"original_max_position_embeddings\": 4096,\n"
+             "    \"type\": \"yarn\"\n  },\n  \"rope_theta\": 50000.0,\n"
+             "  \"routed_scaling_factor\": 2.827,\n  \"scoring_func\": \"sigmoid\",\n"
+             "  \"tie_word_embeddings\": false,\n  \"topk_group\": 1,\n"
+             "  \"topk_method\": \"noaux_tc\",\n  \"torch_dtype\": \"bfloat16\",\n"
+             "  \"use_cache\": true,\n  \"v_head_dim\": " +
+             n(v_dim) + ",\n  \"vocab_size\": " + n(V) +
+             ",\n  \"quantization_config\": {\n    \"quant_method\": \"compressed-tensors\",\n"
+             "    \"format\": \"pack-quantized\",\n    \"quantization_status\": \"compressed\",\n"
+             "    \"config_groups\": {\n      \"group_0\": {\n        \"targets\": [\"Linear\"],\n"
+             "        \"weights\": {\n          \"num_bits\": 4,\n          \"type\": \"int\",\n"
+             "          \"symmetric\": true,\n          \"strategy\": \"group\",\n"
+             "          \"group_size\": " +
+             n(group) +
+             ",\n          \"dynamic\": false,\n          \"actorder\": null,\n"
+             "          \"observer\": \"minmax\"\n        },\n"
+             "        \"input_activations\": null,\n        \"output_activations\": null\n"
+             "      }\n    },\n    \"ignore\": [\n      \"lm_head\",\n"
+             "      \"re:.*self_attn.*\",\n      \"re:.*shared_experts.*\",\n"
+             "      \"re:.*mlp\\\\.(gate|up|gate_up|down)_proj.*\"\n    ],\n"
+             "    \"kv_cache_scheme\": null\n  }\n}\n";
     // The keys and layout transformers 5.17 writes for Qwen3MoeForCausalLM (save_pretrained).
     return "{\n  \"architectures\": [\"Qwen3MoeForCausalLM\"],\n  \"attention_bias\": false,\n"
            "  \"attention_dropout\": 0.0,\n  \"bos_token_id\": null,\n  \"decoder_sparse_step\": "
@@ -134,6 +268,7 @@ struct Shapes {
 
   // One decoder layer's tensors, in the order the shard holds them.
   NamedTensors layer(int64_t l, Rng& rng) const {
+    if (arch == "kimi_k2") return kimi_layer(l, rng);
     const std::string p = "model.layers." + std::to_string(l) + ".";
     const int64_t q = heads * head_dim, kv = kv_heads * head_dim;
     NamedTensors t;
@@ -160,6 +295,53 @@ struct Shapes {
     }
     return t;
   }
+
+  // A Kimi-K2 (DeepSeek-V3 family) decoder layer: MLA attention, then a dense MLP (layers below
+  // first_dense) or the router, the INT4 routed experts and the shared expert.
+  NamedTensors kimi_layer(int64_t l, Rng& rng) const {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    NamedTensors t;
+    t.emplace_back(p + "input_layernorm.weight", ones_bf16(H));
+    t.emplace_back(p + "post_attention_layernorm.weight", ones_bf16(H));
+    const std::string a = p + "self_attn.";
+    add(t, rng, a + "q_a_proj.weight", {q_lora, H});
+    t.emplace_back(a + "q_a_layernorm.weight", ones_bf16(q_lora));
+    add(t, rng, a + "q_b_proj.weight", {heads * (nope + rope), q_lora});
+    add(t, rng, a + "kv_a_proj_with_mqa.weight", {kv_lora + rope, H});
+    t.emplace_back(a + "kv_a_layernorm.weight", ones_bf16(kv_lora));
+    add(t, rng, a + "kv_b_proj.weight", {heads * (nope + v_dim), kv_lora});
+    add(t, rng, a + "o_proj.weight", {H, heads * v_dim});
+    const std::string m = p + "mlp.";
+    if (!moe_layer(l)) {
+      add(t, rng, m + "gate_proj.weight", {dense_I, H});
+      add(t, rng, m + "up_proj.weight", {dense_I, H});
+      add(t, rng, m + "down_proj.weight", {H, dense_I});
+      return t;
+    }
+    add(t, rng, m + "gate.weight", {experts, H});
+    // The correction bias (fp32, as DeepSeek-V3 and Kimi-K2 store it): small, so the sigmoid
+    // scores still decide the routing.
+    Tensor bias = Tensor::zeros(DType::kF32, {experts});
+    float* b = bias.mutable_data<float>();
+    for (int64_t e = 0; e < experts; ++e)
+      b[e] = static_cast<float>(rng.next() >> 40) / 16777216.0f * 0.1f - 0.05f;
+    t.emplace_back(m + "gate.e_score_correction_bias", std::move(bias));
+    for (int64_t e = 0; e < experts; ++e) {
+      const std::string x = m + "experts." + std::to_string(e) + ".";
+      for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+        const bool down = proj[0] == 'd';
+        const int64_t out = down ? H : I, in = down ? I : H;
+        t.emplace_back(x + proj + ".weight_packed", random_int4_packed(rng, out, in));
+        t.emplace_back(x + proj + ".weight_scale", random_int4_scales(rng, out, in, group));
+        t.emplace_back(x + proj + ".weight_shape", shape_i32(out, in));
+      }
+    }
+    const int64_t si = I * shared;
+    add(t, rng, m + "shared_experts.gate_proj.weight", {si, H});
+    add(t, rng, m + "shared_experts.up_proj.weight", {si, H});
+    add(t, rng, m + "shared_experts.down_proj.weight", {H, si});
+    return t;
+  }
 };
 
 }  // namespace
@@ -168,7 +350,7 @@ int main(int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') {
     std::fprintf(
         stderr,
-        "usage: make_synthetic DIR [--arch llama|qwen3_moe] [--gib G] [--layers N] "
+        "usage: make_synthetic DIR [--arch llama|qwen3_moe|kimi_k2] [--gib G] [--layers N] "
         "[--threads T] [--hidden H] [--intermediate I] [--vocab V] [--experts E] [--top_k K]\n");
     return 2;
   }
@@ -210,23 +392,49 @@ int main(int argc, char** argv) {
   }
   if (s.arch == "qwen3_moe") {
     s.H = 2048, s.I = 768, s.V = 151936, s.heads = 32, s.kv_heads = 4, s.experts = 128, s.top_k = 8;
+  } else if (s.arch == "kimi_k2") {
+    s.H = 1280, s.I = 384, s.V = 163840, s.experts = 384, s.top_k = 8;
   } else if (s.arch != "llama") {
-    std::fprintf(stderr, "make_synthetic: --arch must be llama or qwen3_moe, got %s\n",
+    std::fprintf(stderr, "make_synthetic: --arch must be llama, qwen3_moe or kimi_k2, got %s\n",
                  s.arch.c_str());
     return 2;
   }
   if (hidden > 0) s.H = hidden;
   if (inter > 0) s.I = inter;
   if (vocab > 0) s.V = vocab;
-  if (s.arch == "qwen3_moe" && experts > 0) s.experts = experts;
-  if (s.arch == "qwen3_moe" && top_k > 0) s.top_k = std::min(top_k, s.experts);
+  if (s.arch != "llama" && experts > 0) s.experts = experts;
+  if (s.arch != "llama" && top_k > 0) s.top_k = std::min(top_k, s.experts);
   if (s.arch == "llama")
     s.heads = std::max<int64_t>(s.H / s.head_dim, 1),
     s.kv_heads = std::max<int64_t>(s.heads / 4, 1);
-  const double layer_bytes = 2.0 * s.layer_params(), outside = 2.0 * s.outside_params();
-  if (layers <= 0)
-    layers =
-        std::max<int64_t>(1, static_cast<int64_t>((gib * 1073741824.0 - outside) / layer_bytes));
+  if (s.arch == "kimi_k2") {
+    // Kimi-K2's proportions to its hidden size 7168: 64 heads (one per 112; here one per 80, so
+    // 1280 gives 16; fewer where that does not divide H: Kimi-K2's config has no head_dim, so
+    // readers derive one from H), kv_lora_rank 512 (~H / 14; here H / 10), q_lora_rank 3 x
+    // kv_lora_rank, dense width 18432 (2.57 x H).
+    s.heads = std::max<int64_t>(s.H / 80, 1);
+    while (s.H % s.heads != 0)
+      --s.heads;
+    s.kv_lora = round_up(std::max<int64_t>(s.H / 10, 1), 32);
+    s.q_lora = 3 * s.kv_lora;
+    s.dense_I = round_up(s.H * 26 / 10, 128);
+    s.top_k = std::min(s.top_k, s.experts);
+    if (s.H % s.group != 0 || s.I % s.group != 0) {
+      std::fprintf(stderr,
+                   "make_synthetic: kimi_k2 needs --hidden and --intermediate divisible by the "
+                   "INT4 group %lld (got %lld and %lld)\n",
+                   static_cast<long long>(s.group), static_cast<long long>(s.H),
+                   static_cast<long long>(s.I));
+      return 2;
+    }
+  }
+  const double outside = 2.0 * s.outside_params();
+  if (layers <= 0) {  // as many layers as fit in the size, at least 1
+    double used = outside;
+    while (used + s.layer_bytes(layers) <= gib * 1073741824.0)
+      used += s.layer_bytes(layers++);
+    layers = std::max<int64_t>(layers, 1);
+  }
 
   fs::create_directories(dir);
   write_file_atomic((dir / "config.json").string(), s.config(layers));
@@ -285,14 +493,20 @@ int main(int argc, char** argv) {
     }
   index += "}}\n";
   write_file_atomic((dir / "model.safetensors.index.json").string(), index);
-  const double params = s.outside_params() + s.layer_params() * static_cast<double>(layers);
+  double params = s.outside_params(), bytes = outside;
+  for (int64_t l = 0; l < layers; ++l)
+    params += s.layer_params(l), bytes += s.layer_bytes(l);
   std::printf("%s: %s, %lld layers, hidden %lld, intermediate %lld, vocab %lld", dir.c_str(),
               s.arch.c_str(), static_cast<long long>(layers), static_cast<long long>(s.H),
               static_cast<long long>(s.I), static_cast<long long>(s.V));
   if (s.experts > 0)
     std::printf(", %lld experts top-%lld", static_cast<long long>(s.experts),
                 static_cast<long long>(s.top_k));
-  std::printf(", %.2f B parameters, %.2f GiB (%.2f GB)\n", params / 1e9,
-              2.0 * params / 1073741824.0, 2.0 * params / 1e9);
+  if (s.arch == "kimi_k2")
+    std::printf(", MLA q/kv rank %lld/%lld, %lld heads, routed experts INT4 g%lld",
+                static_cast<long long>(s.q_lora), static_cast<long long>(s.kv_lora),
+                static_cast<long long>(s.heads), static_cast<long long>(s.group));
+  std::printf(", %.2f B parameters, %.2f GiB (%.2f GB)\n", params / 1e9, bytes / 1073741824.0,
+              bytes / 1e9);
   return 0;
 }
