@@ -24,6 +24,12 @@
 //                  (hub) or block_sparse_moe.{gate,up,down}_proj (transformers 5.x save_pretrained)
 //   kQwen3Next     kLlama's attention with q/k norms; linear_attn.{in_proj_qkvz, in_proj_ba,
 //                  conv1d, A_log, dt_bias, norm, out_proj}; kQwenMoe's MoE names; mtp.* is MTP
+//   kGptOss        self_attn.{q,k,v,o}_proj (weight, bias), self_attn.sinks; mlp.router (weight,
+//                  bias); the experts fused as the checkpoint stores them:
+//                  mlp.experts.{gate_up_proj, down_proj} [E, in, out] (bf16) or their MXFP4
+//                  `_blocks`/`_scales`, with mlp.experts.{gate_up_proj,down_proj}_bias [E, out];
+//                  and one module per expert and projection as the forward reads them,
+//                  mlp.experts.E.{gate_up_proj [2I, H] (gate/up rows interleaved), down_proj}
 //
 // The MoE families also accept transformers v5's fused `mlp.experts.gate_up_proj` [E, 2I, H] and
 // `mlp.experts.down_proj` [E, H, I]. Multimodal wrappers (kimi_vl, kimi_k25) keep the language
@@ -53,6 +59,7 @@ enum class ArchFamily : uint8_t {
   kDeepseekV3,  // deepseek_v3, kimi_k2
   kKimiLinear,  // kimi_linear
   kQwen3Next,   // qwen3_next
+  kGptOss,      // gpt_oss
 };
 
 std::string_view arch_family_name(ArchFamily family);  // "llama", "deepseek_v3", ...
@@ -149,5 +156,11 @@ bool layer_is_moe(const ArchInfo& arch, const ModelConfig& config, int64_t layer
 // linear_attn_config.kda_layers (1-based, the remote code); both present must agree, neither is
 // an error.
 bool layer_is_linear_attention(const ArchInfo& arch, const ModelConfig& config, int64_t layer);
+
+// The sliding window (in tokens, the query's own included) of decoder layer `layer`'s attention;
+// 0 when it attends to the whole causal prefix. gpt-oss: `sliding_window` on the layers whose
+// layer_types entry is `sliding_attention` (without layer_types, transformers' default: the
+// even layers); a sliding layer without a positive sliding_window is an error. Other families: 0.
+int64_t layer_sliding_window(const ArchInfo& arch, const ModelConfig& config, int64_t layer);
 
 }  // namespace strata

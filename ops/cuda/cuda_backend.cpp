@@ -394,7 +394,10 @@ void CudaBackend::rope(float* x, const Tokens& t, int64_t n_heads, int64_t strid
 
 void CudaBackend::attention(const Tokens& t, const float* q, int64_t qs, const float* k, int64_t ks,
                             const float* v, int64_t vs, int64_t n_heads, int64_t n_kv, int64_t dq,
-                            int64_t dv, float scale, float* out) {
+                            int64_t dv, float scale, float* out, const AttentionVariant& variant) {
+  STRATA_CHECK(variant.window == 0 && !variant.sinks,
+               "the GPU forward has no attention sinks or sliding window yet (gpt-oss); use "
+               "--device cpu");
   if (dry()) {
     STRATA_CHECK(dv <= 256, "value head dim ", dv, " exceeds the GPU attention's 256");
     return;
