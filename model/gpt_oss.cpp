@@ -51,6 +51,7 @@ class GptOssLayer : public Layer {
       ops::Mlp mlp;
       mlp.hidden = H;
       mlp.inter = I;
+      mlp.interleaved = true;
       mlp.alpha = kAlpha;
       mlp.limit = kLimit;
       mlp.gate_up_names = {x + "gate_up_proj"};

@@ -88,7 +88,8 @@ struct Mlp {
   Weight gate, up, down;  // [I, H], [I, H], [H, I]; undefined for a routed expert not held here
   Weight gate_up;         // [2I, H] (gate row 2i, up row 2i + 1): gpt-oss, gate and up undefined
   Weight gate_up_bias, down_bias;    // [2I], [H] fp32; undefined when absent
-  float alpha = 0.0f, limit = 0.0f;  // swiglu_clamped's, when gate_up is defined
+  bool interleaved = false;          // gpt-oss's form (gate_up, biases, swiglu_clamped)
+  float alpha = 0.0f, limit = 0.0f;  // swiglu_clamped's
   int64_t hidden = 0, inter = 0;
   std::vector<std::string> gate_up_names;  // {gate module, up module}, or {gate_up module}
   std::vector<std::string> down_names;     // {down module}

@@ -107,7 +107,7 @@ void CpuBackend::copy_cols(const float* src, int64_t src_stride, float* dst, int
 void CpuBackend::mlp(const Mlp& w, const float* x, int64_t rows, float* y) {
   const int64_t H = w.hidden;
   observe(w.gate_up_names, x, rows, H);
-  if (w.gate_up.defined()) {  // gpt-oss
+  if (w.interleaved) {  // gpt-oss
     std::vector<float> gu(static_cast<size_t>(rows * 2 * w.inter)),
         h(static_cast<size_t>(rows * w.inter));
     auto bias = [](const Weight& b) { return b.defined() ? f32(b) : nullptr; };

@@ -142,7 +142,8 @@ class CudaBackend final : public Backend {
   void span(int part);
   void attention_gemm(const Tokens& t, const float* q, int64_t qs, const float* k, int64_t ks,
                       const float* v, int64_t vs, float* out, int64_t os, int64_t n_heads,
-                      int64_t dq, int64_t dv, int64_t group, float scale);
+                      int64_t dq, int64_t dv, int64_t group, float scale, int64_t window,
+                      const float* sinks);
   int64_t esz() const { return opt_.gemm_bf16 ? 2 : 4; }
 
   CudaBackendOptions opt_;
