@@ -284,7 +284,7 @@ Report build_report(const std::string& dir) {
     d.params += shape_numel(e.shape);
     d.bytes += bytes;
     if (c.kind == TensorKind::kUnrecognized) r.unrecognized.push_back(name);
-    if (std::string why = tensor_layout_refusal(r.arch, name); !why.empty())
+    if (std::string why = tensor_layout_refusal(r.arch, ckpt, name); !why.empty())
       r.refused.emplace_back(name, std::move(why));
     // Compression of linear weights, per kind (io/source_weights.h).
     if (c.role == TensorRole::kLinearWeight) {

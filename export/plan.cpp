@@ -133,20 +133,31 @@ void check_source_quantization(const ModelConfig& config, const Checkpoint& ckpt
        "mxfp4 sources only");
 }
 
-std::string tensor_layout_refusal(const ArchInfo& arch, const std::string& name) {
+std::string tensor_layout_refusal(const ArchInfo& arch, const Checkpoint& ckpt,
+                                  const std::string& name) {
+  constexpr std::string_view kTaken =
+      "strata reads fused experts in transformers 5's layout: experts.gate_up_proj [E, 2I, H] "
+      "(gate rows, then up rows) with experts.down_proj [E, H, I], in BF16/F16/F32 or as MXFP4 "
+      "*_blocks/*_scales of that layout, without biases";
+  const TensorClass c = classify_tensor(arch, name);
+  if (const std::string base = ckpt.view_base(name);
+      !base.empty() && c.kind != TensorKind::kRoutedExperts) {
+    return str("'", base, "' holds fused experts, which strata reads per expert as '", name,
+               "', a name the ", arch_family_name(arch.family),
+               " family does not use: save the checkpoint with per-expert tensors");
+  }
   if (name.ends_with("_blocks") && !name.ends_with(".weight_blocks"))
     return str("'", name,
-               "' looks like a fused MXFP4 tensor (gpt-oss layout [E, out, in/32, 16]); strata "
-               "reads MXFP4 per module (M.weight_blocks, M.weight_scales) and does not take fused "
-               "expert layouts yet");
-  const TensorClass c = classify_tensor(arch, name);
+               "' is a fused MXFP4 tensor in a layout strata does not split per expert (", kTaken,
+               ")");
   if (c.role != TensorRole::kLinearWeight) return "";
   for (std::string_view suffix : {".weight", ".weight_packed", ".weight_blocks"}) {
     if (name.size() > suffix.size() && name.ends_with(suffix)) return "";
   }
-  return str("linear weight '", name,
-             "' is not a per-module .weight, .weight_packed or .weight_blocks (fused [E, out, in] "
-             "expert layouts are not supported yet)");
+  return str("linear weight '", name, "' is ", shape_str(ckpt.entry(name).shape),
+             ", not a per-module .weight, .weight_packed or .weight_blocks, nor a fused expert "
+             "layout strata splits per expert (",
+             kTaken, ")");
 }
 
 QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Recipe& recipe) {
@@ -159,7 +170,7 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
   for (const std::string& name : ckpt.tensor_names()) {
     const TensorClass c = classify_tensor(arch, name);
     const TensorEntry& e = ckpt.entry(name);
-    const std::string refused = tensor_layout_refusal(arch, name);
+    const std::string refused = tensor_layout_refusal(arch, ckpt, name);
     STRATA_CHECK(refused.empty(), ckpt.dir(), ": ", refused);
     // The vision tower and projector of a multimodal wrapper are copied unquantized; their
     // linear weights are planned (as excluded) so that exclude_modules lists them (format.md §6).

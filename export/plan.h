@@ -53,7 +53,9 @@ void check_source_quantization(const ModelConfig& config, const Checkpoint& ckpt
 QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Recipe& recipe);
 
 // Why make_plan refuses tensor `name` as it is stored (a layout strata does not read: fused
-// expert tensors, fused MXFP4 blocks), or "" when it takes it; `strata inspect` lists these.
-std::string tensor_layout_refusal(const ArchInfo& arch, const std::string& name);
+// expert tensors left fused by io/fused_experts.h, a per-expert view of a fused tensor under
+// names the family does not use), or "" when it takes it; `strata inspect` lists these.
+std::string tensor_layout_refusal(const ArchInfo& arch, const Checkpoint& ckpt,
+                                  const std::string& name);
 
 }  // namespace strata

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "io/fused_experts.h"
 #include "io/json.h"
 
 namespace strata {
@@ -112,31 +113,36 @@ Checkpoint Checkpoint::open(const std::string& dir) {
     c.shards_.push_back(SafetensorsFile::open((root / shard_files[s]).string()));
     const std::vector<TensorEntry>& entries = c.shards_.back().entries();
     for (size_t e = 0; e < entries.size(); ++e) {
-      auto [it, inserted] = c.where_.emplace(entries[e].name, std::make_pair(s, e));
+      auto [it, inserted] = c.where_.emplace(entries[e].name, Where{s, e, false});
       if (!inserted) {
         fail(dir, ": tensor '", entries[e].name, "' is present in two shards, ",
-             shard_files[it->second.first], " and ", shard_files[s]);
+             shard_files[it->second.shard], " and ", shard_files[s]);
       }
     }
   }
-  if (!has_index) return c;
+  if (has_index) c.check_index(index, shard_files);
+  split_fused_experts(c);
+  return c;
+}
 
+void Checkpoint::check_index(const std::map<std::string, std::string>& index,
+                             const std::vector<std::string>& shard_files) const {
+  const fs::path root(dir_);
   // The index and the shards must agree in both directions.
-  for (const auto& [name, loc] : c.where_) {
-    const SafetensorsFile& shard = c.shards_[loc.first];
+  for (const auto& [name, loc] : where_) {
+    const SafetensorsFile& shard = shards_[loc.shard];
     auto listed = index.find(name);
     if (listed == index.end()) {
       fail(shard.path(), ": tensor '", name, "' is not listed in ", kIndexName,
            " (loaders would ignore it)");
     }
-    STRATA_CHECK(listed->second == shard_files[loc.first], shard.path(), ": tensor '", name,
+    STRATA_CHECK(listed->second == shard_files[loc.shard], shard.path(), ": tensor '", name,
                  "' is here but ", kIndexName, " lists it in ", listed->second);
   }
   for (const auto& [tensor, shard] : index) {
-    STRATA_CHECK(c.where_.count(tensor) == 1, (root / shard).string(), ": tensor '", tensor,
+    STRATA_CHECK(where_.count(tensor) == 1, (root / shard).string(), ": tensor '", tensor,
                  "' is listed in ", kIndexName, " but absent from this shard");
   }
-  return c;
 }
 
 std::vector<std::string> Checkpoint::tensor_names() const {
@@ -154,13 +160,42 @@ bool Checkpoint::has(std::string_view name) const {
 const TensorEntry& Checkpoint::entry(std::string_view name) const {
   auto it = where_.find(name);
   STRATA_CHECK(it != where_.end(), dir_, ": no tensor '", name, "' in the checkpoint");
-  return shards_[it->second.first].entries()[it->second.second];
+  const Where& w = it->second;
+  return w.view ? views_[w.entry] : shards_[w.shard].entries()[w.entry];
 }
 
 const SafetensorsFile& Checkpoint::shard_of(std::string_view name) const {
   auto it = where_.find(name);
   STRATA_CHECK(it != where_.end(), dir_, ": no tensor '", name, "' in the checkpoint");
-  return shards_[it->second.first];
+  return shards_[it->second.shard];
+}
+
+void Checkpoint::add_view(const std::string& name, const std::string& base, uint64_t offset,
+                          DType dtype, const Shape& shape) {
+  const TensorEntry& b = entry(base);
+  STRATA_ASSERT(!where_.count(name), "view '", name, "' names a tensor already present");
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  TensorEntry v;
+  v.name = name;
+  v.dtype = dtype;
+  v.shape = shape;
+  v.begin = b.begin + offset;
+  v.end = v.begin + static_cast<uint64_t>(n) * dtype_bits(dtype) / 8;
+  STRATA_ASSERT(v.end <= b.end, "view '", name, "' ends past '", base, "'");
+  where_.emplace(name, Where{where_.find(base)->second.shard, views_.size(), true});
+  views_.push_back(std::move(v));
+  bases_.emplace(name, base);
+}
+
+void Checkpoint::hide(const std::string& base) {
+  where_.erase(base);
+}
+
+std::string Checkpoint::view_base(std::string_view name) const {
+  auto it = bases_.find(name);
+  return it == bases_.end() ? std::string() : it->second;
 }
 
 struct Checkpoint::Held {

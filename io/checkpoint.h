@@ -50,6 +50,15 @@ class Checkpoint {
   // Sum of the shard files' sizes.
   uint64_t bytes_on_disk() const;
 
+  // Views (io/fused_experts.h). add_view makes `name` the `dtype` `shape` tensor whose bytes start
+  // `offset` bytes into stored tensor `base` (a range inside it); hide removes a stored tensor
+  // from the names served once its views replace it.
+  void add_view(const std::string& name, const std::string& base, uint64_t offset, DType dtype,
+                const Shape& shape);
+  void hide(const std::string& base);
+  // The fused tensor a view was cut from; empty for a stored tensor.
+  std::string view_base(std::string_view name) const;
+
   // Ranks (engine/parallel.h): a tensor one rank read and sent to the others is held in memory
   // here, and tensor() serves the held bytes instead of the file's; release() drops it. `bytes`
   // must hold the tensor's bytes exactly (entry(name).end - begin).
@@ -62,7 +71,18 @@ class Checkpoint {
  private:
   std::string dir_;
   std::vector<SafetensorsFile> shards_;
-  std::map<std::string, std::pair<size_t, size_t>, std::less<>> where_;  // name -> (shard, entry)
+  // Opening with an index: the index and the shards must agree in both directions.
+  void check_index(const std::map<std::string, std::string>& index,
+                   const std::vector<std::string>& shard_files) const;
+
+  struct Where {
+    size_t shard = 0;
+    size_t entry = 0;  // in the shard's entries, or in views_ for a view
+    bool view = false;
+  };
+  std::map<std::string, Where, std::less<>> where_;
+  std::vector<TensorEntry> views_;                         // begin/end in the shard's data
+  std::map<std::string, std::string, std::less<>> bases_;  // view name -> fused tensor name
   struct Held;                  // held copies and the names read, shared by copies of this
   std::shared_ptr<Held> held_;  // object and guarded by a mutex (the prefetch thread reads)
 };

@@ -31,8 +31,9 @@
 //                  and one module per expert and projection as the forward reads them,
 //                  mlp.experts.E.{gate_up_proj [2I, H] (gate/up rows interleaved), down_proj}
 //
-// The MoE families also accept transformers v5's fused `mlp.experts.gate_up_proj` [E, 2I, H] and
-// `mlp.experts.down_proj` [E, H, I]. Multimodal wrappers (kimi_vl, kimi_k25) keep the language
+// The MoE families also name transformers v5's fused `mlp.experts.gate_up_proj` [E, 2I, H] and
+// `mlp.experts.down_proj` [E, H, I]; opening a checkpoint serves that layout per expert
+// (io/fused_experts.h), so these names remain only where it is left fused (and refused). Multimodal wrappers (kimi_vl, kimi_k25) keep the language
 // model under `language_model.model.` / `language_model.lm_head.` (or `model.language_model.`),
 // the vision tower under `vision_tower.` and the projector under `multi_modal_projector.` or
 // `mm_projector.`; their family comes from text_config's model_type.

@@ -1,0 +1,35 @@
+// Fused expert tensors on disk, served per expert (docs/SOURCES.md "Fused expert tensors").
+//
+// transformers 5 keeps a MoE layer's routed experts as two 3-D parameters, and checkpoints saved
+// from it (or shipped that way) store them so:
+//
+//   X.gate_up_proj   [E, 2I, H]  expert e's gate_proj weight is rows [0, I) of [e], its up_proj
+//                                weight rows [I, 2I) (gate and up in halves, not interleaved)
+//   X.down_proj      [E, H, I]   expert e's down_proj weight is [e]
+//
+// with X = "<layer>.mlp.experts." (BF16, F16 or F32), and the MXFP4 form of the same layout:
+// X.gate_up_proj_blocks U8 [E, 2I, H/32, 16] with X.gate_up_proj_scales U8 [E, 2I, H/32], and
+// X.down_proj_blocks [E, H, I/32, 16] with X.down_proj_scales [E, H, I/32].
+//
+// Every per-expert weight is then a contiguous byte range of the fused tensor, so the checkpoint
+// serves it as a view (io/checkpoint.h) under the name a per-expert checkpoint gives it:
+// X.{e}.gate_proj.weight [I, H], X.{e}.up_proj.weight [I, H], X.{e}.down_proj.weight [H, I] (or
+// .weight_blocks / .weight_scales). Reads, prefetch, expert parallelism and the export then see
+// a per-expert checkpoint, read only the bytes they need, and write what a per-expert source
+// gives; the fused names are no longer listed.
+//
+// A pair that does not have this layout is left fused (the quantize plan refuses it, naming the
+// layout it takes): gpt-oss's transposed, interleaved experts (recognised by their
+// gate_up_proj_bias), a gate_up_proj without its down_proj, shapes that disagree, other dtypes.
+#pragma once
+
+namespace strata {
+
+class Checkpoint;
+
+// Adds the views of every fused expert pair in the standard layout and hides the fused names.
+// A checkpoint that holds both a fused pair and per-expert tensors of the same experts is a
+// strata::Error naming both.
+void split_fused_experts(Checkpoint& ckpt);
+
+}  // namespace strata
