@@ -25,18 +25,19 @@
 //   kQwen3Next     kLlama's attention with q/k norms; linear_attn.{in_proj_qkvz, in_proj_ba,
 //                  conv1d, A_log, dt_bias, norm, out_proj}; kQwenMoe's MoE names; mtp.* is MTP
 //   kGptOss        self_attn.{q,k,v,o}_proj (weight, bias), self_attn.sinks; mlp.router (weight,
-//                  bias); the experts fused as the checkpoint stores them:
+//                  bias); one module per expert and projection as the forward reads them,
+//                  mlp.experts.E.{gate_up_proj [2I, H] (gate/up rows interleaved), down_proj},
+//                  and the fused tensors the checkpoint stores (served per expert, see below):
 //                  mlp.experts.{gate_up_proj, down_proj} [E, in, out] (bf16) or their MXFP4
-//                  `_blocks`/`_scales`, with mlp.experts.{gate_up_proj,down_proj}_bias [E, out];
-//                  and one module per expert and projection as the forward reads them,
-//                  mlp.experts.E.{gate_up_proj [2I, H] (gate/up rows interleaved), down_proj}
+//                  `_blocks`/`_scales`, with mlp.experts.{gate_up_proj,down_proj}_bias [E, out]
 //
 // The MoE families also name transformers v5's fused `mlp.experts.gate_up_proj` [E, 2I, H] and
-// `mlp.experts.down_proj` [E, H, I]; opening a checkpoint serves that layout per expert
-// (io/fused_experts.h), so these names remain only where it is left fused (and refused). Multimodal wrappers (kimi_vl, kimi_k25) keep the language
-// model under `language_model.model.` / `language_model.lm_head.` (or `model.language_model.`),
-// the vision tower under `vision_tower.` and the projector under `multi_modal_projector.` or
-// `mm_projector.`; their family comes from text_config's model_type.
+// `mlp.experts.down_proj` [E, H, I]; opening a checkpoint serves that layout (and gpt-oss's) per
+// expert (io/fused_experts.h), so these names remain only where it is left fused (and refused).
+// Multimodal wrappers (kimi_vl, kimi_k25) keep the language model under `language_model.model.` /
+// `language_model.lm_head.` (or `model.language_model.`), the vision tower under `vision_tower.`
+// and the projector under `multi_modal_projector.` or `mm_projector.`; their family comes from
+// text_config's model_type.
 //
 // Parameters of quantized sources (`weight_scale_inv`, `weight_packed`, `weight_scale`,
 // `weight_blocks`, `weight_scales` (MXFP4), `weight_shape`, `weight_zero_point`, `weight_g_idx`,
