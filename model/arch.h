@@ -24,13 +24,20 @@
 //                  (hub) or block_sparse_moe.{gate,up,down}_proj (transformers 5.x save_pretrained)
 //   kQwen3Next     kLlama's attention with q/k norms; linear_attn.{in_proj_qkvz, in_proj_ba,
 //                  conv1d, A_log, dt_bias, norm, out_proj}; kQwenMoe's MoE names; mtp.* is MTP
+//   kGptOss        self_attn.{q,k,v,o}_proj (weight, bias), self_attn.sinks; mlp.router (weight,
+//                  bias); one module per expert and projection as the forward reads them,
+//                  mlp.experts.E.{gate_up_proj [2I, H] (gate/up rows interleaved), down_proj},
+//                  and the fused tensors the checkpoint stores (served per expert, see below):
+//                  mlp.experts.{gate_up_proj, down_proj} [E, in, out] (bf16) or their MXFP4
+//                  `_blocks`/`_scales`, with mlp.experts.{gate_up_proj,down_proj}_bias [E, out]
 //
 // The MoE families also name transformers v5's fused `mlp.experts.gate_up_proj` [E, 2I, H] and
-// `mlp.experts.down_proj` [E, H, I]; opening a checkpoint serves that layout per expert
-// (io/fused_experts.h), so these names remain only where it is left fused (and refused). Multimodal wrappers (kimi_vl, kimi_k25) keep the language
-// model under `language_model.model.` / `language_model.lm_head.` (or `model.language_model.`),
-// the vision tower under `vision_tower.` and the projector under `multi_modal_projector.` or
-// `mm_projector.`; their family comes from text_config's model_type.
+// `mlp.experts.down_proj` [E, H, I]; opening a checkpoint serves that layout (and gpt-oss's) per
+// expert (io/fused_experts.h), so these names remain only where it is left fused (and refused).
+// Multimodal wrappers (kimi_vl, kimi_k25) keep the language model under `language_model.model.` /
+// `language_model.lm_head.` (or `model.language_model.`), the vision tower under `vision_tower.`
+// and the projector under `multi_modal_projector.` or `mm_projector.`; their family comes from
+// text_config's model_type.
 //
 // Parameters of quantized sources (`weight_scale_inv`, `weight_packed`, `weight_scale`,
 // `weight_blocks`, `weight_scales` (MXFP4), `weight_shape`, `weight_zero_point`, `weight_g_idx`,
@@ -54,6 +61,7 @@ enum class ArchFamily : uint8_t {
   kDeepseekV3,  // deepseek_v3, kimi_k2
   kKimiLinear,  // kimi_linear
   kQwen3Next,   // qwen3_next
+  kGptOss,      // gpt_oss
 };
 
 std::string_view arch_family_name(ArchFamily family);  // "llama", "deepseek_v3", ...
@@ -150,5 +158,11 @@ bool layer_is_moe(const ArchInfo& arch, const ModelConfig& config, int64_t layer
 // linear_attn_config.kda_layers (1-based, the remote code); both present must agree, neither is
 // an error.
 bool layer_is_linear_attention(const ArchInfo& arch, const ModelConfig& config, int64_t layer);
+
+// The sliding window (in tokens, the query's own included) of decoder layer `layer`'s attention;
+// 0 when it attends to the whole causal prefix. gpt-oss: `sliding_window` on the layers whose
+// layer_types entry is `sliding_attention` (without layer_types, transformers' default: the
+// even layers); a sliding layer without a positive sliding_window is an error. Other families: 0.
+int64_t layer_sliding_window(const ArchInfo& arch, const ModelConfig& config, int64_t layer);
 
 }  // namespace strata

@@ -58,14 +58,16 @@ struct Residual {
 // RoPE parameters from the config's normalised rope fields; an unknown rope type is an error.
 ops::RopeParams rope_params(const ModelConfig& config);
 
-// Grouped-query self-attention with optional q/k/v biases and per-head q/k RMSNorm (Qwen3),
-// half-split RoPE over the whole head. Observers: q/k/v_proj (one input), k_cache, v_cache,
-// o_proj.
+// Grouped-query self-attention with optional q/k/v (and o) biases and per-head q/k RMSNorm
+// (Qwen3), half-split RoPE over the whole head. Observers: q/k/v_proj (one input), k_cache,
+// v_cache, o_proj. gpt-oss sets `sinks` and `window` after bind() (ops::AttentionVariant).
 struct GqaAttention {
   int64_t H = 0, n_heads = 0, n_kv = 0, head_dim = 0;
   float qk_norm_eps = 0.0f;
   ops::Weight wq, wk, wv, wo;  // [nH·d, H], [nKV·d, H], [nKV·d, H], [H, nH·d]
-  ops::Weight bq, bk, bv;      // undefined when there are no biases
+  ops::Weight bq, bk, bv, bo;  // undefined when there are no biases
+  ops::Weight sinks;           // [nH] fp32, undefined without attention sinks
+  int64_t window = 0;          // sliding window in tokens, 0: the whole causal prefix
   ops::Weight q_norm, k_norm;  // [d], undefined when absent
   double attention_factor = 1.0;
   std::vector<double> inv_freq;

@@ -53,7 +53,7 @@ TEST_P(GpuObservers, MatchTheCpuForwardsNames) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuObservers,
                          testing::Values("llama", "qwen3", "qwen3_moe", "qwen3_moe_nonorm",
                                          "deepseek_v3", "deepseek_v3_noqlora", "kimi_linear",
-                                         "mixtral"));
+                                         "mixtral", "gpt_oss", "gpt_oss_mxfp4"));
 
 }  // namespace
 }  // namespace strata
