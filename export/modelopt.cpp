@@ -635,7 +635,7 @@ std::vector<std::string> ModeloptExporter::finish() {
       Json l = Json::object();
       l["quant_algo"] = std::string(qformat_quant_algo(m.format));
       if (qformat_block(m.format) > 1) l["group_size"] = qformat_block(m.format);
-      layers[m.module] = l;
+      json_append(layers, m.module, l);  // the plan's modules are distinct
     }
     q["quantized_layers"] = layers;
   }
