@@ -220,7 +220,7 @@ TEST_P(ForwardBf16, MatchesTransformersOnGpu) {
 
 const auto kModels =
     testing::Values("llama", "llama_odd", "qwen3", "qwen3_moe", "qwen3_moe_nonorm", "deepseek_v3",
-                    "deepseek_v3_noqlora", "kimi_linear", "mixtral");
+                    "deepseek_v3_noqlora", "kimi_linear", "mixtral", "glm4_moe");
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardFp32, kModels);
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardBf16, kModels);
 
