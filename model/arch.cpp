@@ -281,7 +281,8 @@ bool layer_is_moe(const ArchInfo& arch, const ModelConfig& config, int64_t layer
       // transformers' Glm4MoeDecoderLayer: MoE from first_k_dense_replace on (no moe_layer_freq);
       // Glm4MoeConfig's default is 1.
       const Json& t = config.text;
-      const bool given = t.contains("first_k_dense_replace") && !t["first_k_dense_replace"].is_null();
+      const bool given =
+          t.contains("first_k_dense_replace") && !t["first_k_dense_replace"].is_null();
       return config.num_experts > 0 && layer >= (given ? config.first_k_dense_replace : 1);
     }
     case ArchFamily::kKimiLinear: {

@@ -32,10 +32,11 @@
 //
 // The MoE families also name transformers v5's fused `mlp.experts.gate_up_proj` [E, 2I, H] and
 // `mlp.experts.down_proj` [E, H, I]; opening a checkpoint serves that layout per expert
-// (io/fused_experts.h), so these names remain only where it is left fused (and refused). Multimodal wrappers (kimi_vl, kimi_k25) keep the language
-// model under `language_model.model.` / `language_model.lm_head.` (or `model.language_model.`),
-// the vision tower under `vision_tower.` and the projector under `multi_modal_projector.` or
-// `mm_projector.`; their family comes from text_config's model_type.
+// (io/fused_experts.h), so these names remain only where it is left fused (and refused). Multimodal
+// wrappers (kimi_vl, kimi_k25) keep the language model under `language_model.model.` /
+// `language_model.lm_head.` (or `model.language_model.`), the vision tower under `vision_tower.`
+// and the projector under `multi_modal_projector.` or `mm_projector.`; their family comes from
+// text_config's model_type.
 //
 // Parameters of quantized sources (`weight_scale_inv`, `weight_packed`, `weight_scale`,
 // `weight_blocks`, `weight_scales` (MXFP4), `weight_shape`, `weight_zero_point`, `weight_g_idx`,

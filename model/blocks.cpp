@@ -42,8 +42,7 @@ void Residual::bind(Binder& b, const ModelConfig& c, const std::string& p) {
 
 // ---- GQA ---------------------------------------------------------------------------------------
 
-void GqaAttention::bind(Binder& b, const ModelConfig& c, const std::string& p,
-                        GqaOptions options) {
+void GqaAttention::bind(Binder& b, const ModelConfig& c, const std::string& p, GqaOptions options) {
   H = c.hidden_size;
   n_heads = c.num_attention_heads;
   n_kv = c.num_key_value_heads;

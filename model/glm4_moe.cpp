@@ -34,11 +34,10 @@ bool bool_or(const Json& t, const char* key, bool fallback, const std::string& p
 // config gives none (at the top level, in rope_parameters or rope_scaling).
 double glm_partial_rotary_factor(const ModelConfig& c) {
   const Json& t = c.text;
-  const bool given = has_key(t, "partial_rotary_factor") ||
-                     (has_key(t, "rope_parameters") &&
-                      has_key(t["rope_parameters"], "partial_rotary_factor")) ||
-                     (has_key(t, "rope_scaling") &&
-                      has_key(t["rope_scaling"], "partial_rotary_factor"));
+  const bool given =
+      has_key(t, "partial_rotary_factor") ||
+      (has_key(t, "rope_parameters") && has_key(t["rope_parameters"], "partial_rotary_factor")) ||
+      (has_key(t, "rope_scaling") && has_key(t["rope_scaling"], "partial_rotary_factor"));
   return given ? c.rope.partial_rotary_factor : 0.5;
 }
 
