@@ -164,6 +164,11 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
   QuantPlan plan;
   plan.recipe = recipe;
   ArchInfo arch = resolve_arch(config);
+  // gpt-oss's consumers load its experts fused, as ModelOpt 0.47 writes them (docs/QUANTIZE.md
+  // "gpt-oss"); an export of per-expert modules would load nowhere.
+  STRATA_CHECK(arch.family != ArchFamily::kGptOss, config.path,
+               ": exporting gpt_oss (its experts fused as ModelOpt writes them) is not "
+               "implemented yet; its forward runs (strata eval)");
   resolve_wrapper_prefixes(arch, ckpt.tensor_names(), ckpt.dir());
   plan.num_layers = arch.num_hidden_layers;
   std::vector<int> rule_hits(recipe.rules.size(), 0);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <set>
@@ -171,9 +172,10 @@ const SafetensorsFile& Checkpoint::shard_of(std::string_view name) const {
 }
 
 void Checkpoint::add_view(const std::string& name, const std::string& base, uint64_t offset,
-                          DType dtype, const Shape& shape) {
+                          DType dtype, const Shape& shape, bool transposed) {
   const TensorEntry& b = entry(base);
   STRATA_ASSERT(!where_.count(name), "view '", name, "' names a tensor already present");
+  STRATA_ASSERT(!transposed || shape.size() == 2, "transposed view '", name, "' is not 2-D");
   int64_t n = 1;
   for (int64_t d : shape)
     n *= d;
@@ -184,7 +186,7 @@ void Checkpoint::add_view(const std::string& name, const std::string& base, uint
   v.begin = b.begin + offset;
   v.end = v.begin + static_cast<uint64_t>(n) * dtype_bits(dtype) / 8;
   STRATA_ASSERT(v.end <= b.end, "view '", name, "' ends past '", base, "'");
-  where_.emplace(name, Where{where_.find(base)->second.shard, views_.size(), true});
+  where_.emplace(name, Where{where_.find(base)->second.shard, views_.size(), true, transposed});
   views_.push_back(std::move(v));
   bases_.emplace(name, base);
 }
@@ -196,6 +198,11 @@ void Checkpoint::hide(const std::string& base) {
 std::string Checkpoint::view_base(std::string_view name) const {
   auto it = bases_.find(name);
   return it == bases_.end() ? std::string() : it->second;
+}
+
+bool Checkpoint::transposed_view(std::string_view name) const {
+  auto it = where_.find(name);
+  return it != where_.end() && it->second.transposed;
 }
 
 struct Checkpoint::Held {
@@ -218,7 +225,22 @@ Tensor Checkpoint::tensor(std::string_view name) const {
     }
     if (held_->read.insert(std::string(name)).second) held_->bytes_read += e.end - e.begin;
   }
-  return shard_of(name).tensor(e);
+  if (!transposed_view(name)) return shard_of(name).tensor(e);
+  // Stored [cols, rows]: a copy in the view's [rows, cols] (held copies above are such copies).
+  TensorEntry stored = e;
+  stored.shape = {e.shape[1], e.shape[0]};
+  const Tensor src = shard_of(name).tensor(stored);
+  Tensor out = Tensor::zeros(e.dtype, e.shape);
+  const size_t es = static_cast<size_t>(dtype_bits(e.dtype) / 8);
+  STRATA_ASSERT(es * 8 == static_cast<size_t>(dtype_bits(e.dtype)), "transposed view '", name,
+                "' of a sub-byte dtype");
+  const int64_t rows = e.shape[0], cols = e.shape[1];
+  const uint8_t* s = src.bytes();
+  uint8_t* d = out.mutable_bytes();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      std::memcpy(d + (r * cols + c) * es, s + (c * rows + r) * es, es);
+  return out;
 }
 
 Tensor Checkpoint::metadata(std::string_view name) const {

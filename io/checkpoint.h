@@ -53,11 +53,17 @@ class Checkpoint {
   // Views (io/fused_experts.h). add_view makes `name` the `dtype` `shape` tensor whose bytes start
   // `offset` bytes into stored tensor `base` (a range inside it); hide removes a stored tensor
   // from the names served once its views replace it.
+  // A `transposed` view (gpt-oss's bf16 experts) is the 2-D `shape` [rows, cols] tensor whose
+  // range stores its transpose [cols, rows]: tensor() returns a transposed copy; its entry's
+  // begin/end are the stored range (the same byte count), so code that moves raw ranges moves
+  // the stored layout and must not read it as `shape` (transposed_view() tells; the GPU's layer
+  // blobs refuse it).
   void add_view(const std::string& name, const std::string& base, uint64_t offset, DType dtype,
-                const Shape& shape);
+                const Shape& shape, bool transposed = false);
   void hide(const std::string& base);
   // The fused tensor a view was cut from; empty for a stored tensor.
   std::string view_base(std::string_view name) const;
+  bool transposed_view(std::string_view name) const;
 
   // Ranks (engine/parallel.h): a tensor one rank read and sent to the others is held in memory
   // here, and tensor() serves the held bytes instead of the file's; release() drops it. `bytes`
@@ -79,6 +85,7 @@ class Checkpoint {
     size_t shard = 0;
     size_t entry = 0;  // in the shard's entries, or in views_ for a view
     bool view = false;
+    bool transposed = false;
   };
   std::map<std::string, Where, std::less<>> where_;
   std::vector<TensorEntry> views_;                         // begin/end in the shard's data

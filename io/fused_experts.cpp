@@ -1,6 +1,7 @@
 #include "io/fused_experts.h"
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -98,6 +99,70 @@ std::vector<Pair> mxfp4_pairs(const Checkpoint& ckpt, const std::string& x) {
   return {{gb, db, "weight_blocks"}, {gs, ds, "weight_scales"}};
 }
 
+// gpt-oss at X (see the header); false when X is not in its layout (left fused).
+bool add_gpt_oss_views(Checkpoint& ckpt, const std::string& x) {
+  const std::string gb = x + "gate_up_proj_bias", db = x + "down_proj_bias";
+  if (!ckpt.has(gb) || !ckpt.has(db)) return false;
+  const TensorEntry gbias = ckpt.entry(gb), dbias = ckpt.entry(db);
+  if (gbias.shape.size() != 2 || dbias.shape.size() != 2 || !is_float(gbias.dtype) ||
+      dbias.dtype != gbias.dtype)
+    return false;
+  const int64_t E = gbias.shape[0], I = gbias.shape[1] / 2, H = dbias.shape[1];
+  if (E <= 0 || I <= 0 || gbias.shape[1] != 2 * I || dbias.shape[0] != E) return false;
+  std::vector<std::string> fused = {gb, db};
+  std::vector<std::pair<std::string, std::string>> weights;  // fused name, suffix
+  if (ckpt.has(x + "gate_up_proj") && ckpt.has(x + "down_proj")) {
+    const TensorEntry gu = ckpt.entry(x + "gate_up_proj"), dn = ckpt.entry(x + "down_proj");
+    if (gu.shape != Shape{E, H, 2 * I} || dn.shape != Shape{E, I, H} || !is_float(gu.dtype) ||
+        dn.dtype != gu.dtype)
+      return false;
+    const Strides g = strides(gu), d = strides(dn);
+    for (int64_t e = 0; e < E; ++e) {
+      const uint64_t ue = static_cast<uint64_t>(e);
+      ckpt.add_view(expert_name(x, e, "gate_up_proj", "weight"), x + "gate_up_proj", ue * g.expert,
+                    gu.dtype, {2 * I, H}, /*transposed=*/true);
+      ckpt.add_view(expert_name(x, e, "down_proj", "weight"), x + "down_proj", ue * d.expert,
+                    dn.dtype, {H, I}, /*transposed=*/true);
+    }
+    fused.insert(fused.end(), {x + "gate_up_proj", x + "down_proj"});
+  } else {
+    const std::string b = x + "gate_up_proj_blocks", s = x + "gate_up_proj_scales";
+    const std::string c = x + "down_proj_blocks", t = x + "down_proj_scales";
+    if (!ckpt.has(b) || !ckpt.has(s) || !ckpt.has(c) || !ckpt.has(t)) return false;
+    const TensorEntry eb = ckpt.entry(b), es = ckpt.entry(s), ec = ckpt.entry(c),
+                      et = ckpt.entry(t);
+    if (H % 32 != 0 || I % 32 != 0 || eb.shape != Shape{E, 2 * I, H / 32, 16} ||
+        es.shape != Shape{E, 2 * I, H / 32} || ec.shape != Shape{E, H, I / 32, 16} ||
+        et.shape != Shape{E, H, I / 32} || eb.dtype != DType::kU8 || ec.dtype != DType::kU8 ||
+        !is_u8(es.dtype) || !is_u8(et.dtype))
+      return false;
+    for (const auto& [fused_name, leaf, suffix] :
+         {std::tuple<std::string, const char*, const char*>{b, "gate_up_proj", "weight_blocks"},
+          {s, "gate_up_proj", "weight_scales"},
+          {c, "down_proj", "weight_blocks"},
+          {t, "down_proj", "weight_scales"}}) {
+      const TensorEntry f = ckpt.entry(fused_name);
+      Shape one = f.shape;
+      one.erase(one.begin());
+      const Strides st = strides(f);
+      for (int64_t e = 0; e < E; ++e)
+        ckpt.add_view(expert_name(x, e, leaf, suffix), fused_name,
+                      static_cast<uint64_t>(e) * st.expert, f.dtype, one);
+      fused.push_back(fused_name);
+    }
+  }
+  const Strides gs = strides(gbias), ds = strides(dbias);
+  for (int64_t e = 0; e < E; ++e) {
+    const uint64_t ue = static_cast<uint64_t>(e);
+    ckpt.add_view(expert_name(x, e, "gate_up_proj", "bias"), gb, ue * gs.expert, gbias.dtype,
+                  {2 * I});
+    ckpt.add_view(expert_name(x, e, "down_proj", "bias"), db, ue * ds.expert, dbias.dtype, {H});
+  }
+  for (const std::string& f : fused)
+    ckpt.hide(f);
+  return true;
+}
+
 }  // namespace
 
 void split_fused_experts(Checkpoint& ckpt) {
@@ -106,6 +171,14 @@ void split_fused_experts(Checkpoint& ckpt) {
     const bool blocks = name.ends_with(std::string(kGateUp) + "_blocks");
     if (!plain && !blocks) continue;
     const std::string x = name.substr(0, name.rfind("gate_up_proj"));  // "<...>.experts."
+    if (ckpt.has(x + "gate_up_proj_bias")) {                           // gpt-oss
+      const std::string per_expert = expert_name(x, 0, "gate_up_proj", "bias");
+      STRATA_CHECK(!ckpt.has(per_expert), ckpt.dir(), ": the checkpoint holds both the fused '",
+                   name, "' and the per-expert '", per_expert,
+                   "'; it must store each expert's weights once");
+      add_gpt_oss_views(ckpt, x);
+      continue;
+    }
     const std::vector<Pair> pairs = plain ? standard_pairs(ckpt, x) : mxfp4_pairs(ckpt, x);
     if (pairs.empty()) continue;
     const std::string per_expert = expert_name(x, 0, "gate_proj", pairs[0].suffix);

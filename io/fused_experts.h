@@ -18,9 +18,23 @@
 // a per-expert checkpoint, read only the bytes they need, and write what a per-expert source
 // gives; the fused names are no longer listed.
 //
-// A pair that does not have this layout is left fused (the quantize plan refuses it, naming the
-// layout it takes): gpt-oss's transposed, interleaved experts (recognised by their
-// gate_up_proj_bias), a gate_up_proj without its down_proj, shapes that disagree, other dtypes.
+// gpt-oss (recognised by X.gate_up_proj_bias [E, 2I]) keeps gate and up interleaved in one
+// projection, with biases, and in bf16 stores the weights transposed:
+//
+//   X.gate_up_proj   [E, H, 2I]  (x · W + b), X.gate_up_proj_bias [E, 2I]
+//   X.down_proj      [E, I, H],               X.down_proj_bias    [E, H]
+//   MXFP4: X.gate_up_proj_blocks [E, 2I, H/32, 16] + _scales [E, 2I, H/32] (rows = outputs),
+//          X.down_proj_blocks    [E, H, I/32, 16]  + _scales [E, H, I/32]
+//
+// served as one module per expert and projection (docs/QUANTIZE.md "gpt-oss"):
+// X.{e}.gate_up_proj.{weight [2I, H] (rows interleaved gate, up), bias [2I]} and
+// X.{e}.down_proj.{weight [H, I], bias [H]} (MXFP4: .weight_blocks / .weight_scales, byte ranges).
+// The bf16 weights are transposed views: each expert's [H, 2I] slice is contiguous on disk and
+// tensor() returns its transpose, a copy of one expert at a time (io/checkpoint.h).
+//
+// A pair that does not have one of these layouts is left fused (the quantize plan refuses it,
+// naming the layout it takes): a gate_up_proj without its down_proj, shapes that disagree, other
+// dtypes.
 #pragma once
 
 namespace strata {

@@ -107,6 +107,7 @@ struct RopeFields {
   Agreed<double> theta, factor, low_freq_factor, high_freq_factor, beta_fast, beta_slow, mscale,
       mscale_all_dim, attention_factor, partial_rotary_factor;
   Agreed<int64_t> original_max;
+  Agreed<bool> truncate;
 
   void read(const Fields& f, const std::string& what) {
     const std::string& p = f.prefix;
@@ -125,6 +126,7 @@ struct RopeFields {
     attention_factor.offer(f.num_opt("attention_factor"), p + "attention_factor", what);
     partial_rotary_factor.offer(f.num_opt("partial_rotary_factor"), p + "partial_rotary_factor",
                                 what);
+    truncate.offer(f.bool_opt("truncate"), p + "truncate", what);
   }
 };
 
@@ -159,6 +161,7 @@ RopeConfig parse_rope(const Fields& text, const std::string& what) {
   rope.mscale_all_dim = r.mscale_all_dim.value.value_or(rope.mscale_all_dim);
   rope.attention_factor = r.attention_factor.value;
   rope.partial_rotary_factor = r.partial_rotary_factor.value.value_or(1.0);
+  rope.truncate = r.truncate.value.value_or(rope.truncate);
   STRATA_CHECK(rope.theta > 0, what, ": rope_theta must be positive, got ", rope.theta);
   STRATA_CHECK(rope.partial_rotary_factor > 0 && rope.partial_rotary_factor <= 1, what,
                ": partial_rotary_factor must be in (0, 1], got ", rope.partial_rotary_factor);

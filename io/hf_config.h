@@ -41,6 +41,7 @@ struct RopeConfig {
   double mscale = 1.0;            // yarn (DeepSeek)
   double mscale_all_dim = 0.0;    // yarn (DeepSeek)
   std::optional<double> attention_factor;
+  bool truncate = true;                // yarn: floor/ceil the correction range (false in gpt-oss)
   double partial_rotary_factor = 1.0;  // fraction of head_dim that is rotated
 };
 

@@ -28,13 +28,15 @@ std::string_view arch_family_name(ArchFamily family) {
       return "glm4_moe";
     case ArchFamily::kMiniMaxM2:
       return "minimax_m2";
+    case ArchFamily::kGptOss:
+      return "gpt_oss";
   }
   STRATA_ASSERT(false, "unhandled ArchFamily ", static_cast<int>(family));
 }
 
 namespace {
 
-constexpr std::array<ArchEntry, 15> kArchs = {{
+constexpr std::array<ArchEntry, 16> kArchs = {{
     {"llama", ArchFamily::kLlama, false},
     {"mistral", ArchFamily::kLlama, false},
     {"qwen2", ArchFamily::kLlama, false},
@@ -48,6 +50,7 @@ constexpr std::array<ArchEntry, 15> kArchs = {{
     {"qwen3_next", ArchFamily::kQwen3Next, false},
     {"glm4_moe", ArchFamily::kGlm4Moe, false},
     {"minimax_m2", ArchFamily::kMiniMaxM2, false},
+    {"gpt_oss", ArchFamily::kGptOss, false},
     {"kimi_vl", ArchFamily::kDeepseekV3, true},
     {"kimi_k25", ArchFamily::kDeepseekV3, true},
 }};
@@ -264,6 +267,7 @@ bool layer_is_moe(const ArchInfo& arch, const ModelConfig& config, int64_t layer
       return false;
     case ArchFamily::kMixtral:
     case ArchFamily::kMiniMaxM2:
+    case ArchFamily::kGptOss:
       return config.num_experts > 0;
     case ArchFamily::kQwenMoe:
     case ArchFamily::kQwen3Next: {
@@ -320,6 +324,7 @@ bool layer_is_linear_attention(const ArchInfo& arch, const ModelConfig& config, 
     case ArchFamily::kDeepseekV3:
     case ArchFamily::kGlm4Moe:
     case ArchFamily::kMiniMaxM2:
+    case ArchFamily::kGptOss:
       return false;
     case ArchFamily::kQwen3Next: {
       // architectures.md §5: layer_types, else every full_attention_interval-th layer is full.
@@ -362,14 +367,45 @@ bool layer_is_linear_attention(const ArchInfo& arch, const ModelConfig& config, 
   STRATA_ASSERT(false, "unhandled ArchFamily ", static_cast<int>(arch.family));
 }
 
+int64_t layer_sliding_window(const ArchInfo& arch, const ModelConfig& config, int64_t layer) {
+  switch (arch.family) {
+    case ArchFamily::kLlama:
+    case ArchFamily::kQwenMoe:
+    case ArchFamily::kMixtral:
+    case ArchFamily::kDeepseekV3:
+    case ArchFamily::kKimiLinear:
+    case ArchFamily::kQwen3Next:
+    case ArchFamily::kGlm4Moe:
+    case ArchFamily::kMiniMaxM2:
+      return 0;
+    case ArchFamily::kGptOss: {
+      const Json& t = config.text;
+      const bool sliding =
+          t.contains("layer_types") && !t["layer_types"].is_null()
+              ? layer_type_at(config, "layer_types", layer,
+                              {"sliding_attention", "full_attention"}) == "sliding_attention"
+              : layer % 2 == 0;
+      if (!sliding) return 0;
+      const bool have = t.contains("sliding_window") && t["sliding_window"].is_number_integer() &&
+                        t["sliding_window"].get<int64_t>() > 0;
+      STRATA_CHECK(have, config.path, ": layer ", layer,
+                   " is a sliding_attention layer but sliding_window is not a positive integer");
+      return t["sliding_window"].get<int64_t>();
+    }
+  }
+  STRATA_ASSERT(false, "unhandled ArchFamily ", static_cast<int>(arch.family));
+}
+
 // ---- the name classifier -------------------------------------------------------------------
 
 namespace {
 
 enum class Match : uint8_t {
-  kModule,        // pattern is a module: "<pattern>.<param>" with a linear layer's params
-  kTensor,        // pattern is the whole tensor name
-  kFusedExperts,  // pattern is a whole [E, out, in] expert tensor (transformers v5 layout)
+  kModule,         // pattern is a module: "<pattern>.<param>" with a linear layer's params
+  kTensor,         // pattern is the whole tensor name
+  kFusedExperts,   // pattern is a whole [E, out, in] expert tensor (transformers v5 layout)
+  kFusedBias,      // the biases of fused experts [E, out] (gpt-oss)
+  kFusedQuantAux,  // the scales of fused MXFP4 experts (gpt-oss)
 };
 
 struct NameRule {
@@ -499,6 +535,29 @@ constexpr NameRule kGatedDeltaNet[] = {
     {"linear_attn.out_proj", K::kAttention, M::kModule},
 };
 
+// gpt-oss: attention with biases and sinks, the router with a bias, the experts fused on disk
+// (bf16 or MXFP4) and per expert as the forward and the plan read them.
+constexpr NameRule kGptOssAttention[] = {
+    {"self_attn.q_proj", K::kAttention, M::kModule},
+    {"self_attn.k_proj", K::kAttention, M::kModule},
+    {"self_attn.v_proj", K::kAttention, M::kModule},
+    {"self_attn.o_proj", K::kAttention, M::kModule},
+    {"self_attn.sinks", K::kAttention, M::kTensor},
+};
+constexpr NameRule kGptOssMoe[] = {
+    {"mlp.router", K::kRouter, M::kModule},
+    {"mlp.experts.gate_up_proj", K::kRoutedExperts, M::kFusedExperts},
+    {"mlp.experts.down_proj", K::kRoutedExperts, M::kFusedExperts},
+    {"mlp.experts.gate_up_proj_blocks", K::kRoutedExperts, M::kFusedExperts},
+    {"mlp.experts.down_proj_blocks", K::kRoutedExperts, M::kFusedExperts},
+    {"mlp.experts.gate_up_proj_scales", K::kRoutedExperts, M::kFusedQuantAux},
+    {"mlp.experts.down_proj_scales", K::kRoutedExperts, M::kFusedQuantAux},
+    {"mlp.experts.gate_up_proj_bias", K::kRoutedExperts, M::kFusedBias},
+    {"mlp.experts.down_proj_bias", K::kRoutedExperts, M::kFusedBias},
+    {"mlp.experts.#.gate_up_proj", K::kRoutedExperts, M::kModule},
+    {"mlp.experts.#.down_proj", K::kRoutedExperts, M::kModule},
+};
+
 // Outside the decoder layers (after any multimodal prefix is removed).
 constexpr NameRule kTopLevel[] = {
     {"model.embed_tokens.weight", K::kEmbedding, M::kTensor},
@@ -528,6 +587,8 @@ std::array<RuleSet, 5> layer_rules(ArchFamily family) {
       return {kLayerCommon, kGqaAttention, kDenseMlp, kDeepseekMoe, kFusedExperts};
     case ArchFamily::kMiniMaxM2:
       return {kLayerCommon, kGqaAttention, kMiniMaxM2Moe, kFusedExperts, {}};
+    case ArchFamily::kGptOss:
+      return {kLayerCommon, kGptOssAttention, kGptOssMoe, {}, {}};
   }
   STRATA_ASSERT(false, "unhandled ArchFamily ", static_cast<int>(family));
 }
@@ -580,9 +641,13 @@ bool match_rule(const NameRule& rule, std::string_view name, TensorClass* out) {
       out->role = TensorRole::kParam;
       return true;
     case Match::kFusedExperts:
+    case Match::kFusedBias:
+    case Match::kFusedQuantAux:
       if (!match_pattern(rule.pattern, name)) return false;
       out->kind = rule.kind;
-      out->role = TensorRole::kLinearWeight;
+      out->role = rule.match == Match::kFusedExperts ? TensorRole::kLinearWeight
+                  : rule.match == Match::kFusedBias  ? TensorRole::kBias
+                                                     : TensorRole::kQuantAux;
       return true;
     case Match::kModule: {
       size_t dot = name.rfind('.');

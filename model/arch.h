@@ -29,11 +29,17 @@
 //                  layers N >= num_hidden_layers are MTP
 //   kMiniMaxM2     kLlama's attention (q_norm / k_norm over all heads); block_sparse_moe.gate,
 //                  block_sparse_moe.e_score_correction_bias, block_sparse_moe.experts.E.w1/w2/w3
+//   kGptOss        self_attn.{q,k,v,o}_proj (weight, bias), self_attn.sinks; mlp.router (weight,
+//                  bias); one module per expert and projection as the forward reads them,
+//                  mlp.experts.E.{gate_up_proj [2I, H] (gate/up rows interleaved), down_proj},
+//                  and the fused tensors the checkpoint stores (served per expert, see below):
+//                  mlp.experts.{gate_up_proj, down_proj} [E, in, out] (bf16) or their MXFP4
+//                  `_blocks`/`_scales`, with mlp.experts.{gate_up_proj,down_proj}_bias [E, out]
 //
 // The MoE families also name transformers v5's fused `mlp.experts.gate_up_proj` [E, 2I, H] and
-// `mlp.experts.down_proj` [E, H, I]; opening a checkpoint serves that layout per expert
-// (io/fused_experts.h), so these names remain only where it is left fused (and refused). Multimodal
-// wrappers (kimi_vl, kimi_k25) keep the language model under `language_model.model.` /
+// `mlp.experts.down_proj` [E, H, I]; opening a checkpoint serves that layout (and gpt-oss's) per
+// expert (io/fused_experts.h), so these names remain only where it is left fused (and refused).
+// Multimodal wrappers (kimi_vl, kimi_k25) keep the language model under `language_model.model.` /
 // `language_model.lm_head.` (or `model.language_model.`), the vision tower under `vision_tower.`
 // and the projector under `multi_modal_projector.` or `mm_projector.`; their family comes from
 // text_config's model_type.
@@ -62,6 +68,7 @@ enum class ArchFamily : uint8_t {
   kQwen3Next,   // qwen3_next
   kGlm4Moe,     // glm4_moe
   kMiniMaxM2,   // minimax_m2
+  kGptOss,      // gpt_oss
 };
 
 std::string_view arch_family_name(ArchFamily family);  // "llama", "deepseek_v3", ...
@@ -159,5 +166,11 @@ bool layer_is_moe(const ArchInfo& arch, const ModelConfig& config, int64_t layer
 // linear_attn_config.kda_layers (1-based, the remote code); both present must agree, neither is
 // an error.
 bool layer_is_linear_attention(const ArchInfo& arch, const ModelConfig& config, int64_t layer);
+
+// The sliding window (in tokens, the query's own included) of decoder layer `layer`'s attention;
+// 0 when it attends to the whole causal prefix. gpt-oss: `sliding_window` on the layers whose
+// layer_types entry is `sliding_attention` (without layer_types, transformers' default: the
+// even layers); a sliding layer without a positive sliding_window is an error. Other families: 0.
+int64_t layer_sliding_window(const ArchInfo& arch, const ModelConfig& config, int64_t layer);
 
 }  // namespace strata

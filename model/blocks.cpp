@@ -66,6 +66,7 @@ void GqaAttention::bind(Binder& b, const ModelConfig& c, const std::string& p, G
     bk = b.vector(p + "k_proj.bias", {kd});
     bv = b.vector(p + "v_proj.bias", {kd});
   }
+  if (b.has(p + "o_proj.bias")) bo = b.vector(p + "o_proj.bias", {H});
   if (b.has(p + "q_norm.weight")) {
     q_norm = b.vector(p + "q_norm.weight", {qk_norm_all_heads ? qd : head_dim});
     k_norm = b.vector(p + "k_norm.weight", {qk_norm_all_heads ? kd : head_dim});
@@ -102,9 +103,10 @@ void GqaAttention::forward(ops::Backend& be, const ops::Tokens& t, const float* 
   be.observe(k_cache, k, T, kd);
   be.observe(v_cache, v, T, kd);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  be.attention(t, q, qd, k, kd, v, kd, n_heads, n_kv, d, d, scale, att);
+  be.attention(t, q, qd, k, kd, v, kd, n_heads, n_kv, d, d, scale, att,
+               {window, sinks.defined() ? &sinks : nullptr});
   be.observe(o_names, att, T, qd);
-  be.linear(att, T, wo, out);
+  be.linear(att, T, wo, out, bo.defined() ? &bo : nullptr);
 }
 
 // ---- MLA ---------------------------------------------------------------------------------------
@@ -195,7 +197,7 @@ void MlaAttention::forward(ops::Backend& be, const ops::Tokens& t, const float* 
   be.mla_kv(kv, kr, T, nH, dn, dr, dv, k, v);
   be.observe(k_cache, k, T, nH * dq);
   be.observe(v_cache, v, T, nH * dv);
-  be.attention(t, q, nH * dq, k, nH * dq, v, nH * dv, nH, nH, dq, dv, scale, att);
+  be.attention(t, q, nH * dq, k, nH * dq, v, nH * dv, nH, nH, dq, dv, scale, att, {});
   be.observe(o_names, att, T, nH * dv);
   be.linear(att, T, wo, out);
 }

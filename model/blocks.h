@@ -58,10 +58,11 @@ struct Residual {
 // RoPE parameters from the config's normalised rope fields; an unknown rope type is an error.
 ops::RopeParams rope_params(const ModelConfig& config);
 
-// Grouped-query self-attention with optional q/k/v biases and q/k RMSNorm, per head (Qwen3,
-// GLM-4.5) or over all heads at once (MiniMax-M2), before half-split RoPE over the first
+// Grouped-query self-attention with optional q/k/v (and o) biases and q/k RMSNorm, per head
+// (Qwen3, GLM-4.5) or over all heads at once (MiniMax-M2), before half-split RoPE over the first
 // rot_dim dims of each head (all of them unless partial). Observers: q/k/v_proj (one input),
-// k_cache, v_cache, o_proj.
+// k_cache, v_cache, o_proj. gpt-oss sets `sinks` and `window` after bind()
+// (ops::AttentionVariant).
 struct GqaOptions {
   // Fraction of each head that RoPE rotates: rot_dim = int(head_dim · factor), as transformers'
   // default rope init; < 0: the config's partial_rotary_factor (1 when absent).
@@ -75,7 +76,9 @@ struct GqaAttention {
   float qk_norm_eps = 0.0f;
   bool qk_norm_all_heads = false;
   ops::Weight wq, wk, wv, wo;  // [nH·d, H], [nKV·d, H], [nKV·d, H], [H, nH·d]
-  ops::Weight bq, bk, bv;      // undefined when there are no biases
+  ops::Weight bq, bk, bv, bo;  // undefined when there are no biases
+  ops::Weight sinks;           // [nH] fp32, undefined without attention sinks
+  int64_t window = 0;          // sliding window in tokens, 0: the whole causal prefix
   ops::Weight q_norm, k_norm;  // [d] ([nH·d], [nKV·d] over all heads), undefined when absent
   double attention_factor = 1.0;
   std::vector<double> inv_freq;  // [rot_dim / 2]

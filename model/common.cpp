@@ -86,6 +86,7 @@ ops::RopeParams rope_params(const ModelConfig& config) {
   p.original_max_position = static_cast<double>(r.original_max_position_embeddings);
   p.beta_fast = r.beta_fast;
   p.beta_slow = r.beta_slow;
+  p.truncate = r.truncate;
   if (r.type == "default") {
     p.kind = ops::RopeParams::Kind::kDefault;
   } else if (r.type == "linear") {

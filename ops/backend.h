@@ -81,11 +81,27 @@ struct Weight {
 };
 
 // A SwiGLU MLP: down(silu(gate x) * up x), with the hub names its inputs are observed under.
+// gpt-oss's experts instead: gate and up interleaved in one weight with a bias, the clamped
+// activation, and a bias on down:
+//   gu = gate_up x + gate_up_bias;  h = ops::swiglu_clamped(gu; alpha, limit);  down h + down_bias
 struct Mlp {
   Weight gate, up, down;  // [I, H], [I, H], [H, I]; undefined for a routed expert not held here
+  Weight gate_up;         // [2I, H] (gate row 2i, up row 2i + 1): gpt-oss, gate and up undefined
+  Weight gate_up_bias, down_bias;    // [2I], [H] fp32; undefined when absent
+  bool interleaved = false;          // gpt-oss's form (gate_up, biases, swiglu_clamped)
+  float alpha = 0.0f, limit = 0.0f;  // swiglu_clamped's
   int64_t hidden = 0, inter = 0;
-  std::vector<std::string> gate_up_names;  // {gate module, up module}
+  std::vector<std::string> gate_up_names;  // {gate module, up module}, or {gate_up module}
   std::vector<std::string> down_names;     // {down module}
+  bool held() const { return gate.defined() || gate_up.defined(); }
+};
+
+// gpt-oss's attention variants (ops::attention_causal): keys within a sliding window of
+// `window` tokens, the query's own included (0: the whole causal prefix), and one sink logit per
+// head (null: none).
+struct AttentionVariant {
+  int64_t window = 0;
+  const Weight* sinks = nullptr;  // [n_heads] fp32
 };
 
 // The tokens of a ragged batch: whole sequences, concatenated, no padding.
@@ -169,10 +185,12 @@ class Backend {
                     int64_t rot_dim, const std::vector<double>& inv_freq, double attention_factor,
                     bool interleaved) = 0;
   // Causal attention within each sequence: q[T, nH, dq], k[T, nKV, dq], v[T, nKV, dv] with row
-  // strides; out[T, nH, dv] contiguous. Query head h reads kv head h / (nH / nKV).
+  // strides; out[T, nH, dv] contiguous. Query head h reads kv head h / (nH / nKV). `variant`:
+  // gpt-oss's window and sinks (default: neither).
   virtual void attention(const Tokens& t, const float* q, int64_t q_stride, const float* k,
                          int64_t k_stride, const float* v, int64_t v_stride, int64_t n_heads,
-                         int64_t n_kv, int64_t dq, int64_t dv, float scale, float* out) = 0;
+                         int64_t n_kv, int64_t dq, int64_t dv, float scale, float* out,
+                         const AttentionVariant& variant) = 0;
   // MLA's per-head K and V: k[T, nH, dn + dr] = [kv[t, h, :dn] | kr[t, :]], v[T, nH, dv] =
   // kv[t, h, dn:], from kv[T, nH, dn + dv] and kr[T, dr].
   virtual void mla_kv(const float* kv, const float* kr, int64_t T, int64_t n_heads, int64_t dn,

@@ -107,6 +107,16 @@ void CpuBackend::copy_cols(const float* src, int64_t src_stride, float* dst, int
 void CpuBackend::mlp(const Mlp& w, const float* x, int64_t rows, float* y) {
   const int64_t H = w.hidden;
   observe(w.gate_up_names, x, rows, H);
+  if (w.interleaved) {  // gpt-oss
+    std::vector<float> gu(static_cast<size_t>(rows * 2 * w.inter)),
+        h(static_cast<size_t>(rows * w.inter));
+    auto bias = [](const Weight& b) { return b.defined() ? f32(b) : nullptr; };
+    ops::linear(x, rows, H, f32(w.gate_up), 2 * w.inter, gu.data(), bias(w.gate_up_bias));
+    ops::swiglu_clamped(gu.data(), rows * w.inter, w.alpha, w.limit, h.data());
+    observe(w.down_names, h.data(), rows, w.inter);
+    ops::linear(h.data(), rows, w.inter, f32(w.down), H, y, bias(w.down_bias));
+    return;
+  }
   std::vector<float> g(static_cast<size_t>(rows * w.inter)), u(g.size());
   ops::linear(x, rows, H, f32(w.gate), w.inter, g.data());
   ops::linear(x, rows, H, f32(w.up), w.inter, u.data());
@@ -124,11 +134,12 @@ void CpuBackend::rope(float* x, const Tokens& t, int64_t n_heads, int64_t stride
 
 void CpuBackend::attention(const Tokens& t, const float* q, int64_t qs, const float* k, int64_t ks,
                            const float* v, int64_t vs, int64_t n_heads, int64_t n_kv, int64_t dq,
-                           int64_t dv, float scale, float* out) {
+                           int64_t dv, float scale, float* out, const AttentionVariant& variant) {
+  const float* sinks = variant.sinks ? f32(*variant.sinks) : nullptr;
   for (int64_t s = 0; s < t.n_seqs(); ++s) {
     const int64_t b = t.seq_bounds[s], len = t.seq_bounds[s + 1] - b;
     ops::attention_causal(q + b * qs, qs, k + b * ks, ks, v + b * vs, vs, len, n_heads, n_kv, dq,
-                          dv, scale, out + b * n_heads * dv);
+                          dv, scale, out + b * n_heads * dv, sinks, variant.window);
   }
 }
 
@@ -247,7 +258,7 @@ namespace {
 
 // Routed expert e on in[count, H] into out[count, H].
 void run_expert(CpuBackend& be, const Mlp& expert, const float* in, int64_t count, float* out) {
-  STRATA_ASSERT(count == 0 || expert.gate.defined(), "expert ", expert.gate_up_names[0],
+  STRATA_ASSERT(count == 0 || expert.held(), "expert ", expert.gate_up_names[0],
                 " is not held by this rank");
   be.mlp(expert, in, count, out);
 }

@@ -127,6 +127,14 @@ void swiglu(const float* gate, const float* up, int64_t count, float* h) {
     h[i] = silu(gate[i]) * up[i];
 }
 
+void swiglu_clamped(const float* gu, int64_t count, float alpha, float limit, float* h) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float g = std::min(gu[2 * i], limit);
+    const float u = std::clamp(gu[2 * i + 1], -limit, limit);
+    h[i] = (u + 1.0f) * (g * sigmoid(g * alpha));
+  }
+}
+
 std::vector<double> rope_inv_freq(const RopeParams& p, int64_t rot_dim) {
   STRATA_ASSERT(rot_dim % 2 == 0);
   const int64_t half = rot_dim / 2;
@@ -165,8 +173,10 @@ std::vector<double> rope_inv_freq(const RopeParams& p, int64_t rot_dim) {
         return static_cast<double>(rot_dim) * std::log(p.original_max_position / (2.0 * M_PI * r)) /
                (2.0 * std::log(p.theta));
       };
-      double lo = std::max(std::floor(corr(p.beta_fast)), 0.0);
-      double hi = std::min(std::ceil(corr(p.beta_slow)), static_cast<double>(rot_dim - 1));
+      const double lo_raw = corr(p.beta_fast), hi_raw = corr(p.beta_slow);
+      double lo = std::max(p.truncate ? std::floor(lo_raw) : lo_raw, 0.0);
+      double hi =
+          std::min(p.truncate ? std::ceil(hi_raw) : hi_raw, static_cast<double>(rot_dim - 1));
       if (lo == hi) hi += 0.001;
       for (int64_t i = 0; i < half; ++i) {
         const double ramp = std::clamp((static_cast<double>(i) - lo) / (hi - lo), 0.0, 1.0);
@@ -206,8 +216,9 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int6
 
 void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t k_stride,
                       const float* v, int64_t v_stride, int64_t T, int64_t n_heads,
-                      int64_t n_kv_heads, int64_t dq, int64_t dv, float scale, float* out) {
-  STRATA_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0);
+                      int64_t n_kv_heads, int64_t dq, int64_t dv, float scale, float* out,
+                      const float* sinks, int64_t window) {
+  STRATA_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && window >= 0);
   const int64_t group = n_heads / n_kv_heads;
   // Heads are independent and each writes only its own output columns, so running them on
   // several threads gives the same bytes as one.
@@ -217,8 +228,10 @@ void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t 
     const int64_t kvh = h / group;
     for (int64_t i = 0; i < T; ++i) {
       const float* qi = q + i * q_stride + h * dq;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j <= i; ++j) {  // causal: keys up to and including i
+      // causal: keys up to and including i; within the window when there is one
+      const int64_t first = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
+      float mx = sinks ? sinks[h] : -INFINITY;
+      for (int64_t j = first; j <= i; ++j) {
         const float* kj = k + j * k_stride + kvh * dq;
         float s = 0.0f;
         for (int64_t d = 0; d < dq; ++d)
@@ -227,14 +240,15 @@ void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t 
         mx = std::max(mx, p[j]);
       }
       double sum = 0.0;
-      for (int64_t j = 0; j <= i; ++j) {
+      for (int64_t j = first; j <= i; ++j) {
         p[j] = std::exp(p[j] - mx);
         sum += p[j];
       }
+      if (sinks) sum += std::exp(sinks[h] - mx);
       const float inv = static_cast<float>(1.0 / sum);
       float* oi = out + (i * n_heads + h) * dv;
       std::fill(oi, oi + dv, 0.0f);
-      for (int64_t j = 0; j <= i; ++j) {
+      for (int64_t j = first; j <= i; ++j) {
         const float* vj = v + j * v_stride + kvh * dv;
         const float w = p[j] * inv;
         for (int64_t d = 0; d < dv; ++d)

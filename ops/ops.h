@@ -60,6 +60,13 @@ inline float sigmoid(float z) {
 // sigmoid_inplace, mul_sigmoid, add_sigmoid_gated).
 void swiglu(const float* gate, const float* up, int64_t count, float* h);
 
+// gpt-oss's clamped SwiGLU on gate and up interleaved in gu[count, 2] (gate_i = gu[2i],
+// up_i = gu[2i + 1]):
+//   g = min(gate_i, limit),  u = clamp(up_i, -limit, limit),  h[i] = (u + 1) * g * sigmoid(alpha *
+//   g)
+// (gate is not clamped from below). CUDA: ops/cuda/elementwise.h swiglu_clamped.
+void swiglu_clamped(const float* gu, int64_t count, float alpha, float limit, float* h);
+
 // Rotary embedding frequencies f_i (i < rot_dim/2) for a RoPE variant.
 struct RopeParams {
   enum class Kind { kDefault, kLinear, kLlama3, kYarn };
@@ -72,6 +79,7 @@ struct RopeParams {
   double beta_fast = 32.0;
   double beta_slow = 1.0;
   double attention_factor = 1.0;  // multiplies cos and sin (YaRN)
+  bool truncate = true;           // YaRN: floor lo and ceil hi (transformers' `truncate`)
 };
 std::vector<double> rope_inv_freq(const RopeParams& p, int64_t rot_dim);
 
@@ -88,9 +96,14 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int6
 // Query head h reads kv head h / (nH / nKV). Softmax in fp32 (sum in fp64). CUDA:
 // ops/cuda/attention.h attention (a ragged batch, online softmax), or gemm.h's batched GEMMs
 // around attention.h causal_softmax.
+// gpt-oss's variants: `window` > 0 lets query i see only keys j with i - j < window (a sliding
+// window of `window` tokens, its own included); `sinks` [n_heads] (or null) adds one logit per
+// head to the softmax's denominator (and to its max), with no value:
+//   p_ij = exp(s_ij - m) / (sum_j' exp(s_ij' - m) + exp(sink_h - m)),  m = max(s_i., sink_h).
 void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t k_stride,
                       const float* v, int64_t v_stride, int64_t T, int64_t n_heads,
-                      int64_t n_kv_heads, int64_t dq, int64_t dv, float scale, float* out);
+                      int64_t n_kv_heads, int64_t dq, int64_t dv, float scale, float* out,
+                      const float* sinks = nullptr, int64_t window = 0);
 
 // Causal depthwise convolution over one sequence, no bias: x[T, C] with row stride x_stride,
 // w[C, K] (the checkpoint's [C, 1, K]), y[T, C] contiguous:

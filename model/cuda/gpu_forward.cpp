@@ -297,6 +297,9 @@ struct GpuForward::Impl {
 std::string GpuForward::unsupported(const ModelConfig& config, const Checkpoint& ckpt) {
   for (const std::string& n : ckpt.tensor_names()) {
     if (n.find(".layers.") == std::string::npos) continue;
+    if (ckpt.transposed_view(n))
+      return str("tensor '", n, "' is stored transposed (gpt-oss's bf16 experts, [E, in, out]); ",
+                 "the GPU forward reads it in a later version");
     const DType t = ckpt.entry(n).dtype;
     if (t == DType::kF32 || t == DType::kF16 || t == DType::kBF16) continue;
     // Compressed sources (DeepSeek FP8 blocks, INT4 pack-quantized, MXFP4), their values and

@@ -21,17 +21,20 @@ using launch::st;
 constexpr int kMaxDvPerLane = 8;  // dv <= 256
 __global__ void k_attention(const float* q, int64_t qs, const float* k, int64_t ks, const float* v,
                             int64_t vs, int64_t T, int64_t nH, int64_t nKV, int64_t dq, int64_t dv,
-                            float scale, const int64_t* start, float* out) {
+                            float scale, const int64_t* start, float* out, int64_t window,
+                            const float* sinks) {
   const int64_t warp = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (warp >= T * nH) return;
   const int64_t t = warp / nH, h = warp % nH, kvh = h / (nH / nKV);
   const float* qi = q + t * qs + h * dq;
-  float m = -INFINITY, l = 0.0f;
+  // A sink is one more logit with no value: it starts the running max and sum (exp(0) = 1).
+  float m = sinks ? sinks[h] : -INFINITY, l = sinks ? 1.0f : 0.0f;
   float acc[kMaxDvPerLane];
   for (int i = 0; i < kMaxDvPerLane; ++i)
     acc[i] = 0.0f;
-  for (int64_t j = start[t]; j <= t; ++j) {
+  const int64_t first = window > 0 && t - window + 1 > start[t] ? t - window + 1 : start[t];
+  for (int64_t j = first; j <= t; ++j) {
     const float* kj = k + j * ks + kvh * dq;
     float s = 0.0f;
     for (int64_t d = lane; d < dq; d += 32)
@@ -56,29 +59,34 @@ __global__ void k_attention(const float* q, int64_t qs, const float* k, int64_t 
   }
 }
 
-// One warp per row (i, j) of S [batch, L, L]: p_j = exp(scale*s_j - max) for j <= i, / sum.
-__global__ void k_causal_softmax(float* s, int64_t rows, int64_t L, float scale) {
+// One warp per row (i, j) of S [batch, L, L]: p_j = exp(scale*s_j - max) for first <= j <= i,
+// / sum (first = 0, or i - window + 1 with a window; a sink joins the max and the sum).
+__global__ void k_causal_softmax(float* s, int64_t rows, int64_t L, float scale, int64_t window,
+                                 const float* sinks, int64_t nH) {
   const int64_t row = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
   const int64_t i = row % L;
+  const int64_t first = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
   float* r = s + row * L;
-  float mx = -INFINITY;
-  for (int64_t j = lane; j <= i; j += 32)
+  const float sink = sinks ? sinks[(row / L) % nH] : -INFINITY;
+  float mx = sink;
+  for (int64_t j = first + lane; j <= i; j += 32)
     mx = fmaxf(mx, r[j] * scale);
   for (int o = 16; o > 0; o >>= 1)
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   double sum = 0.0;
-  for (int64_t j = lane; j <= i; j += 32) {
+  for (int64_t j = first + lane; j <= i; j += 32) {
     const float p = expf(r[j] * scale - mx);
     r[j] = p;
     sum += p;
   }
   for (int o = 16; o > 0; o >>= 1)
     sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (sinks) sum += expf(sink - mx);
   const float inv = static_cast<float>(1.0 / sum);
   for (int64_t j = lane; j < L; j += 32)
-    r[j] = j <= i ? r[j] * inv : 0.0f;
+    r[j] = j >= first && j <= i ? r[j] * inv : 0.0f;
 }
 
 // k[t, h, :] = [kv[t, h, 0:dn] | kr[t, :]], v[t, h, :] = kv[t, h, dn:dn+dv].
@@ -99,7 +107,8 @@ __global__ void k_mla_kv(const float* kv, const float* kr, int64_t T, int64_t nH
 
 void attention(const float* q, int64_t q_stride, const float* k, int64_t k_stride, const float* v,
                int64_t v_stride, int64_t T, int64_t n_heads, int64_t n_kv, int64_t dq, int64_t dv,
-               float scale, const int64_t* seq_start_of_token, float* out, void* s) {
+               float scale, const int64_t* seq_start_of_token, float* out, void* s, int64_t window,
+               const float* sinks) {
   if (T == 0) return;
   STRATA_CHECK(dv <= 32 * kMaxDvPerLane, "GPU attention: value head dim ", dv,
                " exceeds 256; use --device cpu");
@@ -108,7 +117,7 @@ void attention(const float* q, int64_t q_stride, const float* k, int64_t k_strid
   STRATA_ASSERT(blocks < (1ll << 31));
   k_attention<<<static_cast<unsigned>(blocks), kThreads, 0, st(s)>>>(
       q, q_stride, k, k_stride, v, v_stride, T, n_heads, n_kv, dq, dv, scale, seq_start_of_token,
-      out);
+      out, window, sinks);
   launched("attention");
 }
 
@@ -120,12 +129,14 @@ void mla_kv(const float* kv, const float* kr, int64_t T, int64_t n_heads, int64_
   launched("mla_kv");
 }
 
-void causal_softmax(float* s, int64_t batch, int64_t L, float scale, void* st_) {
+void causal_softmax(float* s, int64_t batch, int64_t L, float scale, void* st_, int64_t window,
+                    const float* sinks, int64_t n_heads) {
   const int64_t rows = batch * L;
   if (rows == 0) return;
   const int64_t blocks = (rows * 32 + kThreads - 1) / kThreads;
   STRATA_ASSERT(blocks < (1ll << 31));
-  k_causal_softmax<<<static_cast<unsigned>(blocks), kThreads, 0, st(st_)>>>(s, rows, L, scale);
+  k_causal_softmax<<<static_cast<unsigned>(blocks), kThreads, 0, st(st_)>>>(s, rows, L, scale,
+                                                                            window, sinks, n_heads);
   launched("causal_softmax");
 }
 

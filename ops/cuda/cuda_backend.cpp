@@ -360,6 +360,17 @@ void CudaBackend::copy_cols(const float* src, int64_t src_stride, float* dst, in
 void CudaBackend::mlp(const Mlp& w, const float* x, int64_t rows, float* y) {
   const uint64_t at = mark();
   observe(w.gate_up_names, x, rows, w.hidden);
+  if (w.interleaved) {  // gpt-oss
+    float* gu = take(rows * 2 * w.inter);
+    float* h = take(rows * w.inter);
+    auto bias = [](const Weight& b) { return b.defined() ? &b : nullptr; };
+    linear(x, rows, w.gate_up, gu, bias(w.gate_up_bias));
+    if (!dry()) cuda::swiglu_clamped(gu, rows * w.inter, w.alpha, w.limit, h, stream_->handle());
+    observe(w.down_names, h, rows, w.inter);
+    linear(h, rows, w.down, y, bias(w.down_bias));
+    release(at);
+    return;
+  }
   float* g = take(rows * w.inter);
   float* u = take(rows * w.inter);
   linears(x, rows, {{&w.gate, g}, {&w.up, u}});
@@ -394,19 +405,20 @@ void CudaBackend::rope(float* x, const Tokens& t, int64_t n_heads, int64_t strid
 
 void CudaBackend::attention(const Tokens& t, const float* q, int64_t qs, const float* k, int64_t ks,
                             const float* v, int64_t vs, int64_t n_heads, int64_t n_kv, int64_t dq,
-                            int64_t dv, float scale, float* out) {
+                            int64_t dv, float scale, float* out, const AttentionVariant& variant) {
   if (dry()) {
     STRATA_CHECK(dv <= 256, "value head dim ", dv, " exceeds the GPU attention's 256");
     return;
   }
   span(kAttention);
+  const float* sinks = variant.sinks ? static_cast<const float*>(variant.sinks->data) : nullptr;
   if (att_->seqs_per_call > 0) {
     STRATA_ASSERT(n_heads == att_->n_heads, "attention reserved for ", att_->n_heads, " heads");
     attention_gemm(t, q, qs, k, ks, v, vs, out, n_heads * dv, n_heads, dq, dv, n_heads / n_kv,
-                   scale);
+                   scale, variant.window, sinks);
   } else {
     cuda::attention(q, qs, k, ks, v, vs, t.tokens, n_heads, n_kv, dq, dv, scale, t.seq_start, out,
-                    stream_->handle());
+                    stream_->handle(), variant.window, sinks);
   }
   span(kAttentionCore);
 }
@@ -415,7 +427,8 @@ void CudaBackend::attention(const Tokens& t, const float* q, int64_t qs, const f
 // every (sequence, head), the causal softmax, one batched GEMM for the outputs.
 void CudaBackend::attention_gemm(const Tokens& t, const float* q, int64_t qs, const float* k,
                                  int64_t ks, const float* v, int64_t vs, float* out, int64_t os,
-                                 int64_t nH, int64_t dq, int64_t dv, int64_t group, float scale) {
+                                 int64_t nH, int64_t dq, int64_t dv, int64_t group, float scale,
+                                 int64_t window, const float* sinks) {
   Attention& a = *att_;
   void* s = stream_->handle();
   const int64_t n_seqs = t.n_seqs();
@@ -456,7 +469,7 @@ void CudaBackend::attention_gemm(const Tokens& t, const float* q, int64_t qs, co
     auto arr = [&](int i) { return dev + i * cap; };
     cuda::gemm_batched_qk(blas_, arr(0), qs, arr(1), ks, const_cast<float* const*>(arr(2)), L, dq,
                           batch, opt_.gemm_bf16);
-    cuda::causal_softmax(S, batch, L, scale, s);
+    cuda::causal_softmax(S, batch, L, scale, s, window, sinks, nH);
     cuda::gemm_batched_pv(blas_, arr(2), arr(3), vs, const_cast<float* const*>(arr(4)), os, L, dv,
                           batch, opt_.gemm_bf16);
     a.done[slot]->record(*stream_);
@@ -532,13 +545,18 @@ void CudaBackend::route_sigmoid(float* logits, int64_t T, int64_t E, int64_t K,
 void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
                       const float* weight, std::span<const Mlp> experts, float* y) {
   const int64_t E = static_cast<int64_t>(experts.size()), S = T * K, Im = experts[0].inter;
+  // gpt-oss: one [2Im, H] GEMM per expert into g [S, 2Im] (gate/up interleaved), its bias, then
+  // the clamped SwiGLU into u [S, Im], the down GEMM's input; the down bias after that GEMM.
+  const bool interleaved = experts[0].interleaved;
+  const int64_t gw = interleaved ? 2 * Im : Im;  // g's width
   const int gu0 = slot_range(experts, true), dn0 = slot_range(experts, false);
   const uint64_t top = mark();
   int32_t* pos = take_i32(S);
   int32_t* row_expert = take_i32(S);
-  float* og = take(S * H);  // [S, H] the experts' outputs, rows grouped by expert
-  float* g = take(S * Im);  // [S, Im]
-  float* u = take(S * Im);  // [S, Im]
+  float* og = take(S * H);           // [S, H] the experts' outputs, rows grouped by expert
+  float* g = take(S * gw);           // [S, Im] gate, or [S, 2Im] gate/up interleaved
+  float* u = take(S * Im);           // [S, Im] up, or the activation
+  float* act = interleaved ? u : g;  // the down GEMMs' input [S, Im]
   const uint64_t at = mark();
   // The GEMM inputs [S, H], rows grouped by expert: gathered in bf16 from n's bf16 copy (the
   // same bits as gathering, then rounding), or for fp32 GEMMs in fp32 into og, which the down
@@ -550,7 +568,7 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   }
   if (dry()) {
     release(at);
-    gin(g, S * Im);  // the down GEMMs' input
+    gin(act, S * Im);  // the down GEMMs' input
     release(top);
     return;
   }
@@ -591,6 +609,11 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   for (int64_t e = 0; e < E; ++e) {
     if (hc[e] == 0) continue;
     const uint8_t* xe = xin + static_cast<int64_t>(ho[e]) * H * esz();
+    if (interleaved) {
+      jobs.push_back(
+          {xe, experts[e].gate_up.data, g + static_cast<int64_t>(ho[e]) * gw, hc[e], gw, H});
+      continue;
+    }
     jobs.push_back({xe, experts[e].gate.data, g + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H});
     jobs.push_back({xe, experts[e].up.data, u + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H});
   }
@@ -598,9 +621,23 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   gemms_->pool->run(*stream_, blas_, jobs);
   span(kExpertGateUp);
   release(at);
-  cuda::swiglu(g, u, S * Im, g, s);
-  cuda::amax_rows(g, S, Im, row_expert, slot_ptr(dn0), s);
-  const uint8_t* hin = static_cast<const uint8_t*>(gin(g, S * Im));
+  // Each expert's rows are contiguous: its bias is added to its own rows.
+  auto add_expert_bias = [&](float* y, int64_t width, const Weight Mlp::*bias) {
+    for (int64_t e = 0; e < E; ++e) {
+      const Weight& b = experts[e].*bias;
+      if (hc[e] == 0 || !b.defined()) continue;
+      cuda::add_bias(y + static_cast<int64_t>(ho[e]) * width, hc[e], width,
+                     static_cast<const float*>(b.data), s);
+    }
+  };
+  if (interleaved) {
+    add_expert_bias(g, gw, &Mlp::gate_up_bias);
+    cuda::swiglu_clamped(g, S * Im, experts[0].alpha, experts[0].limit, u, s);
+  } else {
+    cuda::swiglu(g, u, S * Im, g, s);
+  }
+  cuda::amax_rows(act, S, Im, row_expert, slot_ptr(dn0), s);
+  const uint8_t* hin = static_cast<const uint8_t*>(gin(act, S * Im));
   span(kExpertOther);
   jobs.clear();
   for (int64_t e = 0; e < E; ++e) {
@@ -610,6 +647,7 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   }
   prof_->gemms += static_cast<int64_t>(jobs.size());
   gemms_->pool->run(*stream_, blas_, jobs);
+  if (interleaved) add_expert_bias(og, H, &Mlp::down_bias);
   span(kExpertDown);
   cuda::moe_combine(og, pos, weight, T, K, H, y, s);
   span(kCombine);

@@ -100,7 +100,8 @@ class CudaBackend final : public Backend {
             bool interleaved) override;
   void attention(const Tokens& t, const float* q, int64_t q_stride, const float* k,
                  int64_t k_stride, const float* v, int64_t v_stride, int64_t n_heads, int64_t n_kv,
-                 int64_t dq, int64_t dv, float scale, float* out) override;
+                 int64_t dq, int64_t dv, float scale, float* out,
+                 const AttentionVariant& variant) override;
   void mla_kv(const float* kv, const float* kr, int64_t T, int64_t n_heads, int64_t dn, int64_t dr,
               int64_t dv, float* k, float* v) override;
   void conv_silu(const Tokens& t, const float* x, int64_t C, const Weight& w, int64_t K,
@@ -141,7 +142,8 @@ class CudaBackend final : public Backend {
   void span(int part);
   void attention_gemm(const Tokens& t, const float* q, int64_t qs, const float* k, int64_t ks,
                       const float* v, int64_t vs, float* out, int64_t os, int64_t n_heads,
-                      int64_t dq, int64_t dv, int64_t group, float scale);
+                      int64_t dq, int64_t dv, int64_t group, float scale, int64_t window,
+                      const float* sinks);
   int64_t esz() const { return opt_.gemm_bf16 ? 2 : 4; }
 
   CudaBackendOptions opt_;

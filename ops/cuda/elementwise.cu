@@ -28,6 +28,14 @@ __global__ void k_swiglu(const float* g, const float* u, int64_t n, float* h) {
     h[i] = x / (1.0f + expf(-x)) * u[i];
   }
 }
+__global__ void k_swiglu_clamped(const float* gu, int64_t n, float alpha, float limit, float* h) {
+  FOR_N(i, n) {
+    const float a = gu[2 * i], b = gu[2 * i + 1];
+    const float g = limit < a ? limit : a;                          // std::min(a, limit)
+    const float u = b < -limit ? -limit : (limit < b ? limit : b);  // std::clamp(b, ±limit)
+    h[i] = (u + 1.0f) * (g * (1.0f / (1.0f + expf(-(g * alpha)))));
+  }
+}
 __global__ void k_add_sigmoid_gated(float* y, const float* s, const float* g, int64_t T,
                                     int64_t H) {
   FOR_N(i, T * H) {
@@ -67,6 +75,11 @@ void swiglu(const float* g, const float* u, int64_t n, float* h, void* s) {
   if (n == 0) return;
   k_swiglu<<<blocks_for(n), kThreads, 0, st(s)>>>(g, u, n, h);
   launched("swiglu");
+}
+void swiglu_clamped(const float* gu, int64_t n, float alpha, float limit, float* h, void* s) {
+  if (n == 0) return;
+  k_swiglu_clamped<<<blocks_for(n), kThreads, 0, st(s)>>>(gu, n, alpha, limit, h);
+  launched("swiglu_clamped");
 }
 void add_sigmoid_gated(float* y, const float* sv, const float* g, int64_t T, int64_t H, void* s) {
   if (T * H == 0) return;

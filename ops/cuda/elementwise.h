@@ -14,6 +14,9 @@ void add(float* x, const float* y, int64_t n, void* stream);
 void add_bias(float* y, int64_t rows, int64_t cols, const float* b, void* stream);
 // ops::swiglu: h[n] = silu(g) * u. h may equal g or u.
 void swiglu(const float* g, const float* u, int64_t n, float* h, void* stream);
+// ops::swiglu_clamped: h[n] from gate/up interleaved in gu[n, 2] (gpt-oss); h must not overlap
+// gu. NaN propagates as on the CPU (std::min / std::clamp, not fminf).
+void swiglu_clamped(const float* gu, int64_t n, float alpha, float limit, float* h, void* stream);
 // y[T, H] += sigmoid(g[T]) * s[T, H] (Qwen MoE's gated shared expert; ops::sigmoid)
 void add_sigmoid_gated(float* y, const float* s, const float* g, int64_t T, int64_t H,
                        void* stream);

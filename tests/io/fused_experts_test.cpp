@@ -110,7 +110,7 @@ TEST(FusedExperts, ServesEachExpertAsAView) {
 }
 
 TEST(FusedExperts, OtherLayoutsStayFused) {
-  {  // gpt-oss style: biases beside the fused experts
+  {  // gpt-oss style but incomplete: a gate_up bias without the down bias
     TempDir dir;
     write_checkpoint(dir, fused_f32(/*bias=*/true));
     const Checkpoint c = Checkpoint::open(dir.path());
@@ -162,6 +162,86 @@ TEST(FusedExperts, Mxfp4BlocksAndScales) {
   for (int k = 0; k < 64; ++k)
     ASSERT_EQ(s.data<uint8_t>()[k], (64 + k) % 251) << k;
   EXPECT_EQ(c.entry(kX + "0.gate_proj.weight_scales").shape, Shape({32, 2}));
+}
+
+// gpt-oss: gate_up_proj [E, H, 2I] and down_proj [E, I, H] stored transposed (x · W + b), biases
+// [E, 2I] and [E, H]; served as experts.e.gate_up_proj.{weight [2I, H], bias} and
+// experts.e.down_proj.{weight [H, I], bias}. Element (e, c, r) of the stored weights is
+// value(e, leaf, r, c): the view's [r, c].
+TEST(FusedExperts, GptOssTransposedWeightsAndBiases) {
+  std::vector<float> gate_up, down, gbias, dbias;
+  for (int e = 0; e < kE; ++e) {
+    for (int c = 0; c < kH; ++c)
+      for (int r = 0; r < 2 * kI; ++r)
+        gate_up.push_back(value(e, 4, r, c));
+    for (int c = 0; c < kI; ++c)
+      for (int r = 0; r < kH; ++r)
+        down.push_back(value(e, 3, r, c));
+    for (int j = 0; j < 2 * kI; ++j)
+      gbias.push_back(value(e, 5, 0, j));
+    for (int j = 0; j < kH; ++j)
+      dbias.push_back(value(e, 6, 0, j));
+  }
+  TempDir dir;
+  write_checkpoint(dir, {{kX + "gate_up_proj", "F32", {kE, kH, 2 * kI}, f32_bytes(gate_up)},
+                         {kX + "gate_up_proj_bias", "F32", {kE, 2 * kI}, f32_bytes(gbias)},
+                         {kX + "down_proj", "F32", {kE, kI, kH}, f32_bytes(down)},
+                         {kX + "down_proj_bias", "F32", {kE, kH}, f32_bytes(dbias)}});
+  const Checkpoint c = Checkpoint::open(dir.path());
+  EXPECT_EQ(c.tensor_names().size(), 4u * kE);
+  EXPECT_FALSE(c.has(kX + "gate_up_proj_bias"));
+  for (int e = 0; e < kE; ++e) {
+    const std::string p = kX + std::to_string(e) + ".";
+    EXPECT_TRUE(c.transposed_view(p + "gate_up_proj.weight"));
+    EXPECT_FALSE(c.transposed_view(p + "gate_up_proj.bias"));
+    const Tensor gu = c.tensor(p + "gate_up_proj.weight");
+    ASSERT_EQ(gu.shape(), Shape({2 * kI, kH}));
+    for (int r = 0; r < 2 * kI; ++r)
+      for (int col = 0; col < kH; ++col)
+        EXPECT_EQ(gu.data<float>()[r * kH + col], value(e, 4, r, col)) << e << " " << r;
+    const Tensor dn = c.tensor(p + "down_proj.weight");
+    ASSERT_EQ(dn.shape(), Shape({kH, kI}));
+    for (int r = 0; r < kH; ++r)
+      for (int col = 0; col < kI; ++col)
+        EXPECT_EQ(dn.data<float>()[r * kI + col], value(e, 3, r, col)) << e << " " << r;
+    const Tensor gb = c.tensor(p + "gate_up_proj.bias"), db = c.tensor(p + "down_proj.bias");
+    ASSERT_EQ(gb.shape(), Shape({2 * kI}));
+    ASSERT_EQ(db.shape(), Shape({kH}));
+    EXPECT_EQ(gb.data<float>()[3], value(e, 5, 0, 3));
+    EXPECT_EQ(db.data<float>()[1], value(e, 6, 0, 1));
+    // The stored range is the expert's [H, 2I] slice, as a byte-range reader sees it.
+    EXPECT_EQ(c.entry(p + "gate_up_proj.weight").end - c.entry(p + "gate_up_proj.weight").begin,
+              static_cast<uint64_t>(2 * kI * kH * 4));
+  }
+}
+
+// gpt-oss's MXFP4 form: blocks and scales are [E, out, ...] with rows = outputs, so each
+// expert's are a byte range (no transposition); the biases as in bf16.
+TEST(FusedExperts, GptOssMxfp4) {
+  auto bytes = [](size_t n) {
+    std::string s(n, '\0');
+    for (size_t k = 0; k < n; ++k)
+      s[k] = static_cast<char>(k % 251);
+    return s;
+  };
+  // E = 2, I = 32, H = 64.
+  TempDir dir;
+  write_checkpoint(dir, {{kX + "gate_up_proj_blocks", "U8", {2, 64, 2, 16}, bytes(2 * 64 * 32)},
+                         {kX + "gate_up_proj_scales", "U8", {2, 64, 2}, bytes(2 * 64 * 2)},
+                         {kX + "gate_up_proj_bias", "F32", {2, 64}, bytes(2 * 64 * 4)},
+                         {kX + "down_proj_blocks", "U8", {2, 64, 1, 16}, bytes(2 * 64 * 16)},
+                         {kX + "down_proj_scales", "U8", {2, 64, 1}, bytes(2 * 64)},
+                         {kX + "down_proj_bias", "F32", {2, 64}, bytes(2 * 64 * 4)}});
+  const Checkpoint c = Checkpoint::open(dir.path());
+  EXPECT_EQ(c.tensor_names().size(), 12u);
+  const Tensor gu = c.tensor(kX + "1.gate_up_proj.weight_blocks");
+  ASSERT_EQ(gu.shape(), Shape({64, 2, 16}));
+  for (int k = 0; k < 64 * 32; ++k)
+    ASSERT_EQ(gu.data<uint8_t>()[k], (64 * 32 + k) % 251) << k;
+  EXPECT_EQ(c.entry(kX + "0.gate_up_proj.weight_scales").shape, Shape({64, 2}));
+  EXPECT_EQ(c.entry(kX + "1.down_proj.weight_blocks").shape, Shape({64, 1, 16}));
+  EXPECT_EQ(c.entry(kX + "1.down_proj.bias").shape, Shape({64}));
+  EXPECT_FALSE(c.transposed_view(kX + "1.gate_up_proj.weight_blocks"));
 }
 
 }  // namespace

@@ -69,6 +69,7 @@ TEST(Arch, ModelTypesFromTransformersConfigs) {
       {"mixtral", ArchFamily::kMixtral},
       {"glm4_moe", ArchFamily::kGlm4Moe},
       {"minimax_m2", ArchFamily::kMiniMaxM2},
+      {"gpt_oss", ArchFamily::kGptOss},
   };
   for (const auto& [dir, family] : fixtures) {
     ModelConfig c =
@@ -257,6 +258,50 @@ TEST(Arch, MiniMaxM2) {
             {"model.layers.0.mlp.gate_proj.weight", K::kUnrecognized, -1, R::kParam},
             {"model.layers.62.self_attn.q_proj.weight", K::kUnrecognized, -1, R::kParam},
         });
+}
+
+// gpt-oss as the released MXFP4 checkpoints and transformers' bf16 ones name it, and the
+// per-expert modules the forward reads (docs/FORWARD.md "gpt-oss").
+TEST(Arch, GptOss) {
+  ArchInfo a = arch_of(ArchFamily::kGptOss, 24);
+  check(a,
+        {
+            {"model.layers.0.self_attn.q_proj.weight", K::kAttention, 0, R::kLinearWeight},
+            {"model.layers.0.self_attn.o_proj.bias", K::kAttention, 0, R::kBias},
+            {"model.layers.0.self_attn.sinks", K::kAttention, 0, R::kParam},
+            {"model.layers.3.mlp.router.weight", K::kRouter, 3, R::kLinearWeight},
+            {"model.layers.3.mlp.router.bias", K::kRouter, 3, R::kBias},
+            {"model.layers.3.mlp.experts.gate_up_proj", K::kRoutedExperts, 3, R::kLinearWeight},
+            {"model.layers.3.mlp.experts.down_proj", K::kRoutedExperts, 3, R::kLinearWeight},
+            {"model.layers.3.mlp.experts.gate_up_proj_bias", K::kRoutedExperts, 3, R::kBias},
+            {"model.layers.3.mlp.experts.down_proj_bias", K::kRoutedExperts, 3, R::kBias},
+            {"model.layers.3.mlp.experts.gate_up_proj_blocks", K::kRoutedExperts, 3,
+             R::kLinearWeight},
+            {"model.layers.3.mlp.experts.gate_up_proj_scales", K::kRoutedExperts, 3, R::kQuantAux},
+            {"model.layers.3.mlp.experts.down_proj_scales", K::kRoutedExperts, 3, R::kQuantAux},
+            {"model.layers.3.mlp.experts.31.gate_up_proj.weight", K::kRoutedExperts, 3,
+             R::kLinearWeight},
+            {"model.layers.3.mlp.experts.31.down_proj.bias", K::kRoutedExperts, 3, R::kBias},
+            {"model.layers.3.mlp.experts.31.gate_proj.weight", K::kUnrecognized, -1, R::kParam},
+            {"model.layers.3.mlp.gate.weight", K::kUnrecognized, -1, R::kParam},
+            {"model.layers.24.self_attn.sinks", K::kUnrecognized, -1, R::kParam},
+        });
+  // The fixture: sliding_attention (window 4) on layers 0 and 2, full attention on 1 and 3.
+  ModelConfig c =
+      read_model_config(std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/gpt_oss");
+  const ArchInfo g = resolve_arch(c);
+  EXPECT_EQ(layer_sliding_window(g, c, 0), 4);
+  EXPECT_EQ(layer_sliding_window(g, c, 1), 0);
+  EXPECT_EQ(layer_sliding_window(g, c, 2), 4);
+  EXPECT_EQ(layer_sliding_window(g, c, 3), 0);
+  EXPECT_TRUE(layer_is_moe(g, c, 3));
+  EXPECT_FALSE(layer_is_linear_attention(g, c, 0));
+  // Without layer_types: transformers' default, the even layers slide.
+  c.text.erase("layer_types");
+  EXPECT_EQ(layer_sliding_window(g, c, 2), 4);
+  EXPECT_EQ(layer_sliding_window(g, c, 3), 0);
+  EXPECT_EQ(layer_sliding_window(resolve_arch(c), c, 0), 4);
+  EXPECT_EQ(layer_sliding_window(arch_of(ArchFamily::kLlama, 4), c, 0), 0);
 }
 
 TEST(Arch, DeepseekV3) {

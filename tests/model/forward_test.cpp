@@ -62,8 +62,10 @@ struct Fixture {
   std::vector<std::vector<int32_t>> seqs;
 };
 
+// `name` is a fixture under tests/fixtures/models/, or a directory (an absolute path) holding a
+// rewritten copy of one beside its reference.safetensors.
 Fixture load(const std::string& name) {
-  const std::string dir = kFixtures + name;
+  const std::string dir = name.starts_with("/") ? name : kFixtures + name;
   Fixture f{Checkpoint::open(dir),
             read_model_config(dir),
             SafetensorsFile::open(dir + "/reference.safetensors"),
@@ -181,7 +183,7 @@ void check_model(const std::string& name, bool bf16, double tol) {
     if (module.find("lm_head") != std::string::npos ||
         module.find("embed_tokens") != std::string::npos || module.ends_with(".mlp.gate") ||
         module.ends_with(".block_sparse_moe.gate") ||
-        module.find("shared_expert_gate") != std::string::npos)
+        module.find("shared_expert_gate") != std::string::npos || module.ends_with(".mlp.router"))
       continue;  // routers and lm_head are not quantized inputs
     const float want = f.ref.tensor(e).item_f32();
     auto it = obs.amax.find(module);
@@ -218,9 +220,9 @@ TEST_P(ForwardBf16, MatchesTransformersOnGpu) {
   check_model(GetParam(), true, 3e-2);
 }
 
-const auto kModels =
-    testing::Values("llama", "llama_odd", "qwen3", "qwen3_moe", "qwen3_moe_nonorm", "deepseek_v3",
-                    "deepseek_v3_noqlora", "kimi_linear", "mixtral", "glm4_moe", "minimax_m2");
+const auto kModels = testing::Values("llama", "llama_odd", "qwen3", "qwen3_moe", "qwen3_moe_nonorm",
+                                     "deepseek_v3", "deepseek_v3_noqlora", "kimi_linear", "mixtral",
+                                     "gpt_oss", "gpt_oss_mxfp4", "glm4_moe", "minimax_m2");
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardFp32, kModels);
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardBf16, kModels);
 
@@ -525,6 +527,80 @@ TEST(ForwardErrors, MissingOrMisshapenTensorsAreNamed) {
   EXPECT_THAT(forward_error("llama", [](Json& c) { c["intermediate_size"] = 200; }),
               testing::HasSubstr("'model.layers.0.mlp.gate_proj.weight' has shape [256, 128] but "
                                  "config.json implies [200, 128]"));
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// A copy of the gpt_oss fixture with its fused experts written one module per expert and
+// projection, as strata reads them (docs/QUANTIZE.md "gpt-oss"): experts.E.gate_up_proj.weight
+// [2I, H] = gate_up_proj[E]^T (rows interleaved gate/up as transformers stores the columns),
+// .bias = gate_up_proj_bias[E]; experts.E.down_proj.weight [H, I] = down_proj[E]^T, .bias =
+// down_proj_bias[E]. Returns the directory (with the fixture's reference.safetensors).
+std::string gpt_oss_per_expert_copy() {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("strata_gpt_oss_per_expert_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::copy(kFixtures + std::string("gpt_oss"), dir);
+  SafetensorsFile f = SafetensorsFile::open((dir / "model.safetensors").string());
+  NamedTensors out;
+  for (const TensorEntry& e : f.entries()) {
+    const Tensor t = f.tensor(e);
+    const size_t at = e.name.find(".mlp.experts.");
+    if (at == std::string::npos) {
+      out.emplace_back(e.name, t.clone());
+      continue;
+    }
+    const std::string prefix = e.name.substr(0, at) + ".mlp.experts.";
+    const std::string leaf = e.name.substr(prefix.size());  // gate_up_proj, down_proj(_bias)
+    EXPECT_EQ(t.dtype(), DType::kBF16) << e.name;
+    const int64_t E = t.dim(0);
+    const bool bias = leaf.ends_with("_bias");
+    const std::string proj = bias ? leaf.substr(0, leaf.size() - 5) : leaf;
+    for (int64_t x = 0; x < E; ++x) {
+      const std::string name =
+          prefix + std::to_string(x) + "." + proj + (bias ? ".bias" : ".weight");
+      const uint16_t* src = t.data<uint16_t>();
+      if (bias) {
+        const int64_t n = t.dim(1);
+        Tensor b = Tensor::zeros(DType::kBF16, {n});
+        std::copy_n(src + x * n, n, b.mutable_data<uint16_t>());
+        out.emplace_back(name, std::move(b));
+        continue;
+      }
+      const int64_t in = t.dim(1), o = t.dim(2);  // [E, in, out] -> [out, in]
+      Tensor w = Tensor::zeros(DType::kBF16, {o, in});
+      uint16_t* dst = w.mutable_data<uint16_t>();
+      for (int64_t r = 0; r < o; ++r)
+        for (int64_t c = 0; c < in; ++c)
+          dst[r * in + c] = src[(x * in + c) * o + r];
+      out.emplace_back(name, std::move(w));
+    }
+  }
+  write_safetensors((dir / "model.safetensors").string(), out);
+  return dir.string();
+}
+
+TEST(ForwardGptOss, PerExpertModulesMatchTransformers) {
+  const std::string dir = gpt_oss_per_expert_copy();
+  check_model(dir, false, 1e-4);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ForwardErrors, GptOssVariantsAreRefused) {
+  EXPECT_THAT(forward_error("gpt_oss", [](Json& c) { c["sliding_window"] = nullptr; }),
+              testing::HasSubstr("layer 0 is a sliding_attention layer but sliding_window is not "
+                                 "a positive integer"));
+  EXPECT_THAT(forward_error("gpt_oss", [](Json& c) { c["layer_types"][1] = "linear_attention"; }),
+              testing::HasSubstr("'layer_types'[1] is 'linear_attention'"));
+  EXPECT_THAT(forward_error("gpt_oss", [](Json& c) { c["swiglu_limit"] = 10.0; }),
+              testing::HasSubstr("'swiglu_limit' is 10.0"));
+  EXPECT_THAT(forward_error("gpt_oss", [](Json& c) { c["num_experts_per_tok"] = 9; }),
+              testing::HasSubstr("num_experts_per_tok"));
 }
 
 }  // namespace

@@ -16,7 +16,8 @@ std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 g(seed);
   std::normal_distribution<float> d(0.0f, scale);
   std::vector<float> v(n);
-  for (float& x : v) x = d(g);
+  for (float& x : v)
+    x = d(g);
   return v;
 }
 
@@ -28,7 +29,8 @@ TEST(Ops, LinearMatchesNaiveSum) {
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t c = 0; c < n; ++c) {
       double s = b[c];
-      for (int64_t i = 0; i < k; ++i) s += static_cast<double>(x[r * k + i]) * w[c * k + i];
+      for (int64_t i = 0; i < k; ++i)
+        s += static_cast<double>(x[r * k + i]) * w[c * k + i];
       EXPECT_NEAR(y[r * n + c], s, 1e-4 * (1 + std::fabs(s)));
     }
   }
@@ -59,7 +61,8 @@ TEST(Ops, RopeIsComplexRotation) {
   RopeParams p;
   p.theta = 100.0;
   auto f = rope_inv_freq(p, D);
-  for (int64_t i = 0; i < D / 2; ++i) EXPECT_NEAR(f[i], std::pow(100.0, -2.0 * i / D), 1e-15);
+  for (int64_t i = 0; i < D / 2; ++i)
+    EXPECT_NEAR(f[i], std::pow(100.0, -2.0 * i / D), 1e-15);
   for (bool interleaved : {false, true}) {
     auto x = randn(T * H * D, 7);
     auto y = x;
@@ -93,12 +96,51 @@ TEST(Ops, YarnRampBoundsFromSpec) {
   RopeParams plain = p;
   plain.kind = RopeParams::Kind::kDefault;
   auto f = rope_inv_freq(p, 64), f0 = rope_inv_freq(plain, 64);
-  for (int i = 0; i <= 10; ++i) EXPECT_DOUBLE_EQ(f[i], f0[i]) << i;
-  for (int i = 23; i < 32; ++i) EXPECT_DOUBLE_EQ(f[i], f0[i] / 40.0) << i;
+  for (int i = 0; i <= 10; ++i)
+    EXPECT_DOUBLE_EQ(f[i], f0[i]) << i;
+  for (int i = 23; i < 32; ++i)
+    EXPECT_DOUBLE_EQ(f[i], f0[i] / 40.0) << i;
   for (int i = 11; i < 23; ++i) {
     EXPECT_LT(f[i], f0[i]);
     EXPECT_GT(f[i], f0[i] / 40.0);
   }
+}
+
+TEST(Ops, YarnWithoutTruncationKeepsFractionalBounds) {
+  // gpt-oss (θ 150000, s 32, L0 4096, β 32/1) with `truncate` false, on a 64-dim head: the ramp
+  // runs between corr(32) = 8.092779... and corr(1) = 17.398024... (worked by hand from
+  // spec/architectures.md §3's formula), not between their floor 8 and ceiling 18.
+  RopeParams p;
+  p.kind = RopeParams::Kind::kYarn;
+  p.theta = 150000.0;
+  p.factor = 32.0;
+  p.original_max_position = 4096.0;
+  p.truncate = false;
+  RopeParams plain = p;
+  plain.kind = RopeParams::Kind::kDefault;
+  const double lo = 8.092779115512402, hi = 17.39802450158856;
+  auto f = rope_inv_freq(p, 64), f0 = rope_inv_freq(plain, 64);
+  for (int i = 0; i < 32; ++i) {
+    const double r = std::clamp((i - lo) / (hi - lo), 0.0, 1.0);
+    EXPECT_NEAR(f[i], f0[i] * (1 - r) + f0[i] / 32 * r, 1e-12 * f0[i]) << i;
+  }
+  p.truncate = true;  // the default: bounds 8 and 18
+  auto ft = rope_inv_freq(p, 64);
+  EXPECT_NEAR(ft[9], f0[9] * 0.9 + f0[9] / 32 * 0.1, 1e-12 * f0[9]);
+  EXPECT_GT(std::fabs(ft[9] - f[9]), 1e-3 * f0[9]);
+}
+
+TEST(Ops, SwigluClampedHandWorked) {
+  // (gate, up) pairs interleaved; h = (clamp(up, ±7) + 1) · g · σ(1.702 g), g = min(gate, 7).
+  // Expected values worked in double: 3·σ(1.702); −6·7·σ(11.914); 8·(−3)·σ(−5.106) (gate is
+  // not clamped from below); 1.5·7·σ(11.914).
+  const float gu[] = {0, 0, 1, 2, 10, -10, -3, 8, 7.5f, 0.5f};
+  const double want[] = {0.0, 2.537387297798464, -41.99971876981991, -0.14457047766228776,
+                         10.499929692454977};
+  float h[5];
+  swiglu_clamped(gu, 5, 1.702f, 7.0f, h);
+  for (int i = 0; i < 5; ++i)
+    EXPECT_NEAR(h[i], want[i], 1e-6 * std::max(1.0, std::fabs(want[i]))) << i;
 }
 
 TEST(Ops, Llama3FrequenciesHandWorked) {
@@ -137,15 +179,52 @@ TEST(Ops, AttentionMatchesNaiveDouble) {
       double mx = -1e300, sum = 0;
       for (int64_t j = 0; j <= i; ++j) {
         double d = 0;
-        for (int64_t c = 0; c < dq; ++c) d += static_cast<double>(q[(i * H + h) * dq + c]) * k[(j * KV + g) * dq + c];
+        for (int64_t c = 0; c < dq; ++c)
+          d += static_cast<double>(q[(i * H + h) * dq + c]) * k[(j * KV + g) * dq + c];
         s[j] = d * scale;
         mx = std::max(mx, s[j]);
       }
-      for (auto& x : s) sum += (x = std::exp(x - mx));
+      for (auto& x : s)
+        sum += (x = std::exp(x - mx));
       for (int64_t c = 0; c < dv; ++c) {
         double o = 0;
-        for (int64_t j = 0; j <= i; ++j) o += s[j] / sum * v[(j * KV + g) * dv + c];
+        for (int64_t j = 0; j <= i; ++j)
+          o += s[j] / sum * v[(j * KV + g) * dv + c];
         EXPECT_NEAR(out[(i * H + h) * dv + c], o, 1e-5);
+      }
+    }
+  }
+}
+
+TEST(Ops, AttentionWithSinksAndWindowMatchesNaiveDouble) {
+  // gpt-oss: keys j with i - j < window, and a per-head sink logit in the denominator (and the
+  // max) with no value: p_ij = exp(s_ij) / (sum_j exp(s_ij) + exp(sink_h)).
+  const int64_t T = 9, H = 4, KV = 2, dq = 5, dv = 3;
+  auto q = randn(T * H * dq, 21), k = randn(T * KV * dq, 22), v = randn(T * KV * dv, 23);
+  const std::vector<float> sinks = {0.5f, -1.0f, 2.5f, 8.0f};  // the last dominates its rows
+  for (int64_t window : {0, 1, 3}) {
+    std::vector<float> out(T * H * dv);
+    const float scale = 0.37f;
+    attention_causal(q.data(), H * dq, k.data(), KV * dq, v.data(), KV * dv, T, H, KV, dq, dv,
+                     scale, out.data(), sinks.data(), window);
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / (H / KV);
+      for (int64_t i = 0; i < T; ++i) {
+        const int64_t first = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
+        double sum = std::exp(static_cast<double>(sinks[h]));
+        std::vector<double> e(i + 1, 0.0);
+        for (int64_t j = first; j <= i; ++j) {
+          double d = 0;
+          for (int64_t c = 0; c < dq; ++c)
+            d += static_cast<double>(q[(i * H + h) * dq + c]) * k[(j * KV + g) * dq + c];
+          sum += (e[j] = std::exp(d * scale));
+        }
+        for (int64_t c = 0; c < dv; ++c) {
+          double o = 0;
+          for (int64_t j = first; j <= i; ++j)
+            o += e[j] / sum * v[(j * KV + g) * dv + c];
+          EXPECT_NEAR(out[(i * H + h) * dv + c], o, 1e-5) << window << " " << h << " " << i;
+        }
       }
     }
   }

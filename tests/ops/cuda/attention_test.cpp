@@ -90,6 +90,75 @@ TEST_F(CudaOps, RaggedWarpAttentionMatchesCpuPerSequence) {
                Error);
 }
 
+// gpt-oss's variants in both device paths against ops::attention_causal with the same window
+// and sinks: the warp kernel over a ragged batch, and the causal softmax of the GEMM path
+// (sinks per head, matrix b being head b % nH) followed by P·V on the host.
+TEST_F(CudaOps, SinksAndSlidingWindowMatchCpu) {
+  const int64_t nH = 4, nKV = 2, d = 16;
+  const std::vector<int64_t> lens = {1, 5, 17, 9};
+  std::vector<int64_t> off = {0}, start;
+  for (int64_t l : lens) {
+    for (int64_t i = 0; i < l; ++i)
+      start.push_back(off.back());
+    off.push_back(off.back() + l);
+  }
+  const int64_t T = off.back();
+  const std::vector<float> sinks = {0.5f, -1.0f, 2.5f, 6.0f};
+  const auto q = normal(T * nH * d), k = normal(T * nKV * d), v = normal(T * nKV * d);
+  const float scale = 0.25f;
+  gpu::DeviceBuffer dstart = up(start), dsinks = up(sinks);
+  gpu::DeviceBuffer dq = up(q), dk = up(k), dv = up(v), dout = buffer(T * nH * d * 4);
+  for (int64_t window : {0, 1, 4}) {
+    for (const float* sk : {static_cast<const float*>(nullptr), sinks.data()}) {
+      attention(dq.as<float>(), nH * d, dk.as<float>(), nKV * d, dv.as<float>(), nKV * d, T, nH,
+                nKV, d, d, scale, dstart.as<int64_t>(), dout.as<float>(), st(), window,
+                sk ? dsinks.as<float>() : nullptr);
+      const auto out = down<float>(dout, T * nH * d);
+      for (size_t sq = 0; sq < lens.size(); ++sq) {
+        const int64_t t0 = off[sq], L = lens[sq];
+        std::vector<float> want(L * nH * d);
+        ops::attention_causal(q.data() + t0 * nH * d, nH * d, k.data() + t0 * nKV * d, nKV * d,
+                              v.data() + t0 * nKV * d, nKV * d, L, nH, nKV, d, d, scale,
+                              want.data(), sk, window);
+        for (int64_t i = 0; i < L * nH * d; ++i)
+          ASSERT_NEAR(out[t0 * nH * d + i], want[i], 2e-5f * (1.0f + std::fabs(want[i])))
+              << "window " << window << " sinks " << (sk != nullptr) << " seq " << sq << " " << i;
+      }
+      // The softmax of the GEMM path on one sequence's scores [nH, L, L] (MHA view: head h's
+      // scores against kv head h / 2), then P·V on the host, against the same reference.
+      const int64_t L = 17, t0 = off[2];
+      std::vector<float> sc(nH * L * L, 1e4f);
+      for (int64_t h = 0; h < nH; ++h)
+        for (int64_t i = 0; i < L; ++i)
+          for (int64_t j = 0; j <= i; ++j) {
+            float s = 0.0f;
+            for (int64_t c = 0; c < d; ++c)
+              s += q[((t0 + i) * nH + h) * d + c] * k[((t0 + j) * nKV + h / 2) * d + c];
+            sc[(h * L + i) * L + j] = s;
+          }
+      gpu::DeviceBuffer ds = up(sc);
+      causal_softmax(ds.as<float>(), nH, L, scale, st(), window, sk ? dsinks.as<float>() : nullptr,
+                     nH);
+      const auto p = down<float>(ds, sc.size());
+      std::vector<float> want(L * nH * d);
+      ops::attention_causal(q.data() + t0 * nH * d, nH * d, k.data() + t0 * nKV * d, nKV * d,
+                            v.data() + t0 * nKV * d, nKV * d, L, nH, nKV, d, d, scale, want.data(),
+                            sk, window);
+      for (int64_t h = 0; h < nH; ++h)
+        for (int64_t i = 0; i < L; ++i)
+          for (int64_t c = 0; c < d; ++c) {
+            double o = 0.0;
+            for (int64_t j = 0; j < L; ++j)
+              o +=
+                  static_cast<double>(p[(h * L + i) * L + j]) * v[((t0 + j) * nKV + h / 2) * d + c];
+            ASSERT_NEAR(o, want[(i * nH + h) * d + c], 2e-5 * (1.0 + std::fabs(o)))
+                << "softmax window " << window << " sinks " << (sk != nullptr) << " " << h << " "
+                << i;
+          }
+    }
+  }
+}
+
 TEST_F(CudaOps, MlaKeysAndValuesPerHead) {
   const int64_t T = 5, nH = 3, dn = 4, dr = 2, dv = 3;
   std::vector<float> kv(static_cast<size_t>(T * nH * (dn + dv))), kr(static_cast<size_t>(T * dr));

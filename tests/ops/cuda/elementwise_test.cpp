@@ -33,6 +33,26 @@ TEST_F(CudaOps, AddBiasAndCopyColsAreExact) {
 // swiglu and the sigmoid gates against ops::swiglu / ops::sigmoid: expf within 2 ulp and a fused
 // multiply-add where the CPU rounds twice: 1e-6 relative (~8 ulp), and for the gated add 1e-6 of
 // the magnitudes summed.
+// gpt-oss's clamped SwiGLU against ops::swiglu_clamped, with values beyond the limit and NaN.
+TEST_F(CudaOps, SwigluClampedMatchesOps) {
+  const int64_t n = 1001;
+  auto gu = normal(2 * n, 6.0f);
+  gu[10] = NAN;  // a gate
+  gu[13] = NAN;  // an up
+  gpu::DeviceBuffer dgu = up(gu), dh = buffer(n * 4);
+  swiglu_clamped(dgu.as<float>(), n, 1.702f, 7.0f, dh.as<float>(), st());
+  const auto h = down<float>(dh, n);
+  std::vector<float> want(n);
+  ops::swiglu_clamped(gu.data(), n, 1.702f, 7.0f, want.data());
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(want[i])) {
+      ASSERT_TRUE(std::isnan(h[i])) << i;
+      continue;
+    }
+    ASSERT_NEAR(h[i], want[i], 1e-6f * std::fabs(want[i]) + 1e-38f) << i;
+  }
+}
+
 TEST_F(CudaOps, SwigluAndSigmoidGatesMatchOps) {
   const int64_t rows = 13, cols = 77, n = rows * cols;
   const auto g = normal(n, 3.0f), u = normal(n), y0 = normal(n), logit = normal(rows, 2.0f);
