@@ -173,6 +173,14 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
   resolve_wrapper_prefixes(arch, ckpt.tensor_names(), ckpt.dir());
   plan.num_layers = arch.num_hidden_layers;
   std::vector<int> rule_hits(recipe.rules.size(), 0);
+  // The INT4 weight_shape tensors are read below, one per module and spread over the files: asked
+  // for all at once, a cold start waits for them at the disk's queue depth (a 61-layer Kimi-K2
+  // shape has 70k of them), not one page fault at a time.
+  std::vector<std::string> shapes;
+  for (const std::string& name : ckpt.tensor_names()) {
+    if (name.ends_with(".weight_shape")) shapes.push_back(name);
+  }
+  ckpt.will_need(shapes);
   for (const std::string& name : ckpt.tensor_names()) {
     const TensorClass c = classify_tensor(arch, name);
     const TensorEntry& e = ckpt.entry(name);

@@ -273,6 +273,21 @@ uint64_t Checkpoint::bytes_read() const {
   return held_->bytes_read;
 }
 
+void Checkpoint::will_need(const std::vector<std::string>& names) const {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  for (const std::string& name : names) {
+    if (held(name)) continue;
+    const SafetensorsFile& f = shard_of(name);
+    const TensorEntry& e = entry(name);
+    const uint8_t* base = f.mapping()->data();
+    if (base == nullptr) continue;
+    const uintptr_t a =
+        reinterpret_cast<uintptr_t>(base + f.header().data_offset + e.begin) / page * page;
+    const uintptr_t z = reinterpret_cast<uintptr_t>(base + f.header().data_offset + e.end);
+    if (z > a) (void)::madvise(reinterpret_cast<void*>(a), z - a, MADV_WILLNEED);
+  }
+}
+
 void Checkpoint::release(std::string_view name) const {
   {
     std::lock_guard<std::mutex> lock(held_->mutex);

@@ -44,6 +44,11 @@ class Checkpoint {
   // not even when tensor() reads it again later.
   Tensor metadata(std::string_view name) const;
   const std::vector<SafetensorsFile>& shards() const { return shards_; }
+  // Asks the kernel to start reading these tensors' pages into the page cache, all at once and
+  // without waiting (madvise WILLNEED): many small tensors spread over the files (an INT4
+  // source's weight_shape of every module) then arrive at the disk's queue depth instead of one
+  // page fault at a time. Advice only; a held tensor is skipped.
+  void will_need(const std::vector<std::string>& names) const;
   // Drops the tensor's pages from this process's resident set (they stay in the page cache and
   // fault back in if read again): what keeps RSS at one layer while the whole file is mapped.
   void release(std::string_view name) const;
