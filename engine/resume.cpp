@@ -78,15 +78,12 @@ std::string identity_changes(const std::map<std::string, std::string>& have,
   return changed;
 }
 
-std::optional<ResumeState> read_resume_manifest(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return std::nullopt;
-  Json j;
-  try {
-    j = json_read_file(path);
-  } catch (const Error& e) {
-    fail(e.what(), " (a damaged resume manifest); run with --overwrite to start over");
-  }
+namespace {
+
+constexpr const char* kDamagedManifest =
+    " (a damaged resume manifest); run with --overwrite to start over";
+
+ResumeState resume_state_from_json(const Json& j, const std::string& path) {
   ResumeState s;
   try {
     STRATA_CHECK(j.at("format").get<std::string>() == "strata-resume-2", path,
@@ -119,6 +116,30 @@ std::optional<ResumeState> read_resume_manifest(const std::string& path) {
   return s;
 }
 
+}  // namespace
+
+std::optional<ResumeState> read_resume_manifest(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  Json j;
+  try {
+    j = json_read_file(path);
+  } catch (const Error& e) {
+    fail(e.what(), kDamagedManifest);
+  }
+  return resume_state_from_json(j, path);
+}
+
+ResumeState parse_resume_manifest(std::string_view text, const std::string& path) {
+  Json j;
+  try {
+    j = json_parse_strict(text, path);
+  } catch (const Error& e) {
+    fail(e.what(), kDamagedManifest);
+  }
+  return resume_state_from_json(j, path);
+}
+
 void write_resume_manifest(const std::string& path, const ResumeState& s) {
   Json j = Json::object();
   j["format"] = "strata-resume-2";
@@ -141,10 +162,9 @@ namespace {
 constexpr const char* kRunRecordFormat = "strata-run-1";
 }  // namespace
 
-std::optional<std::map<std::string, std::string>> read_run_record(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return std::nullopt;
-  const Json j = json_read_file(path);
+namespace {
+
+std::map<std::string, std::string> run_record_from_json(const Json& j, const std::string& path) {
   std::map<std::string, std::string> id;
   try {
     STRATA_CHECK(j.at("format").get<std::string>() == kRunRecordFormat, path,
@@ -157,6 +177,19 @@ std::optional<std::map<std::string, std::string>> read_run_record(const std::str
          "); add --overwrite to replace the export, or choose another --export_path");
   }
   return id;
+}
+
+}  // namespace
+
+std::optional<std::map<std::string, std::string>> read_run_record(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  return run_record_from_json(json_read_file(path), path);
+}
+
+std::map<std::string, std::string> parse_run_record(std::string_view text,
+                                                    const std::string& path) {
+  return run_record_from_json(json_parse_strict(text, path), path);
 }
 
 void write_run_record(const std::string& path, const std::map<std::string, std::string>& identity) {
