@@ -13,10 +13,18 @@
 # tests/quant, tests/engine), named <target>-<kind>-<hash>, where the module's test binary replays
 # it; the script then exits non-zero. Fix the bug and commit the input with the fix.
 #
-# FUZZ_FLAGS adds libFuzzer flags, e.g. FUZZ_FLAGS="-jobs=16 -workers=16" for a long campaign
+# libFuzzer's output goes to build/<preset>/logs/<target>/ (fuzz.log, or fuzz-<job>.log per job);
+# the script prints one summary line per target: executions (all jobs), coverage (cov: edges,
+# ft: features, the largest of the jobs), corpus files, and CPU seconds (user + system).
+#
+# FUZZ_FLAGS adds libFuzzer flags: FUZZ_FLAGS="-jobs=16 -workers=16" runs 16 processes per target
 # (scripts/fuzz_campaign.sh); STRATA_FUZZ_JOBS sets the build's parallelism (default: nproc).
+# STRATA_FUZZ_PRESET picks the preset (default `fuzz`; scripts/test.sh uses `fuzz-ci`, built
+# faster without debug info); its build folder holds the logs and artifacts. STRATA_FUZZ_WORK
+# replaces fuzz/corpus-work as the folder of learnt corpora (scripts/test.sh starts from seeds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
 seconds=${1:-60}
 shift || true
 all=(safetensors index tokenizer_json tiktoken recipe resume)
@@ -47,30 +55,46 @@ for target in "${targets[@]}"; do
   regressions_of "$target" >/dev/null
   build_targets+=("${target}_fuzz")
 done
-cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz -j "${STRATA_FUZZ_JOBS:-$(nproc)}" --target "${build_targets[@]}"
+preset=${STRATA_FUZZ_PRESET:-fuzz}
+work_root=$(realpath -m "${STRATA_FUZZ_WORK:-fuzz/corpus-work}")
+build=$root/build/$preset
+cmake --preset "$preset" >/dev/null
+cmake --build --preset "$preset" -j "${STRATA_FUZZ_JOBS:-$(nproc)}" --target "${build_targets[@]}"
 
 found=0
 for target in "${targets[@]}"; do
-  work=fuzz/corpus-work/$target
-  artifacts=build/fuzz/artifacts/$target
+  work=$work_root/$target
+  artifacts=$build/artifacts/$target
+  logs=$build/logs/$target
   mkdir -p "$work" "$artifacts"
+  rm -rf "$logs" && mkdir -p "$logs"
   echo "== ${target}_fuzz for ${seconds}s =="
-  log=build/fuzz/logs/$target.log
-  mkdir -p "$(dirname "$log")"
   set +e
+  # In the log folder: with -jobs, libFuzzer writes fuzz-<job>.log into the working directory.
   # shellcheck disable=SC2086  # FUZZ_FLAGS is a list of flags
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    "build/fuzz/fuzz/${target}_fuzz" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-    -max_len="$(max_len_of "$target")" -dict="fuzz/${target}.dict" -artifact_prefix="$artifacts/" \
-    -print_final_stats=1 ${FUZZ_FLAGS:-} "$work" "fuzz/corpus/$target" >"$log" 2>&1
+  cpu=$(
+    cd "$logs" || exit 1
+    TIMEFORMAT='%U %S'
+    { time ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      "$build/fuzz/${target}_fuzz" -max_total_time="$seconds" -timeout=10 \
+      -rss_limit_mb=2048 -max_len="$(max_len_of "$target")" -dict="$root/fuzz/${target}.dict" \
+      -artifact_prefix="$artifacts/" -print_final_stats=1 ${FUZZ_FLAGS:-} \
+      "$work" "$root/fuzz/corpus/$target" >fuzz.log 2>&1; } 2>&1
+  )
   rc=$?
   set -e
-  # The start, the end and libFuzzer's totals; the whole log is in $log.
-  grep -E '^#[0-9]+[[:space:]]+(INITED|DONE)|^Done |^stat::|^(INFO|WARNING): .*(seed|corpus)' "$log" || true
+  # Totals over the jobs' logs (or the one log): executions summed, coverage the largest seen.
+  execs=$(cat "$logs"/*.log | awk '/^stat::number_of_executed_units:/ {n += $2} END {print n + 0}')
+  cov=$(cat "$logs"/*.log | grep -oE ' cov: [0-9]+' | awk '{if ($2 > m) m = $2} END {print m + 0}')
+  ft=$(cat "$logs"/*.log | grep -oE ' ft: [0-9]+' | awk '{if ($2 > m) m = $2} END {print m + 0}')
+  corpus=$(find "$work" -type f | wc -l)
+  cpu_s=$(echo "$cpu" | tail -n 1 | awk '{printf "%.0f", $1 + $2}')
+  echo "summary: ${target}_fuzz seconds=$seconds execs=$execs cov=$cov ft=$ft corpus=$corpus" \
+    "cpu_s=$cpu_s exit=$rc"
   if [ "$rc" -ne 0 ]; then
-    echo "${target}_fuzz exited $rc; the end of $log:"
-    tail -n 60 "$log"
+    echo "${target}_fuzz exited $rc; the end of its log ($logs):"
+    tail -n 60 "$(ls -t "$logs"/*.log | head -n 1)"
     found=1
   fi
   dest_dir=$(regressions_of "$target")
