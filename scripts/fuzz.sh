@@ -84,10 +84,13 @@ for target in "${targets[@]}"; do
   )
   rc=$?
   set -e
-  # Totals over the jobs' logs (or the one log): executions summed, coverage the largest seen.
-  execs=$(cat "$logs"/*.log | awk '/^stat::number_of_executed_units:/ {n += $2} END {print n + 0}')
-  cov=$(cat "$logs"/*.log | grep -oE ' cov: [0-9]+' | awk '{if ($2 > m) m = $2} END {print m + 0}')
-  ft=$(cat "$logs"/*.log | grep -oE ' ft: [0-9]+' | awk '{if ($2 > m) m = $2} END {print m + 0}')
+  # Totals over the jobs' logs (with -jobs, fuzz.log repeats them), or the one log: executions
+  # summed, coverage the largest seen.
+  job_logs=("$logs"/fuzz-*.log)
+  [ -e "${job_logs[0]}" ] || job_logs=("$logs/fuzz.log")
+  execs=$(cat "${job_logs[@]}" | awk '/^stat::number_of_executed_units:/ {n += $2} END {print n + 0}')
+  cov=$(cat "${job_logs[@]}" | grep -oE ' cov: [0-9]+' | awk '{if ($2 > m) m = $2} END {print m + 0}')
+  ft=$(cat "${job_logs[@]}" | grep -oE ' ft: [0-9]+' | awk '{if ($2 > m) m = $2} END {print m + 0}')
   corpus=$(find "$work" -type f | wc -l)
   cpu_s=$(echo "$cpu" | tail -n 1 | awk '{printf "%.0f", $1 + $2}')
   echo "summary: ${target}_fuzz seconds=$seconds execs=$execs cov=$cov ft=$ft corpus=$corpus" \
