@@ -78,31 +78,44 @@ std::string identity_changes(const std::map<std::string, std::string>& have,
   return changed;
 }
 
-std::optional<ResumeState> read_resume_manifest(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return std::nullopt;
-  Json j;
-  try {
-    j = json_read_file(path);
-  } catch (const Error& e) {
-    fail(e.what(), " (a damaged resume manifest); run with --overwrite to start over");
-  }
+namespace {
+
+constexpr const char* kDamagedManifest =
+    " (a damaged resume manifest); run with --overwrite to start over";
+
+// A count or checksum of the manifest: a JSON integer in [0, max]. nlohmann converts a number of
+// another kind without checking its range (1e300 to int64_t is undefined behaviour), so the kind
+// and range are checked here.
+int64_t manifest_int(const Json& v, const std::string& path, const char* field, uint64_t max) {
+  const bool ok = (v.is_number_unsigned() && v.get<uint64_t>() <= max) ||
+                  (v.is_number_integer() && v.get<int64_t>() >= 0 &&
+                   static_cast<uint64_t>(v.get<int64_t>()) <= max);
+  STRATA_CHECK(ok, path, ": malformed resume manifest (", field, " must be an integer in [0, ", max,
+               "], not ", v.dump(), "); run with --overwrite to start over");
+  return static_cast<int64_t>(v.get<uint64_t>());
+}
+
+ResumeState resume_state_from_json(const Json& j, const std::string& path) {
+  constexpr uint64_t kMaxCount = uint64_t{1} << 62;
   ResumeState s;
   try {
     STRATA_CHECK(j.at("format").get<std::string>() == "strata-resume-2", path,
                  ": not a strata resume manifest of this version; run with --overwrite");
     for (const auto& [k, v] : j.at("identity").items())
       s.identity[k] = v.get<std::string>();
-    s.steps = j.at("steps").get<int64_t>();
-    s.next_step = j.at("next_step").get<int64_t>();
+    s.steps = manifest_int(j.at("steps"), path, "steps", kMaxCount);
+    s.next_step = manifest_int(j.at("next_step"), path, "next_step", kMaxCount);
     s.hidden_file = j.at("hidden_file").get<std::string>();
-    for (const Json& c : j.at("hidden_crc32c"))
-      s.hidden_sums.push_back(c.get<uint32_t>());
+    for (const Json& c : j.at("hidden_crc32c")) {
+      s.hidden_sums.push_back(static_cast<uint32_t>(
+          manifest_int(c, path, "each hidden_crc32c entry", uint64_t{0xFFFFFFFF})));
+    }
     for (const Json& l : j.at("layers")) {
       LayerReport r;
-      r.layer = l.at(0).get<int64_t>();
-      r.experts = l.at(1).get<int64_t>();
-      r.experts_without_tokens = l.at(2).get<int64_t>();
+      r.layer = manifest_int(l.at(0), path, "a layer's index", kMaxCount);
+      r.experts = manifest_int(l.at(1), path, "a layer's expert count", kMaxCount);
+      r.experts_without_tokens =
+          manifest_int(l.at(2), path, "a layer's count of experts without tokens", kMaxCount);
       s.layers.push_back(r);
     }
   } catch (const nlohmann::json::exception& e) {
@@ -117,6 +130,30 @@ std::optional<ResumeState> read_resume_manifest(const std::string& path) {
   STRATA_CHECK(s.next_step >= 0 && s.next_step <= s.steps && hidden_ok, path,
                ": malformed resume manifest; run with --overwrite to start over");
   return s;
+}
+
+}  // namespace
+
+std::optional<ResumeState> read_resume_manifest(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  Json j;
+  try {
+    j = json_read_file(path);
+  } catch (const Error& e) {
+    fail(e.what(), kDamagedManifest);
+  }
+  return resume_state_from_json(j, path);
+}
+
+ResumeState parse_resume_manifest(std::string_view text, const std::string& path) {
+  Json j;
+  try {
+    j = json_parse_strict(text, path);
+  } catch (const Error& e) {
+    fail(e.what(), kDamagedManifest);
+  }
+  return resume_state_from_json(j, path);
 }
 
 void write_resume_manifest(const std::string& path, const ResumeState& s) {
@@ -141,10 +178,9 @@ namespace {
 constexpr const char* kRunRecordFormat = "strata-run-1";
 }  // namespace
 
-std::optional<std::map<std::string, std::string>> read_run_record(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return std::nullopt;
-  const Json j = json_read_file(path);
+namespace {
+
+std::map<std::string, std::string> run_record_from_json(const Json& j, const std::string& path) {
   std::map<std::string, std::string> id;
   try {
     STRATA_CHECK(j.at("format").get<std::string>() == kRunRecordFormat, path,
@@ -157,6 +193,19 @@ std::optional<std::map<std::string, std::string>> read_run_record(const std::str
          "); add --overwrite to replace the export, or choose another --export_path");
   }
   return id;
+}
+
+}  // namespace
+
+std::optional<std::map<std::string, std::string>> read_run_record(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  return run_record_from_json(json_read_file(path), path);
+}
+
+std::map<std::string, std::string> parse_run_record(std::string_view text,
+                                                    const std::string& path) {
+  return run_record_from_json(json_parse_strict(text, path), path);
 }
 
 void write_run_record(const std::string& path, const std::map<std::string, std::string>& identity) {

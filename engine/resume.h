@@ -73,6 +73,9 @@ std::string identity_changes(const std::map<std::string, std::string>& have,
 
 // std::nullopt when `path` does not exist; throws strata::Error when it is not a manifest.
 std::optional<ResumeState> read_resume_manifest(const std::string& path);
+// The same from the manifest's text (what read_resume_manifest does once the file is read);
+// `path` names it in errors.
+ResumeState parse_resume_manifest(std::string_view text, const std::string& path);
 void write_resume_manifest(const std::string& path, const ResumeState& state);
 
 // The run record of a finished export: `<export_path>/<kRunRecordName>` (export/modelopt.h),
@@ -80,6 +83,8 @@ void write_resume_manifest(const std::string& path, const ResumeState& state);
 // The identity it records; std::nullopt when `path` does not exist; throws strata::Error when it
 // is not a run record.
 std::optional<std::map<std::string, std::string>> read_run_record(const std::string& path);
+// The same from the record's text; `path` names it in errors.
+std::map<std::string, std::string> parse_run_record(std::string_view text, const std::string& path);
 // Written atomically and synced.
 void write_run_record(const std::string& path, const std::map<std::string, std::string>& identity);
 

@@ -2,7 +2,7 @@
 # Builds strata and runs the whole test suite: the release build (with the CUDA backend compiled
 # when nvcc is present; GPU tests are labelled `gpu` and run only on a GPU machine), then the
 # CPU tests again under AddressSanitizer and UndefinedBehaviorSanitizer, less those labelled
-# `release_only` (tests/CMakeLists.txt says which and why).
+# `release_only` (tests/CMakeLists.txt says which and why), then a short run of the fuzz targets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
@@ -23,3 +23,13 @@ cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --preset asan -j "$jobs"
+
+echo "== short fuzz run =="
+# The libFuzzer targets (fuzz/, docs/FUZZING.md) built by the `fuzz-ci` preset (clang, ASan +
+# UBSan, -O1 without debug info: about half the build of the `fuzz` preset) and run for a few
+# seconds each from their seed corpora alone: a smoke test that the targets build, start and
+# find nothing quickly. Their seeds and committed findings are also replayed by the ctest runs
+# above (FuzzReplay, FuzzRegressions); the long campaign is scripts/fuzz_campaign.sh.
+rm -rf build/fuzz-ci/corpus-work
+STRATA_FUZZ_PRESET=fuzz-ci STRATA_FUZZ_WORK=build/fuzz-ci/corpus-work STRATA_FUZZ_JOBS="$jobs" \
+  scripts/fuzz.sh "${STRATA_TEST_FUZZ_SECONDS:-3}"

@@ -295,6 +295,9 @@ TokenizerSpec tiktoken_load(const std::string& dir) {
     }
   }
   if (known) {
+    STRATA_CHECK(n_base + known->n_reserved <= (int64_t{1} << 31), rank_path,
+                 ": the largest rank, ", n_base - 1, ", leaves no room for the ", known->n_reserved,
+                 " reserved special ids after it below 2^31");
     for (int64_t id = n_base; id < n_base + known->n_reserved; ++id) {
       if (!names.count(id)) names[id] = str("<|reserved_token_", id, "|>");
     }

@@ -36,6 +36,13 @@ bool get_bool(const Json& j, const char* key, bool dflt) {
   return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : dflt;
 }
 
+// A token id as tokenizer.json writes one: an integer in [0, 2^31). (nlohmann's get<int32_t> would
+// wrap 2^32 to 0 and keep -1.)
+bool is_token_id(const Json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() < (uint64_t{1} << 31);
+  return v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < (int64_t{1} << 31);
+}
+
 // A tokenizer_config.json token value: "text" or {"content": "text", ...}.
 std::string token_content(const Json& v) {
   if (v.is_string()) return v.get<std::string>();
@@ -91,8 +98,8 @@ void add_post_processor(const Json& p, const std::string& what, TokenizerSpec& s
                    what, ": TemplateProcessing uses special token '", name,
                    "' that its \"special_tokens\" does not define");
       for (const Json& id : p["special_tokens"][name]["ids"]) {
-        STRATA_CHECK(id.is_number_integer(), what, ": TemplateProcessing ids of '", name,
-                     "' must be integers");
+        STRATA_CHECK(is_token_id(id), what, ": TemplateProcessing ids of '", name,
+                     "' must be token ids (integers from 0 to 2^31 - 1), not ", id.dump());
         (seen_sequence ? after : before).push_back(id.get<int32_t>());
       }
     }
@@ -104,9 +111,9 @@ void add_post_processor(const Json& p, const std::string& what, TokenizerSpec& s
   }
   if (type == "RobertaProcessing" || type == "BertProcessing") {
     auto id_of = [&](const char* key) {
-      STRATA_CHECK(p.contains(key) && p[key].is_array() && p[key].size() == 2 &&
-                       p[key][1].is_number_integer(),
-                   what, ": ", type, " needs \"", key, "\": [token, id]");
+      STRATA_CHECK(
+          p.contains(key) && p[key].is_array() && p[key].size() == 2 && is_token_id(p[key][1]),
+          what, ": ", type, " needs \"", key, "\": [token, id] with an id from 0 to 2^31 - 1");
       return p[key][1].get<int32_t>();
     };
     spec.prefix.push_back(id_of("cls"));
@@ -137,9 +144,11 @@ TokenizerSpec load_hf(const std::string& dir) {
   if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
     STRATA_CHECK(j["added_tokens"].is_array(), path, ": \"added_tokens\" must be a list");
     for (const Json& t : j["added_tokens"]) {
-      STRATA_CHECK(t.is_object() && t.contains("id") && t["id"].is_number_integer() &&
+      STRATA_CHECK(t.is_object() && t.contains("id") && is_token_id(t["id"]) &&
                        t.contains("content") && t["content"].is_string(),
-                   path, ": each added token needs an integer \"id\" and a string \"content\"");
+                   path,
+                   ": each added token needs an integer \"id\" from 0 to 2^31 - 1 and a string "
+                   "\"content\"");
       AddedToken a;
       a.content = t["content"].get<std::string>();
       a.id = t["id"].get<int32_t>();

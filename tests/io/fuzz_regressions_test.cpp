@@ -1,5 +1,6 @@
-// Every input the fuzzers once crashed on (tests/io/fuzz_regressions/) must now be handled:
-// parsed, or refused with a strata::Error. A crash, a sanitizer report or an InternalError fails.
+// Every input the io fuzzers once crashed on (tests/io/fuzz_regressions/), and their seed
+// corpora, must be handled: parsed, or refused with a strata::Error. A crash, a sanitizer report
+// or an InternalError fails. (The other targets' inputs: tests/*/fuzz_replay_test.cpp.)
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -14,27 +15,30 @@ namespace strata {
 namespace {
 
 TEST(FuzzRegressions, EveryInputIsHandled) {
-  const std::filesystem::path dir =
-      std::filesystem::path(STRATA_SOURCE_DIR) / "tests/io/fuzz_regressions";
-  ASSERT_TRUE(std::filesystem::exists(dir / "README.md")) << dir;
+  const std::filesystem::path root(STRATA_SOURCE_DIR);
+  ASSERT_TRUE(std::filesystem::exists(root / "tests/io/fuzz_regressions/README.md"));
   int inputs = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (!e.is_regular_file() || e.path().filename() == "README.md") continue;
-    SCOPED_TRACE(e.path().string());
-    const std::string bytes = test::read_bytes(e.path().string());
-    ++inputs;
-    try {
-      parse_safetensors_header(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
-                               "fuzz");
-    } catch (const Error&) {
-    }
-    try {
-      parse_safetensors_index(bytes, "fuzz");
-    } catch (const Error&) {
-    }
-    try {
-      parse_model_config(json_parse_strict(bytes, "fuzz"), "fuzz");
-    } catch (const Error&) {
+  // The findings, and the seed corpora of the two io targets (fuzz/corpus/).
+  for (const char* folder :
+       {"tests/io/fuzz_regressions", "fuzz/corpus/safetensors", "fuzz/corpus/index"}) {
+    for (const auto& e : std::filesystem::directory_iterator(root / folder)) {
+      if (!e.is_regular_file() || e.path().filename() == "README.md") continue;
+      SCOPED_TRACE(e.path().string());
+      const std::string bytes = test::read_bytes(e.path().string());
+      ++inputs;
+      try {
+        parse_safetensors_header(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                                 "fuzz");
+      } catch (const Error&) {
+      }
+      try {
+        parse_safetensors_index(bytes, "fuzz");
+      } catch (const Error&) {
+      }
+      try {
+        parse_model_config(json_parse_strict(bytes, "fuzz"), "fuzz");
+      } catch (const Error&) {
+      }
     }
   }
   RecordProperty("inputs", inputs);
