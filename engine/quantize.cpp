@@ -457,6 +457,12 @@ void QuantizeRun::choose_expert_parallel() {
   // read, run and written by their owner (expert_owner) alone.
   expert_parallel = use_expert_parallel(job.expert_parallel, comm.size(), result.calibrated, on_gpu,
                                         config.num_experts);
+  // A fused tensor holds every expert of a projection and is written by one rank
+  // (export/modelopt.h).
+  STRATA_CHECK(!expert_parallel || !plan.fused_experts,
+               "--expert_parallel: gpt-oss's experts are written fused, one tensor per projection "
+               "and layer that one rank writes; run without --expert_parallel (the ranks then "
+               "split the work by tensors)");
   if (job.expert_parallel && comm.size() > 1 && !expert_parallel && lead)
     log_warn("--expert_parallel: ",
              config.num_experts == 0 ? "the model has no routed experts"
