@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <random>
@@ -156,7 +156,9 @@ TEST(WeightQuantizer, FusedExpertsShareTheProjectionsAmax) {
       for (int64_t e = 0; e < E; ++e) {
         const std::string M = x + std::to_string(e) + "." + leaf;
         if (M == last_gate_up) continue;
-        if (e == 0) ASSERT_LT(w.amax[M], group) << M;  // its own amax would give other bytes
+        if (e == 0) {
+          ASSERT_LT(w.amax[M], group) << M;  // its own amax would give other bytes
+        }
         const Tensor t = bf16_tensor(w.bf16[M], R, C);
         if (f == QFormat::kNvfp4) {
           const Nvfp4Weight ref = nvfp4_quantize(t, group, M);
