@@ -115,12 +115,19 @@ std::optional<ResumeState> prepare_output(
     if (std::optional<ResumeState> prev =
             resumed_state(read_resume_manifest(manifest), identity, steps, manifest)) {
       const std::string damage = prev->hidden_file.empty() ? "" : check_hidden(*prev);
-      if (damage.empty()) return *prev;
+      // The shards the manifest vouches for went with a removed --export_path: nothing to
+      // continue from.
+      const bool out_gone = !fs::is_directory(out, ec);
+      if (out_gone && prev->next_step > 0)
+        log_warn("--export_path ", out, " was removed after the interrupted run that ", manifest,
+                 " records; starting the run over");
+      if (!out_gone && damage.empty()) return *prev;
       // Only the latest hidden states are kept, so no later step can be resumed; and a shard
       // that spans the head and later steps may already be renamed complete. Starting over is
       // the point every step's bytes are known to come from.
-      log_warn((fs::path(resume_dir) / prev->hidden_file).string(), " ", damage,
-               ": the resume state is damaged and not trusted; starting the run over");
+      if (!damage.empty())
+        log_warn((fs::path(resume_dir) / prev->hidden_file).string(), " ", damage,
+                 ": the resume state is damaged and not trusted; starting the run over");
     } else if (std::optional<std::map<std::string, std::string>> done =
                    read_run_record((fs::path(out) / kRunRecordName).string())) {
       const std::string changed = identity_changes(*done, identity);

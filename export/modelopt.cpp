@@ -806,12 +806,18 @@ std::vector<std::string> ModeloptExporter::finish() {
   q["exclude_modules"] = exclude;
   if (algo == "MIXED_PRECISION") {
     Json layers = Json::object();
+    std::string last;
     for (const PlannedModule& m : plan_.modules) {
       if (m.format == QFormat::kNone) continue;
+      // A fused-experts plan's experts (adjacent in the sorted plan) are one consumer module of
+      // one format (make_plan); any other module is its own.
+      const std::string name = consumer_module(plan_, m.module);
+      if (name == last) continue;
+      last = name;
       Json l = Json::object();
       l["quant_algo"] = std::string(qformat_quant_algo(m.format));
       if (qformat_block(m.format) > 1) l["group_size"] = qformat_block(m.format);
-      layers[consumer_module(plan_, m.module)] = l;
+      json_append(layers, name, l);  // distinct: the plan's modules, experts once per layer
     }
     q["quantized_layers"] = layers;
   }

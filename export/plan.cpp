@@ -85,8 +85,9 @@ void check_source_quantization(const ModelConfig& config, const Checkpoint& ckpt
                    "; strata decompresses 128x128 FP8 blocks only");
     }
     if (q.contains("fmt") && q["fmt"].is_string()) {
-      STRATA_CHECK(q["fmt"] == "e4m3", what, ".fmt is ", q["fmt"].dump(),
-                   "; strata decompresses e4m3 FP8 blocks only");
+      // DeepSeek-V3 writes "e4m3", MiniMax-M2 torch's name of the same format.
+      STRATA_CHECK(q["fmt"] == "e4m3" || q["fmt"] == "float8_e4m3fn", what, ".fmt is ",
+                   q["fmt"].dump(), "; strata decompresses e4m3 FP8 blocks only");
     }
     only(SourceCompression::kFp8Block);
     return;

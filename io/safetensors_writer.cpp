@@ -162,7 +162,7 @@ void write_shard_index(const std::string& out_dir, const std::string& prefix,
   }
   Json weight_map = Json::object();
   for (const auto& [t, shard] : sorted)
-    weight_map[t] = shard;
+    json_append(weight_map, t, shard);  // distinct names: no search (io/json.h)
   Json index = Json::object();
   index["metadata"] = Json::object({{"total_size", total_bytes}});
   index["weight_map"] = std::move(weight_map);
@@ -216,7 +216,7 @@ SafetensorsLayout safetensors_layout(const std::vector<TensorSpec>& tensors,
     entry["dtype"] = std::string(dtype_safetensors_name(t.dtype));
     entry["shape"] = std::move(shape);
     entry["data_offsets"] = Json::array({offset, offset + t.nbytes()});
-    header[t.name] = std::move(entry);
+    json_append(header, t.name, std::move(entry));  // distinct (seen): no search
     layout.offsets[i] = offset;
     offset += t.nbytes();
   }

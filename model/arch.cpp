@@ -24,6 +24,10 @@ std::string_view arch_family_name(ArchFamily family) {
       return "kimi_linear";
     case ArchFamily::kQwen3Next:
       return "qwen3_next";
+    case ArchFamily::kGlm4Moe:
+      return "glm4_moe";
+    case ArchFamily::kMiniMaxM2:
+      return "minimax_m2";
     case ArchFamily::kGptOss:
       return "gpt_oss";
   }
@@ -32,7 +36,7 @@ std::string_view arch_family_name(ArchFamily family) {
 
 namespace {
 
-constexpr std::array<ArchEntry, 14> kArchs = {{
+constexpr std::array<ArchEntry, 16> kArchs = {{
     {"llama", ArchFamily::kLlama, false},
     {"mistral", ArchFamily::kLlama, false},
     {"qwen2", ArchFamily::kLlama, false},
@@ -44,6 +48,8 @@ constexpr std::array<ArchEntry, 14> kArchs = {{
     {"kimi_k2", ArchFamily::kDeepseekV3, false},
     {"kimi_linear", ArchFamily::kKimiLinear, false},
     {"qwen3_next", ArchFamily::kQwen3Next, false},
+    {"glm4_moe", ArchFamily::kGlm4Moe, false},
+    {"minimax_m2", ArchFamily::kMiniMaxM2, false},
     {"gpt_oss", ArchFamily::kGptOss, false},
     {"kimi_vl", ArchFamily::kDeepseekV3, true},
     {"kimi_k25", ArchFamily::kDeepseekV3, true},
@@ -260,6 +266,7 @@ bool layer_is_moe(const ArchInfo& arch, const ModelConfig& config, int64_t layer
     case ArchFamily::kLlama:
       return false;
     case ArchFamily::kMixtral:
+    case ArchFamily::kMiniMaxM2:
     case ArchFamily::kGptOss:
       return config.num_experts > 0;
     case ArchFamily::kQwenMoe:
@@ -274,6 +281,14 @@ bool layer_is_moe(const ArchInfo& arch, const ModelConfig& config, int64_t layer
       // architectures.md §3: dense below first_k_dense_replace, then every moe_layer_freq-th.
       if (config.num_experts <= 0 || config.moe_layer_freq <= 0) return false;
       return layer >= config.first_k_dense_replace && layer % config.moe_layer_freq == 0;
+    case ArchFamily::kGlm4Moe: {
+      // transformers' Glm4MoeDecoderLayer: MoE from first_k_dense_replace on (no moe_layer_freq);
+      // Glm4MoeConfig's default is 1.
+      const Json& t = config.text;
+      const bool given =
+          t.contains("first_k_dense_replace") && !t["first_k_dense_replace"].is_null();
+      return config.num_experts > 0 && layer >= (given ? config.first_k_dense_replace : 1);
+    }
     case ArchFamily::kKimiLinear: {
       // transformers 5.x: mlp_layer_types ("dense" / "sparse"); the remote code:
       // first_k_dense_replace and moe_layer_freq as DeepSeek. Both present: they must agree.
@@ -307,6 +322,8 @@ bool layer_is_linear_attention(const ArchInfo& arch, const ModelConfig& config, 
     case ArchFamily::kQwenMoe:
     case ArchFamily::kMixtral:
     case ArchFamily::kDeepseekV3:
+    case ArchFamily::kGlm4Moe:
+    case ArchFamily::kMiniMaxM2:
     case ArchFamily::kGptOss:
       return false;
     case ArchFamily::kQwen3Next: {
@@ -358,6 +375,8 @@ int64_t layer_sliding_window(const ArchInfo& arch, const ModelConfig& config, in
     case ArchFamily::kDeepseekV3:
     case ArchFamily::kKimiLinear:
     case ArchFamily::kQwen3Next:
+    case ArchFamily::kGlm4Moe:
+    case ArchFamily::kMiniMaxM2:
       return 0;
     case ArchFamily::kGptOss: {
       const Json& t = config.text;
@@ -433,6 +452,14 @@ constexpr NameRule kQwenMoe[] = {
 };
 constexpr NameRule kMixtralMoe[] = {
     {"block_sparse_moe.gate", K::kRouter, M::kModule},
+    {"block_sparse_moe.experts.#.w1", K::kRoutedExperts, M::kModule},
+    {"block_sparse_moe.experts.#.w2", K::kRoutedExperts, M::kModule},
+    {"block_sparse_moe.experts.#.w3", K::kRoutedExperts, M::kModule},
+};
+// MiniMax-M2: Mixtral's names plus the routing bias, which sits beside the router.
+constexpr NameRule kMiniMaxM2Moe[] = {
+    {"block_sparse_moe.gate", K::kRouter, M::kModule},
+    {"block_sparse_moe.e_score_correction_bias", K::kRouter, M::kTensor},
     {"block_sparse_moe.experts.#.w1", K::kRoutedExperts, M::kModule},
     {"block_sparse_moe.experts.#.w2", K::kRoutedExperts, M::kModule},
     {"block_sparse_moe.experts.#.w3", K::kRoutedExperts, M::kModule},
@@ -556,6 +583,10 @@ std::array<RuleSet, 5> layer_rules(ArchFamily family) {
     case ArchFamily::kQwen3Next:
       // Qwen3-Next has both attention kinds; kQwenMoe carries its shared expert and gate.
       return {kLayerCommon, kGqaAttention, kGatedDeltaNet, kDenseMlp, kQwenMoe};
+    case ArchFamily::kGlm4Moe:
+      return {kLayerCommon, kGqaAttention, kDenseMlp, kDeepseekMoe, kFusedExperts};
+    case ArchFamily::kMiniMaxM2:
+      return {kLayerCommon, kGqaAttention, kMiniMaxM2Moe, kFusedExperts, {}};
     case ArchFamily::kGptOss:
       return {kLayerCommon, kGptOssAttention, kGptOssMoe, {}, {}};
   }
@@ -742,9 +773,9 @@ TensorClass classify_tensor(const ArchInfo& arch, std::string_view name) {
       if (matched) break;
     }
     if (layer >= arch.num_hidden_layers) {
-      // DeepSeek's MTP layers follow the decoder layers and carry extra modules (enorm, hnorm,
-      // eh_proj, shared_head, embed_tokens); any other family has no layer there.
-      if (arch.family != ArchFamily::kDeepseekV3) return out;
+      // DeepSeek's and GLM-4.5's MTP layers follow the decoder layers and carry extra modules
+      // (enorm, hnorm, eh_proj, shared_head, embed_tokens); any other family has no layer there.
+      if (arch.family != ArchFamily::kDeepseekV3 && arch.family != ArchFamily::kGlm4Moe) return out;
       out.kind = TensorKind::kMtp;
       out.role = matched ? found.role : TensorRole::kParam;
       out.layer = layer;

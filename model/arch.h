@@ -24,6 +24,11 @@
 //                  (hub) or block_sparse_moe.{gate,up,down}_proj (transformers 5.x save_pretrained)
 //   kQwen3Next     kLlama's attention with q/k norms; linear_attn.{in_proj_qkvz, in_proj_ba,
 //                  conv1d, A_log, dt_bias, norm, out_proj}; kQwenMoe's MoE names; mtp.* is MTP
+//   kGlm4Moe       kLlama's attention (biases, q/k norms); kDeepseekV3's dense and MoE names
+//                  (mlp.gate + e_score_correction_bias, mlp.experts.E.*, mlp.shared_experts.*);
+//                  layers N >= num_hidden_layers are MTP
+//   kMiniMaxM2     kLlama's attention (q_norm / k_norm over all heads); block_sparse_moe.gate,
+//                  block_sparse_moe.e_score_correction_bias, block_sparse_moe.experts.E.w1/w2/w3
 //   kGptOss        self_attn.{q,k,v,o}_proj (weight, bias), self_attn.sinks; mlp.router (weight,
 //                  bias); one module per expert and projection as the forward reads them,
 //                  mlp.experts.E.{gate_up_proj [2I, H] (gate/up rows interleaved), down_proj},
@@ -61,6 +66,8 @@ enum class ArchFamily : uint8_t {
   kDeepseekV3,  // deepseek_v3, kimi_k2
   kKimiLinear,  // kimi_linear
   kQwen3Next,   // qwen3_next
+  kGlm4Moe,     // glm4_moe
+  kMiniMaxM2,   // minimax_m2
   kGptOss,      // gpt_oss
 };
 
@@ -117,7 +124,8 @@ enum class TensorKind : uint8_t {
   kNorm,           // RMSNorm / LayerNorm weights, incl. q/k norms and MLA latent norms
   kVision,         // the vision tower of a multimodal wrapper
   kProjector,      // the multimodal projector
-  kMtp,            // multi-token-prediction layers (DeepSeek layers >= num_hidden_layers, mtp.*)
+  kMtp,            // multi-token-prediction layers (DeepSeek and GLM layers >= num_hidden_layers,
+                   // mtp.*)
   kOther,          // recognised, none of the above (e.g. rotary_emb.inv_freq)
   kUnrecognized,
 };

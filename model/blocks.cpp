@@ -42,13 +42,20 @@ void Residual::bind(Binder& b, const ModelConfig& c, const std::string& p) {
 
 // ---- GQA ---------------------------------------------------------------------------------------
 
-void GqaAttention::bind(Binder& b, const ModelConfig& c, const std::string& p) {
+void GqaAttention::bind(Binder& b, const ModelConfig& c, const std::string& p, GqaOptions options) {
   H = c.hidden_size;
   n_heads = c.num_attention_heads;
   n_kv = c.num_key_value_heads;
   head_dim = c.head_dim;
   STRATA_CHECK(n_kv > 0 && n_heads % n_kv == 0, c.path, ": num_attention_heads (", n_heads,
                ") must be a multiple of num_key_value_heads (", n_kv, ")");
+  const double factor = options.partial_rotary_factor < 0 ? c.rope.partial_rotary_factor
+                                                          : options.partial_rotary_factor;
+  rot_dim = static_cast<int64_t>(static_cast<double>(head_dim) * factor);
+  STRATA_CHECK(rot_dim >= 2 && rot_dim % 2 == 0 && rot_dim <= head_dim, c.path,
+               ": partial_rotary_factor ", factor, " rotates ", rot_dim, " of head_dim ", head_dim,
+               " dims; RoPE needs an even number of them, at least 2");
+  qk_norm_all_heads = options.qk_norm_all_heads;
   const int64_t qd = n_heads * head_dim, kd = n_kv * head_dim;
   wq = b.matrix(p + "q_proj.weight", {qd, H});
   wk = b.matrix(p + "k_proj.weight", {kd, H});
@@ -61,13 +68,13 @@ void GqaAttention::bind(Binder& b, const ModelConfig& c, const std::string& p) {
   }
   if (b.has(p + "o_proj.bias")) bo = b.vector(p + "o_proj.bias", {H});
   if (b.has(p + "q_norm.weight")) {
-    q_norm = b.vector(p + "q_norm.weight", {head_dim});
-    k_norm = b.vector(p + "k_norm.weight", {head_dim});
+    q_norm = b.vector(p + "q_norm.weight", {qk_norm_all_heads ? qd : head_dim});
+    k_norm = b.vector(p + "k_norm.weight", {qk_norm_all_heads ? kd : head_dim});
     qk_norm_eps = static_cast<float>(c.rms_norm_eps);
   }
   const ops::RopeParams rope = rope_params(c);
   attention_factor = rope.attention_factor;
-  inv_freq = ops::rope_inv_freq(rope, head_dim);
+  inv_freq = ops::rope_inv_freq(rope, rot_dim);
   qkv_names = {p + "q_proj", p + "k_proj", p + "v_proj"};
   k_cache = {p + "k_cache"};
   v_cache = {p + "v_cache"};
@@ -84,12 +91,15 @@ void GqaAttention::forward(ops::Backend& be, const ops::Tokens& t, const float* 
   float* att = be.take(T * qd);  // [T, nH, d]
   auto bias = [](const ops::Weight& w) { return w.defined() ? &w : nullptr; };
   be.linears(x, T, {{&wq, q, bias(bq)}, {&wk, k, bias(bk)}, {&wv, v, bias(bv)}});
-  if (q_norm.defined()) {  // per-head RMSNorm over d, before RoPE
+  if (q_norm.defined() && qk_norm_all_heads) {  // RMSNorm over each token's nH·d (nKV·d)
+    be.rms_norm(q, T, qd, q_norm, qk_norm_eps, q);
+    be.rms_norm(k, T, kd, k_norm, qk_norm_eps, k);
+  } else if (q_norm.defined()) {  // per-head RMSNorm over d, before RoPE
     be.rms_norm(q, T * n_heads, d, q_norm, qk_norm_eps, q);
     be.rms_norm(k, T * n_kv, d, k_norm, qk_norm_eps, k);
   }
-  be.rope(q, t, n_heads, d, 0, d, inv_freq, attention_factor, false);
-  be.rope(k, t, n_kv, d, 0, d, inv_freq, attention_factor, false);
+  be.rope(q, t, n_heads, d, 0, rot_dim, inv_freq, attention_factor, false);
+  be.rope(k, t, n_kv, d, 0, rot_dim, inv_freq, attention_factor, false);
   be.observe(k_cache, k, T, kd);
   be.observe(v_cache, v, T, kd);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -250,7 +260,8 @@ SigmoidMoeConfig deepseek_moe_config(const ModelConfig& c) {
 }
 
 void SigmoidMoe::bind(Binder& b, const std::string& block, MlpLeaves leaves, int64_t hidden,
-                      const SigmoidMoeConfig& config, const std::string& config_path) {
+                      const SigmoidMoeConfig& config, const std::string& config_path,
+                      const std::string& bias_leaf, bool bias_required) {
   cfg = config;
   H = hidden;
   const int64_t E = cfg.experts, K = cfg.top_k;
@@ -262,8 +273,7 @@ void SigmoidMoe::bind(Binder& b, const std::string& block, MlpLeaves leaves, int
                ": num_experts_per_tok (", K, ") exceeds the experts in topk_group groups");
   router = b.vector(block + "gate.weight", {E, H});
   bias = {};
-  if (b.has(block + "gate.e_score_correction_bias"))
-    bias = b.vector(block + "gate.e_score_correction_bias", {E});
+  if (bias_required || b.has(block + bias_leaf)) bias = b.vector(block + bias_leaf, {E});
   experts.clear();
   experts.reserve(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e)

@@ -58,22 +58,34 @@ struct Residual {
 // RoPE parameters from the config's normalised rope fields; an unknown rope type is an error.
 ops::RopeParams rope_params(const ModelConfig& config);
 
-// Grouped-query self-attention with optional q/k/v (and o) biases and per-head q/k RMSNorm
-// (Qwen3), half-split RoPE over the whole head. Observers: q/k/v_proj (one input), k_cache,
-// v_cache, o_proj. gpt-oss sets `sinks` and `window` after bind() (ops::AttentionVariant).
+// Grouped-query self-attention with optional q/k/v (and o) biases and q/k RMSNorm, per head
+// (Qwen3, GLM-4.5) or over all heads at once (MiniMax-M2), before half-split RoPE over the first
+// rot_dim dims of each head (all of them unless partial). Observers: q/k/v_proj (one input),
+// k_cache, v_cache, o_proj. gpt-oss sets `sinks` and `window` after bind()
+// (ops::AttentionVariant).
+struct GqaOptions {
+  // Fraction of each head that RoPE rotates: rot_dim = int(head_dim · factor), as transformers'
+  // default rope init; < 0: the config's partial_rotary_factor (1 when absent).
+  double partial_rotary_factor = -1.0;
+  // q_norm [nH·d] and k_norm [nKV·d] normalise the whole projection (MiniMax-M2) instead of
+  // each head with a [d] weight.
+  bool qk_norm_all_heads = false;
+};
 struct GqaAttention {
-  int64_t H = 0, n_heads = 0, n_kv = 0, head_dim = 0;
+  int64_t H = 0, n_heads = 0, n_kv = 0, head_dim = 0, rot_dim = 0;
   float qk_norm_eps = 0.0f;
+  bool qk_norm_all_heads = false;
   ops::Weight wq, wk, wv, wo;  // [nH·d, H], [nKV·d, H], [nKV·d, H], [H, nH·d]
   ops::Weight bq, bk, bv, bo;  // undefined when there are no biases
   ops::Weight sinks;           // [nH] fp32, undefined without attention sinks
   int64_t window = 0;          // sliding window in tokens, 0: the whole causal prefix
-  ops::Weight q_norm, k_norm;  // [d], undefined when absent
+  ops::Weight q_norm, k_norm;  // [d] ([nH·d], [nKV·d] over all heads), undefined when absent
   double attention_factor = 1.0;
-  std::vector<double> inv_freq;
+  std::vector<double> inv_freq;  // [rot_dim / 2]
   std::vector<std::string> qkv_names, k_cache, v_cache, o_names;
 
-  void bind(Binder& b, const ModelConfig& c, const std::string& prefix);  // "...self_attn."
+  void bind(Binder& b, const ModelConfig& c, const std::string& prefix,  // "...self_attn."
+            GqaOptions options = {});
   // out[T, H] = attention(x[T, H]) (x already normalised).
   void forward(ops::Backend& be, const ops::Tokens& t, const float* x, float* out) const;
 };
@@ -141,9 +153,13 @@ struct SigmoidMoe {
   std::vector<ops::Mlp> experts;
   ops::Mlp shared;
 
-  // Module names: block + "gate", block + "experts.E." + leaves, block + "shared_experts.*".
+  // Module names: block + "gate", block + "experts.E." + leaves, block + "shared_experts.*";
+  // the routing bias block + `bias_leaf` (DeepSeek's sits in the router, MiniMax-M2's beside it),
+  // optional unless `bias_required`.
   void bind(Binder& b, const std::string& block, MlpLeaves leaves, int64_t hidden,
-            const SigmoidMoeConfig& config, const std::string& config_path);
+            const SigmoidMoeConfig& config, const std::string& config_path,
+            const std::string& bias_leaf = "gate.e_score_correction_bias",
+            bool bias_required = false);
   void forward(ops::Backend& be, const float* n, int64_t T, float* y) const;
 };
 

@@ -20,6 +20,12 @@ std::unique_ptr<Layer> make_deepseek_v3_layer(const ModelConfig& c, int64_t inde
 void check_kimi_linear_config(const ModelConfig& c);
 std::unique_ptr<Layer> make_kimi_linear_layer(const ModelConfig& c, int64_t index,
                                               const std::string& p);
+void check_glm4_moe_config(const ModelConfig& c);
+std::unique_ptr<Layer> make_glm4_moe_layer(const ModelConfig& c, int64_t index,
+                                           const std::string& p);
+void check_minimax_m2_config(const ModelConfig& c);
+std::unique_ptr<Layer> make_minimax_m2_layer(const ModelConfig& c, int64_t index,
+                                             const std::string& p);
 void check_gpt_oss_config(const ModelConfig& c);
 std::unique_ptr<Layer> make_gpt_oss_layer(const ModelConfig& c, int64_t index,
                                           const std::string& p);
@@ -32,6 +38,8 @@ constexpr std::array kFamilies = {
     Family{ArchFamily::kMixtral, check_llama_config, make_mixtral_layer},
     Family{ArchFamily::kDeepseekV3, check_deepseek_v3_config, make_deepseek_v3_layer},
     Family{ArchFamily::kKimiLinear, check_kimi_linear_config, make_kimi_linear_layer},
+    Family{ArchFamily::kGlm4Moe, check_glm4_moe_config, make_glm4_moe_layer},
+    Family{ArchFamily::kMiniMaxM2, check_minimax_m2_config, make_minimax_m2_layer},
     Family{ArchFamily::kGptOss, check_gpt_oss_config, make_gpt_oss_layer},
 };
 

@@ -433,6 +433,40 @@ TEST(Inspect, MixtralFixture) {
   EXPECT_EQ(j["kinds"]["router"]["tensors"], 3);
 }
 
+TEST(Inspect, Glm4MoeFixture) {
+  // The transformers-saved GLM-4.5 fixture: layer 0 dense, layers 1-2 MoE with a router, its
+  // correction bias and a shared expert; q/k/v biases and q/k norms; every name recognised.
+  TempDir tmp;
+  const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/glm4_moe";
+  RunResult r = run_strata("inspect '" + dir + "' --json", tmp.path());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  Json j = Json::parse(r.out);
+  EXPECT_EQ(j["family"], "glm4_moe");
+  EXPECT_EQ(j["dense_layers"], Json::array({0}));
+  EXPECT_EQ(j["moe_layers"], Json::array({1, 2}));
+  EXPECT_EQ(j["unrecognized"], Json::array());
+  EXPECT_EQ(j["kinds"]["routed_experts"]["tensors"], 2 * 8 * 3);
+  EXPECT_EQ(j["kinds"]["shared_experts"]["tensors"], 2 * 3);
+  EXPECT_EQ(j["kinds"]["router"]["tensors"], 2 * 2);
+  EXPECT_EQ(j["kinds"]["attention"]["tensors"], 3 * 7);
+}
+
+TEST(Inspect, MiniMaxM2Fixture) {
+  // The transformers-saved MiniMax-M2 fixture: w1/w3/w2 experts under block_sparse_moe on all
+  // three layers, the router and its correction bias beside it; every name recognised.
+  TempDir tmp;
+  const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/minimax_m2";
+  RunResult r = run_strata("inspect '" + dir + "' --json", tmp.path());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  Json j = Json::parse(r.out);
+  EXPECT_EQ(j["family"], "minimax_m2");
+  EXPECT_EQ(j["dense_layers"], Json::array());
+  EXPECT_EQ(j["moe_layers"], Json::array({0, 1, 2}));
+  EXPECT_EQ(j["unrecognized"], Json::array());
+  EXPECT_EQ(j["kinds"]["routed_experts"]["tensors"], 3 * 8 * 3);
+  EXPECT_EQ(j["kinds"]["router"]["tensors"], 3 * 2);
+}
+
 TEST(Inspect, MultimodalWrapper) {
   // Kimi-VL-style: a DeepSeek-V3 language model (MLA without q LoRA) under language_model.,
   // a vision tower and a projector. Layer 0 dense, layer 1 MoE with a shared expert.

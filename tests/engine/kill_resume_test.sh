@@ -4,7 +4,7 @@
 # ones included), with no resume folder left behind; the same command run once more on the
 # finished export says "already complete", exits 0 and changes no file's bytes or mtime. Then: a
 # damaged hidden-state file (truncated, one byte flipped) is detected and the run starts over to
-# the same bytes; a damaged manifest is refused in one line; a changed recipe or calibration is
+# the same bytes, as does a run whose export directory was removed; a damaged manifest is refused in one line; a changed recipe or calibration is
 # refused naming the change, for an interrupted run and for a finished export; a non-empty
 # directory without a manifest is refused; and --overwrite starts over.
 #   tests/engine/kill_resume_test.sh STRATA [MODEL] [TRIALS] [SEED] [FLAGS...]
@@ -119,6 +119,14 @@ for damage in truncate flip; do
   diff "$work/ref.sums" <(sums "$out") || fail "$damage: output differs from the uninterrupted run"
   [ ! -e "$out.strata_resume" ] || fail "$damage: resume folder left behind"
 done
+# The export directory of an interrupted run removed (its resume folder left): the shards the
+# manifest vouches for are gone, so the run starts over, with one warning, to the same bytes.
+kill_with_hidden "$work/gone"
+rm -rf "$work/gone"
+"$strata" "${args[@]}" -q --export_path "$work/gone" > /dev/null 2> "$work/g.err" || { cat "$work/g.err"; fail "the run whose export was removed failed"; }
+[ "$(grep -c "was removed after the interrupted run" "$work/g.err")" -eq 1 ] || { cat "$work/g.err"; fail "no single warning about the removed export"; }
+diff "$work/ref.sums" <(sums "$work/gone") || fail "removed export: output differs from the uninterrupted run"
+[ ! -e "$work/gone.strata_resume" ] || fail "removed export: resume folder left behind"
 # A damaged manifest is refused in one line.
 kill_with_hidden "$work/m"
 echo '{"format": "strata-resume-2", "identity": {' > "$work/m.strata_resume/manifest.json"

@@ -1083,8 +1083,22 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
         expected.update(quant_tensor_names(m, f))
         if (m + ".bias") in src.tensors:
             expected.add(m + ".bias")
+    # Multi-token-prediction layers (model.layers.N with N >= num_hidden_layers: DeepSeek-V3,
+    # GLM-4.5) never run in calibration: ModelOpt 0.47 lists each as `<prefix>*` in exclude_modules
+    # (unified_export_hf._add_mtp_exclusions) and copies its tensors as the checkpoint holds them
+    # (unified_export_hf_streaming: weights the HF model never loads), so they have no KV scales.
+    text_cfg = next((src_cfg[k] for k in ("text_config", "language_config", "llm_config")
+                     if isinstance(src_cfg.get(k), dict)), src_cfg)
+    n_layers = text_cfg.get("num_hidden_layers") if isinstance(text_cfg, dict) else None
+
+    def is_mtp(m):
+        hit = re.search(r"(?:^|\.)layers\.(\d+)\.", m)
+        return isinstance(n_layers, int) and hit is not None and int(hit.group(1)) >= n_layers
+
     attn = []  # attention prefixes with a KV cache
     for m in modules:
+        if is_mtp(m):
+            continue
         if m.endswith(".o_proj") and ".self_attn" in m or m.endswith(".attn.o_proj"):
             p = m[: -len(".o_proj")]
             if not any(k.startswith(p + ".") and ("conv1d" in k or "A_log" in k or "dt_bias" in k)

@@ -28,6 +28,26 @@ expect group "q['config_groups']['group_0']['weights']['group_size'] = 64" "has 
 expect asymmetric "q['config_groups']['group_0']['weights']['symmetric'] = False" "symmetric 4-bit int weights"
 expect method "q['quant_method'] = 'gptq'" "quant_method is 'gptq'"
 expect format "q['format'] = 'int-quantized'" "'pack-quantized' INT4 only"
+# FP8 blocks: the format's two spellings (DeepSeek-V3's "e4m3", MiniMax-M2's "float8_e4m3fn")
+# are planned, another format refused.
+fp8_fmt() {  # FMT: the deepseek_v3_fp8 fixture's quantization_config.fmt set to FMT
+  rm -rf "$work/fp8"
+  cp -r tests/fixtures/models/deepseek_v3_fp8 "$work/fp8"
+  python3 -c "
+import json, sys
+p = sys.argv[1]; c = json.load(open(p)); c['quantization_config']['fmt'] = sys.argv[2]
+json.dump(c, open(p, 'w'))" "$work/fp8/config.json" "$1"
+}
+fp8_fmt float8_e4m3fn
+"$strata" quantize -q --model "$work/fp8" --recipe nvfp4-kv_fp8 --dry-run > /dev/null \
+  || { echo "FAIL: fmt float8_e4m3fn (MiniMax-M2's spelling of e4m3) was refused"; exit 1; }
+fp8_fmt e5m2
+if "$strata" quantize -q --model "$work/fp8" --recipe nvfp4-kv_fp8 --dry-run 2> "$work/err" > /dev/null; then
+  echo "FAIL: fmt e5m2 was not refused"; exit 1
+fi
+grep -qF 'quantization_config.fmt is "e5m2"; strata decompresses e4m3 FP8 blocks only' "$work/err" \
+  || { cat "$work/err"; echo "FAIL: unclear refusal of fmt e5m2"; exit 1; }
+echo "fp8 fmt: float8_e4m3fn planned, e5m2 refused"
 # Fused MXFP4 experts in a layout strata does not split (here [E, in/32, 16], one dimension short):
 # refused, not silently skipped.
 python3 tests/export/rewrap.py tests/fixtures/models/deepseek_v3_mxfp4 "$work/fused" \

@@ -67,6 +67,8 @@ TEST(Arch, ModelTypesFromTransformersConfigs) {
       {"deepseek_v3_noqlora", ArchFamily::kDeepseekV3},
       {"kimi_linear", ArchFamily::kKimiLinear},
       {"mixtral", ArchFamily::kMixtral},
+      {"glm4_moe", ArchFamily::kGlm4Moe},
+      {"minimax_m2", ArchFamily::kMiniMaxM2},
       {"gpt_oss", ArchFamily::kGptOss},
   };
   for (const auto& [dir, family] : fixtures) {
@@ -207,6 +209,55 @@ TEST(Arch, Mixtral) {
                 R::kParam},
                {"model.layers.0.mlp.gate_proj.weight", K::kUnrecognized, -1, R::kParam},
            });
+}
+
+TEST(Arch, Glm4Moe) {
+  // GLM-4.5: 92 decoder layers and its MTP layer 92 (num_nextn_predict_layers 1).
+  ArchInfo a = arch_of(ArchFamily::kGlm4Moe, 92);
+  check(a, {
+               {"model.layers.0.self_attn.q_proj.weight", K::kAttention, 0, R::kLinearWeight},
+               {"model.layers.0.self_attn.q_proj.bias", K::kAttention, 0, R::kBias},
+               {"model.layers.0.self_attn.v_proj.bias", K::kAttention, 0, R::kBias},
+               {"model.layers.0.self_attn.q_norm.weight", K::kNorm, 0, R::kParam},
+               {"model.layers.0.self_attn.k_norm.weight", K::kNorm, 0, R::kParam},
+               {"model.layers.0.mlp.down_proj.weight", K::kDenseMlp, 0, R::kLinearWeight},
+               {"model.layers.3.mlp.gate.weight", K::kRouter, 3, R::kLinearWeight},
+               {"model.layers.3.mlp.gate.e_score_correction_bias", K::kRouter, 3, R::kParam},
+               {"model.layers.3.mlp.experts.159.up_proj.weight", K::kRoutedExperts, 3,
+                R::kLinearWeight},
+               {"model.layers.3.mlp.shared_experts.down_proj.weight", K::kSharedExperts, 3,
+                R::kLinearWeight},
+               {"model.layers.91.mlp.experts.0.down_proj.weight_scale_inv", K::kRoutedExperts, 91,
+                R::kQuantAux},
+               {"model.layers.92.eh_proj.weight", K::kMtp, 92, R::kParam},
+               {"model.layers.92.shared_head.norm.weight", K::kMtp, 92, R::kParam},
+               {"model.layers.92.mlp.experts.3.gate_proj.weight", K::kMtp, 92, R::kLinearWeight},
+               {"model.layers.0.self_attn.kv_b_proj.weight", K::kUnrecognized, -1, R::kParam},
+               {"model.layers.3.mlp.shared_expert.up_proj.weight", K::kUnrecognized, -1, R::kParam},
+               {"model.layers.3.block_sparse_moe.gate.weight", K::kUnrecognized, -1, R::kParam},
+           });
+}
+
+TEST(Arch, MiniMaxM2) {
+  ArchInfo a = arch_of(ArchFamily::kMiniMaxM2, 62);
+  check(a,
+        {
+            {"model.layers.0.self_attn.q_proj.weight", K::kAttention, 0, R::kLinearWeight},
+            {"model.layers.0.self_attn.q_proj.weight_scale_inv", K::kAttention, 0, R::kQuantAux},
+            {"model.layers.0.self_attn.q_norm.weight", K::kNorm, 0, R::kParam},
+            {"model.layers.0.block_sparse_moe.gate.weight", K::kRouter, 0, R::kLinearWeight},
+            {"model.layers.0.block_sparse_moe.e_score_correction_bias", K::kRouter, 0, R::kParam},
+            {"model.layers.61.block_sparse_moe.experts.255.w1.weight", K::kRoutedExperts, 61,
+             R::kLinearWeight},
+            {"model.layers.61.block_sparse_moe.experts.255.w2.weight", K::kRoutedExperts, 61,
+             R::kLinearWeight},
+            {"model.layers.61.block_sparse_moe.experts.255.w3.weight", K::kRoutedExperts, 61,
+             R::kLinearWeight},
+            {"model.layers.0.block_sparse_moe.gate.e_score_correction_bias", K::kUnrecognized, -1,
+             R::kParam},
+            {"model.layers.0.mlp.gate_proj.weight", K::kUnrecognized, -1, R::kParam},
+            {"model.layers.62.self_attn.q_proj.weight", K::kUnrecognized, -1, R::kParam},
+        });
 }
 
 // gpt-oss as the released MXFP4 checkpoints and transformers' bf16 ones name it, and the
@@ -499,6 +550,22 @@ TEST(Arch, MoeLayers) {
   EXPECT_FALSE(layer_is_moe(arch_of(ArchFamily::kLlama, 4), d, 0));
   d.num_experts = 8;
   EXPECT_TRUE(layer_is_moe(arch_of(ArchFamily::kMixtral, 4), d, 0));
+  EXPECT_TRUE(layer_is_moe(arch_of(ArchFamily::kMiniMaxM2, 4), d, 0));
+
+  // GLM-4.5: dense below first_k_dense_replace, MoE after (moe_layer_freq plays no part); a
+  // config without the key has transformers' default, 1.
+  ModelConfig g;
+  g.num_experts = 160;
+  g.moe_layer_freq = 2;
+  g.text = Json::object();
+  ArchInfo glm = arch_of(ArchFamily::kGlm4Moe, 92);
+  EXPECT_FALSE(layer_is_moe(glm, g, 0));
+  EXPECT_TRUE(layer_is_moe(glm, g, 1));
+  g.first_k_dense_replace = 3;
+  g.text["first_k_dense_replace"] = 3;
+  EXPECT_FALSE(layer_is_moe(glm, g, 2));
+  EXPECT_TRUE(layer_is_moe(glm, g, 3));
+  EXPECT_TRUE(layer_is_moe(glm, g, 4));
 }
 
 // Kimi-Linear's two config spellings (spec/architectures.md §4): the remote code's

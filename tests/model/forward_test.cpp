@@ -220,9 +220,9 @@ TEST_P(ForwardBf16, MatchesTransformersOnGpu) {
   check_model(GetParam(), true, 3e-2);
 }
 
-const auto kModels =
-    testing::Values("llama", "llama_odd", "qwen3", "qwen3_moe", "qwen3_moe_nonorm", "deepseek_v3",
-                    "deepseek_v3_noqlora", "kimi_linear", "mixtral", "gpt_oss", "gpt_oss_mxfp4");
+const auto kModels = testing::Values("llama", "llama_odd", "qwen3", "qwen3_moe", "qwen3_moe_nonorm",
+                                     "deepseek_v3", "deepseek_v3_noqlora", "kimi_linear", "mixtral",
+                                     "gpt_oss", "gpt_oss_mxfp4", "glm4_moe", "minimax_m2");
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardFp32, kModels);
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardBf16, kModels);
 
@@ -398,6 +398,126 @@ TEST(ForwardErrors, MixtralVariantsAreRefused) {
                   "mixtral", [](Json&) {}, "model.layers.1.block_sparse_moe.gate.weight",
                   /*layer=*/1),
               testing::HasSubstr("'model.layers.1.block_sparse_moe.gate.weight' is missing"));
+}
+
+// The fp32 logits of a fixture copy whose config.json is edited by `edit` against the fixture's
+// transformers run.
+void expect_same_logits(const std::string& name, const std::function<void(Json&)>& edit) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("strata_edited_" + name + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::copy(kFixtures + name, dir);
+  Json config = json_read_file((dir / "config.json").string());
+  edit(config);
+  write_file_atomic((dir / "config.json").string(), config.dump());
+  Fixture f = load(name);
+  const Checkpoint ckpt = Checkpoint::open(dir.string());
+  const ModelConfig c = read_model_config(dir.string());
+  ForwardOptions options;
+  options.bf16_between_layers = false;
+  auto fwd = ModelForward::create(c, ckpt, options);
+  for (size_t s = 0; s < f.seqs.size(); ++s) {
+    Batch batch = Batch::from_sequences({f.seqs[s]});
+    std::vector<float> h(batch.n_tokens() * fwd->hidden_size()),
+        logits(batch.n_tokens() * fwd->vocab_size());
+    fwd->embed(batch, h.data());
+    for (int64_t l = 0; l < fwd->num_layers(); ++l)
+      fwd->layer(l)->forward(batch, h.data(), nullptr);
+    fwd->logits(batch, h.data(), logits.data());
+    EXPECT_LT(rel_error(logits.data(), f.ref.tensor("ref32.logits." + std::to_string(s))), 1e-4)
+        << name << " seq " << s;
+  }
+  fs::remove_all(dir);
+}
+
+// MiniMax-M2's hub config names the rotated dims as rotary_dim (64 of head_dim 128) beside the
+// fields transformers ignores; with no partial_rotary_factor, rotary_dim decides.
+TEST(ForwardMiniMaxM2, HubConfigSpelling) {
+  expect_same_logits("minimax_m2", [](Json& c) {
+    c["rope_parameters"].erase("partial_rotary_factor");
+    c["rotary_dim"] = 16;
+    c["use_qk_norm"] = true;
+    c["qk_norm_type"] = "per_layer";
+    c["scoring_func"] = "sigmoid";
+    c["use_routing_bias"] = true;
+    c["shared_intermediate_size"] = 0;
+    c["attn_type_list"] = Json::array({1, 1, 1});
+  });
+}
+
+// GLM-4.5's hub config has partial_rotary_factor at the top level; without one, transformers'
+// Glm4MoeConfig uses 0.5 (the fixture's value).
+TEST(ForwardGlm4Moe, PartialRotaryFactorDefault) {
+  expect_same_logits("glm4_moe", [](Json& c) {
+    c.erase("partial_rotary_factor");
+    c["rope_parameters"].erase("partial_rotary_factor");
+  });
+}
+
+TEST(ForwardErrors, Glm4MoeVariantsAreRefused) {
+  EXPECT_EQ(forward_error("glm4_moe", [](Json&) {}), "");
+  EXPECT_THAT(forward_error("glm4_moe", [](Json& c) { c["hidden_act"] = "gelu"; }),
+              testing::HasSubstr("hidden_act \"gelu\""));
+  EXPECT_THAT(forward_error("glm4_moe", [](Json& c) { c["use_qk_norm"] = false; }),
+              testing::HasSubstr("use_qk_norm is false but "
+                                 "'model.layers.0.self_attn.q_norm.weight' is present"));
+  EXPECT_THAT(forward_error("glm4_moe", [](Json& c) { c["attention_bias"] = false; }),
+              testing::HasSubstr("attention_bias is false but "
+                                 "'model.layers.0.self_attn.q_proj.bias' is present"));
+  EXPECT_THAT(forward_error("glm4_moe",
+                            [](Json& c) {
+                              c["partial_rotary_factor"] = 0.01;
+                              c["rope_parameters"]["partial_rotary_factor"] = 0.01;
+                            }),
+              testing::HasSubstr("rotates 0 of head_dim 32 dims"));
+  EXPECT_THAT(forward_error(
+                  "glm4_moe", [](Json& c) { c["n_group"] = 3; }, "", /*layer=*/1),
+              testing::HasSubstr("n_group (3) must divide the routed experts (8)"));
+  EXPECT_THAT(forward_error(
+                  "glm4_moe", [](Json&) {}, "model.layers.1.mlp.gate.e_score_correction_bias",
+                  /*layer=*/1),
+              testing::HasSubstr("'model.layers.1.mlp.gate.e_score_correction_bias' is missing"));
+  EXPECT_THAT(forward_error(
+                  "glm4_moe", [](Json&) {}, "model.layers.2.mlp.shared_experts.up_proj.weight",
+                  /*layer=*/2),
+              testing::HasSubstr("'model.layers.2.mlp.shared_experts.up_proj.weight' is missing"));
+}
+
+TEST(ForwardErrors, MiniMaxM2VariantsAreRefused) {
+  EXPECT_EQ(forward_error("minimax_m2", [](Json&) {}), "");
+  EXPECT_THAT(forward_error("minimax_m2", [](Json& c) { c["rotary_dim"] = 32; }),
+              testing::HasSubstr("rotary_dim 32 disagrees with partial_rotary_factor 0.5"));
+  EXPECT_THAT(forward_error("minimax_m2", [](Json& c) { c["qk_norm_type"] = "per_head"; }),
+              testing::HasSubstr("qk_norm_type \"per_head\" is not supported"));
+  EXPECT_THAT(forward_error("minimax_m2", [](Json& c) { c["use_qk_norm"] = false; }),
+              testing::HasSubstr("use_qk_norm false is not supported"));
+  EXPECT_THAT(forward_error("minimax_m2", [](Json& c) { c["scoring_func"] = "softmax"; }),
+              testing::HasSubstr("scoring_func \"softmax\" is not supported"));
+  EXPECT_THAT(forward_error("minimax_m2", [](Json& c) { c["shared_intermediate_size"] = 64; }),
+              testing::HasSubstr("shared_intermediate_size 64 is not supported"));
+  EXPECT_THAT(forward_error("minimax_m2", [](Json& c) { c["routed_scaling_factor"] = 2.0; }),
+              testing::HasSubstr("routed_scaling_factor 2.0 is not supported"));
+  EXPECT_THAT(forward_error("minimax_m2",
+                            [](Json& c) {
+                              c["attn_type_list"] = {1, 0, 1};
+                            }),
+              testing::HasSubstr("attn_type_list holds 0"));
+  EXPECT_THAT(forward_error("minimax_m2", [](Json& c) { c["sliding_window"] = 4096; }),
+              testing::HasSubstr("sliding_window 4096 is not supported"));
+  EXPECT_THAT(forward_error(
+                  "minimax_m2", [](Json&) {}, "model.layers.0.self_attn.k_norm.weight"),
+              testing::HasSubstr("minimax_m2 normalises q and k"));
+  EXPECT_THAT(
+      forward_error(
+          "minimax_m2", [](Json&) {}, "model.layers.2.block_sparse_moe.e_score_correction_bias",
+          /*layer=*/2),
+      testing::HasSubstr("'model.layers.2.block_sparse_moe.e_score_correction_bias' is missing"));
+  // Without a routing bias (use_routing_bias false) the layer loads.
+  EXPECT_EQ(forward_error(
+                "minimax_m2", [](Json& c) { c["use_routing_bias"] = false; },
+                "model.layers.2.block_sparse_moe.e_score_correction_bias", /*layer=*/2),
+            "");
 }
 
 TEST(ForwardErrors, MissingOrMisshapenTensorsAreNamed) {
