@@ -24,7 +24,7 @@ else
   per=$src fused=$work/fused
 fi
 python3 - "$fused" "$per" << 'EOF2'
-import json, struct, sys
+import json, re, struct, sys
 raw = open(sys.argv[1] + "/model.safetensors", "rb").read()
 h = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
 fused = [n for n in h if n.endswith(("experts.gate_up_proj", "experts.gate_up_proj_blocks"))]
@@ -32,7 +32,7 @@ per = [n for n in h if ".experts.0." in n]
 assert fused and not per, f"FAIL: the fused copy has {len(fused)} fused and {len(per)} per-expert tensors"
 raw = open(sys.argv[2] + "/model.safetensors", "rb").read()
 h = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
-fused = [n for n in h if "experts.gate_up_proj" in n or "experts.down_proj" in n]
+fused = [n for n in h if re.search(r"experts\.(gate_up_proj|down_proj)(_blocks|_scales|_bias)?$", n)]
 assert not fused, f"FAIL: the per-expert copy has fused tensors {fused[:2]}"
 EOF2
 # The fixtures calibrate on their reference tokens (compressed ones: deepseek_v3's).
