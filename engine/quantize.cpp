@@ -178,8 +178,8 @@ std::string mib(uint64_t b) {
 
 uint64_t MemoryEstimate::fixed() const {
   const uint64_t copies = calibrated ? 2 : 1;
-  return baseline + copies * (layer_weights + layer_source) + workers * quantizer + outside_pages +
-         working + threads + pinned + device_context;
+  return baseline + copies * (layer_weights + layer_source) + workers * quantizer + fused_outputs +
+         outside_pages + working + threads + pinned + device_context;
 }
 
 uint64_t MemoryEstimate::total() const {
@@ -193,25 +193,27 @@ uint64_t MemoryEstimate::minimum() const {
 std::string MemoryEstimate::describe() const {
   const std::string two = calibrated ? "2 x " : "";
   const std::string weights = on_gpu ? "2 x layer codes from the device " : "2 x layer weights ";
-  return str(
-      mib(total()), " = process baseline ", mib(baseline), " + ",
-      calibrated ? str(weights, mib(layer_weights), on_gpu ? "" : " fp32", " + ")
-                 : std::string("weight-only, no calibration forward: "),
-      two, "layer source pages ", mib(layer_source), " + ", workers, " x quantizer temporaries ",
-      mib(quantizer), " + embedding/lm_head pages ", mib(outside_pages),
-      calibrated ? str(" + activation store ", mib(activations),
+  return str(mib(total()), " = process baseline ", mib(baseline), " + ",
+             calibrated ? str(weights, mib(layer_weights), on_gpu ? "" : " fp32", " + ")
+                        : std::string("weight-only, no calibration forward: "),
+             two, "layer source pages ", mib(layer_source), " + ", workers,
+             " x quantizer temporaries ", mib(quantizer),
+             fused_outputs ? str(" + fused expert outputs ", mib(fused_outputs)) : std::string(""),
+             " + embedding/lm_head pages ", mib(outside_pages),
+             calibrated
+                 ? str(" + activation store ", mib(activations),
                        spilled ? str(" (one micro-batch; all ", mib(activations_all), " spilled)")
                                : std::string(""),
                        " + micro-batch working set ", mib(working))
                  : std::string(""),
-      " + threads ", mib(threads),
-      on_gpu ? str(" + pinned buffers ", mib(pinned), " + CUDA context ",
-                   context_measured ? str(mib(device_context), " (measured, + lazy loading)")
-                   : device_context ? str(mib(device_context), " (allowance)")
-                                    : std::string("(measured once it exists)"))
-             : std::string(""),
-      startup_peak > fixed() + activations ? str("; start-up peaked at ", mib(startup_peak))
-                                           : std::string(""));
+             " + threads ", mib(threads),
+             on_gpu ? str(" + pinned buffers ", mib(pinned), " + CUDA context ",
+                          context_measured ? str(mib(device_context), " (measured, + lazy loading)")
+                          : device_context ? str(mib(device_context), " (allowance)")
+                                           : std::string("(measured once it exists)"))
+                    : std::string(""),
+             startup_peak > fixed() + activations ? str("; start-up peaked at ", mib(startup_peak))
+                                                  : std::string(""));
 }
 
 MemoryEstimate estimate_memory(const QuantPlan& plan, const Checkpoint& ckpt,
@@ -227,6 +229,7 @@ MemoryEstimate estimate_memory(const QuantPlan& plan, const Checkpoint& ckpt,
   m.threads =
       kThreadAllowance * (static_cast<uint64_t>(ops::threads()) + m.workers + kHelperThreads);
   std::map<int64_t, std::pair<uint64_t, uint64_t>> layer;  // layer -> (params, source bytes)
+  std::map<std::string, uint64_t> fused;  // fused expert projection -> its experts' encoded bytes
   for (const PlannedModule& p : plan.modules) {
     const uint64_t n = static_cast<uint64_t>(p.shape[0] * p.shape[1]);
     // A compressed source is decompressed to bf16 first (io/source_weights.h): 2 bytes a value
@@ -235,6 +238,13 @@ MemoryEstimate estimate_memory(const QuantPlan& plan, const Checkpoint& ckpt,
     if (p.format != QFormat::kNone)  // fp32 weight, scaled copy, codes
       m.quantizer = std::max(m.quantizer, 3 * n * 4 + decompressed);
     m.quantizer = std::max(m.quantizer, decompressed);
+    if (plan.fused_experts && p.kind == TensorKind::kRoutedExperts) {
+      const uint64_t encoded = p.format == QFormat::kNone  ? n * dtype_bits(p.dtype) / 8
+                               : p.format == QFormat::kFp8 ? n
+                                                           : n / 2 + n / 16;
+      m.fused_outputs =
+          std::max(m.fused_outputs, 2 * (fused[weight_group_key(plan, p.module)] += encoded));
+    }
     if (p.layer < 0 || p.layer >= plan.num_layers) continue;
     const uint64_t share = p.kind == TensorKind::kRoutedExperts && held < experts
                                ? n * static_cast<uint64_t>(held) / static_cast<uint64_t>(experts)
@@ -464,6 +474,12 @@ void QuantizeRun::choose_expert_parallel() {
   // read, run and written by their owner (expert_owner) alone.
   expert_parallel = use_expert_parallel(job.expert_parallel, comm.size(), result.calibrated, on_gpu,
                                         config.num_experts);
+  // A fused tensor holds every expert of a projection and is written by one rank
+  // (export/modelopt.h).
+  STRATA_CHECK(!expert_parallel || !plan.fused_experts,
+               "--expert_parallel: gpt-oss's experts are written fused, one tensor per projection "
+               "and layer that one rank writes; run without --expert_parallel (the ranks then "
+               "split the work by tensors)");
   if (job.expert_parallel && comm.size() > 1 && !expert_parallel && lead)
     log_warn("--expert_parallel: ",
              config.num_experts == 0 ? "the model has no routed experts"

@@ -74,6 +74,8 @@ struct QuantizeJob {
 //   quantizer       fp32 temporaries of the largest module while it is quantized (plus its
 //                   bf16 decompression when the source is compressed), times the exporter's
 //                   workers (export_workers(): that many modules are quantized at once)
+//   fused_outputs   fused experts (plan.fused_experts, gpt-oss): one projection's encoded
+//                   experts of a layer, held per expert and again as the fused tensor
 //   outside_pages   the largest tensor outside the decoder layers (embedding, lm_head) while read
 //   activations     the activation store in memory: every micro-batch, or one when spilled (on
 //                   the GPU path: the hidden states in pinned host memory, when they go there)
@@ -94,6 +96,7 @@ struct MemoryEstimate {
   uint64_t layer_weights = 0;
   uint64_t layer_source = 0;
   uint64_t quantizer = 0;
+  uint64_t fused_outputs = 0;
   uint64_t outside_pages = 0;
   uint64_t activations = 0;      // as held: all micro-batches in memory, or one when spilled
   uint64_t activations_all = 0;  // every micro-batch, in the store's dtype

@@ -17,29 +17,38 @@ WeightQuantizer::WeightQuantizer(const QuantPlan& plan, int64_t first_layer,
   std::set<std::string> compressed_groups;
   for (const PlannedModule& m : plan.modules) {
     if (!compressed && m.source != SourceCompression::kNone)
-      compressed_groups.insert(fused_group_key(m.module));
+      compressed_groups.insert(weight_group_key(plan, m.module));
   }
   for (const PlannedModule& m : plan.modules) {
     if (m.layer < first_layer || m.layer >= plan.num_layers || m.format == QFormat::kNone ||
-        compressed_groups.count(fused_group_key(m.module)) || !take(m))
+        compressed_groups.count(weight_group_key(plan, m.module)) || !take(m))
       continue;
     Layer& L = layers_[static_cast<size_t>(m.layer)];
     const uint64_t n = static_cast<uint64_t>(m.shape[0] * m.shape[1]);
     int group = -1;
     uint64_t out = 0;
+    // A fused-experts plan's FP8 experts share the projection's weight amax, as NVFP4 groups do.
+    const bool shared_fp8 = plan.fused_experts && routed_expert_index(m.module) >= 0;
     switch (m.format) {
       case QFormat::kNvfp4:
       case QFormat::kW4A16Nvfp4: {
         auto [it, fresh] = group_of[static_cast<size_t>(m.layer)].emplace(
-            fused_group_key(m.module), static_cast<int>(L.groups.size()));
+            weight_group_key(plan, m.module), static_cast<int>(L.groups.size()));
         if (fresh) L.groups.emplace_back();
         group = it->second;
         out = n / 2 + n / 16;
         break;
       }
       case QFormat::kFp8:
-        group = static_cast<int>(L.groups.size());
-        L.groups.push_back({&m});
+        if (shared_fp8) {
+          auto [it, fresh] = group_of[static_cast<size_t>(m.layer)].emplace(
+              weight_group_key(plan, m.module), static_cast<int>(L.groups.size()));
+          if (fresh) L.groups.emplace_back();
+          group = it->second;
+        } else {
+          group = static_cast<int>(L.groups.size());
+          L.groups.push_back({&m});
+        }
         out = n;
         break;
       case QFormat::kMxfp8:
@@ -52,12 +61,12 @@ WeightQuantizer::WeightQuantizer(const QuantPlan& plan, int64_t first_layer,
     encoded_bytes_ = std::max(encoded_bytes_, out);
     max_groups_ = std::max(max_groups_, L.groups.size());
   }
-  // An NVFP4 group's amax covers every planned module of its fused group, quantized here or not,
-  // as the exporter's does.
+  // An NVFP4 group's amax (and a shared FP8 one's) covers every planned module of its group,
+  // quantized here or not, as the exporter's does.
   for (const PlannedModule& m : plan.modules) {
     if (m.layer < first_layer || m.layer >= plan.num_layers) continue;
     const std::map<std::string, int>& g = group_of[static_cast<size_t>(m.layer)];
-    auto it = g.find(fused_group_key(m.module));
+    auto it = g.find(weight_group_key(plan, m.module));
     if (it != g.end())
       layers_[static_cast<size_t>(m.layer)].groups[static_cast<size_t>(it->second)].push_back(&m);
   }

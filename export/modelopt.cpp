@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -92,9 +93,11 @@ bool is_copied_sidecar(const std::string& n) {
 }  // namespace
 
 std::vector<std::string> ModeloptExporter::exclude_modules(const QuantPlan& plan) {
+  // Under the names consumers give the modules (a fused-experts plan's experts: the layer's
+  // experts module).
   std::vector<std::string> quantized;
   for (const PlannedModule& m : plan.modules) {
-    if (m.format != QFormat::kNone) quantized.push_back(m.module);
+    if (m.format != QFormat::kNone) quantized.push_back(consumer_module(plan, m.module));
   }
   auto covers_quantized = [&](const std::string& entry) {
     for (const std::string& q : quantized) {
@@ -103,20 +106,20 @@ std::vector<std::string> ModeloptExporter::exclude_modules(const QuantPlan& plan
     return false;
   };
   std::set<std::string> out;
-  for (const PlannedModule& m : plan.modules) {
-    if (m.format != QFormat::kNone) continue;
+  for (const PlannedModule& pm : plan.modules) {
+    if (pm.format != QFormat::kNone) continue;
+    const std::string module = consumer_module(plan, pm.module);
     std::string chosen;
-    for (size_t dot = m.module.find('.'); dot != std::string::npos;
-         dot = m.module.find('.', dot + 1)) {
-      const std::string candidate = m.module.substr(0, dot + 1) + "*";
+    for (size_t dot = module.find('.'); dot != std::string::npos; dot = module.find('.', dot + 1)) {
+      const std::string candidate = module.substr(0, dot + 1) + "*";
       if (!covers_quantized(candidate)) {
         chosen = candidate;
         break;
       }
     }
     if (chosen.empty()) {
-      chosen = m.module;
-      STRATA_CHECK(!covers_quantized(chosen), "cannot exclude '", m.module,
+      chosen = module;
+      STRATA_CHECK(!covers_quantized(chosen), "cannot exclude '", module,
                    "' without also excluding a quantized module under vLLM's substring rule; "
                    "quantize it too or "
                    "exclude the module whose name contains it");
@@ -136,8 +139,26 @@ ModeloptExporter::ModeloptExporter(const QuantPlan& plan, const ModelConfig& con
       options_(std::move(options)) {
   arch_ = resolve_arch(config_);
   resolve_wrapper_prefixes(arch_, ckpt_.tensor_names(), ckpt_.dir());
-  for (const PlannedModule& m : plan_.modules)
+  for (const PlannedModule& m : plan_.modules) {
     layer_modules_[m.layer].push_back(&m);
+    const int64_t e = routed_expert_index(m.module);
+    if (!plan_.fused_experts || e < 0) continue;
+    std::vector<const PlannedModule*>& experts =
+        fused_experts_[consumer_module(plan_, m.module) + m.module.substr(m.module.rfind('.'))];
+    if (experts.size() <= static_cast<size_t>(e)) experts.resize(static_cast<size_t>(e) + 1);
+    experts[static_cast<size_t>(e)] = &m;
+  }
+  for (const auto& [fused, experts] : fused_experts_) {
+    for (size_t e = 0; e < experts.size(); ++e) {
+      STRATA_CHECK(experts[e] != nullptr, ckpt_.dir(), ": '", fused, "' has no expert ", e, " of ",
+                   experts.size(), "; fused experts are written from experts 0..E-1");
+      STRATA_CHECK(experts[e]->shape == experts[0]->shape && experts[e]->dtype == experts[0]->dtype,
+                   ckpt_.dir(), ": '", experts[e]->module, "' is ", dtype_name(experts[e]->dtype),
+                   " ", shape_str(experts[e]->shape), " but '", experts[0]->module, "' is ",
+                   dtype_name(experts[0]->dtype), " ", shape_str(experts[0]->shape),
+                   "; the experts of one projection are written as one tensor");
+    }
+  }
   for (const std::string& name : ckpt_.tensor_names()) {
     const TensorClass c = classify_tensor(arch_, name);
     if (c.layer >= 0 && c.layer < plan_.num_layers && c.kind != TensorKind::kMtp) {
@@ -171,6 +192,13 @@ std::vector<TensorSpec> ModeloptExporter::outputs_of(const std::vector<std::stri
   std::vector<TensorSpec> out;
   for (const std::string& name : names) {
     if (is_compressed_aux(ckpt_, name)) continue;  // consumed by its module's decompression
+    if (const std::optional<FusedMember> f = fused_member(name)) {
+      if (f->expert == 0) {
+        for (TensorSpec& t : fused_outputs(*f))
+          out.push_back(std::move(t));
+      }
+      continue;
+    }
     const PlannedModule* m = module_of(name);
     if (m && m->format == QFormat::kNone && m->source != SourceCompression::kNone) {
       out.push_back({m->module + ".weight", DType::kBF16, m->shape});
@@ -296,7 +324,9 @@ LayerReport ModeloptExporter::write_layer(int64_t layer, const MaxCalibrator& ca
   pre_ = nullptr;
   for (const PlannedModule* m : layer_modules_[layer]) {
     if (routed_expert_index(m->module) < 0) continue;
-    if (!(m->module.ends_with(".gate_proj") || m->module.ends_with(".w1"))) continue;
+    if (!(m->module.ends_with(".gate_proj") || m->module.ends_with(".w1") ||
+          (plan_.fused_experts && m->module.ends_with(".gate_up_proj"))))
+      continue;
     ++report.experts;
     const MaxCalibrator::Stat* s = calib.find(m->module);
     if (!s || s->rows == 0) ++report.experts_without_tokens;
@@ -337,11 +367,11 @@ Tensor ModeloptExporter::source_weight(const std::string& module) const {
 int ModeloptExporter::exact_mxfp4_group_max(const PlannedModule& m) {
   if (!options_.exact_mxfp4 || m.source != SourceCompression::kMxfp4) return -1;
   std::lock_guard<std::mutex> lock(memo_mu_);  // write_tensors quantizes on several threads
-  const std::string key = fused_group_key(m.module);
+  const std::string key = weight_group_key(plan_, m.module);
   if (auto it = group_mxfp4_max_.find(key); it != group_mxfp4_max_.end()) return it->second;
   std::vector<const PlannedModule*> members;
   for (const PlannedModule* o : layer_modules_.at(m.layer)) {
-    if (fused_group_key(o->module) == key) members.push_back(o);
+    if (weight_group_key(plan_, o->module) == key) members.push_back(o);
   }
   int best = -1;
   bool all_mxfp4 = true;
@@ -398,7 +428,11 @@ void ModeloptExporter::assign_owners(const std::vector<std::string>& names,
     const PlannedModule* m = module_of(name);
     if (!m && is_compressed_aux(ckpt_, name))
       m = plan_.find(std::string_view(name).substr(0, name.rfind(".weight")));
-    unit_of[i] = m && m->format != QFormat::kNone ? "group:" + fused_group_key(m->module) : name;
+    unit_of[i] =
+        m && m->format != QFormat::kNone ? "group:" + weight_group_key(plan_, m->module) : name;
+    // A fused tensor is written by one rank, which reads all its experts.
+    if (const std::optional<FusedMember> f = fused_member(name))
+      unit_of[i] = "fused:" + f->fused + (f->bias ? "_bias" : "");
     const int pin = pinned ? pinned(name) : -1;
     if (pin >= 0) {
       STRATA_ASSERT(pin < ranks_, "rank ", pin, " pinned for '", name, "'");
@@ -457,7 +491,7 @@ void ModeloptExporter::write_tensors(const std::vector<std::string>& names,
   std::vector<const PlannedModule*> mods(names.size(), nullptr);
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& name = names[i];
-    if (is_compressed_aux(ckpt_, name) || !owns(name)) continue;
+    if (is_compressed_aux(ckpt_, name) || !owns(name) || fused_member(name)) continue;
     const PlannedModule* m = module_of(name);
     if (!m || m->format == QFormat::kNone) continue;
     STRATA_ASSERT(
@@ -483,6 +517,13 @@ void ModeloptExporter::write_tensors(const std::vector<std::string>& names,
         writer_->skip(t.name);
       continue;
     }
+    if (const std::optional<FusedMember> f = fused_member(name)) {
+      if (f->expert == 0) {
+        for (auto& [n, t] : fused_tensors(*f, calib))
+          writer_->add(n, t);
+      }
+      continue;
+    }
     if (!mods[i]) {
       const PlannedModule* m = module_of(name);
       if (m && m->source != SourceCompression::kNone)
@@ -494,6 +535,137 @@ void ModeloptExporter::write_tensors(const std::vector<std::string>& names,
     for (auto& [n, t] : pending[i].get())
       writer_->add(n, t);
   }
+}
+
+std::optional<ModeloptExporter::FusedMember> ModeloptExporter::fused_member(
+    const std::string& name) const {
+  if (!plan_.fused_experts) return std::nullopt;
+  for (std::string_view suffix : {".weight", ".weight_blocks", ".weight_scales", ".bias"}) {
+    if (name.size() <= suffix.size() || !name.ends_with(suffix)) continue;
+    const std::string module = name.substr(0, name.size() - suffix.size());
+    const int64_t e = routed_expert_index(module);
+    if (e < 0) return std::nullopt;
+    FusedMember f{consumer_module(plan_, module) + module.substr(module.rfind('.')), e,
+                  suffix == ".bias"};
+    if (!fused_experts_.count(f.fused)) return std::nullopt;
+    return f;
+  }
+  return std::nullopt;
+}
+
+std::vector<TensorSpec> ModeloptExporter::fused_outputs(const FusedMember& f) const {
+  const std::vector<const PlannedModule*>& experts = fused_experts_.at(f.fused);
+  const PlannedModule& m = *experts[0];
+  const int64_t E = static_cast<int64_t>(experts.size()), rows = m.shape[0], cols = m.shape[1];
+  const std::string& P = f.fused;
+  if (f.bias) {
+    const TensorEntry& b = ckpt_.entry(m.module + ".bias");
+    return {{P + "_bias", b.dtype, {E, b.shape.empty() ? 1 : b.shape[0]}}};
+  }
+  switch (m.format) {
+    case QFormat::kNone:
+      return {{P, m.dtype, {E, cols, rows}}};
+    case QFormat::kNvfp4:
+    case QFormat::kW4A16Nvfp4: {
+      std::vector<TensorSpec> out = {{P, DType::kU8, {E, cols / 2, rows}},
+                                     {P + "_weight_scale", DType::kF8E4M3, {E, cols / 16, rows}},
+                                     {P + "_weight_scale_2", DType::kF32, {}}};
+      if (m.format == QFormat::kNvfp4) out.push_back({P + "_input_scale", DType::kF32, {}});
+      return out;
+    }
+    case QFormat::kFp8:
+      return {{P, DType::kF8E4M3, {E, cols, rows}},
+              {P + "_weight_scale", DType::kF32, {}},
+              {P + "_input_scale", DType::kF32, {}}};
+    case QFormat::kMxfp8:
+      break;
+  }
+  STRATA_ASSERT(false, "fused experts in format ", qformat_name(m.format), ": ", P);
+  return {};
+}
+
+namespace {
+
+// dst [cols, rows] = src [rows, cols]^T, elements of `size` bytes.
+void transpose_bytes(const uint8_t* src, int64_t rows, int64_t cols, size_t size, uint8_t* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c)
+      std::memcpy(dst + (c * rows + r) * size, src + (r * cols + c) * size, size);
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, Tensor>> ModeloptExporter::fused_tensors(
+    const FusedMember& f, const MaxCalibrator* calib) {
+  const std::vector<const PlannedModule*>& experts = fused_experts_.at(f.fused);
+  const int64_t E = static_cast<int64_t>(experts.size());
+  const std::vector<TensorSpec> specs = fused_outputs(f);
+  std::vector<std::pair<std::string, Tensor>> out;
+  if (f.bias) {  // the experts' biases one after another, as they are
+    Tensor fused = Tensor::zeros(specs[0].dtype, specs[0].shape);
+    const size_t each = fused.nbytes() / static_cast<size_t>(E);
+    for (int64_t e = 0; e < E; ++e) {
+      const Tensor b = ckpt_.tensor(experts[static_cast<size_t>(e)]->module + ".bias");
+      STRATA_ASSERT(b.nbytes() == each, "bias of ", experts[static_cast<size_t>(e)]->module);
+      std::memcpy(fused.mutable_bytes() + static_cast<size_t>(e) * each, b.bytes(), each);
+    }
+    out.emplace_back(specs[0].name, std::move(fused));
+    return out;
+  }
+  // Every expert as the per-expert module it is planned as (its packed rows and block scales are
+  // ModelOpt's rows of the fused [E, out, in]; the scales come from the projection's groups),
+  // then the 2-D tensors transposed into [E, in/k, out] and the scalars, equal in every expert,
+  // written once. Expert 0 first: it fills the group memos the others read.
+  using Outputs = std::vector<std::pair<std::string, Tensor>>;
+  std::vector<Outputs> q(static_cast<size_t>(E));
+  if (experts[0]->format == QFormat::kNone) {
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string& M = experts[static_cast<size_t>(e)]->module;
+      q[static_cast<size_t>(e)].emplace_back(M + ".weight", source_weight(M));
+    }
+  } else {
+    q[0] = quantize_module(*experts[0], calib);
+    const size_t workers = export_workers();
+    std::vector<std::future<Outputs>> pending(static_cast<size_t>(E));
+    size_t launched = 1;
+    for (size_t e = 1; e < static_cast<size_t>(E); ++e) {
+      for (; launched < static_cast<size_t>(E) && launched < e + workers; ++launched) {
+        const PlannedModule* m = experts[launched];
+        pending[launched] = std::async(workers > 1 ? std::launch::async : std::launch::deferred,
+                                       [this, m, calib]() { return quantize_module(*m, calib); });
+      }
+      q[e] = pending[e].get();
+    }
+  }
+  STRATA_ASSERT(q[0].size() == specs.size(), "fused outputs of ", f.fused);
+  for (size_t k = 0; k < specs.size(); ++k) {
+    const TensorSpec& spec = specs[k];
+    const Tensor& t0 = q[0][k].second;
+    if (t0.shape().size() == 2) {
+      const int64_t rows = t0.shape()[0], cols = t0.shape()[1];
+      const size_t size = static_cast<size_t>(dtype_bits(t0.dtype())) / 8;
+      Tensor fused = Tensor::zeros(spec.dtype, spec.shape);
+      STRATA_ASSERT(fused.nbytes() == t0.nbytes() * static_cast<size_t>(E), "fused ", spec.name);
+      for (int64_t e = 0; e < E; ++e) {
+        const Tensor& t = q[static_cast<size_t>(e)][k].second;
+        STRATA_ASSERT(t.shape() == t0.shape() && t.dtype() == t0.dtype(), "expert ", e, " of ",
+                      spec.name);
+        transpose_bytes(t.bytes(), rows, cols, size,
+                        fused.mutable_bytes() + static_cast<size_t>(e) * t0.nbytes());
+      }
+      out.emplace_back(spec.name, std::move(fused));
+    } else {
+      for (int64_t e = 1; e < E; ++e) {
+        const Tensor& t = q[static_cast<size_t>(e)][k].second;
+        STRATA_ASSERT(
+            t.nbytes() == t0.nbytes() && std::memcmp(t.bytes(), t0.bytes(), t0.nbytes()) == 0,
+            "expert ", e, " of ", f.fused, " has another ", spec.name);
+      }
+      out.emplace_back(spec.name, t0);
+    }
+  }
+  return out;
 }
 
 std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
@@ -512,7 +684,7 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
   const std::vector<const PlannedModule*>& layer_modules =
       lm == layer_modules_.end() ? kNoModules : lm->second;
   auto group_weight_amax = [&]() {
-    const std::string key = fused_group_key(m.module);
+    const std::string key = weight_group_key(plan_, m.module);
     {
       std::lock_guard<std::mutex> lock(memo_mu_);
       if (auto it = group_weight_amax_.find(key); it != group_weight_amax_.end()) return it->second;
@@ -521,7 +693,7 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
     // the backend combines a group.
     float a = 0.0f;
     for (const PlannedModule* o : layer_modules) {
-      if (fused_group_key(o->module) != key) continue;
+      if (weight_group_key(plan_, o->module) != key) continue;
       const float x =
           o->module == m.module ? weight_amax_of({w}) : weight_amax_of({source_weight(o->module)});
       a = std::isnan(x) || std::isnan(a) ? NAN : std::max(a, x);
@@ -579,12 +751,16 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
     }
     case QFormat::kFp8: {
       // ModelOpt keeps FP8 weight and input scales per module (vLLM takes the max when it
-      // fuses); routed experts share the layer's input scale.
+      // fuses); routed experts share the layer's input scale, fused experts (one quantizer per
+      // projection in ModelOpt) also the weight scale.
       STRATA_ASSERT(!have_pre || pre->fp8, "precomputed weight of ", M, " is not FP8");
+      const bool fused = plan_.fused_experts && routed_expert_index(M) >= 0;
       Fp8Weight q =
-          have_pre
-              ? *pre->fp8
-              : *host_backend().quantize_weight(stored(w), m.format, weight_amax_of({w}), M).fp8;
+          have_pre ? *pre->fp8
+                   : *host_backend()
+                          .quantize_weight(stored(w), m.format,
+                                           fused ? group_weight_amax() : weight_amax_of({w}), M)
+                          .fp8;
       out.emplace_back(M + ".weight", std::move(q.weight));
       out.emplace_back(M + ".weight_scale", std::move(q.scale));
       const bool expert = routed_expert_index(M) >= 0;
@@ -630,12 +806,18 @@ std::vector<std::string> ModeloptExporter::finish() {
   q["exclude_modules"] = exclude;
   if (algo == "MIXED_PRECISION") {
     Json layers = Json::object();
+    std::string last;
     for (const PlannedModule& m : plan_.modules) {
       if (m.format == QFormat::kNone) continue;
+      // A fused-experts plan's experts (adjacent in the sorted plan) are one consumer module of
+      // one format (make_plan); any other module is its own.
+      const std::string name = consumer_module(plan_, m.module);
+      if (name == last) continue;
+      last = name;
       Json l = Json::object();
       l["quant_algo"] = std::string(qformat_quant_algo(m.format));
       if (qformat_block(m.format) > 1) l["group_size"] = qformat_block(m.format);
-      json_append(layers, m.module, l);  // the plan's modules are distinct
+      json_append(layers, name, l);  // distinct: the plan's modules, experts once per layer
     }
     q["quantized_layers"] = layers;
   }

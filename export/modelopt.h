@@ -7,6 +7,13 @@
 //   quantized module M (FP8):    M.weight F8_E4M3 [out, in], M.weight_scale F32 [], M.input_scale
 //   F32 [] quantized module M (MXFP8):  M.weight F8_E4M3 [out, in], M.weight_scale U8 [out, in/32]
 //   FP8 KV cache:                <layer>.self_attn.k_proj.k_scale, <layer>.self_attn.v_proj.v_scale
+//   fused experts (plan.fused_experts, gpt-oss; docs/QUANTIZE.md "gpt-oss"): per projection P =
+//                                <p>.experts.{gate_up_proj,down_proj} of out x in per expert,
+//                                NVFP4: P U8 [E, in/2, out], P_weight_scale F8_E4M3 [E, in/16,
+//                                out], P_weight_scale_2 F32 [], P_input_scale F32 []; FP8: P
+//                                F8_E4M3 [E, in, out], P_weight_scale F32 [], P_input_scale F32
+//                                []; excluded: P [E, in, out] in the source dtype (bf16 when
+//                                compressed); always P_bias [E, out] as in the source
 //   compressed source module M, excluded (io/source_weights.h): M.weight BF16 [out, in], the
 //                                decompressed weight; its packed tensors and scales are dropped
 //   everything else:             unchanged bytes under the same name
@@ -135,6 +142,17 @@ class ModeloptExporter {
   // The largest MXFP4 scale byte of m's fused group when the exact MXFP4 -> NVFP4 conversion
   // applies to the whole group; -1 when it does not.
   int exact_mxfp4_group_max(const PlannedModule& m);
+  // A fused-experts plan's routed expert tensor (weight, MXFP4 blocks or scales, bias).
+  struct FusedMember {
+    std::string fused;  // "<p>.experts.gate_up_proj"
+    int64_t expert = 0;
+    bool bias = false;
+  };
+  std::optional<FusedMember> fused_member(const std::string& name) const;
+  // The fused tensors written in place of expert 0's tensor of f's kind (see the top).
+  std::vector<TensorSpec> fused_outputs(const FusedMember& f) const;
+  std::vector<std::pair<std::string, Tensor>> fused_tensors(const FusedMember& f,
+                                                            const MaxCalibrator* calib);
   // The output tensors of quantized module m, in write order. Thread-safe: write_tensors runs
   // several at once (the memos below are guarded by memo_mu_) and adds their outputs in order.
   std::vector<std::pair<std::string, Tensor>> quantize_module(const PlannedModule& m,
@@ -151,6 +169,8 @@ class ModeloptExporter {
   std::vector<size_t> step_end_;     // step s writes outputs_ [step_end_[s-1], step_end_[s])
   std::map<int64_t, std::vector<std::string>> layer_tensors_;           // layer -> checkpoint names
   std::map<int64_t, std::vector<const PlannedModule*>> layer_modules_;  // layer -> its modules
+  // Fused experts: "<p>.experts.<proj>" -> its experts' modules, by expert index.
+  std::map<std::string, std::vector<const PlannedModule*>> fused_experts_;
   // Per-layer memos, keyed by group (the key names the layer): each fused group's weight amax and
   // each input-scale group's activation amax are computed once, not once per member.
   std::map<std::string, float> group_weight_amax_, group_input_amax_;

@@ -31,6 +31,17 @@ std::string QuantPlan::quant_algo() const {
   return algo;
 }
 
+std::string weight_group_key(const QuantPlan& plan, std::string_view module) {
+  if (plan.fused_experts && routed_expert_index(module) >= 0) return input_scale_group_key(module);
+  return fused_group_key(module);
+}
+
+std::string consumer_module(const QuantPlan& plan, const std::string& module) {
+  if (!plan.fused_experts || routed_expert_index(module) < 0) return module;
+  const size_t leaf = module.rfind('.');
+  return module.substr(0, module.rfind('.', leaf - 1));
+}
+
 namespace {
 
 // compressed-tensors' ignore entries: "re:<regex>" matched from the start of the module name, or
@@ -167,9 +178,7 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
   ArchInfo arch = resolve_arch(config);
   // gpt-oss's consumers load its experts fused, as ModelOpt 0.47 writes them (docs/QUANTIZE.md
   // "gpt-oss"); an export of per-expert modules would load nowhere.
-  STRATA_CHECK(arch.family != ArchFamily::kGptOss, config.path,
-               ": exporting gpt_oss (its experts fused as ModelOpt writes them) is not "
-               "implemented yet; its forward runs (strata eval)");
+  plan.fused_experts = arch.family == ArchFamily::kGptOss;
   resolve_wrapper_prefixes(arch, ckpt.tensor_names(), ckpt.dir());
   plan.num_layers = arch.num_hidden_layers;
   std::vector<int> rule_hits(recipe.rules.size(), 0);
@@ -231,6 +240,11 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
                    qformat_name(m.format), ", which needs an input width divisible by ", block,
                    ", but the weight is ", shape_str(m.shape),
                    "; exclude this module in the recipe or pick another format");
+      STRATA_CHECK(!plan.fused_experts || m.kind != TensorKind::kRoutedExperts ||
+                       m.format != QFormat::kMxfp8,
+                   rule, " gives '", m.module, "' format ", qformat_name(m.format),
+                   "; gpt-oss's experts are written fused as ModelOpt writes them, in NVFP4, "
+                   "W4A16 NVFP4 or FP8 only: exclude them or pick another format");
     }
     plan.modules.push_back(std::move(m));
   }
@@ -240,10 +254,14 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
                ": no linear layers recognised; nothing to quantize");
   check_source_quantization(config, ckpt, plan.modules);
 
-  // Consumers fuse these groups and refuse a mix of formats (format.md §4).
+  // Consumers fuse these groups and refuse a mix of formats (format.md §4); fused experts are one
+  // module of the layer (both projections).
   std::map<std::string, const PlannedModule*> first_of_group;
   for (const PlannedModule& m : plan.modules) {
-    auto [it, inserted] = first_of_group.emplace(fused_group_key(m.module), &m);
+    const std::string key = plan.fused_experts && routed_expert_index(m.module) >= 0
+                                ? consumer_module(plan, m.module)
+                                : fused_group_key(m.module);
+    auto [it, inserted] = first_of_group.emplace(key, &m);
     if (inserted) continue;
     const PlannedModule& o = *it->second;
     if (o.format != m.format) {

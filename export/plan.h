@@ -33,11 +33,24 @@ struct QuantPlan {
   std::vector<int64_t> kv_layers;      // decoder layers that get FP8 k/v scales
   int64_t num_layers = 0;
   std::vector<std::string> warnings;  // rules that matched nothing, ...
+  // gpt-oss (docs/QUANTIZE.md "gpt-oss"): the routed experts are planned one module per expert
+  // and projection but written fused, as ModelOpt writes transformers' fused parameters; all
+  // experts of one projection in a layer then share the weight amax (NVFP4 weight_scale_2, FP8
+  // weight_scale) and all routed experts of a layer one format.
+  bool fused_experts = false;
 
   const PlannedModule* find(std::string_view module) const;
   // "NVFP4", "FP8", ... or "MIXED_PRECISION"; "" when nothing is quantized.
   std::string quant_algo() const;
 };
+
+// The group whose members share one weight amax (NVFP4 weight_scale_2; with plan.fused_experts
+// also FP8 weight_scale): model/groups.h fused_group_key, or for a routed expert of a
+// fused-experts plan all experts of its projection in the layer ("<p>.experts.*.gate_up").
+std::string weight_group_key(const QuantPlan& plan, std::string_view module);
+// A fused-experts plan's routed expert "<p>.experts.E.<proj>" as its consumers name it, the
+// layer's experts module "<p>.experts"; any other module's own name.
+std::string consumer_module(const QuantPlan& plan, const std::string& module);
 
 // Checks the source's own quantization_config against what strata decompresses
 // (io/source_weights.h): DeepSeek-style fp8 with 128x128 blocks, compressed-tensors

@@ -99,6 +99,62 @@ std::vector<Pair> mxfp4_pairs(const Checkpoint& ckpt, const std::string& x) {
   return {{gb, db, "weight_blocks"}, {gs, ds, "weight_scales"}};
 }
 
+// A ModelOpt export of gpt-oss at X (see the header): per projection P of out x in per expert,
+// NVFP4 P U8 [E, in/2, out] + P_weight_scale F8_E4M3 [E, in/16, out], or FP8 P F8_E4M3
+// [E, in, out] + P_weight_scale F32 [], with the scalars P_weight_scale_2 (NVFP4) and
+// P_input_scale (W4A4) shared by all experts. Served as a per-module export: X.{e}.P.weight and
+// .weight_scale transposed views of [e], the scalars views of their one tensor. Appends the
+// fused names to `fused`; false (nothing added) when a shape or dtype differs.
+bool add_gpt_oss_modelopt_views(Checkpoint& ckpt, const std::string& x, int64_t E, int64_t I,
+                                int64_t H, std::vector<std::string>& fused) {
+  struct Proj {
+    std::string leaf;
+    int64_t out, in;
+    bool nvfp4;
+  };
+  std::vector<Proj> projs = {{"gate_up_proj", 2 * I, H, false}, {"down_proj", H, I, false}};
+  for (Proj& p : projs) {
+    const std::string P = x + p.leaf;
+    if (!ckpt.has(P)) return false;
+    const TensorEntry w = ckpt.entry(P), s = ckpt.entry(P + "_weight_scale");
+    p.nvfp4 = w.dtype == DType::kU8;
+    const bool ok = p.nvfp4
+                        ? p.in % 16 == 0 && w.shape == Shape{E, p.in / 2, p.out} &&
+                              s.dtype == DType::kF8E4M3 && s.shape == Shape{E, p.in / 16, p.out} &&
+                              ckpt.has(P + "_weight_scale_2")
+                        : w.dtype == DType::kF8E4M3 && w.shape == Shape{E, p.in, p.out} &&
+                              s.dtype == DType::kF32 && s.shape.empty();
+    if (!ok) return false;
+  }
+  for (const Proj& p : projs) {
+    const std::string P = x + p.leaf;
+    const TensorEntry w = ckpt.entry(P), s = ckpt.entry(P + "_weight_scale");
+    const Strides ws = strides(w), ss = p.nvfp4 ? strides(s) : Strides{};
+    for (int64_t e = 0; e < E; ++e) {
+      const uint64_t ue = static_cast<uint64_t>(e);
+      ckpt.add_view(expert_name(x, e, p.leaf, "weight"), P, ue * ws.expert, w.dtype,
+                    {p.out, p.nvfp4 ? p.in / 2 : p.in}, /*transposed=*/true);
+      if (p.nvfp4) {
+        ckpt.add_view(expert_name(x, e, p.leaf, "weight_scale"), P + "_weight_scale",
+                      ue * ss.expert, s.dtype, {p.out, p.in / 16}, /*transposed=*/true);
+      } else {
+        ckpt.add_view(expert_name(x, e, p.leaf, "weight_scale"), P + "_weight_scale", 0, s.dtype,
+                      {});
+      }
+      for (const char* scalar : {"weight_scale_2", "input_scale"}) {
+        const std::string name = P + "_" + scalar;
+        if (!ckpt.has(name)) continue;
+        ckpt.add_view(expert_name(x, e, p.leaf, scalar), name, 0, ckpt.entry(name).dtype, {});
+      }
+    }
+    fused.insert(fused.end(), {P, P + "_weight_scale"});
+    for (const char* scalar : {"weight_scale_2", "input_scale"}) {
+      if (ckpt.has(P + "_" + scalar)) fused.push_back(P + "_" + scalar);
+    }
+  }
+  return true;
+}
+
 // gpt-oss at X (see the header); false when X is not in its layout (left fused).
 bool add_gpt_oss_views(Checkpoint& ckpt, const std::string& x) {
   const std::string gb = x + "gate_up_proj_bias", db = x + "down_proj_bias";
@@ -110,8 +166,9 @@ bool add_gpt_oss_views(Checkpoint& ckpt, const std::string& x) {
   const int64_t E = gbias.shape[0], I = gbias.shape[1] / 2, H = dbias.shape[1];
   if (E <= 0 || I <= 0 || gbias.shape[1] != 2 * I || dbias.shape[0] != E) return false;
   std::vector<std::string> fused = {gb, db};
-  std::vector<std::pair<std::string, std::string>> weights;  // fused name, suffix
-  if (ckpt.has(x + "gate_up_proj") && ckpt.has(x + "down_proj")) {
+  if (ckpt.has(x + "gate_up_proj_weight_scale") && ckpt.has(x + "down_proj_weight_scale")) {
+    if (!add_gpt_oss_modelopt_views(ckpt, x, E, I, H, fused)) return false;
+  } else if (ckpt.has(x + "gate_up_proj") && ckpt.has(x + "down_proj")) {
     const TensorEntry gu = ckpt.entry(x + "gate_up_proj"), dn = ckpt.entry(x + "down_proj");
     if (gu.shape != Shape{E, H, 2 * I} || dn.shape != Shape{E, I, H} || !is_float(gu.dtype) ||
         dn.dtype != gu.dtype)

@@ -32,6 +32,12 @@
 // The bf16 weights are transposed views: each expert's [H, 2I] slice is contiguous on disk and
 // tensor() returns its transpose, a copy of one expert at a time (io/checkpoint.h).
 //
+// A ModelOpt export of gpt-oss (docs/QUANTIZE.md "gpt-oss": X.P U8 [E, in/2, out] with
+// X.P_weight_scale F8_E4M3 [E, in/16, out], or FP8 X.P F8_E4M3 [E, in, out] with a scalar
+// X.P_weight_scale; scalar X.P_weight_scale_2 / X.P_input_scale shared by all experts) is served
+// as a per-module export, so that `strata eval` reads it: X.{e}.P.weight and .weight_scale
+// transposed views of [e], X.{e}.P.weight_scale_2 / .input_scale views of the shared scalars.
+//
 // A pair that does not have one of these layouts is left fused (the quantize plan refuses it,
 // naming the layout it takes): a gate_up_proj without its down_proj, shapes that disagree, other
 // dtypes.

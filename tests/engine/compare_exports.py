@@ -15,7 +15,8 @@ import sys
 
 import numpy as np
 
-SCALE_SUFFIXES = (".input_scale", ".k_scale", ".v_scale")
+# "_input_scale": gpt-oss's fused experts (<p>.experts.gate_up_proj_input_scale).
+SCALE_SUFFIXES = (".input_scale", "_input_scale", ".k_scale", ".v_scale")
 
 
 def read_dir(d):

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -108,6 +109,69 @@ TEST(WeightQuantizer, GroupsAmaxesAsTheExporterDoes) {
   EXPECT_EQ(out1.at(Q1).nvfp4->global_scale.item_f32(0), nvfp4_global_scale(w.amax[Q1]));
   EXPECT_EQ(q.max_groups(), 2);  // layer 0: q/k/v and o_proj
   EXPECT_EQ(q.encoded_bytes(), static_cast<uint64_t>(R * C + R * C / 32));  // MXFP8's
+}
+
+// A fused-experts plan (gpt-oss, export/plan.h): every expert of one projection in a layer shares
+// the max |w| of all of them, for NVFP4 and for FP8 alike; gate_up and down are separate groups,
+// and an expert another rank writes still counts.
+TEST(WeightQuantizer, FusedExpertsShareTheProjectionsAmax) {
+  const int64_t R = 32, C = 32, E = 4;
+  for (QFormat f : {QFormat::kNvfp4, QFormat::kFp8}) {
+    QuantPlan plan;
+    plan.num_layers = 1;
+    plan.fused_experts = true;
+    const std::string x = "model.layers.0.mlp.experts.";
+    for (int64_t e = 0; e < E; ++e) {
+      for (const char* leaf : {"down_proj", "gate_up_proj"})
+        plan.modules.push_back(module(x + std::to_string(e) + "." + leaf, f, 0, R, C));
+    }
+    std::sort(plan.modules.begin(), plan.modules.end(),
+              [](const PlannedModule& a, const PlannedModule& b) { return a.module < b.module; });
+    Weights w;
+    std::mt19937 rng(11);
+    float scale = 0.25f;
+    for (const PlannedModule& m : plan.modules) {
+      std::normal_distribution<float> d(0.0f, scale);
+      scale *= 1.6f;  // the largest amax is the last expert's of each projection
+      std::vector<uint16_t>& v = w.bf16[m.module];
+      float a = 0.0f;
+      for (int64_t i = 0; i < R * C; ++i) {
+        v.push_back(f32_to_bf16(d(rng)));
+        a = std::max(a, std::fabs(bf16_to_f32(v.back())));
+      }
+      w.amax[m.module] = a;
+    }
+    const std::string last_gate_up = x + std::to_string(E - 1) + ".gate_up_proj";
+    WeightQuantizer q(plan, 0, [&](const PlannedModule& m) { return m.module != last_gate_up; });
+    ops::CpuBackend cpu(nullptr, nullptr);
+    const PrecomputedWeights out = q.quantize(0, cpu, [&](const std::string& module) {
+      return ops::StoredWeight{w.bf16.at(module).data(), DType::kBF16, R, C};
+    });
+    ASSERT_EQ(out.size(), static_cast<size_t>(2 * E - 1));
+    EXPECT_EQ(q.max_groups(), 2);
+    for (const char* leaf : {"down_proj", "gate_up_proj"}) {
+      float group = 0.0f;
+      for (int64_t e = 0; e < E; ++e)
+        group = std::max(group, w.amax[x + std::to_string(e) + "." + leaf]);
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string M = x + std::to_string(e) + "." + leaf;
+        if (M == last_gate_up) continue;
+        if (e == 0) {
+          ASSERT_LT(w.amax[M], group) << M;  // its own amax would give other bytes
+        }
+        const Tensor t = bf16_tensor(w.bf16[M], R, C);
+        if (f == QFormat::kNvfp4) {
+          const Nvfp4Weight ref = nvfp4_quantize(t, group, M);
+          EXPECT_TRUE(same_bytes(out.at(M).nvfp4->packed, ref.packed)) << M;
+          EXPECT_EQ(out.at(M).nvfp4->global_scale.item_f32(0), nvfp4_global_scale(group)) << M;
+        } else {
+          const Fp8Weight ref = fp8_quantize(t, group, M);
+          EXPECT_TRUE(same_bytes(out.at(M).fp8->weight, ref.weight)) << M;
+          EXPECT_EQ(out.at(M).fp8->scale.item_f32(0), fp8_weight_scale(group)) << M;
+        }
+      }
+    }
+  }
 }
 
 // A NaN anywhere in a group makes its amax NaN, and the encoder refuses it naming the module.

@@ -357,7 +357,26 @@ class Source:
         self.modules = {}  # module -> (getter, shape, kind)
         self.replaced = {}  # source tensor name -> modules it feeds (when it is not kept as is)
         self.compressed = {}  # module -> (layout, the source tensors it is stored in)
+        # gpt-oss (transformers' GptOssExperts, as stored): "<p>.experts." -> {projection: (kind,
+        # the source tensors of its weight)}, the weight [E, in, out] in bf16/f16/f32 (x @ W + b)
+        # or MXFP4 blocks [E, out, in/32, 16] with scales [E, out, in/32]; biases [E, out].
+        self.gptoss = {}
+        for name in self.tensors:
+            if name.endswith("experts.gate_up_proj_bias"):
+                x = name[: -len("gate_up_proj_bias")]
+                self.gptoss[x] = {}
+                for p in ("gate_up_proj", "down_proj"):
+                    if (x + p) in self.tensors:
+                        dt = self.tensors[x + p].tensors[x + p][0]
+                        self.gptoss[x][p] = ({"BF16": "bf16", "F16": "f16"}.get(dt, "f32"), [x + p])
+                    elif (x + p + "_blocks") in self.tensors:
+                        self.gptoss[x][p] = ("mxfp4", [x + p + "_blocks", x + p + "_scales"])
+                for p, (_, stored) in self.gptoss[x].items():
+                    for n in stored:
+                        self.replaced[n] = []
         for name, sf in self.tensors.items():
+            if name in self.replaced:
+                continue
             dtype, shape = sf.tensors[name][:2]
             if name.endswith(".weight") and len(shape) == 2 and not is_embedding(name[:-7]):
                 m = name[:-7]
@@ -439,6 +458,16 @@ class Source:
     def weight(self, m):
         getter = self.modules[m][0]
         return None if getter is None else getter()
+
+    def gptoss_weight(self, x, p):
+        """gpt-oss projection p of <x> as fp32 [E, out, in] (the blocks run along `in`)."""
+        kind, stored = self.gptoss[x][p]
+        if kind == "mxfp4":
+            _, b = self._arr(stored[0])
+            _, sc = self._arr(stored[1])
+            return np.stack([decompress_mxfp4(b[e], sc[e]) for e in range(b.shape[0])])
+        dt, a = self._arr(stored[0])
+        return np.ascontiguousarray(float_array(dt, a).transpose(0, 2, 1))
 
 
 # ------------------------------------------------------------------------------- exclusion rules
@@ -634,6 +663,166 @@ def quant_tensor_names(m, fmt):
     if fmt == "MXFP8":
         return [m + s for s in (".weight", ".weight_scale")]
     return [m + ".weight"]
+
+
+def nvfp4_dequantize(packed, sb, g):
+    """NVFP4 [out, in/2] packed codes and [out, in/16] E4M3 block scale bytes -> fp32 [out, in]."""
+    out, half = packed.shape
+    codes = np.empty((out, half * 2), np.uint8)
+    codes[:, 0::2] = packed & 0xF
+    codes[:, 1::2] = packed >> 4
+    with np.errstate(all="ignore"):
+        d = (E4M3_TABLE[sb] * F32(g)).astype(F32)
+        return (E2M1_VALUES[codes] * np.repeat(d, 16, axis=1)).astype(F32), np.repeat(d, 16, axis=1)
+
+
+def check_gptoss(C, src, out_t, algo, qlayers, excl, amax_path):
+    """gpt-oss's experts as ModelOpt 0.47 exports transformers' GptOssExperts (docs/QUANTIZE.md
+    "gpt-oss"): per projection P = <p>.experts.{gate_up_proj,down_proj}, fused and transposed
+    back to transformers' [E, in, out]: NVFP4 P U8 [E, in/2, out] (byte [e, c, r] packs inputs
+    2c, 2c+1 of output r), P_weight_scale F8_E4M3 [E, in/16, out], P_weight_scale_2 and
+    P_input_scale F32 [] for all experts (one quantizer per projection: the weight amax is the
+    max over every expert); FP8 P F8_E4M3 [E, in, out] with scalar P_weight_scale and
+    P_input_scale; unquantized P [E, in, out] as the source (an MXFP4 source decompressed to
+    BF16). P_bias stays as stored ([keep]). vLLM's layer is <p>.experts. Returns the OUT tensor
+    names accounted for."""
+    expected = set()
+    rv = {}
+    if amax_path:
+        ref = SafeFile(amax_path)
+        rv = {n: float(ref.array(n).reshape(-1)[0]) for n in ref.tensors if n.startswith("ref32.")}
+    for x, projs in sorted(src.gptoss.items()):
+        layer = x[:-1]  # vLLM's FusedMoE prefix "<p>.experts"
+        status = {}
+        C.check(set(projs) == {"gate_up_proj", "down_proj"},
+                f"[gptoss] {layer}: SRC has projections {sorted(projs)}")
+        for p, (kind, stored) in sorted(projs.items()):
+            P = x + p
+            w = src.gptoss_weight(x, p)  # [E, out, in]
+            E, out_f, in_f = w.shape
+            o = out_t.get(P)
+            if not C.check(o is not None, f"[gptoss] {P} missing from OUT"):
+                continue
+            dt, shp = o.tensors[P][:2]
+            if dt == "U8":
+                f = "NVFP4" if (P + "_input_scale") in out_t else "W4A16_NVFP4"
+            elif dt == "F8_E4M3":
+                f = "FP8"
+            else:
+                f = None
+            status[p] = f
+            declared = algo
+            if algo == "MIXED_PRECISION":
+                entry = qlayers.get(layer)
+                declared = entry.get("quant_algo") if isinstance(entry, dict) else None
+            if f is None:
+                expected.add(P)
+                want_dt = "BF16" if kind == "mxfp4" else dt
+                C.check(dt == want_dt and shp == (E, in_f, out_f),
+                        f"[gptoss] unquantized {P}: {dt} {list(shp)}, want {want_dt} {[E, in_f, out_f]}")
+                want = (bf16_bytes(w.transpose(0, 2, 1)) if kind == "mxfp4"
+                        else src.tensors[stored[0]].raw(stored[0]))
+                C.check(o.raw(P) == want, f"[gptoss] unquantized {P}: bytes differ from the "
+                        + ("mxfp4 source decompressed to bf16" if kind == "mxfp4" else "source"))
+                continue
+            C.check(declared == f, f"[gptoss] {P}: tensors are {f} but the config declares {declared}")
+            names = {"NVFP4": {"": ("U8", (E, in_f // 2, out_f)),
+                               "_weight_scale": ("F8_E4M3", (E, in_f // 16, out_f)),
+                               "_weight_scale_2": ("F32", ()), "_input_scale": ("F32", ())},
+                     "FP8": {"": ("F8_E4M3", (E, in_f, out_f)), "_weight_scale": ("F32", ()),
+                             "_input_scale": ("F32", ())}}
+            names["W4A16_NVFP4"] = {k: v for k, v in names["NVFP4"].items() if k != "_input_scale"}
+            ok = True
+            for suf, (want_dt, want_shp) in names[f].items():
+                n = P + suf
+                expected.add(n)
+                sf = out_t.get(n)
+                if not C.check(sf is not None, f"[gptoss] {n} missing ({f})"):
+                    ok = False
+                    continue
+                got_dt, got_shp = sf.tensors[n][:2]
+                ok &= C.check(got_dt == want_dt and got_shp == want_shp,
+                              f"[gptoss] {n}: {got_dt} {list(got_shp)}, want {want_dt} {list(want_shp)}")
+                if ok and want_dt == "F32":
+                    v = sf.array(n).reshape(-1)
+                    ok &= C.check(np.isfinite(v).all() and (v > 0).all(),
+                                  f"[gptoss] {n} = {v.tolist()} is not a finite positive scalar")
+            if not ok:
+                continue
+            wq = out_t[P].array(P)
+            amax = F32(np.abs(w).max())  # one quantizer over every expert of the projection
+            if f in ("NVFP4", "W4A16_NVFP4"):
+                g = scalar_f32(out_t, P + "_weight_scale_2")
+                sbq = out_t[P + "_weight_scale"].array(P + "_weight_scale")
+                vals = E4M3_TABLE[sbq]
+                C.check(np.isfinite(vals).all() and (vals > 0).all(),
+                        f"[gptoss] {P}_weight_scale has zero, negative or NaN block scales")
+                # Dequantized (the fused tensors transposed back per expert), every value within
+                # NVFP4's bound: half the widest e2m1 step (1 x block scale) inside the block's
+                # range, plus the excess of a value clipped at 6 x block scale.
+                worst = 0.0
+                deq_all = np.empty_like(w)
+                for e in range(E):
+                    deq, d = nvfp4_dequantize(wq[e].T, sbq[e].T, g)
+                    deq_all[e] = deq
+                    with np.errstate(all="ignore"):
+                        bound = d * F32(1.0001) + np.maximum(np.abs(w[e]) - F32(6) * d, 0)
+                        excess = np.abs(deq - w[e]) - bound
+                    worst = max(worst, float(np.nanmax(np.where(np.isnan(excess), np.inf, excess))))
+                C.check(worst <= 0, f"[gptoss] {P}: dequantized values exceed NVFP4's error bound "
+                        f"by up to {worst:.3g}")
+                want_g = F32(amax * INV_2688)
+                if kind == "mxfp4" and f32_bits(g) != f32_bits(want_g):
+                    # --exact_mxfp4: the closed-form conversion must reproduce the source exactly.
+                    nbad = int((deq_all != w).sum())
+                    C.check(nbad == 0, f"[gptoss] {P}: weight_scale_2 {fmt_f32(g)} is not the amax "
+                            f"formula over all experts ({fmt_f32(want_g)}) and the export is not an "
+                            f"exact MXFP4 conversion: {nbad} of {w.size} values differ from the source")
+                else:
+                    C.check(f32_bits(g) == f32_bits(want_g), f"[gptoss] {P}_weight_scale_2 {fmt_f32(g)} "
+                            f"!= amax over all {E} experts {float(amax):.9g} * fl32(1/2688) = {fmt_f32(want_g)}")
+                    nbad_w = nbad_s = 0
+                    for e in range(E):
+                        packed, sb = nvfp4_quantize(w[e], g)
+                        nbad_w += int((packed != wq[e].T).sum())
+                        nbad_s += int((sb != sbq[e].T).sum())
+                    C.check(nbad_w == 0, f"[gptoss] {P}: {nbad_w} of {wq.size} bytes differ from the "
+                            "NVFP4 recomputation of each expert's [out, in] rows, transposed")
+                    C.check(nbad_s == 0, f"[gptoss] {P}_weight_scale: {nbad_s} of {sbq.size} block "
+                            "scales differ")
+            else:
+                s = scalar_f32(out_t, P + "_weight_scale")
+                want_s = F32(amax * INV_448)
+                C.check(f32_bits(s) == f32_bits(want_s), f"[gptoss] {P}_weight_scale {fmt_f32(s)} != "
+                        f"amax over all {E} experts {float(amax):.9g} * fl32(1/448) = {fmt_f32(want_s)}")
+                nbad = 0
+                for e in range(E):
+                    nbad += int((fp8_quantize(w[e], s, "bf16" if kind == "mxfp4" else kind)
+                                 != wq[e].T).sum())
+                C.check(nbad == 0, f"[gptoss] {P}: {nbad} of {wq.size} bytes differ from the FP8 "
+                        "recomputation with the exported weight_scale")
+            if f in ("NVFP4", "FP8"):
+                refs = [rv[f"ref32.amax.{x}{e}.{p}"] for e in range(E) if f"ref32.amax.{x}{e}.{p}" in rv]
+                if refs:
+                    inv = INV_2688 if f == "NVFP4" else INV_448
+                    want = F32(F32(max(refs)) * inv)
+                    got = scalar_f32(out_t, P + "_input_scale")
+                    C.check(abs(float(got) - float(want)) <= 0.01 * float(want),
+                            f"[amax] {P}_input_scale {fmt_f32(got)} != max reference amax over the "
+                            f"experts {max(refs):.7g} x inverse = {float(want):.7g} within 1%")
+                elif amax_path:
+                    C.note(f"{P}: no reference amax; input_scale not compared")
+        if len(status) == 2:
+            C.check(len(set(status.values())) == 1,
+                    f"[gptoss] {layer}: gate_up_proj is {status.get('gate_up_proj')} but down_proj "
+                    f"{status.get('down_proj')} (vLLM's FusedMoE is one layer)")
+            quant = status["gate_up_proj"] is not None
+            for pats, tag in ((excl, "as listed"), (vllm_expand(excl), "after vLLM's x* -> x, x.* rewrite")):
+                ex, _ = vllm_excluded(layer, [], pats)
+                C.check(ex == (not quant), f"[exclude] vLLM layer {layer} is "
+                        f"{'excluded' if ex else 'quantized'} under vLLM's rule ({tag}) but its "
+                        f"experts are {'quantized' if quant else 'unquantized'}")
+    return expected
 
 
 def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
@@ -924,6 +1113,7 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
                     v = out_t[n].array(n).reshape(-1) if dt == "F32" else np.array([np.nan])
                     C.check(dt == "F32" and shp == () and np.isfinite(v).all() and (v > 0).all(),
                             f"[kv] {n}: {dt} {list(shp)} {v.tolist()}, want a finite positive F32 []")
+    expected |= check_gptoss(C, src, out_t, algo, qlayers, excl, amax_path)
     for n in sorted(out_t):
         C.check(n in expected, f"[keep] OUT tensor {n} is neither a SRC tensor nor a quantization tensor "
                 "of a quantized module" + (" (k/v scale without kv_cache_quant_algo FP8?)"

@@ -20,8 +20,11 @@ done
 src=tests/fixtures/models/$model
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# The compressed fixtures are built from deepseek_v3; calibrate on its reference tokens.
-python3 tests/fixtures/tokens_jsonl.py tests/fixtures/models/deepseek_v3/reference.safetensors > "$work/tokens.jsonl"
+# The fixture's own reference tokens and amaxes (the checker compares the input scales with them);
+# the compressed fixtures built from deepseek_v3 have none and calibrate on its tokens.
+ref=$src/reference.safetensors amax=(--amax "$src/reference.safetensors")
+[ -f "$ref" ] || { ref=tests/fixtures/models/deepseek_v3/reference.safetensors; amax=(); }
+python3 tests/fixtures/tokens_jsonl.py "$ref" > "$work/tokens.jsonl"
 count=$(wc -l < "$work/tokens.jsonl")
 run() {
   "$strata" quantize -q --model "$1" --recipe "$recipe" --calib_data "$work/tokens.jsonl" --calib_size "$count" \
@@ -30,7 +33,7 @@ run() {
 run "$src" "$work/out" | tee "$work/log"
 source tests/memory_bound.sh
 peak_within_bound "$work/log" "$model $recipe"
-python3 tests/export/check_modelopt_export.py "$src" "$work/out"
+python3 tests/export/check_modelopt_export.py "$src" "$work/out" "${amax[@]}"
 # With the experts excluded (attention_fp8) they are written decompressed: the checker must fail
 # one flipped bit of such a weight.
 if [ -z "$extra" ] && [ "$(basename "$recipe")" = attention_fp8.yaml ]; then
@@ -38,7 +41,8 @@ if [ -z "$extra" ] && [ "$(basename "$recipe")" = attention_fp8.yaml ]; then
   victim=$(python3 -c "
 import json, sys
 m = json.load(open(sys.argv[1] + '/model.safetensors.index.json'))['weight_map']
-print(sorted(n for n in m if '.experts.' in n and n.endswith('.weight'))[0])" "$work/flipped")
+print(sorted(n for n in m if '.experts.' in n and n.endswith('.weight')
+             or n.endswith('experts.gate_up_proj'))[0])" "$work/flipped")
   python3 tests/export/flip_byte.py "$work/flipped" "$victim"
   if python3 tests/export/check_modelopt_export.py "$src" "$work/flipped" > "$work/check" 2>&1; then
     echo "FAIL: the checker passed a flipped decompressed weight $victim"; exit 1

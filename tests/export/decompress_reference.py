@@ -5,7 +5,9 @@
 
 Every compressed linear weight (DeepSeek FP8 blocks, compressed-tensors pack-quantized INT4,
 MXFP4 blocks) becomes M.weight BF16 [out, in], decompressed by check_modelopt_export.py's own
-numpy code (independent of strata); its packed tensors and scales are dropped. Every other tensor
+numpy code (independent of strata); its packed tensors and scales are dropped. gpt-oss's fused
+MXFP4 experts (<p>.experts.P_blocks / _scales) become <p>.experts.P BF16 [E, in, out], the layout
+transformers saves its bf16 GptOssExperts in. Every other tensor
 is copied. config.json loses quantization_config (also one nested in text_config); the other
 files are copied. numpy only.
 """
@@ -27,6 +29,13 @@ def main():
         dropped.update(stored)
         w = src.weight(m)
         tensors[m + ".weight"] = ("BF16", tuple(w.shape), ck.bf16_bytes(w))
+    for x, projs in src.gptoss.items():
+        for p, (kind, stored) in projs.items():
+            if kind != "mxfp4":
+                continue
+            dropped.update(stored)
+            w = src.gptoss_weight(x, p).transpose(0, 2, 1)  # [E, out, in] -> [E, in, out]
+            tensors[x + p] = ("BF16", tuple(w.shape), ck.bf16_bytes(w))
     for n, sf in src.tensors.items():
         if n in dropped:
             continue

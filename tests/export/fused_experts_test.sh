@@ -2,7 +2,8 @@
 # A checkpoint whose routed experts are stored fused (transformers 5's layout, io/fused_experts.h;
 # written from the per-expert fixture by tests/fixtures/fuse_experts.py) must give the export of
 # the same model stored per expert, byte for byte, read per expert without copying the fused
-# tensors.
+# tensors. gpt-oss fixtures are fused as transformers saves them; their per-expert copy is written
+# by tests/fixtures/split_experts.py (the export is fused either way).
 #   tests/export/fused_experts_test.sh STRATA MODEL RECIPE [FLAGS...]
 # FLAGS go to both quantize runs (--device cuda: exit 77 without a GPU).
 set -euo pipefail
@@ -15,14 +16,24 @@ done
 src=tests/fixtures/models/$model
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-python3 tests/fixtures/fuse_experts.py "$src" "$work/fused"
-python3 - "$work/fused" << 'EOF2'
-import json, struct, sys
+if [[ $model == gpt_oss* ]]; then
+  python3 tests/fixtures/split_experts.py "$src" "$work/per"
+  per=$work/per fused=$src
+else
+  python3 tests/fixtures/fuse_experts.py "$src" "$work/fused"
+  per=$src fused=$work/fused
+fi
+python3 - "$fused" "$per" << 'EOF2'
+import json, re, struct, sys
 raw = open(sys.argv[1] + "/model.safetensors", "rb").read()
 h = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
 fused = [n for n in h if n.endswith(("experts.gate_up_proj", "experts.gate_up_proj_blocks"))]
 per = [n for n in h if ".experts.0." in n]
 assert fused and not per, f"FAIL: the fused copy has {len(fused)} fused and {len(per)} per-expert tensors"
+raw = open(sys.argv[2] + "/model.safetensors", "rb").read()
+h = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+fused = [n for n in h if re.search(r"experts\.(gate_up_proj|down_proj)(_blocks|_scales|_bias)?$", n)]
+assert not fused, f"FAIL: the per-expert copy has fused tensors {fused[:2]}"
 EOF2
 # The fixtures calibrate on their reference tokens (compressed ones: deepseek_v3's).
 ref=$src/reference.safetensors
@@ -33,10 +44,10 @@ run() {
   "$strata" quantize -q --model "$1" --recipe "$recipe" --calib_data "$work/tokens.jsonl" --calib_size "$count" \
     --calib_min_tokens 1 --batch_size 2 --export_path "$2" "${flags[@]}"
 }
-"$strata" inspect "$work/fused" > "$work/inspect"
+"$strata" inspect "$fused" > "$work/inspect"
 grep -q "layouts quantize refuses: none" "$work/inspect" || { cat "$work/inspect"; echo "FAIL: inspect refuses the fused layout"; exit 1; }
-run "$src" "$work/out"
-run "$work/fused" "$work/out_fused" | tee "$work/log"
+run "$per" "$work/out"
+run "$fused" "$work/out_fused" | tee "$work/log"
 source tests/memory_bound.sh
 peak_within_bound "$work/log" "$model fused $recipe"
 n=0

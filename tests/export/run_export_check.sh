@@ -18,3 +18,23 @@ count=$(wc -l < "$work/tokens.jsonl")
 source tests/memory_bound.sh
 peak_within_bound "$work/log" "$model $recipe"
 python3 tests/export/check_modelopt_export.py "$src" "$work/out" --amax "$src/reference.safetensors"
+# gpt-oss: the checker must catch a flipped byte of a fused expert tensor, experts' rows written
+# untransposed, and a shared scale off (tests/export/gptoss_mutate.py).
+if [[ $model == gpt_oss* ]]; then
+  x=model.layers.1.mlp.experts
+  for bad in "$x.down_proj flip" "$x.gate_up_proj untransposed" "$x.down_proj_weight_scale untransposed" \
+             "$x.gate_up_proj_weight_scale scale"; do
+    read -r victim how <<< "$bad"
+    rm -rf "$work/bad"
+    cp -r "$work/out" "$work/bad"
+    rc=0
+    python3 tests/export/gptoss_mutate.py "$work/bad" "$victim" "$how" || rc=$?
+    [ "$rc" -ne 3 ] || continue  # does not apply (FP8's scalar weight_scale)
+    [ "$rc" -eq 0 ] || exit 1
+    if python3 tests/export/check_modelopt_export.py "$src" "$work/bad" > "$work/check" 2>&1; then
+      echo "FAIL: the checker passed $victim $how"; exit 1
+    fi
+    grep -q "FAIL \[gptoss\]" "$work/check" || { cat "$work/check"; echo "FAIL: no [gptoss] failure for $victim $how"; exit 1; }
+    echo "checker: $victim $how caught"
+  done
+fi
