@@ -23,7 +23,7 @@ struct Stored {
   std::string bytes;
 };
 
-// One model.safetensors holding `tensors` back to back.
+// One model.safetensors holding `tensors` back to back (each tensor's bytes a multiple of 4).
 void write_checkpoint(const TempDir& dir, const std::vector<Stored>& tensors) {
   std::string header = "{", data;
   for (const Stored& t : tensors) {
@@ -36,7 +36,9 @@ void write_checkpoint(const TempDir& dir, const std::vector<Stored>& tensors) {
               std::to_string(data.size() + t.bytes.size()) + "]}";
     data += t.bytes;
   }
-  write_bytes(dir.file("model.safetensors"), st_bytes(header + "}", data));
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');  // the data section 8-aligned, as writers pad
+  write_bytes(dir.file("model.safetensors"), st_bytes(header, data));
 }
 
 std::string f32_bytes(const std::vector<float>& v) {
