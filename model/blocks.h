@@ -22,6 +22,18 @@ struct MlpLeaves {
 ops::Mlp bind_mlp(Binder& b, const std::string& prefix, int64_t hidden, int64_t inter,
                   MlpLeaves leaves = {}, bool held = true);
 
+// A layer's FFN that is either its MoE block or a dense MLP (the first dense layers,
+// mlp_only_layers): y[T, H] from n[T, H].
+template <typename Moe>
+void moe_or_dense(ops::Backend& be, bool moe, Moe& experts, const ops::Mlp& dense, const float* n,
+                  int64_t T, float* y) {
+  if (moe) {
+    experts.forward(be, n, T, y);
+  } else {
+    be.mlp(dense, n, T, y);
+  }
+}
+
 // The decoder layer every family shares, in place on x[T, H]:
 //   x += mixer(RMSNorm(x; in_norm));  x += ffn(RMSNorm(x; post_norm))
 // mixer and ffn read n[T, H] and write y[T, H].

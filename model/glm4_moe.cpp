@@ -83,11 +83,7 @@ class Glm4MoeLayer : public Layer {
     res_.forward(
         be, t.tokens, x, [&](const float* n, float* y) { attn_.forward(be, t, n, y); },
         [&](const float* n, float* y) {
-          if (moe_) {
-            experts_.forward(be, n, t.tokens, y);
-          } else {
-            be.mlp(dense_, n, t.tokens, y);
-          }
+          moe_or_dense(be, moe_, experts_, dense_, n, t.tokens, y);
         });
   }
 

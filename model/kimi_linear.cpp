@@ -214,11 +214,7 @@ class KimiLinearLayer : public Layer {
           }
         },
         [&](const float* n, float* y) {
-          if (moe_) {
-            experts_.forward(be, n, t.tokens, y);
-          } else {
-            be.mlp(dense_, n, t.tokens, y);
-          }
+          moe_or_dense(be, moe_, experts_, dense_, n, t.tokens, y);
         });
   }
 
