@@ -179,18 +179,19 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
   // gpt-oss's consumers load its experts fused, as ModelOpt 0.47 writes them (docs/QUANTIZE.md
   // "gpt-oss"); an export of per-expert modules would load nowhere.
   plan.fused_experts = arch.family == ArchFamily::kGptOss;
-  resolve_wrapper_prefixes(arch, ckpt.tensor_names(), ckpt.dir());
+  const std::vector<std::string> names = ckpt.tensor_names();  // one copy of every name
+  resolve_wrapper_prefixes(arch, names, ckpt.dir());
   plan.num_layers = arch.num_hidden_layers;
   std::vector<int> rule_hits(recipe.rules.size(), 0);
   // The INT4 weight_shape tensors are read below, one per module and spread over the files: asked
   // for all at once, a cold start waits for them at the disk's queue depth (a 61-layer Kimi-K2
   // shape has 70k of them), not one page fault at a time.
   std::vector<std::string> shapes;
-  for (const std::string& name : ckpt.tensor_names()) {
+  for (const std::string& name : names) {
     if (name.ends_with(".weight_shape")) shapes.push_back(name);
   }
   ckpt.will_need(shapes);
-  for (const std::string& name : ckpt.tensor_names()) {
+  for (const std::string& name : names) {
     const TensorClass c = classify_tensor(arch, name);
     const TensorEntry& e = ckpt.entry(name);
     const std::string refused = tensor_layout_refusal(arch, ckpt, name);
