@@ -30,13 +30,15 @@ std::string_view arch_family_name(ArchFamily family) {
       return "minimax_m2";
     case ArchFamily::kGptOss:
       return "gpt_oss";
+    case ArchFamily::kDeepseekV32:
+      return "deepseek_v32";
   }
   STRATA_ASSERT(false, "unhandled ArchFamily ", static_cast<int>(family));
 }
 
 namespace {
 
-constexpr std::array<ArchEntry, 16> kArchs = {{
+constexpr std::array<ArchEntry, 17> kArchs = {{
     {"llama", ArchFamily::kLlama, false},
     {"mistral", ArchFamily::kLlama, false},
     {"qwen2", ArchFamily::kLlama, false},
@@ -51,6 +53,7 @@ constexpr std::array<ArchEntry, 16> kArchs = {{
     {"glm4_moe", ArchFamily::kGlm4Moe, false},
     {"minimax_m2", ArchFamily::kMiniMaxM2, false},
     {"gpt_oss", ArchFamily::kGptOss, false},
+    {"deepseek_v32", ArchFamily::kDeepseekV32, false},
     {"kimi_vl", ArchFamily::kDeepseekV3, true},
     {"kimi_k25", ArchFamily::kDeepseekV3, true},
 }};
@@ -281,6 +284,22 @@ bool layer_is_moe(const ArchInfo& arch, const ModelConfig& config, int64_t layer
       // architectures.md §3: dense below first_k_dense_replace, then every moe_layer_freq-th.
       if (config.num_experts <= 0 || config.moe_layer_freq <= 0) return false;
       return layer >= config.first_k_dense_replace && layer % config.moe_layer_freq == 0;
+    case ArchFamily::kDeepseekV32: {
+      // transformers' DeepseekV32DecoderLayer: mlp_layer_types ("dense" / "sparse"), which
+      // DeepseekV32Config fills as first_k_dense_replace (3 when absent) dense layers, then MoE;
+      // moe_layer_freq is not read.
+      const Json& t = config.text;
+      if (t.contains("mlp_layer_types") && !t["mlp_layer_types"].is_null()) {
+        const bool sparse =
+            layer_type_at(config, "mlp_layer_types", layer, {"dense", "sparse"}) == "sparse";
+        STRATA_CHECK(!sparse || config.num_experts > 0, config.path, ": mlp_layer_types[", layer,
+                     "] is 'sparse' but the config has no experts");
+        return sparse;
+      }
+      const bool given =
+          t.contains("first_k_dense_replace") && !t["first_k_dense_replace"].is_null();
+      return config.num_experts > 0 && layer >= (given ? config.first_k_dense_replace : 3);
+    }
     case ArchFamily::kGlm4Moe: {
       // transformers' Glm4MoeDecoderLayer: MoE from first_k_dense_replace on (no moe_layer_freq);
       // Glm4MoeConfig's default is 1.
@@ -322,6 +341,7 @@ bool layer_is_linear_attention(const ArchInfo& arch, const ModelConfig& config, 
     case ArchFamily::kQwenMoe:
     case ArchFamily::kMixtral:
     case ArchFamily::kDeepseekV3:
+    case ArchFamily::kDeepseekV32:
     case ArchFamily::kGlm4Moe:
     case ArchFamily::kMiniMaxM2:
     case ArchFamily::kGptOss:
@@ -373,6 +393,7 @@ int64_t layer_sliding_window(const ArchInfo& arch, const ModelConfig& config, in
     case ArchFamily::kQwenMoe:
     case ArchFamily::kMixtral:
     case ArchFamily::kDeepseekV3:
+    case ArchFamily::kDeepseekV32:
     case ArchFamily::kKimiLinear:
     case ArchFamily::kQwen3Next:
     case ArchFamily::kGlm4Moe:
@@ -474,6 +495,14 @@ constexpr NameRule kMla[] = {
     {"self_attn.kv_b_proj", K::kAttention, M::kModule},
     {"self_attn.o_proj", K::kAttention, M::kModule},
 };
+// DeepSeek-V3.2's lightning indexer, beside MLA (kMla).
+constexpr NameRule kMlaIndexer[] = {
+    {"self_attn.indexer.wq_b", K::kAttention, M::kModule},
+    {"self_attn.indexer.wk", K::kAttention, M::kModule},
+    {"self_attn.indexer.k_norm.weight", K::kNorm, M::kTensor},
+    {"self_attn.indexer.k_norm.bias", K::kNorm, M::kTensor},
+    {"self_attn.indexer.weights_proj", K::kAttention, M::kModule},
+};
 constexpr NameRule kDeepseekMoe[] = {
     {"mlp.gate", K::kRouter, M::kModule},
     {"mlp.gate.e_score_correction_bias", K::kRouter, M::kTensor},
@@ -568,7 +597,7 @@ constexpr NameRule kTopLevel[] = {
 
 using RuleSet = std::span<const NameRule>;
 
-std::array<RuleSet, 5> layer_rules(ArchFamily family) {
+std::array<RuleSet, 6> layer_rules(ArchFamily family) {
   switch (family) {
     case ArchFamily::kLlama:
       return {kLayerCommon, kGqaAttention, kDenseMlp, {}, {}};
@@ -578,6 +607,8 @@ std::array<RuleSet, 5> layer_rules(ArchFamily family) {
       return {kLayerCommon, kGqaAttention, kMixtralMoe, kFusedExperts, {}};
     case ArchFamily::kDeepseekV3:
       return {kLayerCommon, kMla, kDenseMlp, kDeepseekMoe, kFusedExperts};
+    case ArchFamily::kDeepseekV32:
+      return {kLayerCommon, kMla, kMlaIndexer, kDenseMlp, kDeepseekMoe, kFusedExperts};
     case ArchFamily::kKimiLinear:
       return {kLayerCommon, kKimiLinearAttention, kKimiLinearDense, kKimiLinearMoe, {}};
     case ArchFamily::kQwen3Next:
@@ -773,9 +804,12 @@ TensorClass classify_tensor(const ArchInfo& arch, std::string_view name) {
       if (matched) break;
     }
     if (layer >= arch.num_hidden_layers) {
-      // DeepSeek's and GLM-4.5's MTP layers follow the decoder layers and carry extra modules
-      // (enorm, hnorm, eh_proj, shared_head, embed_tokens); any other family has no layer there.
-      if (arch.family != ArchFamily::kDeepseekV3 && arch.family != ArchFamily::kGlm4Moe) return out;
+      // DeepSeek's (V3, V3.2) and GLM-4.5's MTP layers follow the decoder layers and carry extra
+      // modules (enorm, hnorm, eh_proj, shared_head, embed_tokens); any other family has no layer
+      // there.
+      if (arch.family != ArchFamily::kDeepseekV3 && arch.family != ArchFamily::kDeepseekV32 &&
+          arch.family != ArchFamily::kGlm4Moe)
+        return out;
       out.kind = TensorKind::kMtp;
       out.role = matched ? found.role : TensorRole::kParam;
       out.layer = layer;

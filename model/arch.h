@@ -35,6 +35,8 @@
 //                  and the fused tensors the checkpoint stores (served per expert, see below):
 //                  mlp.experts.{gate_up_proj, down_proj} [E, in, out] (bf16) or their MXFP4
 //                  `_blocks`/`_scales`, with mlp.experts.{gate_up_proj,down_proj}_bias [E, out]
+//   kDeepseekV32   kDeepseekV3's names plus the lightning indexer's self_attn.indexer.{wq_b, wk,
+//                  k_norm (weight, bias), weights_proj}
 //
 // The MoE families also name transformers v5's fused `mlp.experts.gate_up_proj` [E, 2I, H] and
 // `mlp.experts.down_proj` [E, H, I]; opening a checkpoint serves that layout (and gpt-oss's) per
@@ -60,15 +62,16 @@
 namespace strata {
 
 enum class ArchFamily : uint8_t {
-  kLlama,       // llama, mistral, qwen2, qwen3
-  kQwenMoe,     // qwen2_moe, qwen3_moe
-  kMixtral,     // mixtral
-  kDeepseekV3,  // deepseek_v3, kimi_k2
-  kKimiLinear,  // kimi_linear
-  kQwen3Next,   // qwen3_next
-  kGlm4Moe,     // glm4_moe
-  kMiniMaxM2,   // minimax_m2
-  kGptOss,      // gpt_oss
+  kLlama,        // llama, mistral, qwen2, qwen3
+  kQwenMoe,      // qwen2_moe, qwen3_moe
+  kMixtral,      // mixtral
+  kDeepseekV3,   // deepseek_v3, kimi_k2
+  kKimiLinear,   // kimi_linear
+  kQwen3Next,    // qwen3_next
+  kGlm4Moe,      // glm4_moe
+  kMiniMaxM2,    // minimax_m2
+  kGptOss,       // gpt_oss
+  kDeepseekV32,  // deepseek_v32
 };
 
 std::string_view arch_family_name(ArchFamily family);  // "llama", "deepseek_v3", ...

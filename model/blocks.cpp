@@ -15,6 +15,19 @@ double number_or(const Json& j, const char* key, double fallback) {
   return j[key].get<double>();
 }
 
+int64_t int_or(const Json& j, const char* key, int64_t fallback, const std::string& path) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  STRATA_CHECK(j[key].is_number_integer(), path, ": '", key, "' must be an integer");
+  return j[key].get<int64_t>();
+}
+
+int64_t longest_sequence(const ops::Tokens& t) {
+  int64_t n = 0;
+  for (int64_t s = 0; s < t.n_seqs(); ++s)
+    n = std::max(n, t.seq_bounds[s + 1] - t.seq_bounds[s]);
+  return n;
+}
+
 }  // namespace
 
 ops::Mlp bind_mlp(Binder& b, const std::string& prefix, int64_t hidden, int64_t inter,
@@ -142,8 +155,61 @@ MlaParams mla_params(const ModelConfig& c, bool nope) {
   return m;
 }
 
-void MlaAttention::bind(Binder& b, const ModelConfig& c, const std::string& p, bool no_rope) {
+void LightningIndexer::bind(Binder& b, const ModelConfig& c, const std::string& p,
+                            const MlaParams& mla) {
+  // DeepseekV32Config's defaults where the config is silent.
+  H = mla.H;
+  q_rank = mla.q_rank;
+  n_heads = int_or(c.text, "index_n_heads", 64, c.path);
+  head_dim = int_or(c.text, "index_head_dim", 128, c.path);
+  top_k = int_or(c.text, "index_topk", 2048, c.path);
+  rope_dim = mla.dr;
+  STRATA_CHECK(q_rank > 0, c.path, ": the lightning indexer reads q_a_proj's output; q_lora_rank ",
+               "must be set");
+  STRATA_CHECK(n_heads >= 1 && top_k >= 1, c.path,
+               ": index_n_heads and index_topk must be positive");
+  STRATA_CHECK(head_dim >= rope_dim, c.path, ": index_head_dim (", head_dim,
+               ") must hold the qk_rope_head_dim (", rope_dim, ") dims RoPE rotates");
+  STRATA_CHECK(!mla.nope, c.path, ": the lightning indexer needs RoPE");
+  inv_freq = mla.inv_freq;
+  attention_factor = mla.attention_factor;
+  wq_b = b.matrix(p + "wq_b.weight", {n_heads * head_dim, q_rank});
+  wk = b.matrix(p + "wk.weight", {head_dim, H});
+  k_norm = b.vector(p + "k_norm.weight", {head_dim});
+  k_norm_bias = b.vector(p + "k_norm.bias", {head_dim});
+  weights_proj = b.vector(p + "weights_proj.weight", {n_heads, H});
+  q_names = {p + "wq_b"};
+  x_names = {p + "wk", p + "weights_proj"};
+}
+
+bool LightningIndexer::forward(ops::Backend& be, const ops::Tokens& t, const float* x,
+                               const float* cq, int32_t* keep, int64_t words) const {
+  const int64_t T = t.tokens, d = head_dim;
+  be.observe(x_names, x, T, H);
+  be.observe(q_names, cq, T, q_rank);
+  // A query with at most top_k causal keys keeps them all: nothing to select.
+  if (longest_sequence(t) <= top_k) return false;
+  ops::ScratchScope scope(be);
+  float* q = be.take(T * n_heads * d);  // [T, nI, d]
+  float* k = be.take(T * d);            // [T, d]
+  float* w = be.take(T * n_heads);      // [T, nI]
+  be.linear(cq, T, wq_b, q);
+  be.linears(x, T, {{&wk, k}, {&weights_proj, w}});
+  be.layer_norm(k, T, d, k_norm, k_norm_bias, 1e-6f, k);
+  be.rope(q, t, n_heads, d, 0, rope_dim, inv_freq, attention_factor, false);
+  be.rope(k, t, 1, d, 0, rope_dim, inv_freq, attention_factor, false);
+  // transformers multiplies by Python floats: head_dim ** -0.5 and n_heads ** -0.5, in fp32.
+  const float scale = static_cast<float>(std::pow(static_cast<double>(d), -0.5));
+  const float w_scale = static_cast<float>(std::pow(static_cast<double>(n_heads), -0.5));
+  be.index_topk(t, q, k, w, n_heads, d, scale, w_scale, top_k, keep, words);
+  return true;
+}
+
+void MlaAttention::bind(Binder& b, const ModelConfig& c, const std::string& p, bool no_rope,
+                        bool with_indexer) {
   static_cast<MlaParams&>(*this) = mla_params(c, no_rope);
+  indexed = with_indexer;
+  if (indexed) indexer.bind(b, c, p + "indexer.", *this);
   const int64_t dq = dn + dr;
   if (q_rank > 0) {
     wqa = b.matrix(p + "q_a_proj.weight", {q_rank, H});
@@ -197,7 +263,16 @@ void MlaAttention::forward(ops::Backend& be, const ops::Tokens& t, const float* 
   be.mla_kv(kv, kr, T, nH, dn, dr, dv, k, v);
   be.observe(k_cache, k, T, nH * dq);
   be.observe(v_cache, v, T, nH * dv);
-  be.attention(t, q, nH * dq, k, nH * dq, v, nH * dv, nH, nH, dq, dv, scale, att, {});
+  ops::AttentionVariant sparse;
+  if (indexed) {
+    const int64_t words = (longest_sequence(t) + 31) / 32;
+    int32_t* keep = be.take_i32(T * words);  // [T, words]
+    if (indexer.forward(be, t, x, cq, keep, words)) {
+      sparse.keep = keep;
+      sparse.keep_words = words;
+    }
+  }
+  be.attention(t, q, nH * dq, k, nH * dq, v, nH * dv, nH, nH, dq, dv, scale, att, sparse);
   be.observe(o_names, att, T, nH * dv);
   be.linear(att, T, wo, out);
 }

@@ -120,11 +120,40 @@ struct MlaParams {
 };
 MlaParams mla_params(const ModelConfig& c, bool nope);
 
+// DeepSeek-V3.2's lightning indexer (transformers' DeepseekV32Indexer), per token x (the layer's
+// normalised input) and c_q (MLA's RMSNorm'd q_a_proj output):
+//   q = wq_b c_q  [nI, d];   k = LayerNorm_1e-6(wk x)  [d] (weight and bias);
+//   half-split RoPE on the first d_r dims of each q head and of k (MLA's frequencies);
+//   w = weights_proj x  [nI] (fp32 weight), times nI^-1/2;
+//   s_ij = sum_h w_h · relu(d^-1/2 · q_h·k_j);  query i attends to the index_topk keys j <= i
+//   with the largest s_ij (every j <= i while i < index_topk).
+// No fp8 simulation and no Hadamard rotation (transformers 5.17 has neither; docs/FORWARD.md).
+// Observers: wq_b (c_q), wk and weights_proj (x).
+struct LightningIndexer {
+  int64_t H = 0, q_rank = 0, n_heads = 0, head_dim = 0, rope_dim = 0, top_k = 0;
+  std::vector<double> inv_freq;  // [rope_dim / 2], MLA's
+  double attention_factor = 1.0;
+  ops::Weight wq_b, wk, k_norm, k_norm_bias, weights_proj;  // weights_proj [nI, H] fp32
+  std::vector<std::string> q_names, x_names;
+
+  // Names under prefix ("...self_attn.indexer."); sizes from index_n_heads, index_head_dim,
+  // index_topk.
+  void bind(Binder& b, const ModelConfig& c, const std::string& prefix, const MlaParams& mla);
+  // Observes the inputs; when a sequence of t is longer than top_k, writes keep [T, words] for
+  // AttentionVariant::keep and returns true (false: every query keeps all its keys).
+  bool forward(ops::Backend& be, const ops::Tokens& t, const float* x, const float* cq,
+               int32_t* keep, int64_t words) const;
+};
+
 struct MlaAttention : MlaParams {
   ops::Weight wq, wqa, q_a_norm, wqb, wkva, kv_a_norm, wkvb, wo;
   std::vector<std::string> in_names, qb_names, kvb_names, k_cache, v_cache, o_names;
+  bool indexed = false;  // DeepSeek-V3.2: attention restricted to the indexer's keys
+  LightningIndexer indexer;
 
-  void bind(Binder& b, const ModelConfig& c, const std::string& prefix, bool nope);
+  // `indexed`: bind the lightning indexer under prefix + "indexer." (needs q_lora_rank).
+  void bind(Binder& b, const ModelConfig& c, const std::string& prefix, bool nope,
+            bool indexed = false);
   void forward(ops::Backend& be, const ops::Tokens& t, const float* x, float* out) const;
 };
 

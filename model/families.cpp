@@ -26,6 +26,9 @@ std::unique_ptr<Layer> make_glm4_moe_layer(const ModelConfig& c, int64_t index,
 void check_minimax_m2_config(const ModelConfig& c);
 std::unique_ptr<Layer> make_minimax_m2_layer(const ModelConfig& c, int64_t index,
                                              const std::string& p);
+void check_deepseek_v32_config(const ModelConfig& c);
+std::unique_ptr<Layer> make_deepseek_v32_layer(const ModelConfig& c, int64_t index,
+                                               const std::string& p);
 void check_gpt_oss_config(const ModelConfig& c);
 std::unique_ptr<Layer> make_gpt_oss_layer(const ModelConfig& c, int64_t index,
                                           const std::string& p);
@@ -41,6 +44,7 @@ constexpr std::array kFamilies = {
     Family{ArchFamily::kGlm4Moe, check_glm4_moe_config, make_glm4_moe_layer},
     Family{ArchFamily::kMiniMaxM2, check_minimax_m2_config, make_minimax_m2_layer},
     Family{ArchFamily::kGptOss, check_gpt_oss_config, make_gpt_oss_layer},
+    Family{ArchFamily::kDeepseekV32, check_deepseek_v32_config, make_deepseek_v32_layer},
 };
 
 }  // namespace

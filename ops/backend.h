@@ -98,10 +98,14 @@ struct Mlp {
 
 // gpt-oss's attention variants (ops::attention_causal): keys within a sliding window of
 // `window` tokens, the query's own included (0: the whole causal prefix), and one sink logit per
-// head (null: none).
+// head (null: none). DeepSeek-V3.2's sparse attention: `keep` [tokens, keep_words] (backend
+// memory, as Backend::index_topk writes it) lets token t see only the keys of its sequence whose
+// bit is set in its row (bit j: the key at position j of the sequence).
 struct AttentionVariant {
   int64_t window = 0;
   const Weight* sinks = nullptr;  // [n_heads] fp32
+  const int32_t* keep = nullptr;
+  int64_t keep_words = 0;
 };
 
 // The tokens of a ragged batch: whole sequences, concatenated, no padding.
@@ -160,6 +164,10 @@ class Backend {
   // Per row of x[rows, dim]: x / sqrt(mean(x^2) + eps) * w. y may equal x.
   virtual void rms_norm(const float* x, int64_t rows, int64_t dim, const Weight& w, float eps,
                         float* y) = 0;
+  // Per row of x[rows, dim]: torch.nn.LayerNorm, (x - mean) / sqrt(var + eps) * w + b. y may
+  // equal x.
+  virtual void layer_norm(const float* x, int64_t rows, int64_t dim, const Weight& w,
+                          const Weight& b, float eps, float* y) = 0;
   virtual void add(float* y, const float* x, int64_t n) = 0;  // y += x
   virtual void round_bf16(float* x, int64_t n) = 0;
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* h) = 0;
@@ -191,6 +199,12 @@ class Backend {
                          int64_t k_stride, const float* v, int64_t v_stride, int64_t n_heads,
                          int64_t n_kv, int64_t dq, int64_t dv, float scale, float* out,
                          const AttentionVariant& variant) = 0;
+  // DeepSeek-V3.2's lightning indexer (ops::index_topk) on each sequence: q[T, nH, d], k[T, d],
+  // w[T, nH]; keep[T, words] (words >= ceil(longest sequence / 32)), row t's bits over the
+  // positions of t's sequence, for AttentionVariant::keep.
+  virtual void index_topk(const Tokens& t, const float* q, const float* k, const float* w,
+                          int64_t n_heads, int64_t d, float scale, float w_scale, int64_t top_k,
+                          int32_t* keep, int64_t words) = 0;
   // MLA's per-head K and V: k[T, nH, dn + dr] = [kv[t, h, :dn] | kr[t, :]], v[T, nH, dv] =
   // kv[t, h, dn:], from kv[T, nH, dn + dv] and kr[T, dr].
   virtual void mla_kv(const float* kv, const float* kr, int64_t T, int64_t n_heads, int64_t dn,

@@ -66,6 +66,12 @@ void CpuBackend::rms_norm(const float* x, int64_t rows, int64_t dim, const Weigh
   ops::rms_norm(x, rows, dim, f32(w), eps, y);
 }
 
+void CpuBackend::layer_norm(const float* x, int64_t rows, int64_t dim, const Weight& w,
+                            const Weight& b, float eps, float* y) {
+  ops::layer_norm(x, rows, dim, w.defined() ? f32(w) : nullptr, b.defined() ? f32(b) : nullptr, eps,
+                  y);
+}
+
 void CpuBackend::add(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     y[i] += x[i];
@@ -138,8 +144,22 @@ void CpuBackend::attention(const Tokens& t, const float* q, int64_t qs, const fl
   const float* sinks = variant.sinks ? f32(*variant.sinks) : nullptr;
   for (int64_t s = 0; s < t.n_seqs(); ++s) {
     const int64_t b = t.seq_bounds[s], len = t.seq_bounds[s + 1] - b;
+    const uint32_t* keep =
+        variant.keep ? reinterpret_cast<const uint32_t*>(variant.keep) + b * variant.keep_words
+                     : nullptr;
     ops::attention_causal(q + b * qs, qs, k + b * ks, ks, v + b * vs, vs, len, n_heads, n_kv, dq,
-                          dv, scale, out + b * n_heads * dv, sinks, variant.window);
+                          dv, scale, out + b * n_heads * dv, sinks, variant.window, keep,
+                          variant.keep_words);
+  }
+}
+
+void CpuBackend::index_topk(const Tokens& t, const float* q, const float* k, const float* w,
+                            int64_t n_heads, int64_t d, float scale, float w_scale, int64_t top_k,
+                            int32_t* keep, int64_t words) {
+  for (int64_t s = 0; s < t.n_seqs(); ++s) {
+    const int64_t b = t.seq_bounds[s], len = t.seq_bounds[s + 1] - b;
+    ops::index_topk(q + b * n_heads * d, k + b * d, w + b * n_heads, len, n_heads, d, scale,
+                    w_scale, top_k, reinterpret_cast<uint32_t*>(keep) + b * words, words);
   }
 }
 

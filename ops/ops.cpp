@@ -217,8 +217,13 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int6
 void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t k_stride,
                       const float* v, int64_t v_stride, int64_t T, int64_t n_heads,
                       int64_t n_kv_heads, int64_t dq, int64_t dv, float scale, float* out,
-                      const float* sinks, int64_t window) {
+                      const float* sinks, int64_t window, const uint32_t* keep,
+                      int64_t keep_words) {
   STRATA_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && window >= 0);
+  STRATA_ASSERT(!keep || keep_words * 32 >= T);
+  auto kept = [&](int64_t i, int64_t j) {
+    return !keep || (keep[i * keep_words + j / 32] >> (j % 32) & 1u) != 0;
+  };
   const int64_t group = n_heads / n_kv_heads;
   // Heads are independent and each writes only its own output columns, so running them on
   // several threads gives the same bytes as one.
@@ -232,6 +237,7 @@ void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t 
       const int64_t first = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
       float mx = sinks ? sinks[h] : -INFINITY;
       for (int64_t j = first; j <= i; ++j) {
+        if (!kept(i, j)) continue;
         const float* kj = k + j * k_stride + kvh * dq;
         float s = 0.0f;
         for (int64_t d = 0; d < dq; ++d)
@@ -241,7 +247,7 @@ void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t 
       }
       double sum = 0.0;
       for (int64_t j = first; j <= i; ++j) {
-        p[j] = std::exp(p[j] - mx);
+        p[j] = kept(i, j) ? std::exp(p[j] - mx) : 0.0f;
         sum += p[j];
       }
       if (sinks) sum += std::exp(sinks[h] - mx);
@@ -258,6 +264,40 @@ void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t 
   }
 }
 
+void index_topk(const float* q, const float* k, const float* w, int64_t T, int64_t n_heads,
+                int64_t d, float scale, float w_scale, int64_t n_top, uint32_t* keep,
+                int64_t words) {
+  STRATA_ASSERT(n_top >= 1 && words * 32 >= T);
+  // Rows are independent and each writes only its own words.
+#pragma omp parallel for schedule(dynamic, 8)
+  for (int64_t i = 0; i < T; ++i) {
+    uint32_t* row = keep + i * words;
+    std::fill(row, row + words, 0u);
+    const int64_t n = i + 1;  // the causal keys
+    if (n <= n_top) {
+      for (int64_t j = 0; j < n; ++j)
+        row[j / 32] |= 1u << (j % 32);
+      continue;
+    }
+    std::vector<float> s(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) {
+      const float* kj = k + j * d;
+      float acc = 0.0f;
+      for (int64_t h = 0; h < n_heads; ++h) {
+        const float* qh = q + (i * n_heads + h) * d;
+        float dot = 0.0f;
+        for (int64_t c = 0; c < d; ++c)
+          dot += qh[c] * kj[c];
+        const float wh = w[i * n_heads + h] * w_scale;
+        acc += wh * std::max(dot * scale, 0.0f);
+      }
+      s[j] = acc;
+    }
+    for (int32_t j : top_k(s.data(), n, n_top))
+      row[j / 32] |= 1u << (j % 32);
+  }
+}
+
 void causal_conv1d(const float* x, int64_t x_stride, int64_t T, int64_t C, const float* w,
                    int64_t K, float* y) {
   for (int64_t t = 0; t < T; ++t) {
@@ -269,6 +309,25 @@ void causal_conv1d(const float* x, int64_t x_stride, int64_t T, int64_t C, const
       }
       y[t * C + c] = acc;
     }
+  }
+}
+
+void layer_norm(const float* x, int64_t rows, int64_t dim, const float* w, const float* b,
+                float eps, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    double sum = 0.0;
+    for (int64_t i = 0; i < dim; ++i)
+      sum += xr[i];
+    const double mean = sum / static_cast<double>(dim);
+    double sq = 0.0;
+    for (int64_t i = 0; i < dim; ++i)
+      sq += (xr[i] - mean) * (xr[i] - mean);
+    const float m = static_cast<float>(mean);
+    const float inv = 1.0f / std::sqrt(static_cast<float>(sq / static_cast<double>(dim)) + eps);
+    for (int64_t i = 0; i < dim; ++i)
+      yr[i] = (xr[i] - m) * inv * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
   }
 }
 

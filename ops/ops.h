@@ -45,6 +45,12 @@ void round_bf16(float* x, int64_t n);
 // fp64, the rest in fp32. CUDA: ops/cuda/norm.h rms_norm.
 void rms_norm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y);
 
+// Per row of x[rows, dim]: (x - mean) / sqrt(var + eps) * w + b (torch.nn.LayerNorm, biased
+// variance; w and b may be null): mean and variance in fp64, the rest in fp32. y may equal x.
+// CUDA: ops/cuda/norm.h layer_norm.
+void layer_norm(const float* x, int64_t rows, int64_t dim, const float* w, const float* b,
+                float eps, float* y);
+
 // Per row of x[rows, dim]: softmax in place (max subtracted, exp in fp32, sum in fp64). CUDA:
 // inside ops/cuda/routing.h route_softmax_topk and attention.h causal_softmax.
 void softmax(float* x, int64_t rows, int64_t dim);
@@ -100,10 +106,26 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int6
 // window of `window` tokens, its own included); `sinks` [n_heads] (or null) adds one logit per
 // head to the softmax's denominator (and to its max), with no value:
 //   p_ij = exp(s_ij - m) / (sum_j' exp(s_ij' - m) + exp(sink_h - m)),  m = max(s_i., sink_h).
+// DeepSeek-V3.2's sparse attention: with `keep` (or null), query i sees only the causal keys j
+// whose bit is set in its row keep[i, 0:keep_words] (bit j % 32 of word j / 32), as
+// ops::index_topk writes them; the others leave the softmax (a masked score, exp 0).
 void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t k_stride,
                       const float* v, int64_t v_stride, int64_t T, int64_t n_heads,
                       int64_t n_kv_heads, int64_t dq, int64_t dv, float scale, float* out,
-                      const float* sinks = nullptr, int64_t window = 0);
+                      const float* sinks = nullptr, int64_t window = 0,
+                      const uint32_t* keep = nullptr, int64_t keep_words = 0);
+
+// DeepSeek-V3.2's lightning indexer over one sequence: q[T, nH, d] and k[T, d] (after their
+// RoPE), head weights w[T, nH]; for query i and key j <= i the index score
+//   s_ij = sum_h (w[i, h] * w_scale) * relu((q[i, h, :] . k[j, :]) * scale)
+// (each product rounded to fp32, heads summed in order)
+// and the keys i attends to: the top_k keys of row i by s (ties to the lower j, as ops::top_k),
+// or every j <= i when i + 1 <= top_k. Writes the bit mask keep[T, words] (bit j % 32 of word
+// j / 32 of row i; bits beyond i clear); words >= ceil(T / 32), top_k >= 1. CUDA:
+// ops/cuda/indexer.h index_topk.
+void index_topk(const float* q, const float* k, const float* w, int64_t T, int64_t n_heads,
+                int64_t d, float scale, float w_scale, int64_t top_k, uint32_t* keep,
+                int64_t words);
 
 // Causal depthwise convolution over one sequence, no bias: x[T, C] with row stride x_stride,
 // w[C, K] (the checkpoint's [C, 1, K]), y[T, C] contiguous:

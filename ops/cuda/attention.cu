@@ -22,7 +22,7 @@ constexpr int kMaxDvPerLane = 8;  // dv <= 256
 __global__ void k_attention(const float* q, int64_t qs, const float* k, int64_t ks, const float* v,
                             int64_t vs, int64_t T, int64_t nH, int64_t nKV, int64_t dq, int64_t dv,
                             float scale, const int64_t* start, float* out, int64_t window,
-                            const float* sinks) {
+                            const float* sinks, const uint32_t* keep, int64_t keep_words) {
   const int64_t warp = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (warp >= T * nH) return;
@@ -34,7 +34,12 @@ __global__ void k_attention(const float* q, int64_t qs, const float* k, int64_t 
   for (int i = 0; i < kMaxDvPerLane; ++i)
     acc[i] = 0.0f;
   const int64_t first = window > 0 && t - window + 1 > start[t] ? t - window + 1 : start[t];
+  const uint32_t* kept = keep ? keep + t * keep_words : nullptr;
   for (int64_t j = first; j <= t; ++j) {
+    if (kept) {
+      const int64_t p = j - start[t];
+      if (!(kept[p >> 5] >> (p & 31) & 1u)) continue;
+    }
     const float* kj = k + j * ks + kvh * dq;
     float s = 0.0f;
     for (int64_t d = lane; d < dq; d += 32)
@@ -62,7 +67,8 @@ __global__ void k_attention(const float* q, int64_t qs, const float* k, int64_t 
 // One warp per row (i, j) of S [batch, L, L]: p_j = exp(scale*s_j - max) for first <= j <= i,
 // / sum (first = 0, or i - window + 1 with a window; a sink joins the max and the sum).
 __global__ void k_causal_softmax(float* s, int64_t rows, int64_t L, float scale, int64_t window,
-                                 const float* sinks, int64_t nH) {
+                                 const float* sinks, int64_t nH, const uint32_t* const* keep_rows,
+                                 int64_t keep_words) {
   const int64_t row = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
@@ -70,14 +76,17 @@ __global__ void k_causal_softmax(float* s, int64_t rows, int64_t L, float scale,
   const int64_t first = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
   float* r = s + row * L;
   const float sink = sinks ? sinks[(row / L) % nH] : -INFINITY;
+  const uint32_t* kept = keep_rows ? keep_rows[row / L] + i * keep_words : nullptr;
+  auto in = [&](int64_t j) { return !kept || (kept[j >> 5] >> (j & 31) & 1u) != 0; };
   float mx = sink;
-  for (int64_t j = first + lane; j <= i; j += 32)
-    mx = fmaxf(mx, r[j] * scale);
+  for (int64_t j = first + lane; j <= i; j += 32) {
+    if (in(j)) mx = fmaxf(mx, r[j] * scale);
+  }
   for (int o = 16; o > 0; o >>= 1)
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   double sum = 0.0;
   for (int64_t j = first + lane; j <= i; j += 32) {
-    const float p = expf(r[j] * scale - mx);
+    const float p = in(j) ? expf(r[j] * scale - mx) : 0.0f;
     r[j] = p;
     sum += p;
   }
@@ -108,7 +117,7 @@ __global__ void k_mla_kv(const float* kv, const float* kr, int64_t T, int64_t nH
 void attention(const float* q, int64_t q_stride, const float* k, int64_t k_stride, const float* v,
                int64_t v_stride, int64_t T, int64_t n_heads, int64_t n_kv, int64_t dq, int64_t dv,
                float scale, const int64_t* seq_start_of_token, float* out, void* s, int64_t window,
-               const float* sinks) {
+               const float* sinks, const uint32_t* keep, int64_t keep_words) {
   if (T == 0) return;
   STRATA_CHECK(dv <= 32 * kMaxDvPerLane, "GPU attention: value head dim ", dv,
                " exceeds 256; use --device cpu");
@@ -117,7 +126,7 @@ void attention(const float* q, int64_t q_stride, const float* k, int64_t k_strid
   STRATA_ASSERT(blocks < (1ll << 31));
   k_attention<<<static_cast<unsigned>(blocks), kThreads, 0, st(s)>>>(
       q, q_stride, k, k_stride, v, v_stride, T, n_heads, n_kv, dq, dv, scale, seq_start_of_token,
-      out, window, sinks);
+      out, window, sinks, keep, keep_words);
   launched("attention");
 }
 
@@ -130,13 +139,14 @@ void mla_kv(const float* kv, const float* kr, int64_t T, int64_t n_heads, int64_
 }
 
 void causal_softmax(float* s, int64_t batch, int64_t L, float scale, void* st_, int64_t window,
-                    const float* sinks, int64_t n_heads) {
+                    const float* sinks, int64_t n_heads, const uint32_t* const* keep_rows,
+                    int64_t keep_words) {
   const int64_t rows = batch * L;
   if (rows == 0) return;
   const int64_t blocks = (rows * 32 + kThreads - 1) / kThreads;
   STRATA_ASSERT(blocks < (1ll << 31));
-  k_causal_softmax<<<static_cast<unsigned>(blocks), kThreads, 0, st(st_)>>>(s, rows, L, scale,
-                                                                            window, sinks, n_heads);
+  k_causal_softmax<<<static_cast<unsigned>(blocks), kThreads, 0, st(st_)>>>(
+      s, rows, L, scale, window, sinks, n_heads, keep_rows, keep_words);
   launched("causal_softmax");
 }
 

@@ -14,19 +14,24 @@ namespace strata::ops::cuda {
 // h / (nH / nKV). One warp per (token, head), online softmax in fp32 (no [T, T] buffer).
 // dv <= 256 (else strata::Error). gpt-oss's variants as ops::attention_causal: `window` > 0
 // keeps the keys j with t - j < window; `sinks` (device fp32 [nH], or null) joins one logit per
-// head to the softmax (its max and its denominator).
+// head to the softmax (its max and its denominator). DeepSeek-V3.2's: `keep` (device [T,
+// keep_words], or null) keeps only the keys whose bit (their position in the sequence) is set
+// in the query's row.
 void attention(const float* q, int64_t q_stride, const float* k, int64_t k_stride, const float* v,
                int64_t v_stride, int64_t T, int64_t n_heads, int64_t n_kv, int64_t dq, int64_t dv,
                float scale, const int64_t* seq_start_of_token, float* out, void* stream,
-               int64_t window = 0, const float* sinks = nullptr);
+               int64_t window = 0, const float* sinks = nullptr, const uint32_t* keep = nullptr,
+               int64_t keep_words = 0);
 
 // s [batch, L, L] in place, row i of each matrix: p_j = exp(scale * s_j - max) / sum for j <= i
 // (max in fp32, exp in fp32, sum in fp64, as ops::softmax on the row's first i + 1 scaled
 // values), p_j = 0 for j > i. With `window` > 0 only j > i - window count (the others are 0);
 // with `sinks` (device fp32 [n_heads], matrix b being head b % n_heads) exp(sink - max) joins the
-// sum and the sink the max.
+// sum and the sink the max. With `keep_rows` (device [batch] pointers, or null), row i of matrix
+// b counts only the j whose bit is set in keep_rows[b][i * keep_words, ...] (the others are 0).
 void causal_softmax(float* s, int64_t batch, int64_t L, float scale, void* stream,
-                    int64_t window = 0, const float* sinks = nullptr, int64_t n_heads = 1);
+                    int64_t window = 0, const float* sinks = nullptr, int64_t n_heads = 1,
+                    const uint32_t* const* keep_rows = nullptr, int64_t keep_words = 0);
 
 // MLA's per-head K and V: k[T, nH, dn + dr] = [kv[t, h, 0:dn] | kr[t, 0:dr]] (kr shared by the
 // heads), v[T, nH, dv] = kv[t, h, dn:dn + dv], from kv[T, nH, dn + dv] and kr[T, dr]. Exact.

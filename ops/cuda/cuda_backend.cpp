@@ -13,6 +13,7 @@
 #include "ops/cuda/convert.h"
 #include "ops/cuda/elementwise.h"
 #include "ops/cuda/gemm.h"
+#include "ops/cuda/indexer.h"
 #include "ops/cuda/kda.h"
 #include "ops/cuda/moe.h"
 #include "ops/cuda/norm.h"
@@ -56,10 +57,12 @@ const char* const kPartNames[kParts] = {"norms and residuals",
                                         "dense MLP, shared experts"};
 
 // Attention through GEMMs: S for `seqs_per_call` sequences; the batched GEMMs' pointer arrays
-// (5 of seqs_per_call x nH pointers per call) in a ring of kPtrSlots slots, filled in pinned
-// memory and copied asynchronously, so that the host queues calls ahead of the device; a slot is
-// refilled once the device has run the call that used it (ptr_done).
+// (q, k, S, v, out, and the keep mask's rows: kPtrArrays of seqs_per_call x nH pointers per call)
+// in a ring of kPtrSlots slots, filled in pinned memory and copied asynchronously, so that the host
+// queues calls ahead of the device; a slot is refilled once the device has run the call that used
+// it (ptr_done).
 constexpr int kPtrSlots = 32;
+constexpr int kPtrArrays = 6;
 
 }  // namespace
 
@@ -163,7 +166,8 @@ uint64_t CudaBackend::attention_bytes(int64_t n_heads, int64_t longest, uint64_t
   if (one == 0 || one > cap) return 0;
   // Whole sequences, about 64 MiB of scores per call (at least one sequence).
   const uint64_t seqs = std::max<uint64_t>(1, (64ull << 20) / one);
-  return seqs * one + kPtrSlots * seqs * static_cast<uint64_t>(n_heads) * 5 * sizeof(void*);
+  return seqs * one +
+         kPtrSlots * seqs * static_cast<uint64_t>(n_heads) * kPtrArrays * sizeof(void*);
 }
 
 void CudaBackend::reserve_attention(int64_t n_heads, int64_t longest, uint64_t cap) {
@@ -178,7 +182,7 @@ void CudaBackend::reserve_attention(int64_t n_heads, int64_t longest, uint64_t c
   a.scores =
       DeviceBuffer(*budget_, static_cast<uint64_t>(a.seqs_per_call) * one, "attention scores");
   const uint64_t ptr_bytes =
-      kPtrSlots * static_cast<uint64_t>(a.seqs_per_call * n_heads) * 5 * sizeof(void*);
+      kPtrSlots * static_cast<uint64_t>(a.seqs_per_call * n_heads) * kPtrArrays * sizeof(void*);
   a.ptrs = DeviceBuffer(*budget_, ptr_bytes, "attention pointers");
   a.host_ptrs.reserve(ptr_bytes);
   while (a.done.size() < static_cast<size_t>(kPtrSlots))
@@ -327,6 +331,13 @@ void CudaBackend::rms_norm(const float* x, int64_t rows, int64_t dim, const Weig
   cuda::rms_norm(x, rows, dim, static_cast<const float*>(w.data), eps, y, stream_->handle());
 }
 
+void CudaBackend::layer_norm(const float* x, int64_t rows, int64_t dim, const Weight& w,
+                             const Weight& b, float eps, float* y) {
+  if (dry()) return;
+  cuda::layer_norm(x, rows, dim, static_cast<const float*>(w.data),
+                   static_cast<const float*>(b.data), eps, y, stream_->handle());
+}
+
 void CudaBackend::add(float* y, const float* x, int64_t n) {
   if (!dry()) cuda::add(y, x, n, stream_->handle());
 }
@@ -412,13 +423,14 @@ void CudaBackend::attention(const Tokens& t, const float* q, int64_t qs, const f
   }
   span(kAttention);
   const float* sinks = variant.sinks ? static_cast<const float*>(variant.sinks->data) : nullptr;
+  const auto* keep = reinterpret_cast<const uint32_t*>(variant.keep);
   if (att_->seqs_per_call > 0) {
     STRATA_ASSERT(n_heads == att_->n_heads, "attention reserved for ", att_->n_heads, " heads");
     attention_gemm(t, q, qs, k, ks, v, vs, out, n_heads * dv, n_heads, dq, dv, n_heads / n_kv,
-                   scale, variant.window, sinks);
+                   scale, variant.window, sinks, keep, variant.keep_words);
   } else {
     cuda::attention(q, qs, k, ks, v, vs, t.tokens, n_heads, n_kv, dq, dv, scale, t.seq_start, out,
-                    stream_->handle(), variant.window, sinks);
+                    stream_->handle(), variant.window, sinks, keep, variant.keep_words);
   }
   span(kAttentionCore);
 }
@@ -428,7 +440,8 @@ void CudaBackend::attention(const Tokens& t, const float* q, int64_t qs, const f
 void CudaBackend::attention_gemm(const Tokens& t, const float* q, int64_t qs, const float* k,
                                  int64_t ks, const float* v, int64_t vs, float* out, int64_t os,
                                  int64_t nH, int64_t dq, int64_t dv, int64_t group, float scale,
-                                 int64_t window, const float* sinks) {
+                                 int64_t window, const float* sinks, const uint32_t* keep,
+                                 int64_t keep_words) {
   Attention& a = *att_;
   void* s = stream_->handle();
   const int64_t n_seqs = t.n_seqs();
@@ -450,8 +463,9 @@ void CudaBackend::attention_gemm(const Tokens& t, const float* q, int64_t qs, co
     float* S = a.scores.as<float>();
     const int64_t slot = a.next++ % kPtrSlots;
     if (a.next > kPtrSlots) a.done[slot]->synchronize();  // its last call has run
-    const void** host = reinterpret_cast<const void**>(a.host_ptrs.data()) + slot * 5 * cap;
-    const float* const* dev = a.ptrs.as<const float*>() + slot * 5 * cap;
+    const void** host =
+        reinterpret_cast<const void**>(a.host_ptrs.data()) + slot * kPtrArrays * cap;
+    const float* const* dev = a.ptrs.as<const float*>() + slot * kPtrArrays * cap;
     int64_t idx = 0;
     for (int64_t m : members) {
       const int64_t b = t.seq_bounds[m];
@@ -462,18 +476,31 @@ void CudaBackend::attention_gemm(const Tokens& t, const float* q, int64_t qs, co
         host[2 * cap + idx] = S + idx * L * L;
         host[3 * cap + idx] = v + b * vs + g * dv;
         host[4 * cap + idx] = out + b * os + h * dv;
+        host[5 * cap + idx] = keep ? keep + b * keep_words : nullptr;
       }
     }
     stream_->copy_to_device(const_cast<const float**>(dev), host,
-                            static_cast<uint64_t>(5 * cap) * sizeof(void*));
+                            static_cast<uint64_t>(kPtrArrays * cap) * sizeof(void*));
     auto arr = [&](int i) { return dev + i * cap; };
     cuda::gemm_batched_qk(blas_, arr(0), qs, arr(1), ks, const_cast<float* const*>(arr(2)), L, dq,
                           batch, opt_.gemm_bf16);
-    cuda::causal_softmax(S, batch, L, scale, s, window, sinks, nH);
+    cuda::causal_softmax(S, batch, L, scale, s, window, sinks, nH,
+                         keep ? reinterpret_cast<const uint32_t* const*>(arr(5)) : nullptr,
+                         keep_words);
     cuda::gemm_batched_pv(blas_, arr(2), arr(3), vs, const_cast<float* const*>(arr(4)), os, L, dv,
                           batch, opt_.gemm_bf16);
     a.done[slot]->record(*stream_);
   }
+}
+
+void CudaBackend::index_topk(const Tokens& t, const float* q, const float* k, const float* w,
+                             int64_t n_heads, int64_t d, float scale, float w_scale, int64_t top_k,
+                             int32_t* keep, int64_t words) {
+  if (dry()) return;
+  span(kAttention);  // the indexer's projections and RoPE before, its selection in the core
+  cuda::index_topk(q, k, w, t.tokens, n_heads, d, scale, w_scale, top_k, t.seq_start,
+                   reinterpret_cast<uint32_t*>(keep), words, stream_->handle());
+  span(kAttentionCore);
 }
 
 void CudaBackend::mla_kv(const float* kv, const float* kr, int64_t T, int64_t n_heads, int64_t dn,

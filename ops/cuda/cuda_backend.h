@@ -85,6 +85,8 @@ class CudaBackend final : public Backend {
   void linears(const float* x, int64_t m, std::initializer_list<Out> outs) override;
   void rms_norm(const float* x, int64_t rows, int64_t dim, const Weight& w, float eps,
                 float* y) override;
+  void layer_norm(const float* x, int64_t rows, int64_t dim, const Weight& w, const Weight& b,
+                  float eps, float* y) override;
   void add(float* y, const float* x, int64_t n) override;
   void round_bf16(float* x, int64_t n) override;
   void swiglu(const float* gate, const float* up, int64_t n, float* h) override;
@@ -102,6 +104,9 @@ class CudaBackend final : public Backend {
                  int64_t k_stride, const float* v, int64_t v_stride, int64_t n_heads, int64_t n_kv,
                  int64_t dq, int64_t dv, float scale, float* out,
                  const AttentionVariant& variant) override;
+  void index_topk(const Tokens& t, const float* q, const float* k, const float* w, int64_t n_heads,
+                  int64_t d, float scale, float w_scale, int64_t top_k, int32_t* keep,
+                  int64_t words) override;
   void mla_kv(const float* kv, const float* kr, int64_t T, int64_t n_heads, int64_t dn, int64_t dr,
               int64_t dv, float* k, float* v) override;
   void conv_silu(const Tokens& t, const float* x, int64_t C, const Weight& w, int64_t K,
@@ -143,7 +148,7 @@ class CudaBackend final : public Backend {
   void attention_gemm(const Tokens& t, const float* q, int64_t qs, const float* k, int64_t ks,
                       const float* v, int64_t vs, float* out, int64_t os, int64_t n_heads,
                       int64_t dq, int64_t dv, int64_t group, float scale, int64_t window,
-                      const float* sinks);
+                      const float* sinks, const uint32_t* keep, int64_t keep_words);
   int64_t esz() const { return opt_.gemm_bf16 ? 2 : 4; }
 
   CudaBackendOptions opt_;

@@ -59,6 +59,31 @@ __global__ void k_rms_norm_warp(const float* x, int64_t rows, int64_t dim, const
     yr[i] = xr[i] * inv * (w ? w[i] : 1.0f);
 }
 
+// One warp per row: the mean, then the sum of squared deviations, in fp64.
+__global__ void k_layer_norm(const float* x, int64_t rows, int64_t dim, const float* w,
+                             const float* b, float eps, float* y) {
+  const int64_t r = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (r >= rows) return;
+  const float* xr = x + r * dim;
+  float* yr = y + r * dim;
+  double s = 0.0;
+  for (int64_t i = lane; i < dim; i += 32)
+    s += xr[i];
+  for (int o = 16; o > 0; o >>= 1)
+    s += __shfl_xor_sync(0xffffffffu, s, o);
+  const double mean = s / static_cast<double>(dim);
+  double sq = 0.0;
+  for (int64_t i = lane; i < dim; i += 32)
+    sq += (xr[i] - mean) * (xr[i] - mean);
+  for (int o = 16; o > 0; o >>= 1)
+    sq += __shfl_xor_sync(0xffffffffu, sq, o);
+  const float m = static_cast<float>(mean);
+  const float inv = 1.0f / sqrtf(static_cast<float>(sq / static_cast<double>(dim)) + eps);
+  for (int64_t i = lane; i < dim; i += 32)
+    yr[i] = (xr[i] - m) * inv * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
+}
+
 // One warp per row; the sum of squares in fp64.
 __global__ void k_l2_norm_scale(float* x, int64_t rows, int64_t dim, float eps, float scale) {
   const int64_t r = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
@@ -88,6 +113,15 @@ void rms_norm(const float* x, int64_t rows, int64_t dim, const float* w, float e
     k_rms_norm<<<static_cast<unsigned>(rows), 256, 0, st(s)>>>(x, dim, w, eps, y);
   }
   launched("rms_norm");
+}
+
+void layer_norm(const float* x, int64_t rows, int64_t dim, const float* w, const float* b,
+                float eps, float* y, void* s) {
+  if (rows == 0) return;
+  const int64_t blocks = (rows * 32 + kThreads - 1) / kThreads;
+  STRATA_ASSERT(blocks < (1ll << 31));
+  k_layer_norm<<<static_cast<unsigned>(blocks), kThreads, 0, st(s)>>>(x, rows, dim, w, b, eps, y);
+  launched("layer_norm");
 }
 
 void l2_norm_scale(float* x, int64_t rows, int64_t dim, float eps, float scale, void* s) {

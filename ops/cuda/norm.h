@@ -11,6 +11,12 @@ namespace strata::ops::cuda {
 void rms_norm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y,
               void* stream);
 
+// ops::layer_norm: y[rows, dim] = (x - mean) / sqrt(var + eps) * w + b (w, b may be null), mean
+// and biased variance in fp64 (in another order than the CPU's), then the CPU's fp32 steps. y
+// may equal x. One warp per row.
+void layer_norm(const float* x, int64_t rows, int64_t dim, const float* w, const float* b,
+                float eps, float* y, void* stream);
+
 // Per row of x[rows, dim], in place: x = (x / sqrt(sum(x^2) + eps)) * scale, the sum in fp64
 // (ops::l2_norm, then the CPU's separate multiply by scale; scale 1 is ops::l2_norm alone).
 void l2_norm_scale(float* x, int64_t rows, int64_t dim, float eps, float scale, void* stream);

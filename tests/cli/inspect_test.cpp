@@ -467,6 +467,25 @@ TEST(Inspect, MiniMaxM2Fixture) {
   EXPECT_EQ(j["kinds"]["router"]["tensors"], 3 * 2);
 }
 
+TEST(Inspect, DeepseekV32Fixture) {
+  // The transformers-saved DeepSeek-V3.2 fixture: MLA with the lightning indexer (wq_b, wk,
+  // weights_proj are attention linears; k_norm's weight and bias norms), layer 0 dense (from
+  // mlp_layer_types), layers 1-2 MoE with a router, its correction bias and a shared expert.
+  TempDir tmp;
+  const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/deepseek_v32";
+  RunResult r = run_strata("inspect '" + dir + "' --json", tmp.path());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  Json j = Json::parse(r.out);
+  EXPECT_EQ(j["family"], "deepseek_v32");
+  EXPECT_EQ(j["dense_layers"], Json::array({0}));
+  EXPECT_EQ(j["moe_layers"], Json::array({1, 2}));
+  EXPECT_EQ(j["unrecognized"], Json::array());
+  EXPECT_EQ(j["kinds"]["routed_experts"]["tensors"], 2 * 8 * 3);
+  EXPECT_EQ(j["kinds"]["shared_experts"]["tensors"], 2 * 3);
+  EXPECT_EQ(j["kinds"]["router"]["tensors"], 2 * 2);
+  EXPECT_EQ(j["kinds"]["attention"]["tensors"], 3 * (5 + 3));
+}
+
 TEST(Inspect, MultimodalWrapper) {
   // Kimi-VL-style: a DeepSeek-V3 language model (MLA without q LoRA) under language_model.,
   // a vision tower and a projector. Layer 0 dense, layer 1 MoE with a shared expert.

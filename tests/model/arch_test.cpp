@@ -70,6 +70,7 @@ TEST(Arch, ModelTypesFromTransformersConfigs) {
       {"glm4_moe", ArchFamily::kGlm4Moe},
       {"minimax_m2", ArchFamily::kMiniMaxM2},
       {"gpt_oss", ArchFamily::kGptOss},
+      {"deepseek_v32", ArchFamily::kDeepseekV32},
   };
   for (const auto& [dir, family] : fixtures) {
     ModelConfig c =

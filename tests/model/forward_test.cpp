@@ -220,9 +220,10 @@ TEST_P(ForwardBf16, MatchesTransformersOnGpu) {
   check_model(GetParam(), true, 3e-2);
 }
 
-const auto kModels = testing::Values("llama", "llama_odd", "qwen3", "qwen3_moe", "qwen3_moe_nonorm",
-                                     "deepseek_v3", "deepseek_v3_noqlora", "kimi_linear", "mixtral",
-                                     "gpt_oss", "gpt_oss_mxfp4", "glm4_moe", "minimax_m2");
+const auto kModels =
+    testing::Values("llama", "llama_odd", "qwen3", "qwen3_moe", "qwen3_moe_nonorm", "deepseek_v3",
+                    "deepseek_v3_noqlora", "kimi_linear", "mixtral", "gpt_oss", "gpt_oss_mxfp4",
+                    "glm4_moe", "minimax_m2", "deepseek_v32");
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardFp32, kModels);
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardBf16, kModels);
 
@@ -400,9 +401,9 @@ TEST(ForwardErrors, MixtralVariantsAreRefused) {
               testing::HasSubstr("'model.layers.1.block_sparse_moe.gate.weight' is missing"));
 }
 
-// The fp32 logits of a fixture copy whose config.json is edited by `edit` against the fixture's
-// transformers run.
-void expect_same_logits(const std::string& name, const std::function<void(Json&)>& edit) {
+// The worst relative error of the fp32 logits of a fixture copy whose config.json is edited by
+// `edit` against the fixture's transformers run.
+double worst_logits_error(const std::string& name, const std::function<void(Json&)>& edit) {
   namespace fs = std::filesystem;
   const fs::path dir =
       fs::temp_directory_path() / ("strata_edited_" + name + std::to_string(getpid()));
@@ -417,6 +418,7 @@ void expect_same_logits(const std::string& name, const std::function<void(Json&)
   ForwardOptions options;
   options.bf16_between_layers = false;
   auto fwd = ModelForward::create(c, ckpt, options);
+  double worst = 0.0;
   for (size_t s = 0; s < f.seqs.size(); ++s) {
     Batch batch = Batch::from_sequences({f.seqs[s]});
     std::vector<float> h(batch.n_tokens() * fwd->hidden_size()),
@@ -425,10 +427,49 @@ void expect_same_logits(const std::string& name, const std::function<void(Json&)
     for (int64_t l = 0; l < fwd->num_layers(); ++l)
       fwd->layer(l)->forward(batch, h.data(), nullptr);
     fwd->logits(batch, h.data(), logits.data());
-    EXPECT_LT(rel_error(logits.data(), f.ref.tensor("ref32.logits." + std::to_string(s))), 1e-4)
-        << name << " seq " << s;
+    worst = std::max(worst,
+                     rel_error(logits.data(), f.ref.tensor("ref32.logits." + std::to_string(s))));
   }
   fs::remove_all(dir);
+  return worst;
+}
+
+void expect_same_logits(const std::string& name, const std::function<void(Json&)>& edit) {
+  EXPECT_LT(worst_logits_error(name, edit), 1e-4) << name;
+}
+
+// DeepSeek-V3.2's hub config: first_k_dense_replace without mlp_layer_types, and the fields
+// transformers 5.17 does not read (moe_layer_freq, topk_method, scoring_func, rope_interleave).
+TEST(ForwardDeepseekV32, HubConfigSpelling) {
+  expect_same_logits("deepseek_v32", [](Json& c) {
+    c.erase("mlp_layer_types");
+    c.erase("layer_types");
+    c["moe_layer_freq"] = 1;
+    c["topk_method"] = "noaux_tc";
+    c["scoring_func"] = "sigmoid";
+    c["rope_interleave"] = true;
+  });
+}
+
+// The indexer's selection is what the fixture tests: with index_topk past every sequence the
+// attention is dense, and the logits leave transformers' (sparse) ones far behind.
+TEST(ForwardDeepseekV32, SparseSelectionMatters) {
+  EXPECT_GT(worst_logits_error("deepseek_v32", [](Json& c) { c["index_topk"] = 64; }), 1e-2);
+}
+
+TEST(ForwardErrors, DeepseekV32VariantsAreRefused) {
+  EXPECT_EQ(forward_error("deepseek_v32", [](Json&) {}), "");
+  EXPECT_THAT(forward_error("deepseek_v32", [](Json& c) { c["q_lora_rank"] = nullptr; }),
+              testing::HasSubstr("q_lora_rank must be set"));
+  EXPECT_THAT(forward_error("deepseek_v32", [](Json& c) { c["attention_bias"] = true; }),
+              testing::HasSubstr("attention_bias"));
+  EXPECT_THAT(forward_error("deepseek_v32", [](Json& c) { c["scoring_func"] = "softmax"; }),
+              testing::HasSubstr("scoring_func"));
+  EXPECT_THAT(forward_error("deepseek_v32", [](Json& c) { c["index_head_dim"] = 8; }),
+              testing::HasSubstr("index_head_dim (8) must hold the qk_rope_head_dim (16)"));
+  EXPECT_THAT(forward_error(
+                  "deepseek_v32", [](Json&) {}, "model.layers.0.self_attn.indexer.k_norm.bias"),
+              testing::HasSubstr("'model.layers.0.self_attn.indexer.k_norm.bias' is missing"));
 }
 
 // MiniMax-M2's hub config names the rotated dims as rotary_dim (64 of head_dim 128) beside the

@@ -2,6 +2,7 @@
 // spec/architectures.md (YaRN ramp bounds), and naive double-precision formulations.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <complex>
 #include <random>
@@ -225,6 +226,110 @@ TEST(Ops, AttentionWithSinksAndWindowMatchesNaiveDouble) {
             o += e[j] / sum * v[(j * KV + g) * dv + c];
           EXPECT_NEAR(out[(i * H + h) * dv + c], o, 1e-5) << window << " " << h << " " << i;
         }
+      }
+    }
+  }
+}
+
+TEST(Ops, LayerNormHandWorked) {
+  // x = [1, 2, 3, 6]: mean 3, biased variance (4 + 1 + 0 + 9) / 4 = 3.5.
+  const float x[4] = {1, 2, 3, 6}, w[4] = {1, 2, 1, 0.5f}, b[4] = {0, 1, -1, 0.25f};
+  float y[4];
+  layer_norm(x, 1, 4, w, b, 0.0f, y);
+  const double sd = std::sqrt(3.5);
+  EXPECT_NEAR(y[0], -2 / sd, 1e-6);
+  EXPECT_NEAR(y[1], 2 * -1 / sd + 1, 1e-6);
+  EXPECT_NEAR(y[2], -1, 1e-6);
+  EXPECT_NEAR(y[3], 0.5 * 3 / sd + 0.25, 1e-6);
+}
+
+// Bit j of row i of a keep mask.
+bool kept(const std::vector<uint32_t>& keep, int64_t words, int64_t i, int64_t j) {
+  return (keep[i * words + j / 32] >> (j % 32) & 1u) != 0;
+}
+
+TEST(Ops, IndexTopKHandWorked) {
+  // One head of d = 1, scale 1, weight 1: s_ij = relu(q_i k_j). q_3 = 1 and k = [3, -1, 3, 2]:
+  // scores 3, 0, 3, 2; top-2 is {0, 2} (a tie, both kept), top-3 adds 3. Rows i < top_k keep
+  // every key j <= i. A negative head weight turns the order round: q = -1 ranks by -relu(-k).
+  const float k[4] = {3, -1, 3, 2}, q[4] = {5, 5, 5, 1}, w[4] = {1, 1, 1, 1};
+  for (int64_t top : {2, 3}) {
+    std::vector<uint32_t> keep(4 * 2, 0xffffffffu);
+    index_topk(q, k, w, 4, 1, 1, 1.0f, 1.0f, top, keep.data(), 2);
+    for (int64_t i = 0; i < 4; ++i) {
+      for (int64_t j = 0; j < 64; ++j) {
+        bool want = j <= i;
+        if (i == 3 && top == 2) want = j == 0 || j == 2;
+        if (i == 2 && top == 2) want = j == 0 || j == 2;  // scores 15, 0, 15
+        if (i == 3 && top == 3) want = j == 0 || j == 2 || j == 3;
+        EXPECT_EQ(kept(keep, 2, i, j), want) << top << " " << i << " " << j;
+      }
+    }
+  }
+  // Ties at the boundary go to the lower key: scores 3, 0, 3 for i = 2 with top 1 keep j = 0;
+  // w = -1 and q = 1: s = -3, -0, -3, -2 for i = 3: top-2 is {1, 3}.
+  const float wn[4] = {1, 1, 1, -1};
+  std::vector<uint32_t> keep(4);
+  index_topk(q, k, wn, 4, 1, 1, 1.0f, 1.0f, 1, keep.data(), 1);
+  EXPECT_EQ(keep[2], 1u);
+  index_topk(q, k, wn, 4, 1, 1, 1.0f, 1.0f, 2, keep.data(), 1);
+  EXPECT_EQ(keep[3], (1u << 1) | (1u << 3));
+}
+
+TEST(Ops, IndexTopKMatchesNaiveDouble) {
+  // Two heads of d = 3 with scale and weight scale; 40 tokens so that rows span two words.
+  const int64_t T = 40, nH = 2, d = 3, top = 7;
+  auto q = randn(T * nH * d, 41), k = randn(T * d, 42), w = randn(T * nH, 43);
+  const float scale = 0.6f, ws = 0.7f;
+  std::vector<uint32_t> keep(T * 2);
+  index_topk(q.data(), k.data(), w.data(), T, nH, d, scale, ws, top, keep.data(), 2);
+  for (int64_t i = 0; i < T; ++i) {
+    std::vector<std::pair<double, int64_t>> s;
+    for (int64_t j = 0; j <= i; ++j) {
+      double acc = 0;
+      for (int64_t h = 0; h < nH; ++h) {
+        double dot = 0;
+        for (int64_t c = 0; c < d; ++c)
+          dot += static_cast<double>(q[(i * nH + h) * d + c]) * k[j * d + c];
+        acc += static_cast<double>(w[i * nH + h]) * ws * std::max(dot * scale, 0.0);
+      }
+      s.push_back({-acc, j});
+    }
+    std::sort(s.begin(), s.end());
+    std::vector<bool> want(64, false);
+    for (size_t r = 0; r < s.size() && r < static_cast<size_t>(top); ++r)
+      want[s[r].second] = true;
+    for (int64_t j = 0; j < 64; ++j)
+      EXPECT_EQ(kept(keep, 2, i, j), want[j]) << i << " " << j;
+  }
+}
+
+TEST(Ops, AttentionWithKeepMaskMatchesNaiveDouble) {
+  // Query i sees only the causal keys whose bit is set (bits beyond i are ignored).
+  const int64_t T = 7, H = 2, KV = 1, dq = 4, dv = 3;
+  auto q = randn(T * H * dq, 51), k = randn(T * KV * dq, 52), v = randn(T * KV * dv, 53);
+  std::vector<uint32_t> keep(T);
+  for (int64_t i = 0; i < T; ++i)
+    keep[i] = (i % 2 ? 0x55u : 0x2au) | (1u << i) | 0xff00u;
+  std::vector<float> out(T * H * dv);
+  attention_causal(q.data(), H * dq, k.data(), KV * dq, v.data(), KV * dv, T, H, KV, dq, dv, 0.5f,
+                   out.data(), nullptr, 0, keep.data(), 1);
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t i = 0; i < T; ++i) {
+      std::vector<double> e(i + 1, 0.0);
+      double sum = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        if (!(keep[i] >> j & 1u)) continue;
+        double dot = 0;
+        for (int64_t c = 0; c < dq; ++c)
+          dot += static_cast<double>(q[(i * H + h) * dq + c]) * k[j * dq + c];
+        sum += (e[j] = std::exp(dot * 0.5));
+      }
+      for (int64_t c = 0; c < dv; ++c) {
+        double o = 0;
+        for (int64_t j = 0; j <= i; ++j)
+          o += e[j] / sum * v[j * dv + c];
+        EXPECT_NEAR(out[(i * H + h) * dv + c], o, 1e-5) << h << " " << i;
       }
     }
   }

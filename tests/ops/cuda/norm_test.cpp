@@ -43,6 +43,23 @@ TEST_F(CudaOps, RmsNormMatchesOps) {
   }
 }
 
+// LayerNorm (the lightning indexer's k_norm) against ops::layer_norm: the same fp64 mean and
+// variance up to summation order, then the same fp32 steps: a few ulp.
+TEST_F(CudaOps, LayerNormMatchesOps) {
+  for (auto [rows, dim] : {std::pair<int64_t, int64_t>{37, 128}, {3, 7}, {2, 1000}}) {
+    const std::vector<float> x = normal(rows * dim, 3.0f), w = normal(dim), b = normal(dim);
+    gpu::DeviceBuffer dx = up(x), dw = up(w), db = up(b), dy = buffer(x.size() * 4);
+    layer_norm(dx.as<float>(), rows, dim, dw.as<float>(), db.as<float>(), 1e-6f, dy.as<float>(),
+               st());
+    const auto y = down<float>(dy, x.size());
+    std::vector<float> want(x.size());
+    ops::layer_norm(x.data(), rows, dim, w.data(), b.data(), 1e-6f, want.data());
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_NEAR(y[i], want[i], 1e-5f * (1.0f + std::fabs(want[i])))
+          << rows << "x" << dim << " " << i;
+  }
+}
+
 // L2 norm per head (then the CPU's separate scale) against ops::l2_norm: the same fp64 sum up to
 // order, the same float sqrt and division, so a few ulp at most (1e-6 relative ~ 8 ulp).
 TEST_F(CudaOps, L2NormScaleMatchesOps) {
