@@ -260,7 +260,7 @@ void DevicePlacement::plan_memory() {
   mi.attention = attention_;
   mi.quantizer =
       dq_ ? dq_->encoded_bytes() + 4 * static_cast<uint64_t>(dq_->max_groups()) + 256 : 0;
-  mi.forward_per_token = f_->bytes_per_token();
+  mi.forward_per_token = f_->bytes_per_token(longest_seq_);
   mi.hidden_size = H_;
   for (const Batch& b : loop_.batches) {
     mi.batch_tokens.push_back(b.n_tokens());

@@ -187,12 +187,13 @@ bool LightningIndexer::forward(ops::Backend& be, const ops::Tokens& t, const flo
   const int64_t T = t.tokens, d = head_dim;
   be.observe(x_names, x, T, H);
   be.observe(q_names, cq, T, q_rank);
-  // A query with at most top_k causal keys keeps them all: nothing to select.
-  if (longest_sequence(t) <= top_k) return false;
   ops::ScratchScope scope(be);
+  // Taken even when unused, so that the GPU's sizing run (one short sequence) counts them.
   float* q = be.take(T * n_heads * d);  // [T, nI, d]
   float* k = be.take(T * d);            // [T, d]
   float* w = be.take(T * n_heads);      // [T, nI]
+  // A query with at most top_k causal keys keeps them all: nothing to select.
+  if (longest_sequence(t) <= top_k) return false;
   be.linear(cq, T, wq_b, q);
   be.linears(x, T, {{&wk, k}, {&weights_proj, w}});
   be.layer_norm(k, T, d, k_norm, k_norm_bias, 1e-6f, k);

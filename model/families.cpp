@@ -44,7 +44,7 @@ constexpr std::array kFamilies = {
     Family{ArchFamily::kGlm4Moe, check_glm4_moe_config, make_glm4_moe_layer},
     Family{ArchFamily::kMiniMaxM2, check_minimax_m2_config, make_minimax_m2_layer},
     Family{ArchFamily::kGptOss, check_gpt_oss_config, make_gpt_oss_layer},
-    Family{ArchFamily::kDeepseekV32, check_deepseek_v32_config, make_deepseek_v32_layer},
+    Family{ArchFamily::kDeepseekV32, check_deepseek_v32_config, make_deepseek_v32_layer, true},
 };
 
 }  // namespace

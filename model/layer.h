@@ -49,6 +49,9 @@ struct Family {
   void (*check_config)(const ModelConfig& config);
   std::unique_ptr<Layer> (*make_layer)(const ModelConfig& config, int64_t index,
                                        const std::string& prefix);
+  // Its attention takes a keep mask of ceil(longest sequence / 32) int32 words per token
+  // (DeepSeek-V3.2's lightning indexer): scratch that grows with the longest sequence.
+  bool keep_mask = false;
 };
 // The family of `config`; a strata::Error when its forward is not implemented.
 const Family& family_of(const ModelConfig& config);

@@ -269,7 +269,7 @@ struct GpuForward::Impl {
   DeviceBuffer converted;
   std::map<std::string, ops::StoredWeight> decompressed;  // the current layer's, in `converted`
   std::unique_ptr<model::Layer> layer;
-  int64_t max_tokens = 0;
+  int64_t max_tokens = 0, max_longest = 0;
 
   Impl(const ModelConfig& config, const Checkpoint& ck, DeviceBudget& b, const Stream& s,
        GpuForwardOptions o)
@@ -352,8 +352,13 @@ std::vector<std::string> GpuForward::layer_tensors(int64_t l) const {
   return layer_tensors(impl_->c, impl_->ckpt, l);
 }
 
-uint64_t GpuForward::bytes_per_token() const {
-  return impl_->survey.bytes_per_token;
+uint64_t GpuForward::bytes_per_token(int64_t longest) const {
+  // The survey's one sequence of kSizingTokens counted a keep mask that short; the whole mask
+  // for `longest` on top of it is an upper bound.
+  const uint64_t keep = impl_->family.keep_mask
+                            ? static_cast<uint64_t>((std::max<int64_t>(longest, 0) + 31) / 32) * 4
+                            : 0;
+  return impl_->survey.bytes_per_token + keep;
 }
 
 uint64_t GpuForward::converted_bytes(int64_t l, const LayerBlob& blob) const {
@@ -369,9 +374,12 @@ void GpuForward::reserve(int64_t tokens, int64_t longest, uint64_t attention_cap
   Impl& im = *impl_;
   if (attention_bytes(longest, attention_cap) > 0)
     im.be->reserve_attention(im.c.num_attention_heads, longest, attention_cap);
-  if (tokens <= im.max_tokens) return;
-  im.be->reserve_scratch(im.survey.bytes_per_token * static_cast<uint64_t>(tokens) + (1ull << 20));
-  im.max_tokens = tokens;
+  // A family with a keep mask needs more per token with longer sequences (bytes_per_token).
+  if (tokens <= im.max_tokens && (!im.family.keep_mask || longest <= im.max_longest)) return;
+  im.max_tokens = std::max(im.max_tokens, tokens);
+  im.max_longest = std::max(im.max_longest, longest);
+  im.be->reserve_scratch(bytes_per_token(im.max_longest) * static_cast<uint64_t>(im.max_tokens) +
+                         (1ull << 20));
 }
 
 const ops::StoredWeight* GpuForward::decompressed_weight(const std::string& name) const {

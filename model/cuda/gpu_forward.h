@@ -48,9 +48,10 @@ class GpuForward {
   std::vector<std::string> layer_tensors(int64_t l) const;
   static std::vector<std::string> layer_tensors(const ModelConfig& config, const Checkpoint& ckpt,
                                                 int64_t l);
-  // Device bytes of scratch per token of a chunk (the largest of the layers' working sets, found by
-  // running each layer on the sizing backend), and of converted weights for layer l.
-  uint64_t bytes_per_token() const;
+  // Device bytes of scratch per token of a chunk whose longest sequence has `longest` tokens (the
+  // largest of the layers' working sets, found by running each layer on the sizing backend, plus
+  // the keep mask of a family with one), and of converted weights for layer l.
+  uint64_t bytes_per_token(int64_t longest) const;
   uint64_t converted_bytes(int64_t l, const LayerBlob& blob) const;
   // Device bytes of the attention score buffer for sequences of up to `longest` tokens
   // (S = QK^T per sequence and head, fp32, through batched GEMMs); 0 when even one sequence's
