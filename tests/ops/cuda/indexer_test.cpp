@@ -72,10 +72,10 @@ TEST_F(CudaOps, AttentionKeepMaskMatchesCpu) {
   }
   const auto q = normal(T * nH * dq), k = normal(T * nH * dq), v = normal(T * nH * dv);
   const float scale = 0.2f;
-  gpu::DeviceBuffer dq = up(q), dk = up(k), dv_ = up(v), dstart = up(r.start), dkeep = up(keep),
-                    dout = buffer(T * nH * dv * 4);
-  attention(dq.as<float>(), nH * dq, dk.as<float>(), nH * dq, dv_.as<float>(), nH * dv, T, nH, nH,
-            dq, dv, scale, dstart.as<int64_t>(), dout.as<float>(), st(), 0, nullptr,
+  gpu::DeviceBuffer q_dev = up(q), k_dev = up(k), v_dev = up(v), dstart = up(r.start),
+                    dkeep = up(keep), dout = buffer(T * nH * dv * 4);
+  attention(q_dev.as<float>(), nH * dq, k_dev.as<float>(), nH * dq, v_dev.as<float>(), nH * dv, T,
+            nH, nH, dq, dv, scale, dstart.as<int64_t>(), dout.as<float>(), st(), 0, nullptr,
             dkeep.as<uint32_t>(), words);
   const auto out = down<float>(dout, T * nH * dv);
   for (size_t sq = 0; sq + 1 < r.off.size(); ++sq) {
