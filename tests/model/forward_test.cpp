@@ -191,12 +191,15 @@ void check_model(const std::string& name, bool bf16, double tol) {
     EXPECT_NEAR(it->second, want, 1e-4 * want + 1e-6) << name << " " << module;
     ++checked;
   }
-  // K and V of every softmax-attention layer; linear-attention layers (KDA) have no KV cache:
-  // transformers records none for them and strata must report none.
+  // K and V of every softmax-attention layer; linear-attention layers (KDA, Gated DeltaNet) have
+  // no KV cache: transformers records none for them and strata must report none. A multimodal
+  // wrapper's language model (Qwen3.5) sits under model.language_model.
+  const std::string lm =
+      f.ckpt.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
   for (int64_t l = 0; l < fwd->num_layers(); ++l) {
     for (const char* kv : {"k", "v"}) {
       const std::string obs_name =
-          "model.layers." + std::to_string(l) + ".self_attn." + kv + "_cache";
+          lm + "layers." + std::to_string(l) + ".self_attn." + kv + "_cache";
       const TensorEntry* e = f.ref.find("ref32.kv_amax." + std::to_string(l) + "." + kv);
       if (!e) {
         EXPECT_EQ(obs.amax.count(obs_name), 0u) << name << " " << obs_name;
@@ -220,9 +223,10 @@ TEST_P(ForwardBf16, MatchesTransformersOnGpu) {
   check_model(GetParam(), true, 3e-2);
 }
 
-const auto kModels = testing::Values("llama", "llama_odd", "qwen3", "qwen3_moe", "qwen3_moe_nonorm",
-                                     "deepseek_v3", "deepseek_v3_noqlora", "kimi_linear", "mixtral",
-                                     "gpt_oss", "gpt_oss_mxfp4", "glm4_moe", "minimax_m2");
+const auto kModels =
+    testing::Values("llama", "llama_odd", "qwen3", "qwen3_moe", "qwen3_moe_nonorm", "deepseek_v3",
+                    "deepseek_v3_noqlora", "kimi_linear", "mixtral", "gpt_oss", "gpt_oss_mxfp4",
+                    "glm4_moe", "minimax_m2", "qwen3_next", "qwen3_5_moe");
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardFp32, kModels);
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardBf16, kModels);
 
