@@ -331,6 +331,9 @@ FUSED_SIBLINGS = [  # (members, vLLM fused name)
     (("gate_proj", "up_proj"), "gate_up_proj"),
     (("w1", "w3"), "w13"),
     (("q_a_proj", "kv_a_proj_with_mqa"), "fused_qkv_a_proj"),
+    # Qwen3.5's Gated DeltaNet (vLLM qwen3_5.py's stacked_params_mapping).
+    (("in_proj_qkv", "in_proj_z"), "in_proj_qkvz"),
+    (("in_proj_b", "in_proj_a"), "in_proj_ba"),
 ]
 
 
