@@ -711,10 +711,28 @@ bool split_layer(std::string_view s, int64_t* layer, std::string_view* rest) {
 
 TensorClass classify_tensor(const ArchInfo& arch, std::string_view name) {
   TensorClass out;
-  // Qwen3-Next's and Qwen3.5's MTP module sits at the top level, beside any wrapper prefix.
+  // Qwen3-Next's and Qwen3.5's MTP module sits at the top level, beside any wrapper prefix. Its
+  // linear weights (mtp.fc, and in mtp.layers.N. what the decoder layer's rules call one) have
+  // that role, so that the export lists them in exclude_modules (`mtp.*`), as ModelOpt does.
   if ((arch.family == ArchFamily::kQwen3Next || arch.family == ArchFamily::kQwen35Moe) &&
       starts_with(name, "mtp.")) {
     out.kind = TensorKind::kMtp;
+    const std::string_view rest = name.substr(4);
+    int64_t layer = -1;
+    std::string_view inner;
+    TensorClass found;
+    if (rest == "fc.weight") {
+      out.role = TensorRole::kLinearWeight;
+    } else if (starts_with(rest, "layers.") && split_layer(rest.substr(7), &layer, &inner)) {
+      for (RuleSet rules : layer_rules(arch.family)) {
+        for (const NameRule& rule : rules) {
+          if (match_rule(rule, inner, &found)) {
+            out.role = found.role;
+            return out;
+          }
+        }
+      }
+    }
     return out;
   }
   std::string normalized;  // the language model's name without a multimodal prefix
