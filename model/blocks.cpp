@@ -94,7 +94,8 @@ void GqaAttention::forward(ops::Backend& be, const ops::Tokens& t, const float* 
   float* gate = output_gate ? be.take(T * qd) : nullptr;  // [T, nH, d]
   auto bias = [](const ops::Weight& w) { return w.defined() ? &w : nullptr; };
   be.linears(x, T, {{&wq, qg, bias(bq)}, {&wk, k, bias(bk)}, {&wv, v, bias(bv)}});
-  if (output_gate) {  // rows (token, head) of 2d: the query's d, then the gate's d
+  if (output_gate && T > 0) {  // rows (token, head) of 2d: the query's d, then the gate's d
+    // (no tokens on an expert-parallel rank: no offsets into empty, null scratch)
     be.copy_cols(qg, 2 * d, q, d, T * n_heads, d);
     be.copy_cols(qg + d, 2 * d, gate, d, T * n_heads, d);
   }

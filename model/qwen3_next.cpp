@@ -124,6 +124,9 @@ struct GatedDeltaNet {
 
   void forward(ops::Backend& be, const ops::Tokens& t, const float* x, float* out) const {
     const int64_t T = t.tokens, Dk = HK * dk, Dv = HV * dv;
+    // An expert-parallel rank can hold no tokens of a batch: nothing to compute, and the column
+    // offsets below must not be applied to empty (null) scratch.
+    if (T == 0) return;
     be.observe(in_names, x, T, H);
     float* mixed = be.take(T * C);  // [T, C]: q (HK·dk) | k (HK·dk) | v (HV·dv), before the conv
     float* z = be.take(T * Dv);     // [T, HV, dv] the output gate
