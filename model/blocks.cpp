@@ -176,6 +176,9 @@ void MlaAttention::bind(Binder& b, const ModelConfig& c, const std::string& p, b
 void MlaAttention::forward(ops::Backend& be, const ops::Tokens& t, const float* x,
                            float* out) const {
   const int64_t T = t.tokens, dq = dn + dr, dkv = kv_rank + dr;
+  // An expert-parallel rank can hold no tokens of a batch: nothing to compute, and the column
+  // offsets below must not be applied to empty (null) scratch.
+  if (T == 0) return;
   be.observe(in_names, x, T, H);
   float* q = be.take(T * nH * dq);                        // [T, nH, dn + dr]
   float* ckr = be.take(T * dkv);                          // [T, r_kv + dr]
