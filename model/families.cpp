@@ -32,6 +32,9 @@ std::unique_ptr<Layer> make_deepseek_v32_layer(const ModelConfig& c, int64_t ind
 void check_gpt_oss_config(const ModelConfig& c);
 std::unique_ptr<Layer> make_gpt_oss_layer(const ModelConfig& c, int64_t index,
                                           const std::string& p);
+void check_qwen3_next_config(const ModelConfig& c);
+std::unique_ptr<Layer> make_qwen3_next_layer(const ModelConfig& c, int64_t index,
+                                             const std::string& p);
 
 namespace {
 
@@ -44,7 +47,10 @@ constexpr std::array kFamilies = {
     Family{ArchFamily::kGlm4Moe, check_glm4_moe_config, make_glm4_moe_layer},
     Family{ArchFamily::kMiniMaxM2, check_minimax_m2_config, make_minimax_m2_layer},
     Family{ArchFamily::kGptOss, check_gpt_oss_config, make_gpt_oss_layer},
-    Family{ArchFamily::kDeepseekV32, check_deepseek_v32_config, make_deepseek_v32_layer, true},
+    Family{ArchFamily::kQwen3Next, check_qwen3_next_config, make_qwen3_next_layer, 1.0f},
+    Family{ArchFamily::kQwen35Moe, check_qwen3_next_config, make_qwen3_next_layer, 1.0f},
+    Family{ArchFamily::kDeepseekV32, check_deepseek_v32_config, make_deepseek_v32_layer, 0.0f,
+           true},
 };
 
 }  // namespace

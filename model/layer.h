@@ -49,6 +49,9 @@ struct Family {
   void (*check_config)(const ModelConfig& config);
   std::unique_ptr<Layer> (*make_layer)(const ModelConfig& config, int64_t index,
                                        const std::string& prefix);
+  // The final norm multiplies by norm_offset + model.norm.weight (1 where the norm weights are
+  // stored zero-centred: Qwen3-Next, Qwen3.5; the layers set their own norms' ops::Weight::offset).
+  float norm_offset = 0.0f;
   // Its attention takes a keep mask of ceil(longest sequence / 32) int32 words per token
   // (DeepSeek-V3.2's lightning indexer): scratch that grows with the longest sequence.
   bool keep_mask = false;
