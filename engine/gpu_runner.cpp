@@ -177,7 +177,6 @@ DevicePlacement::DevicePlacement(GpuLoop& loop)
   budget_ = std::make_unique<gpu::DeviceBudget>(gpu_limit);
   gpu::GpuForwardOptions fo;
   fo.gemm_bf16 = loop.gpu.gemm_bf16;
-  fo.gemm_threads = loop.gpu.gemm_threads;
   fo.profile = loop.gpu.profile;
   fo.warp_attention = loop.gpu.warp_attention;
   f_ = std::make_unique<gpu::GpuForward>(loop.config, loop.ckpt, *budget_, compute_, fo);
