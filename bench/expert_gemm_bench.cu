@@ -16,7 +16,8 @@
 //
 //   expert_gemm_bench [--experts 384] [--hidden 1280] [--inter 384] [--topk 8]
 //                     [--tokens 16,64,256,1024,4096] [--reps 20] [--calib 262144]
-//                     [--moe_layers 60]
+//                     [--moe_layers 60] [--tile 64|128]
+// (--tile: the grouped GEMM's rows per tile; by default expert_row_tile's choice.)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -88,7 +89,7 @@ double max_rel_diff(const float* a_dev, const float* b_dev, int64_t n) {
     diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
     mag = std::max(mag, std::fabs(static_cast<double>(a[i])));
   }
-  return mag > 0 ? diff / mag : diff;
+  return mag > 0 ? diff / mag : std::nan("");  // all zero: something did not run
 }
 
 }  // namespace
@@ -96,6 +97,7 @@ double max_rel_diff(const float* a_dev, const float* b_dev, int64_t n) {
 int main(int argc, char** argv) {
   int E = 384, H = 1280, I = 384, topk = 8, reps = 20, moe_layers = 60;
   int64_t calib = 262144;
+  int force_tile = 0;
   std::vector<int> tokens_list = {16, 64, 256, 1024, 4096};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
@@ -113,6 +115,8 @@ int main(int argc, char** argv) {
       calib = std::stoll(v);
     } else if (a == "--moe_layers") {
       moe_layers = std::stoi(v);
+    } else if (a == "--tile") {
+      force_tile = std::stoi(v);
     } else if (a == "--tokens") {
       tokens_list = int_list(v);
     } else {
@@ -156,9 +160,9 @@ int main(int argc, char** argv) {
       "experts %d of width %d on hidden %d, top-%d; bf16 inputs, fp32 accumulation and "
       "output; %d reps\n",
       E, I, H, topk, reps);
-  std::printf("%8s %8s %8s %9s %11s %12s %11s %8s %10s %11s %10s\n", "tokens", "rows", "experts",
-              "GEMMs", "loop us", "loop host us", "grouped us", "speedup", "grp TFLOP/s",
-              "rel diff", "layers s");
+  std::printf("%8s %8s %8s %5s %9s %11s %12s %11s %8s %10s %11s %10s\n", "tokens", "rows",
+              "experts", "tile", "GEMMs", "loop us", "loop host us", "grouped us", "speedup",
+              "grp TFLOP/s", "rel diff", "layers s");
   for (const int T : tokens_list) {
     const int64_t S = static_cast<int64_t>(T) * topk;
     std::mt19937 rng(20261203u + static_cast<uint32_t>(T));
@@ -188,6 +192,7 @@ int main(int argc, char** argv) {
     fill(hb, S * I, 12, 2.0f);
     ck(cudaDeviceSynchronize(), "fill");
 
+    const int64_t tile = force_tile > 0 ? force_tile : oc::expert_row_tile(S, E, true);
     int gemms = 0;
     auto loop = [&]() {
       gemms = 0;
@@ -201,18 +206,18 @@ int main(int argc, char** argv) {
       }
     };
     auto grouped = [&]() {
-      oc::expert_plan(counts_dev, E, offsets, tile_first, nullptr, nullptr, s);
+      oc::expert_plan(counts_dev, E, tile, offsets, tile_first, nullptr, nullptr, s);
       oc::ExpertGemmOutputs gu;
       gu.w[0] = dtable;
       gu.w[1] = dtable + E;
       gu.y[0] = g[1];
       gu.y[1] = u[1];
       gu.n_out = 2;
-      oc::expert_gemm(x, S, H, offsets, tile_first, E, gu, I, true, true, s);
+      oc::expert_gemm(x, S, H, offsets, tile_first, E, tile, gu, I, true, true, s);
       oc::ExpertGemmOutputs dn;
       dn.w[0] = dtable + 2 * E;
       dn.y[0] = o[1];
-      oc::expert_gemm(hb, S, I, offsets, tile_first, E, dn, H, true, true, s);
+      oc::expert_gemm(hb, S, I, offsets, tile_first, E, tile, dn, H, true, true, s);
     };
     auto time_us = [&](auto&& f, double* host_us) {
       f();
@@ -241,9 +246,10 @@ int main(int argc, char** argv) {
     const double flop = 2.0 * static_cast<double>(S) * H * I * 3;
     const double layers_s =
         static_cast<double>((calib + T - 1) / T) * moe_layers * grouped_us / 1e6;
-    std::printf("%8d %8.1f %8d %9d %11.1f %12.1f %11.1f %8.1f %10.1f %11.2e %10.2f\n", T,
-                static_cast<double>(S) / E, hit, gemms, loop_us, loop_host, grouped_us,
-                loop_us / grouped_us, flop / grouped_us / 1e6, diff, layers_s);
+    std::printf("%8d %8.1f %8d %5lld %9d %11.1f %12.1f %11.1f %8.1f %10.1f %11.2e %10.2f\n", T,
+                static_cast<double>(S) / E, hit, static_cast<long long>(tile), gemms, loop_us,
+                loop_host, grouped_us, loop_us / grouped_us, flop / grouped_us / 1e6, diff,
+                layers_s);
     for (void* p : {static_cast<void*>(x), static_cast<void*>(hb), static_cast<void*>(g[0]),
                     static_cast<void*>(g[1]), static_cast<void*>(u[0]), static_cast<void*>(u[1]),
                     static_cast<void*>(o[0]), static_cast<void*>(o[1])})

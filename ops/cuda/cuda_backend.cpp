@@ -631,7 +631,8 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   // Offsets and tiles from the counts on the device; each expert's rows are added to its
   // gate/up and down slots' row counts there (read back with the amaxes).
   uint64_t* rows = rows_dev_.as<uint64_t>();
-  cuda::expert_plan(counts, E, offsets, tile_first, rows + gu0, rows + dn0, s);
+  const int64_t tile = cuda::expert_row_tile(S, E, opt_.gemm_bf16);
+  cuda::expert_plan(counts, E, tile, offsets, tile_first, rows + gu0, rows + dn0, s);
   stream_->zero(cursor, static_cast<uint64_t>(E) * 4);
   cuda::moe_scatter(chosen, S, offsets, cursor, pos, row_expert, s);
   span(kRouter);
@@ -656,7 +657,7 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
     gu.y[1] = u;
     gu.n_out = 2;
   }
-  cuda::expert_gemm(xin, S, H, offsets, tile_first, E, gu, gw, opt_.gemm_bf16, aligned, s);
+  cuda::expert_gemm(xin, S, H, offsets, tile_first, E, tile, gu, gw, opt_.gemm_bf16, aligned, s);
   ++prof_->gemms;
   span(kExpertGateUp);
   release(at);
@@ -672,7 +673,7 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   cuda::ExpertGemmOutputs dn;
   dn.w[0] = tables + 2 * E;
   dn.y[0] = og;
-  cuda::expert_gemm(hin, S, Im, offsets, tile_first, E, dn, H, opt_.gemm_bf16, aligned, s);
+  cuda::expert_gemm(hin, S, Im, offsets, tile_first, E, tile, dn, H, opt_.gemm_bf16, aligned, s);
   ++prof_->gemms;
   if (interleaved) cuda::moe_add_bias(og, S, H, row_expert, down_bias, s);
   span(kExpertDown);

@@ -1,14 +1,14 @@
 // The routed experts' GEMMs in one launch (host launchers: ops/cuda/expert_gemm.h).
 //
-// Tiles: expert e's rows [offsets[e], offsets[e + 1]) are cut into tiles of kExpertRowTile rows
-// (the last one partial), numbered over the experts in order (expert_plan). expert_gemm's grid is
-// (an upper bound on the tiles, column blocks of N, outputs); a block finds its expert by a binary
-// search over tile_first and computes a [64, BN] block of that expert's output.
+// Tiles: expert e's rows [offsets[e], offsets[e + 1]) are cut into tiles of row_tile rows (the
+// last one partial), numbered over the experts in order (expert_plan). expert_gemm's grid is (an
+// upper bound on the tiles, column blocks of N, outputs); a block finds its expert by a binary
+// search over tile_first and computes a [row_tile, column block] block of that expert's output.
 //
-// bf16: 8 warps on a [64, 128] block, each warp [32, 32] in four 16x16x16 WMMA fragments, k in
-// steps of 32 through a three-stage cp.async pipeline in shared memory (x rows and weight rows
-// both k-contiguous, so the weight tile is WMMA's column-major B). fp32: 256 threads on a
-// [64, 64] block, each thread 4 x 4 outputs, one fmaf per k in k order.
+// bf16: 8 warps on a [64 or 128, 128] block, each warp [32 or 64, 32] in 16x16x16 WMMA fragments,
+// k through a four-stage cp.async pipeline in shared memory (x rows and weight rows both
+// k-contiguous, so the weight tile is WMMA's column-major B). fp32: 256 threads on a [64, 64]
+// block, each thread 4 x 4 outputs, one fmaf per k in k order.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
@@ -25,8 +25,6 @@ namespace {
 
 using launch::launched;
 using launch::st;
-
-constexpr int kBm = static_cast<int>(kExpertRowTile);
 
 // ---- plan
 // ----------------------------------------------------------------------------------------
@@ -70,7 +68,7 @@ __device__ void block_scan2(int& a, int& b) {
   }
 }
 
-__global__ void k_plan(const int32_t* counts, int E, int32_t* offsets, int32_t* tile_first,
+__global__ void k_plan(const int32_t* counts, int E, int bm, int32_t* offsets, int32_t* tile_first,
                        uint64_t* rows_a, uint64_t* rows_b) {
   const int per = (E + kPlanThreads - 1) / kPlanThreads;
   const int e0 = min(E, static_cast<int>(threadIdx.x) * per), e1 = min(E, e0 + per);
@@ -78,7 +76,7 @@ __global__ void k_plan(const int32_t* counts, int E, int32_t* offsets, int32_t* 
   for (int e = e0; e < e1; ++e) {
     const int c = counts[e];
     rows += c;
-    tiles += (c + kBm - 1) / kBm;
+    tiles += (c + bm - 1) / bm;
   }
   int r = rows, t = tiles;
   block_scan2(r, t);
@@ -89,7 +87,7 @@ __global__ void k_plan(const int32_t* counts, int E, int32_t* offsets, int32_t* 
     offsets[e] = r;
     tile_first[e] = t;
     r += c;
-    t += (c + kBm - 1) / kBm;
+    t += (c + bm - 1) / bm;
     if (rows_a) rows_a[e] += static_cast<uint64_t>(c);
     if (rows_b) rows_b[e] += static_cast<uint64_t>(c);
   }
@@ -106,8 +104,8 @@ struct Tile {
   int expert, row0, rows;
 };
 
-// Tile `b` (blocks past the last tile get rows 0).
-__device__ Tile tile_of(int b, const int32_t* offsets, const int32_t* tile_first, int E) {
+// Tile `b` of `bm` rows (blocks past the last tile get rows 0).
+__device__ Tile tile_of(int b, int bm, const int32_t* offsets, const int32_t* tile_first, int E) {
   Tile t{0, 0, 0};
   if (b >= tile_first[E]) return t;
   // The last expert whose first tile is <= b: the one owning b (an expert without tiles shares
@@ -121,20 +119,30 @@ __device__ Tile tile_of(int b, const int32_t* offsets, const int32_t* tile_first
       hi = mid - 1;
   }
   t.expert = lo;
-  t.row0 = offsets[lo] + (b - tile_first[lo]) * kBm;
-  t.rows = min(kBm, offsets[lo + 1] - t.row0);
+  t.row0 = offsets[lo] + (b - tile_first[lo]) * bm;
+  t.rows = min(bm, offsets[lo + 1] - t.row0);
   return t;
 }
 
 // ---- bf16: WMMA tensor cores
 // ----------------------------------------------------------------------
 
-constexpr int kBn = 128, kBk = 32, kStages = 3, kLds = kBk + 8;  // kLds: padded row, bf16 values
-constexpr int kGemmThreads = 256;                                // 8 warps: 2 (rows) x 4 (cols)
-constexpr int kStageA = kBm * kLds, kStageB = kBn * kLds;        // bf16 values a stage
-constexpr int kLdc = kBn + 4;                                    // the fp32 output block's row
-constexpr int kSmemBytes = kStages * (kStageA + kStageB) * 2;
-static_assert(kBm * kLdc * 4 <= kSmemBytes, "the output block reuses the stages");
+// A block: BM rows x kBn columns, 8 warps as 2 (rows) x 4 (columns), each warp BM/2 x 32 in
+// 16x16x16 fragments; k in steps of BK through a STAGES-deep cp.async pipeline. Rows of the
+// stages are padded by 8 values (16 bytes) against bank conflicts.
+constexpr int kBn = 128, kGemmThreads = 256, kLdc = kBn + 4;  // kLdc: the fp32 output block's row
+template <int BM, int BK, int STAGES>
+struct Cfg {
+  static constexpr int kBm = BM, kBk = BK, kStages = STAGES, kLds = BK + 8;
+  static constexpr int kFm = BM / 32;                              // fragments per warp along rows
+  static constexpr int kStageA = BM * kLds, kStageB = kBn * kLds;  // bf16 values a stage
+  static constexpr int kPipe = STAGES * (kStageA + kStageB) * 2, kOut = BM * kLdc * 4;
+  static constexpr int kSmem = kPipe > kOut ? kPipe : kOut;  // the output block reuses the stages
+};
+// Few rows an expert (latency-bound on the weights): more bytes in flight. Many: more MMAs per
+// fragment load.
+using Small = Cfg<64, 64, 4>;   // 110,592 bytes of shared memory
+using Large = Cfg<128, 32, 4>;  // 81,920
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -149,12 +157,13 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Rows [row0, row0 + rows) of a k-contiguous bf16 matrix (row stride K), columns [k0, k0 + kBk),
-// into dst [R][kLds]; rows or columns past the ends read zero. kVec: 16-byte cp.async (K % 8 ==
-// 0, 16-byte aligned rows), else element by element.
-template <bool kVec, int R>
+// Rows [0, rows) of a k-contiguous bf16 matrix (row stride K), columns [k0, k0 + C::kBk), into
+// dst [R][C::kLds]; rows or columns past the ends read zero. kVec: 16-byte cp.async (K % 8 == 0,
+// 16-byte aligned rows), else element by element.
+template <class C, bool kVec, int R>
 __device__ __forceinline__ void load_tile(uint16_t* dst, const uint16_t* src, int rows, int64_t K,
                                           int64_t k0) {
+  constexpr int kBk = C::kBk, kLds = C::kLds;
   if constexpr (kVec) {
     constexpr int kChunks = R * kBk / 8;
     for (int c = threadIdx.x; c < kChunks; c += kGemmThreads) {
@@ -170,13 +179,14 @@ __device__ __forceinline__ void load_tile(uint16_t* dst, const uint16_t* src, in
   }
 }
 
-template <bool kVec>
-__global__ void __launch_bounds__(kGemmThreads)
+template <class C, bool kVec>
+__global__ void __launch_bounds__(kGemmThreads, 2)
     k_expert_gemm_bf16(const uint16_t* x, int64_t K, const int32_t* offsets,
                        const int32_t* tile_first, int E, ExpertGemmOutputs out, int64_t N) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using namespace nvcuda;
-  const Tile tile = tile_of(static_cast<int>(blockIdx.x), offsets, tile_first, E);
+  constexpr int kBm = C::kBm, kBk = C::kBk, kStages = C::kStages, kLds = C::kLds, kFm = C::kFm;
+  const Tile tile = tile_of(static_cast<int>(blockIdx.x), kBm, offsets, tile_first, E);
   if (tile.rows <= 0) return;
   const int j = static_cast<int>(blockIdx.z);
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kBn;
@@ -187,21 +197,21 @@ __global__ void __launch_bounds__(kGemmThreads)
       static_cast<const uint16_t*>((j ? out.w[1] : out.w[0])[tile.expert]) + n0 * K;
   float* y = j ? out.y[1] : out.y[0];
 
-  __shared__ __align__(128) uint8_t smem[kSmemBytes];
+  extern __shared__ __align__(128) uint8_t smem[];
   uint16_t* sa = reinterpret_cast<uint16_t*>(smem);
-  uint16_t* sb = sa + kStages * kStageA;
+  uint16_t* sb = sa + kStages * C::kStageA;
   const int warp = threadIdx.x >> 5, wm = warp >> 2, wn = warp & 3;
 
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
-  for (int i = 0; i < 2; ++i)
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kFm][2];
+  for (int i = 0; i < kFm; ++i)
     for (int q = 0; q < 2; ++q)
       wmma::fill_fragment(acc[i][q], 0.0f);
 
   const int kt_count = static_cast<int>((K + kBk - 1) / kBk);
   auto load_stage = [&](int kt) {
     const int s = kt % kStages;
-    load_tile<kVec, kBm>(sa + s * kStageA, xa, tile.rows, K, static_cast<int64_t>(kt) * kBk);
-    load_tile<kVec, kBn>(sb + s * kStageB, wb, n_rows, K, static_cast<int64_t>(kt) * kBk);
+    load_tile<C, kVec, kBm>(sa + s * C::kStageA, xa, tile.rows, K, static_cast<int64_t>(kt) * kBk);
+    load_tile<C, kVec, kBn>(sb + s * C::kStageB, wb, n_rows, K, static_cast<int64_t>(kt) * kBk);
   };
   for (int kt = 0; kt < kStages - 1; ++kt) {
     if (kt < kt_count) load_stage(kt);
@@ -212,20 +222,21 @@ __global__ void __launch_bounds__(kGemmThreads)
     __syncthreads();  // stage kt is in; every warp is done with stage kt - 1
     if (kt + kStages - 1 < kt_count) load_stage(kt + kStages - 1);
     cp_async_commit();
-    const uint16_t* a = sa + (kt % kStages) * kStageA;
-    const uint16_t* b = sb + (kt % kStages) * kStageB;
+    const uint16_t* a = sa + (kt % kStages) * C::kStageA;
+    const uint16_t* b = sb + (kt % kStages) * C::kStageB;
     for (int kk = 0; kk < kBk; kk += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[kFm];
       wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb[2];
-      for (int i = 0; i < 2; ++i)
+      for (int i = 0; i < kFm; ++i)
         wmma::load_matrix_sync(
-            fa[i], reinterpret_cast<const __nv_bfloat16*>(a + (wm * 32 + i * 16) * kLds + kk),
+            fa[i],
+            reinterpret_cast<const __nv_bfloat16*>(a + (wm * (kBm / 2) + i * 16) * kLds + kk),
             kLds);
       for (int q = 0; q < 2; ++q)
         wmma::load_matrix_sync(
             fb[q], reinterpret_cast<const __nv_bfloat16*>(b + (wn * 32 + q * 16) * kLds + kk),
             kLds);
-      for (int i = 0; i < 2; ++i)
+      for (int i = 0; i < kFm; ++i)
         for (int q = 0; q < 2; ++q)
           wmma::mma_sync(acc[i][q], fa[i], fb[q], acc[i][q]);
     }
@@ -233,10 +244,10 @@ __global__ void __launch_bounds__(kGemmThreads)
   cp_async_wait<0>();
   __syncthreads();  // the stages are free: the output block goes there
   float* c = reinterpret_cast<float*>(smem);
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < kFm; ++i)
     for (int q = 0; q < 2; ++q)
-      wmma::store_matrix_sync(c + (wm * 32 + i * 16) * kLdc + wn * 32 + q * 16, acc[i][q], kLdc,
-                              wmma::mem_row_major);
+      wmma::store_matrix_sync(c + (wm * (kBm / 2) + i * 16) * kLdc + wn * 32 + q * 16, acc[i][q],
+                              kLdc, wmma::mem_row_major);
   __syncthreads();
   for (int i = threadIdx.x; i < kBm * kBn; i += kGemmThreads) {
     const int r = i / kBn, col = i % kBn;
@@ -247,15 +258,27 @@ __global__ void __launch_bounds__(kGemmThreads)
 #endif
 }
 
+template <class C, bool kVec>
+void launch_bf16(dim3 grid, const void* x, int64_t K, const int32_t* offsets,
+                 const int32_t* tile_first, int64_t E, const ExpertGemmOutputs& out, int64_t N,
+                 void* s) {
+  auto* kernel = k_expert_gemm_bf16<C, kVec>;
+  STRATA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    C::kSmem) == cudaSuccess,
+               "expert_gemm: cannot use ", C::kSmem, " bytes of shared memory");
+  kernel<<<grid, kGemmThreads, C::kSmem, st(s)>>>(static_cast<const uint16_t*>(x), K, offsets,
+                                                  tile_first, static_cast<int>(E), out, N);
+}
+
 // ---- fp32: SIMT, one fmaf per k in k order
 // ---------------------------------------------------------
 
-constexpr int kFn = 64, kFk = 16, kFThreads = 256;  // 16 x 16 threads, 4 x 4 outputs each
+constexpr int kFm = 64, kFn = 64, kFk = 16, kFThreads = 256;  // 16 x 16 threads, 4 x 4 outputs
 
 __global__ void __launch_bounds__(kFThreads)
     k_expert_gemm_f32(const float* x, int64_t K, const int32_t* offsets, const int32_t* tile_first,
                       int E, ExpertGemmOutputs out, int64_t N) {
-  const Tile tile = tile_of(static_cast<int>(blockIdx.x), offsets, tile_first, E);
+  const Tile tile = tile_of(static_cast<int>(blockIdx.x), kFm, offsets, tile_first, E);
   if (tile.rows <= 0) return;
   const int j = static_cast<int>(blockIdx.z);
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kFn;
@@ -263,11 +286,11 @@ __global__ void __launch_bounds__(kFThreads)
   const float* xa = x + static_cast<int64_t>(tile.row0) * K;
   const float* wb = static_cast<const float*>((j ? out.w[1] : out.w[0])[tile.expert]) + n0 * K;
   float* y = j ? out.y[1] : out.y[0];
-  __shared__ float sa[kBm][kFk + 1], sb[kFn][kFk + 1];
+  __shared__ float sa[kFm][kFk + 1], sb[kFn][kFk + 1];
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   float acc[4][4] = {};
   for (int64_t k0 = 0; k0 < K; k0 += kFk) {
-    for (int i = threadIdx.x; i < kBm * kFk; i += kFThreads) {
+    for (int i = threadIdx.x; i < kFm * kFk; i += kFThreads) {
       const int r = i / kFk, kc = i % kFk;
       sa[r][kc] = r < tile.rows && k0 + kc < K ? xa[r * K + k0 + kc] : 0.0f;
     }
@@ -301,42 +324,47 @@ __global__ void __launch_bounds__(kFThreads)
 
 }  // namespace
 
-void expert_plan(const int32_t* counts, int64_t E, int32_t* offsets, int32_t* tile_first,
-                 uint64_t* rows_a, uint64_t* rows_b, void* s) {
+int64_t expert_row_tile(int64_t S, int64_t E, bool bf16) {
+  return bf16 && S >= 128 * E ? Large::kBm : Small::kBm;
+}
+
+void expert_plan(const int32_t* counts, int64_t E, int64_t row_tile, int32_t* offsets,
+                 int32_t* tile_first, uint64_t* rows_a, uint64_t* rows_b, void* s) {
   STRATA_CHECK(E > 0 && E <= 64 * kPlanThreads, "expert_plan: ", E, " experts (1 to ",
                64 * kPlanThreads, ")");
-  k_plan<<<1, kPlanThreads, 0, st(s)>>>(counts, static_cast<int>(E), offsets, tile_first, rows_a,
-                                        rows_b);
+  k_plan<<<1, kPlanThreads, 0, st(s)>>>(counts, static_cast<int>(E), static_cast<int>(row_tile),
+                                        offsets, tile_first, rows_a, rows_b);
   launched("expert_plan");
 }
 
-int64_t expert_gemm_max_tiles(int64_t S, int64_t E) {
-  // Each expert with rows adds at most one partial tile to the S / kBm full ones.
-  return (S + kBm - 1) / kBm + std::min(E, S);
+int64_t expert_gemm_max_tiles(int64_t S, int64_t E, int64_t row_tile) {
+  // Each expert with rows adds at most one partial tile to the S / row_tile full ones.
+  return (S + row_tile - 1) / row_tile + std::min(E, S);
 }
 
 void expert_gemm(const void* x, int64_t S, int64_t K, const int32_t* offsets,
-                 const int32_t* tile_first, int64_t E, const ExpertGemmOutputs& out, int64_t N,
-                 bool bf16, bool aligned, void* s) {
+                 const int32_t* tile_first, int64_t E, int64_t row_tile,
+                 const ExpertGemmOutputs& out, int64_t N, bool bf16, bool aligned, void* s) {
   if (S == 0 || N == 0) return;
   STRATA_CHECK(out.n_out == 1 || out.n_out == 2, "expert_gemm: ", out.n_out, " outputs (1 or 2)");
   STRATA_CHECK(S * std::max(K, N) < (int64_t{1} << 31) && K > 0, "expert_gemm: ", S, " rows of ", K,
                " -> ", N, " exceed its 32-bit row offsets");
-  const int64_t tiles = expert_gemm_max_tiles(S, E);
+  STRATA_CHECK(row_tile == Small::kBm || (bf16 && row_tile == Large::kBm), "expert_gemm: row tile ",
+               row_tile, " (expert_row_tile gives the valid one)");
+  const unsigned tiles = static_cast<unsigned>(expert_gemm_max_tiles(S, E, row_tile));
+  const unsigned outs = static_cast<unsigned>(out.n_out);
   if (bf16) {
-    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>((N + kBn - 1) / kBn),
-                    static_cast<unsigned>(out.n_out));
+    const dim3 grid(tiles, static_cast<unsigned>((N + kBn - 1) / kBn), outs);
     const bool vec = aligned && K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-    if (vec) {
-      k_expert_gemm_bf16<true><<<grid, kGemmThreads, 0, st(s)>>>(
-          static_cast<const uint16_t*>(x), K, offsets, tile_first, static_cast<int>(E), out, N);
+    if (row_tile == Large::kBm) {
+      vec ? launch_bf16<Large, true>(grid, x, K, offsets, tile_first, E, out, N, s)
+          : launch_bf16<Large, false>(grid, x, K, offsets, tile_first, E, out, N, s);
     } else {
-      k_expert_gemm_bf16<false><<<grid, kGemmThreads, 0, st(s)>>>(
-          static_cast<const uint16_t*>(x), K, offsets, tile_first, static_cast<int>(E), out, N);
+      vec ? launch_bf16<Small, true>(grid, x, K, offsets, tile_first, E, out, N, s)
+          : launch_bf16<Small, false>(grid, x, K, offsets, tile_first, E, out, N, s);
     }
   } else {
-    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>((N + kFn - 1) / kFn),
-                    static_cast<unsigned>(out.n_out));
+    const dim3 grid(tiles, static_cast<unsigned>((N + kFn - 1) / kFn), outs);
     k_expert_gemm_f32<<<grid, kFThreads, 0, st(s)>>>(static_cast<const float*>(x), K, offsets,
                                                      tile_first, static_cast<int>(E), out, N);
   }
