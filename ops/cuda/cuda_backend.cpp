@@ -624,6 +624,8 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   int32_t* offsets = counts + E;              // [E + 1]
   int32_t* cursor = offsets + E + 1;          // [E]
   int32_t* tile_first = cursor + E;           // [E + 1]
+  STRATA_ASSERT(moe_ints_.bytes() >= static_cast<uint64_t>(4 * E + 2) * 4, "expert counts: ", E,
+                " experts");
   bool aligned = false;
   const void* const* tables = expert_tables(experts, &aligned);
   const float* const* gate_up_bias = reinterpret_cast<const float* const*>(tables + 3 * E);
