@@ -118,8 +118,7 @@ struct CudaBackend::Experts {
 CudaBackend::CudaBackend(CudaBackendOptions options)
     : opt_(options),
       att_(std::make_unique<Attention>()),
-      prof_(std::make_unique<Profile>()),
-      experts_(std::make_unique<Experts>()) {}
+      prof_(std::make_unique<Profile>()) {}
 
 CudaBackend::CudaBackend(DeviceBudget& budget, const Stream& stream, CudaBackendOptions options,
                          int64_t max_slots, int64_t max_experts)
@@ -135,6 +134,7 @@ CudaBackend::CudaBackend(DeviceBudget& budget, const Stream& stream, CudaBackend
     moe_ints_ =
         DeviceBuffer(budget, static_cast<uint64_t>(4 * max_experts + 2) * 4, "expert counts");
     const uint64_t tables = static_cast<uint64_t>(5 * max_experts) * sizeof(void*);
+    experts_ = std::make_unique<Experts>();  // (its event needs a device: not in sizing)
     experts_->dev = DeviceBuffer(budget, tables, "expert pointers");
     experts_->host.reserve(tables);
   }
@@ -561,6 +561,7 @@ void CudaBackend::route_sigmoid(float* logits, int64_t T, int64_t E, int64_t K,
 // The device arrays of the experts' pointers (CudaBackend::Experts); aligned: every weight at a
 // 16-byte boundary (expert_gemm's vector loads).
 const void* const* CudaBackend::expert_tables(std::span<const Mlp> experts, bool* aligned) {
+  STRATA_ASSERT(experts_, "expert pointers: the backend was made for no experts");
   Experts& x = *experts_;
   const size_t E = experts.size();
   x.next.assign(5 * E, nullptr);
