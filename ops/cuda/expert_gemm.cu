@@ -127,22 +127,28 @@ __device__ Tile tile_of(int b, int bm, const int32_t* offsets, const int32_t* ti
 // ---- bf16: WMMA tensor cores
 // ----------------------------------------------------------------------
 
-// A block: BM rows x kBn columns, 8 warps as 2 (rows) x 4 (columns), each warp BM/2 x 32 in
-// 16x16x16 fragments; k in steps of BK through a STAGES-deep cp.async pipeline. Rows of the
+// A block: BM rows x kBn columns, 8 warps each on a [kWm, kWn] part in 16x16x16 fragments; k in
+// steps of BK through a STAGES-deep cp.async pipeline. Rows of the
 // stages are padded by 8 values (16 bytes) against bank conflicts.
 constexpr int kBn = 128, kGemmThreads = 256, kLdc = kBn + 4;  // kLdc: the fp32 output block's row
 template <int BM, int BK, int STAGES>
 struct Cfg {
   static constexpr int kBm = BM, kBk = BK, kStages = STAGES, kLds = BK + 8;
-  static constexpr int kFm = BM / 32;                              // fragments per warp along rows
+  static constexpr int kWarpsM = BM >= 32 ? 2 : 1, kWarpsN = 8 / kWarpsM;
+  static constexpr int kWm = BM / kWarpsM, kWn = kBn / kWarpsN;    // a warp's block
+  static constexpr int kFm = kWm / 16, kFn = kWn / 16;             // its 16x16 fragments
   static constexpr int kStageA = BM * kLds, kStageB = kBn * kLds;  // bf16 values a stage
   static constexpr int kPipe = STAGES * (kStageA + kStageB) * 2, kOut = BM * kLdc * 4;
   static constexpr int kSmem = kPipe > kOut ? kPipe : kOut;  // the output block reuses the stages
 };
-// Few rows an expert (latency-bound on the weights): more bytes in flight. Many: more MMAs per
-// fragment load.
-using Small = Cfg<64, 64, 4>;   // 110,592 bytes of shared memory
-using Large = Cfg<128, 32, 4>;  // 81,920
+// The row tile follows the experts' mean rows (expert_row_tile), so that few rows an expert
+// waste few products on rows past its end (which is what bounds those chunks); k by 64 keeps
+// more weight bytes in flight there, k by 32 with 128 rows more products per fragment load.
+// 8 warps as 2 x 4 (1 x 8 for 16 rows).
+using Rows16 = Cfg<16, 64, 4>;    // 82,944 bytes of shared memory
+using Rows32 = Cfg<32, 64, 4>;    // 92,160
+using Rows64 = Cfg<64, 64, 4>;    // 110,592
+using Rows128 = Cfg<128, 32, 4>;  // 81,920
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -185,7 +191,8 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
                        const int32_t* tile_first, int E, ExpertGemmOutputs out, int64_t N) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using namespace nvcuda;
-  constexpr int kBm = C::kBm, kBk = C::kBk, kStages = C::kStages, kLds = C::kLds, kFm = C::kFm;
+  constexpr int kBm = C::kBm, kBk = C::kBk, kStages = C::kStages, kLds = C::kLds;
+  constexpr int kFm = C::kFm, kFn = C::kFn, kWm = C::kWm, kWn = C::kWn;
   const Tile tile = tile_of(static_cast<int>(blockIdx.x), kBm, offsets, tile_first, E);
   if (tile.rows <= 0) return;
   const int j = static_cast<int>(blockIdx.z);
@@ -200,11 +207,11 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
   extern __shared__ __align__(128) uint8_t smem[];
   uint16_t* sa = reinterpret_cast<uint16_t*>(smem);
   uint16_t* sb = sa + kStages * C::kStageA;
-  const int warp = threadIdx.x >> 5, wm = warp >> 2, wn = warp & 3;
+  const int warp = threadIdx.x >> 5, wm = warp / C::kWarpsN, wn = warp % C::kWarpsN;
 
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kFm][2];
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kFm][kFn];
   for (int i = 0; i < kFm; ++i)
-    for (int q = 0; q < 2; ++q)
+    for (int q = 0; q < kFn; ++q)
       wmma::fill_fragment(acc[i][q], 0.0f);
 
   const int kt_count = static_cast<int>((K + kBk - 1) / kBk);
@@ -226,18 +233,17 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
     const uint16_t* b = sb + (kt % kStages) * C::kStageB;
     for (int kk = 0; kk < kBk; kk += 16) {
       wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[kFm];
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb[2];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb[kFn];
       for (int i = 0; i < kFm; ++i)
         wmma::load_matrix_sync(
-            fa[i],
-            reinterpret_cast<const __nv_bfloat16*>(a + (wm * (kBm / 2) + i * 16) * kLds + kk),
+            fa[i], reinterpret_cast<const __nv_bfloat16*>(a + (wm * kWm + i * 16) * kLds + kk),
             kLds);
-      for (int q = 0; q < 2; ++q)
+      for (int q = 0; q < kFn; ++q)
         wmma::load_matrix_sync(
-            fb[q], reinterpret_cast<const __nv_bfloat16*>(b + (wn * 32 + q * 16) * kLds + kk),
+            fb[q], reinterpret_cast<const __nv_bfloat16*>(b + (wn * kWn + q * 16) * kLds + kk),
             kLds);
       for (int i = 0; i < kFm; ++i)
-        for (int q = 0; q < 2; ++q)
+        for (int q = 0; q < kFn; ++q)
           wmma::mma_sync(acc[i][q], fa[i], fb[q], acc[i][q]);
     }
   }
@@ -245,9 +251,9 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
   __syncthreads();  // the stages are free: the output block goes there
   float* c = reinterpret_cast<float*>(smem);
   for (int i = 0; i < kFm; ++i)
-    for (int q = 0; q < 2; ++q)
-      wmma::store_matrix_sync(c + (wm * (kBm / 2) + i * 16) * kLdc + wn * 32 + q * 16, acc[i][q],
-                              kLdc, wmma::mem_row_major);
+    for (int q = 0; q < kFn; ++q)
+      wmma::store_matrix_sync(c + (wm * kWm + i * 16) * kLdc + wn * kWn + q * 16, acc[i][q], kLdc,
+                              wmma::mem_row_major);
   __syncthreads();
   for (int i = threadIdx.x; i < kBm * kBn; i += kGemmThreads) {
     const int r = i / kBn, col = i % kBn;
@@ -258,11 +264,11 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
 #endif
 }
 
-template <class C, bool kVec>
-void launch_bf16(dim3 grid, const void* x, int64_t K, const int32_t* offsets,
+template <class C>
+void launch_bf16(dim3 grid, bool vec, const void* x, int64_t K, const int32_t* offsets,
                  const int32_t* tile_first, int64_t E, const ExpertGemmOutputs& out, int64_t N,
                  void* s) {
-  auto* kernel = k_expert_gemm_bf16<C, kVec>;
+  auto* kernel = vec ? k_expert_gemm_bf16<C, true> : k_expert_gemm_bf16<C, false>;
   STRATA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     C::kSmem) == cudaSuccess,
                "expert_gemm: cannot use ", C::kSmem, " bytes of shared memory");
@@ -273,28 +279,29 @@ void launch_bf16(dim3 grid, const void* x, int64_t K, const int32_t* offsets,
 // ---- fp32: SIMT, one fmaf per k in k order
 // ---------------------------------------------------------
 
-constexpr int kFm = 64, kFn = 64, kFk = 16, kFThreads = 256;  // 16 x 16 threads, 4 x 4 outputs
+constexpr int kF32Rows = 64, kF32Cols = 64, kFk = 16,
+              kFThreads = 256;  // 16 x 16 threads, 4 x 4 outputs
 
 __global__ void __launch_bounds__(kFThreads)
     k_expert_gemm_f32(const float* x, int64_t K, const int32_t* offsets, const int32_t* tile_first,
                       int E, ExpertGemmOutputs out, int64_t N) {
-  const Tile tile = tile_of(static_cast<int>(blockIdx.x), kFm, offsets, tile_first, E);
+  const Tile tile = tile_of(static_cast<int>(blockIdx.x), kF32Rows, offsets, tile_first, E);
   if (tile.rows <= 0) return;
   const int j = static_cast<int>(blockIdx.z);
-  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kFn;
-  const int n_rows = static_cast<int>(N - n0 < kFn ? N - n0 : kFn);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kF32Cols;
+  const int n_rows = static_cast<int>(N - n0 < kF32Cols ? N - n0 : kF32Cols);
   const float* xa = x + static_cast<int64_t>(tile.row0) * K;
   const float* wb = static_cast<const float*>((j ? out.w[1] : out.w[0])[tile.expert]) + n0 * K;
   float* y = j ? out.y[1] : out.y[0];
-  __shared__ float sa[kFm][kFk + 1], sb[kFn][kFk + 1];
+  __shared__ float sa[kF32Rows][kFk + 1], sb[kF32Cols][kFk + 1];
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   float acc[4][4] = {};
   for (int64_t k0 = 0; k0 < K; k0 += kFk) {
-    for (int i = threadIdx.x; i < kFm * kFk; i += kFThreads) {
+    for (int i = threadIdx.x; i < kF32Rows * kFk; i += kFThreads) {
       const int r = i / kFk, kc = i % kFk;
       sa[r][kc] = r < tile.rows && k0 + kc < K ? xa[r * K + k0 + kc] : 0.0f;
     }
-    for (int i = threadIdx.x; i < kFn * kFk; i += kFThreads) {
+    for (int i = threadIdx.x; i < kF32Cols * kFk; i += kFThreads) {
       const int r = i / kFk, kc = i % kFk;
       sb[r][kc] = r < n_rows && k0 + kc < K ? wb[r * K + k0 + kc] : 0.0f;
     }
@@ -325,7 +332,10 @@ __global__ void __launch_bounds__(kFThreads)
 }  // namespace
 
 int64_t expert_row_tile(int64_t S, int64_t E, bool bf16) {
-  return bf16 && S >= 128 * E ? Large::kBm : Small::kBm;
+  if (!bf16) return kF32Rows;
+  for (int64_t tile : {16, 32, 64})
+    if (S <= tile * E) return tile;
+  return 128;
 }
 
 void expert_plan(const int32_t* counts, int64_t E, int64_t row_tile, int32_t* offsets,
@@ -349,22 +359,30 @@ void expert_gemm(const void* x, int64_t S, int64_t K, const int32_t* offsets,
   STRATA_CHECK(out.n_out == 1 || out.n_out == 2, "expert_gemm: ", out.n_out, " outputs (1 or 2)");
   STRATA_CHECK(S < (int64_t{1} << 31) && K > 0, "expert_gemm: ", S, " rows of ", K,
                " values (its row offsets are 32-bit)");
-  STRATA_CHECK(row_tile == Small::kBm || (bf16 && row_tile == Large::kBm), "expert_gemm: row tile ",
-               row_tile, " (expert_row_tile gives the valid one)");
+  STRATA_CHECK(bf16 ? row_tile == 16 || row_tile == 32 || row_tile == 64 || row_tile == 128
+                    : row_tile == kF32Rows,
+               "expert_gemm: row tile ", row_tile, " (expert_row_tile gives the valid one)");
   const unsigned tiles = static_cast<unsigned>(expert_gemm_max_tiles(S, E, row_tile));
   const unsigned outs = static_cast<unsigned>(out.n_out);
   if (bf16) {
     const dim3 grid(tiles, static_cast<unsigned>((N + kBn - 1) / kBn), outs);
     const bool vec = aligned && K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-    if (row_tile == Large::kBm) {
-      vec ? launch_bf16<Large, true>(grid, x, K, offsets, tile_first, E, out, N, s)
-          : launch_bf16<Large, false>(grid, x, K, offsets, tile_first, E, out, N, s);
-    } else {
-      vec ? launch_bf16<Small, true>(grid, x, K, offsets, tile_first, E, out, N, s)
-          : launch_bf16<Small, false>(grid, x, K, offsets, tile_first, E, out, N, s);
+    switch (row_tile) {
+      case 16:
+        launch_bf16<Rows16>(grid, vec, x, K, offsets, tile_first, E, out, N, s);
+        break;
+      case 32:
+        launch_bf16<Rows32>(grid, vec, x, K, offsets, tile_first, E, out, N, s);
+        break;
+      case 64:
+        launch_bf16<Rows64>(grid, vec, x, K, offsets, tile_first, E, out, N, s);
+        break;
+      default:
+        launch_bf16<Rows128>(grid, vec, x, K, offsets, tile_first, E, out, N, s);
+        break;
     }
   } else {
-    const dim3 grid(tiles, static_cast<unsigned>((N + kFn - 1) / kFn), outs);
+    const dim3 grid(tiles, static_cast<unsigned>((N + kF32Cols - 1) / kF32Cols), outs);
     k_expert_gemm_f32<<<grid, kFThreads, 0, st(s)>>>(static_cast<const float*>(x), K, offsets,
                                                      tile_first, static_cast<int>(E), out, N);
   }

@@ -85,11 +85,14 @@ TEST_F(CudaOps, ExpertGemmIsLinearPerExpert) {
   int64_t S = 0;
   for (int32_t c : counts)
     S += c;
+  // The smallest of 16, 32, 64 rows at least the experts' mean, else 128; fp32: 64.
   EXPECT_EQ(expert_row_tile(S, E, false), 64);
-  EXPECT_EQ(expert_row_tile(127 * E, E, true), 64);
-  EXPECT_EQ(expert_row_tile(128 * E, E, true), 128);
+  EXPECT_EQ(expert_row_tile(16 * E, E, true), 16);
+  EXPECT_EQ(expert_row_tile(16 * E + 1, E, true), 32);
+  EXPECT_EQ(expert_row_tile(64 * E, E, true), 64);
+  EXPECT_EQ(expert_row_tile(64 * E + 1, E, true), 128);
   const int64_t shapes[][3] = {{96, 40, 2}, {100, 200, 1}, {40, 128, 2}, {8, 3, 1}};  // K, N, outs
-  for (int64_t tile : {64, 128}) {
+  for (int64_t tile : {16, 32, 64, 128}) {
     // The plan: offsets, the first tile of each expert and the row counters, by hand.
     std::vector<int32_t> offsets(E + 1, 0), tile_first(E + 1, 0);
     for (int64_t e = 0; e < E; ++e) {
