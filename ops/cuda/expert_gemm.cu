@@ -26,8 +26,7 @@ namespace {
 using launch::launched;
 using launch::st;
 
-// ---- plan
-// ----------------------------------------------------------------------------------------
+// ---- plan ---------------------------------------------------------------------------------------
 
 constexpr int kPlanThreads = 1024;
 
@@ -97,8 +96,7 @@ __global__ void k_plan(const int32_t* counts, int E, int bm, int32_t* offsets, i
   }
 }
 
-// ---- the tile a block computes
-// --------------------------------------------------------------------
+// ---- the tile a block computes ------------------------------------------------------------------
 
 struct Tile {
   int expert, row0, rows;
@@ -124,12 +122,11 @@ __device__ Tile tile_of(int b, int bm, const int32_t* offsets, const int32_t* ti
   return t;
 }
 
-// ---- bf16: WMMA tensor cores
-// ----------------------------------------------------------------------
+// ---- bf16: WMMA tensor cores --------------------------------------------------------------------
 
 // A block: BM rows x kBn columns, 8 warps each on a [kWm, kWn] part in 16x16x16 fragments; k in
-// steps of BK through a STAGES-deep cp.async pipeline. Rows of the
-// stages are padded by 8 values (16 bytes) against bank conflicts.
+// steps of BK through a STAGES-deep cp.async pipeline. Rows of the stages are padded by 8 values
+// (16 bytes) against bank conflicts.
 constexpr int kBn = 128, kGemmThreads = 256, kLdc = kBn + 4;  // kLdc: the fp32 output block's row
 template <int BM, int BK, int STAGES>
 struct Cfg {
@@ -276,8 +273,7 @@ void launch_bf16(dim3 grid, bool vec, const void* x, int64_t K, const int32_t* o
                                                   tile_first, static_cast<int>(E), out, N);
 }
 
-// ---- fp32: SIMT, one fmaf per k in k order
-// ---------------------------------------------------------
+// ---- fp32: SIMT, one fmaf per k in k order ------------------------------------------------------
 
 constexpr int kF32Rows = 64, kF32Cols = 64, kFk = 16,
               kFThreads = 256;  // 16 x 16 threads, 4 x 4 outputs
