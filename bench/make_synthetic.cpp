@@ -1,12 +1,13 @@
 // Writes a synthetic checkpoint of about the requested size, for bench/quantize_bench.sh (Llama)
-// and bench/gpu_bench.sh (Qwen3-MoE, Kimi-K2 INT4): config.json, one shard per decoder layer plus
-// one for the embedding, final norm and lm_head, and model.safetensors.index.json. Weights are
-// pseudo-random (uniform, scaled by sqrt(3 / fan-in) so every linear keeps unit variance and the
-// forward stays finite); norms are ones. Shards are generated and written by --threads workers,
-// one whole layer each; shard i's values depend only on i, so the bytes do not depend on the
-// thread count.
+// and bench/gpu_bench.sh (Qwen3-MoE, Kimi-K2 INT4, gpt-oss MXFP4): config.json, one shard per
+// decoder layer plus one for the embedding, final norm and lm_head, and
+// model.safetensors.index.json. Weights are pseudo-random (uniform, scaled by sqrt(3 / fan-in) so
+// every linear keeps unit variance and the forward stays finite); norms are ones. Shards are
+// generated and written by --threads workers, one whole layer each; shard i's values depend only on
+// i, so the bytes do not depend on the thread count.
 //
-//   build/dev/bin/make_synthetic DIR [--arch llama|qwen3_moe|kimi_k2] [--gib G] [--layers N]
+//   build/dev/bin/make_synthetic DIR [--arch llama|qwen3_moe|kimi_k2|gpt_oss] [--gib G] [--layers
+//   N]
 //                                    [--threads T] [--hidden H] [--intermediate I] [--vocab V]
 //                                    [--experts E] [--top_k K]
 //
@@ -29,7 +30,18 @@
 // codes are triangular on [-7, 7] around 0 (one plus the sum of two uniform 3-bit draws, minus 8)
 // and each group's scale is 1 / (3.24 sqrt(fan-in)) times a uniform factor in [0.5, 1.5), so the
 // experts keep about unit variance and their groups differ in range. 61 layers (Kimi-K2's count)
-// make about 20.8 GB. Layers: --layers N, or else as many as fit in G GiB beside the embedding and
+// make about 20.8 GB.
+// --arch gpt_oss: gpt-oss-120b's layout (model_type gpt_oss) scaled down: 36 layers alternating
+// sliding-window (128) and full attention, 128 experts top-4, vocab 201088, head_dim 64, q/k/v/o
+// biases, attention sinks, a router with a bias, YaRN (factor 32); hidden = expert width = 1600
+// (gpt-oss-120b's 2880 / 1.8) with 32 query and 4 key/value heads (64 and 8 there). As gpt-oss
+// ships, the experts are fused MXFP4 tensors (gate_up_proj_blocks U8 [E, 2I, H/32, 16] with gate
+// and up rows interleaved, *_scales U8 E8M0 [E, 2I, H/32], gate_up_proj_bias bf16 [E, 2I]; down
+// likewise [E, H, I/32, 16]) and everything else bf16, with the quantization_config
+// {quant_method mxfp4, modules_to_not_convert}. The FP4 codes are uniform over the 16 e2m1 values
+// (RMS 2.93) and each 32-block's exponent gives about 1 / (2.93 sqrt(fan-in)) times 2^-1, 2^0 or
+// 2^1 (uniform), so the experts keep about unit gain and their blocks differ in range. 36 layers
+// make about 20.1 GB. Layers: --layers N, or else as many as fit in G GiB beside the embedding and
 // lm_head, at least 1.
 #include <algorithm>
 #include <atomic>
@@ -129,6 +141,34 @@ Tensor random_int4_scales(Rng& rng, int64_t out, int64_t in, int64_t group) {
   return t;
 }
 
+// MXFP4 blocks U8 [E, out, in / 32, 16] of E weights [out, in]: two e2m1 codes a byte (element
+// 2j in the low nibble), uniform over the 16 codes.
+Tensor random_fp4_blocks(Rng& rng, int64_t E, int64_t out, int64_t in) {
+  Tensor t = Tensor::zeros(DType::kU8, {E, out, in / 32, 16});
+  uint8_t* p = t.mutable_data<uint8_t>();
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; i += 8) {
+    const uint64_t r = rng.next();
+    for (int64_t j = 0; j < 8 && i + j < n; ++j)
+      p[i + j] = static_cast<uint8_t>(r >> (8 * j));
+  }
+  return t;
+}
+
+// Their E8M0 scales U8 [E, out, in / 32] (2^(s - 127)): the uniform codes' RMS is 2.93, so
+// 2^round(log2(1 / (2.93 sqrt(in)))) gives about unit gain; each block's exponent is that plus
+// -1, 0 or 1.
+Tensor random_e8m0(Rng& rng, int64_t E, int64_t out, int64_t in) {
+  Tensor t = Tensor::zeros(DType::kU8, {E, out, in / 32});
+  uint8_t* p = t.mutable_data<uint8_t>();
+  const int base =
+      127 +
+      static_cast<int>(std::lround(std::log2(1.0 / (2.93 * std::sqrt(static_cast<double>(in))))));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    p[i] = static_cast<uint8_t>(base - 1 + static_cast<int>((rng.next() >> 32) % 3));
+  return t;
+}
+
 Tensor shape_i32(int64_t out, int64_t in) {
   Tensor t = Tensor::zeros(DType::kI32, {2});
   int32_t* p = t.mutable_data<int32_t>();
@@ -149,9 +189,10 @@ struct Shapes {
   // kimi_k2 (MLA): LoRA ranks, head dims, the dense layers' width and the INT4 group.
   int64_t q_lora = 0, kv_lora = 0, nope = 128, rope = 64, v_dim = 128, dense_I = 0;
   int64_t first_dense = 1, shared = 1, group = 32;
+  int64_t window = 128;  // gpt_oss: the sliding layers' window
 
   bool moe_layer(int64_t l) const {
-    return arch == "qwen3_moe" || (arch == "kimi_k2" && l >= first_dense);
+    return arch == "qwen3_moe" || arch == "gpt_oss" || (arch == "kimi_k2" && l >= first_dense);
   }
 
   // Parameters and bytes of decoder layer l and of everything outside the layers.
@@ -171,11 +212,18 @@ struct Shapes {
     const double q = static_cast<double>(heads * head_dim),
                  kv = static_cast<double>(kv_heads * head_dim);
     const double attn = 2 * q * h + 2 * kv * h;
+    if (arch == "gpt_oss")  // biases, sinks, router with its bias, experts with their biases
+      return attn + q + 2 * kv + h + static_cast<double>(heads) + e * h + e + e * 3 * i * h +
+             e * (2 * i + h) + 2 * h;
     if (arch == "qwen3_moe")
       return attn + 2 * static_cast<double>(head_dim) + e * h + e * 3 * i * h + 2 * h;
     return attn + 3 * i * h + 2 * h;
   }
   double layer_bytes(int64_t l) const {
+    if (arch == "gpt_oss") {  // experts at 4 bits plus one E8M0 byte per 32; the rest bf16
+      const double routed = static_cast<double>(experts) * 3 * static_cast<double>(I * H);
+      return 2.0 * (layer_params(l) - routed) + routed * (0.5 + 1.0 / 32.0);
+    }
     if (arch != "kimi_k2" || !moe_layer(l)) return 2.0 * layer_params(l);
     // Routed experts at 4 bits plus a bf16 scale per group (and 8 bytes of shape); the
     // correction bias in fp32; the rest bf16.
@@ -243,6 +291,40 @@ struct Shapes {
              "      \"re:.*self_attn.*\",\n      \"re:.*shared_experts.*\",\n"
              "      \"re:.*mlp\\\\.(gate|up|gate_up|down)_proj.*\"\n    ],\n"
              "    \"kv_cache_scheme\": null\n  }\n}\n";
+    if (arch == "gpt_oss") {
+      // The keys transformers 5.17 writes for GptOssForCausalLM, with the hub's MXFP4
+      // quantization_config.
+      std::string types;
+      for (int64_t l = 0; l < layers; ++l)
+        types += std::string(l ? ", " : "") +
+                 (l % 2 == 0 ? "\"sliding_attention\"" : "\"full_attention\"");
+      return "{\n  \"architectures\": [\"GptOssForCausalLM\"],\n  \"attention_bias\": true,\n"
+             "  \"attention_dropout\": 0.0,\n  \"bos_token_id\": null,\n  \"dtype\": "
+             "\"bfloat16\",\n  \"eos_token_id\": null,\n  \"head_dim\": " +
+             n(head_dim) + ",\n  \"hidden_act\": \"silu\",\n  \"hidden_size\": " + n(H) +
+             ",\n  \"initializer_range\": 0.02,\n  \"intermediate_size\": " + n(I) +
+             ",\n  \"layer_types\": [" + types +
+             "],\n  \"max_position_embeddings\": 131072,\n  \"model_type\": \"gpt_oss\",\n"
+             "  \"num_attention_heads\": " +
+             n(heads) + ",\n  \"num_experts_per_tok\": " + n(top_k) +
+             ",\n  \"num_hidden_layers\": " + n(layers) +
+             ",\n  \"num_key_value_heads\": " + n(kv_heads) +
+             ",\n  \"num_local_experts\": " + n(experts) +
+             ",\n  \"output_router_logits\": false,\n  \"pad_token_id\": null,\n"
+             "  \"rms_norm_eps\": 1e-05,\n  \"rope_parameters\": {\n    \"beta_fast\": 32.0,\n"
+             "    \"beta_slow\": 1.0,\n    \"factor\": 32.0,\n"
+             "    \"original_max_position_embeddings\": 4096,\n    \"rope_theta\": 150000.0,\n"
+             "    \"rope_type\": \"yarn\",\n    \"truncate\": false\n  },\n"
+             "  \"router_aux_loss_coef\": 0.001,\n  \"sliding_window\": " +
+             n(window) +
+             ",\n  \"tie_word_embeddings\": false,\n  \"transformers_version\": \"5.17.0\",\n"
+             "  \"use_cache\": true,\n  \"vocab_size\": " +
+             n(V) +
+             ",\n  \"quantization_config\": {\n    \"quant_method\": \"mxfp4\",\n"
+             "    \"modules_to_not_convert\": [\n      \"model.layers.*.self_attn\",\n"
+             "      \"model.layers.*.mlp.router\",\n      \"model.embed_tokens\",\n"
+             "      \"lm_head\"\n    ]\n  }\n}\n";
+    }
     // The keys and layout transformers 5.17 writes for Qwen3MoeForCausalLM (save_pretrained).
     return "{\n  \"architectures\": [\"Qwen3MoeForCausalLM\"],\n  \"attention_bias\": false,\n"
            "  \"attention_dropout\": 0.0,\n  \"bos_token_id\": null,\n  \"decoder_sparse_step\": "
@@ -269,6 +351,7 @@ struct Shapes {
   // One decoder layer's tensors, in the order the shard holds them.
   NamedTensors layer(int64_t l, Rng& rng) const {
     if (arch == "kimi_k2") return kimi_layer(l, rng);
+    if (arch == "gpt_oss") return gpt_oss_layer(l, rng);
     const std::string p = "model.layers." + std::to_string(l) + ".";
     const int64_t q = heads * head_dim, kv = kv_heads * head_dim;
     NamedTensors t;
@@ -292,6 +375,35 @@ struct Shapes {
       add(t, rng, p + "mlp.gate_proj.weight", {I, H});
       add(t, rng, p + "mlp.up_proj.weight", {I, H});
       add(t, rng, p + "mlp.down_proj.weight", {H, I});
+    }
+    return t;
+  }
+
+  // A gpt-oss decoder layer: attention with biases and sinks, the router with its bias, and the
+  // fused MXFP4 experts with their biases (hub names and layout).
+  NamedTensors gpt_oss_layer(int64_t l, Rng& rng) const {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const int64_t q = heads * head_dim, kv = kv_heads * head_dim;
+    NamedTensors t;
+    t.emplace_back(p + "input_layernorm.weight", ones_bf16(H));
+    t.emplace_back(p + "post_attention_layernorm.weight", ones_bf16(H));
+    const std::string a = p + "self_attn.";
+    for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
+      const int64_t out = proj[0] == 'q' ? q : proj[0] == 'o' ? H : kv;
+      const int64_t in = proj[0] == 'o' ? q : H;
+      add(t, rng, a + proj + ".weight", {out, in});
+      t.emplace_back(a + proj + ".bias", random_bf16(rng, {out}, 0.02f));
+    }
+    t.emplace_back(a + "sinks", random_bf16(rng, {heads}, 1.0f));
+    const std::string m = p + "mlp.";
+    add(t, rng, m + "router.weight", {experts, H});
+    t.emplace_back(m + "router.bias", random_bf16(rng, {experts}, 0.02f));
+    for (const char* proj : {"gate_up_proj", "down_proj"}) {
+      const bool down = proj[0] == 'd';
+      const int64_t out = down ? H : 2 * I, in = down ? I : H;
+      t.emplace_back(m + "experts." + proj + "_blocks", random_fp4_blocks(rng, experts, out, in));
+      t.emplace_back(m + "experts." + proj + "_scales", random_e8m0(rng, experts, out, in));
+      t.emplace_back(m + "experts." + proj + "_bias", random_bf16(rng, {experts, out}, 0.02f));
     }
     return t;
   }
@@ -350,7 +462,7 @@ int main(int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') {
     std::fprintf(
         stderr,
-        "usage: make_synthetic DIR [--arch llama|qwen3_moe|kimi_k2] [--gib G] [--layers N] "
+        "usage: make_synthetic DIR [--arch llama|qwen3_moe|kimi_k2|gpt_oss] [--gib G] [--layers N] "
         "[--threads T] [--hidden H] [--intermediate I] [--vocab V] [--experts E] [--top_k K]\n");
     return 2;
   }
@@ -394,8 +506,12 @@ int main(int argc, char** argv) {
     s.H = 2048, s.I = 768, s.V = 151936, s.heads = 32, s.kv_heads = 4, s.experts = 128, s.top_k = 8;
   } else if (s.arch == "kimi_k2") {
     s.H = 1280, s.I = 384, s.V = 163840, s.experts = 384, s.top_k = 8;
+  } else if (s.arch == "gpt_oss") {
+    s.H = 1600, s.I = 1600, s.V = 201088, s.head_dim = 64, s.heads = 32, s.kv_heads = 4;
+    s.experts = 128, s.top_k = 4;
   } else if (s.arch != "llama") {
-    std::fprintf(stderr, "make_synthetic: --arch must be llama, qwen3_moe or kimi_k2, got %s\n",
+    std::fprintf(stderr,
+                 "make_synthetic: --arch must be llama, qwen3_moe, kimi_k2 or gpt_oss, got %s\n",
                  s.arch.c_str());
     return 2;
   }
@@ -427,6 +543,13 @@ int main(int argc, char** argv) {
                    static_cast<long long>(s.I));
       return 2;
     }
+  }
+  if (s.arch == "gpt_oss" && (s.H % 32 != 0 || s.I % 32 != 0)) {
+    std::fprintf(stderr,
+                 "make_synthetic: gpt_oss needs --hidden and --intermediate divisible by the "
+                 "MXFP4 block 32 (got %lld and %lld)\n",
+                 static_cast<long long>(s.H), static_cast<long long>(s.I));
+    return 2;
   }
   const double outside = 2.0 * s.outside_params();
   if (layers <= 0) {  // as many layers as fit in the size, at least 1
@@ -506,6 +629,9 @@ int main(int argc, char** argv) {
     std::printf(", MLA q/kv rank %lld/%lld, %lld heads, routed experts INT4 g%lld",
                 static_cast<long long>(s.q_lora), static_cast<long long>(s.kv_lora),
                 static_cast<long long>(s.heads), static_cast<long long>(s.group));
+  if (s.arch == "gpt_oss")
+    std::printf(", %lld/%lld heads, window %lld, experts MXFP4", static_cast<long long>(s.heads),
+                static_cast<long long>(s.kv_heads), static_cast<long long>(s.window));
   std::printf(", %.2f B parameters, %.2f GiB (%.2f GB)\n", params / 1e9, bytes / 1073741824.0,
               bytes / 1e9);
   return 0;

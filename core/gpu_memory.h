@@ -121,7 +121,7 @@ class Event {
   double ms_since(const Event& start) const;
 
  private:
-  void* e_ = nullptr;
+  [[maybe_unused]] void* e_ = nullptr;  // cudaEvent_t; unused by the no-CUDA build
 };
 
 // Throws a strata::Error naming `what` when the last CUDA call failed asynchronously (a kernel

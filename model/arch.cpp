@@ -24,6 +24,8 @@ std::string_view arch_family_name(ArchFamily family) {
       return "kimi_linear";
     case ArchFamily::kQwen3Next:
       return "qwen3_next";
+    case ArchFamily::kQwen35Moe:
+      return "qwen3_5_moe";
     case ArchFamily::kGlm4Moe:
       return "glm4_moe";
     case ArchFamily::kMiniMaxM2:
@@ -36,7 +38,7 @@ std::string_view arch_family_name(ArchFamily family) {
 
 namespace {
 
-constexpr std::array<ArchEntry, 16> kArchs = {{
+constexpr std::array<ArchEntry, 18> kArchs = {{
     {"llama", ArchFamily::kLlama, false},
     {"mistral", ArchFamily::kLlama, false},
     {"qwen2", ArchFamily::kLlama, false},
@@ -48,11 +50,13 @@ constexpr std::array<ArchEntry, 16> kArchs = {{
     {"kimi_k2", ArchFamily::kDeepseekV3, false},
     {"kimi_linear", ArchFamily::kKimiLinear, false},
     {"qwen3_next", ArchFamily::kQwen3Next, false},
+    {"qwen3_5_moe_text", ArchFamily::kQwen35Moe, false},
     {"glm4_moe", ArchFamily::kGlm4Moe, false},
     {"minimax_m2", ArchFamily::kMiniMaxM2, false},
     {"gpt_oss", ArchFamily::kGptOss, false},
     {"kimi_vl", ArchFamily::kDeepseekV3, true},
     {"kimi_k25", ArchFamily::kDeepseekV3, true},
+    {"qwen3_5_moe", ArchFamily::kQwen35Moe, true},
 }};
 
 std::string known_list() {
@@ -269,6 +273,10 @@ bool layer_is_moe(const ArchInfo& arch, const ModelConfig& config, int64_t layer
     case ArchFamily::kMiniMaxM2:
     case ArchFamily::kGptOss:
       return config.num_experts > 0;
+    case ArchFamily::kQwen35Moe:
+      // transformers' Qwen3_5MoeDecoderLayer: every layer is MoE (the config class drops
+      // mlp_only_layers and decoder_sparse_step, so neither counts).
+      return config.num_experts > 0;
     case ArchFamily::kQwenMoe:
     case ArchFamily::kQwen3Next: {
       // architectures.md §2: MoE iff not in mlp_only_layers, E > 0, (i+1) % step == 0.
@@ -326,7 +334,8 @@ bool layer_is_linear_attention(const ArchInfo& arch, const ModelConfig& config, 
     case ArchFamily::kMiniMaxM2:
     case ArchFamily::kGptOss:
       return false;
-    case ArchFamily::kQwen3Next: {
+    case ArchFamily::kQwen3Next:
+    case ArchFamily::kQwen35Moe: {
       // architectures.md §5: layer_types, else every full_attention_interval-th layer is full.
       if (t.contains("layer_types") && !t["layer_types"].is_null()) {
         return layer_type_at(config, "layer_types", layer,
@@ -375,6 +384,7 @@ int64_t layer_sliding_window(const ArchInfo& arch, const ModelConfig& config, in
     case ArchFamily::kDeepseekV3:
     case ArchFamily::kKimiLinear:
     case ArchFamily::kQwen3Next:
+    case ArchFamily::kQwen35Moe:
     case ArchFamily::kGlm4Moe:
     case ArchFamily::kMiniMaxM2:
       return 0;
@@ -534,6 +544,18 @@ constexpr NameRule kGatedDeltaNet[] = {
     {"linear_attn.norm.weight", K::kNorm, M::kTensor},
     {"linear_attn.out_proj", K::kAttention, M::kModule},
 };
+// Qwen3.5: the Gated DeltaNet with its input projections apart (qkv, z, b, a).
+constexpr NameRule kGatedDeltaNetSplit[] = {
+    {"linear_attn.in_proj_qkv", K::kAttention, M::kModule},
+    {"linear_attn.in_proj_z", K::kAttention, M::kModule},
+    {"linear_attn.in_proj_b", K::kAttention, M::kModule},
+    {"linear_attn.in_proj_a", K::kAttention, M::kModule},
+    {"linear_attn.conv1d.weight", K::kAttention, M::kTensor},
+    {"linear_attn.A_log", K::kAttention, M::kTensor},
+    {"linear_attn.dt_bias", K::kAttention, M::kTensor},
+    {"linear_attn.norm.weight", K::kNorm, M::kTensor},
+    {"linear_attn.out_proj", K::kAttention, M::kModule},
+};
 
 // gpt-oss: attention with biases and sinks, the router with a bias, the experts fused on disk
 // (bf16 or MXFP4) and per expert as the forward and the plan read them.
@@ -568,27 +590,30 @@ constexpr NameRule kTopLevel[] = {
 
 using RuleSet = std::span<const NameRule>;
 
-std::array<RuleSet, 5> layer_rules(ArchFamily family) {
+std::array<RuleSet, 6> layer_rules(ArchFamily family) {
   switch (family) {
     case ArchFamily::kLlama:
-      return {kLayerCommon, kGqaAttention, kDenseMlp, {}, {}};
+      return {kLayerCommon, kGqaAttention, kDenseMlp, {}, {}, {}};
     case ArchFamily::kQwenMoe:
-      return {kLayerCommon, kGqaAttention, kDenseMlp, kQwenMoe, kFusedExperts};
+      return {kLayerCommon, kGqaAttention, kDenseMlp, kQwenMoe, kFusedExperts, {}};
     case ArchFamily::kMixtral:
-      return {kLayerCommon, kGqaAttention, kMixtralMoe, kFusedExperts, {}};
+      return {kLayerCommon, kGqaAttention, kMixtralMoe, kFusedExperts, {}, {}};
     case ArchFamily::kDeepseekV3:
-      return {kLayerCommon, kMla, kDenseMlp, kDeepseekMoe, kFusedExperts};
+      return {kLayerCommon, kMla, kDenseMlp, kDeepseekMoe, kFusedExperts, {}};
     case ArchFamily::kKimiLinear:
-      return {kLayerCommon, kKimiLinearAttention, kKimiLinearDense, kKimiLinearMoe, {}};
+      return {kLayerCommon, kKimiLinearAttention, kKimiLinearDense, kKimiLinearMoe, {}, {}};
     case ArchFamily::kQwen3Next:
       // Qwen3-Next has both attention kinds; kQwenMoe carries its shared expert and gate.
-      return {kLayerCommon, kGqaAttention, kGatedDeltaNet, kDenseMlp, kQwenMoe};
+      return {kLayerCommon, kGqaAttention, kGatedDeltaNet, kDenseMlp, kQwenMoe, kFusedExperts};
+    case ArchFamily::kQwen35Moe:
+      // Qwen3.5's hub checkpoints keep the routed experts fused (mlp.experts.gate_up_proj).
+      return {kLayerCommon, kGqaAttention, kGatedDeltaNetSplit, kQwenMoe, kFusedExperts, {}};
     case ArchFamily::kGlm4Moe:
-      return {kLayerCommon, kGqaAttention, kDenseMlp, kDeepseekMoe, kFusedExperts};
+      return {kLayerCommon, kGqaAttention, kDenseMlp, kDeepseekMoe, kFusedExperts, {}};
     case ArchFamily::kMiniMaxM2:
-      return {kLayerCommon, kGqaAttention, kMiniMaxM2Moe, kFusedExperts, {}};
+      return {kLayerCommon, kGqaAttention, kMiniMaxM2Moe, kFusedExperts, {}, {}};
     case ArchFamily::kGptOss:
-      return {kLayerCommon, kGptOssAttention, kGptOssMoe, {}, {}};
+      return {kLayerCommon, kGptOssAttention, kGptOssMoe, {}, {}, {}};
   }
   STRATA_ASSERT(false, "unhandled ArchFamily ", static_cast<int>(family));
 }
@@ -686,6 +711,30 @@ bool split_layer(std::string_view s, int64_t* layer, std::string_view* rest) {
 
 TensorClass classify_tensor(const ArchInfo& arch, std::string_view name) {
   TensorClass out;
+  // Qwen3-Next's and Qwen3.5's MTP module sits at the top level, beside any wrapper prefix. Its
+  // linear weights (mtp.fc, and in mtp.layers.N. what the decoder layer's rules call one) have
+  // that role, so that the export lists them in exclude_modules (`mtp.*`), as ModelOpt does.
+  if ((arch.family == ArchFamily::kQwen3Next || arch.family == ArchFamily::kQwen35Moe) &&
+      starts_with(name, "mtp.")) {
+    out.kind = TensorKind::kMtp;
+    const std::string_view rest = name.substr(4);
+    int64_t layer = -1;
+    std::string_view inner;
+    TensorClass found;
+    if (rest == "fc.weight") {
+      out.role = TensorRole::kLinearWeight;
+    } else if (starts_with(rest, "layers.") && split_layer(rest.substr(7), &layer, &inner)) {
+      for (RuleSet rules : layer_rules(arch.family)) {
+        for (const NameRule& rule : rules) {
+          if (match_rule(rule, inner, &found)) {
+            out.role = found.role;
+            return out;
+          }
+        }
+      }
+    }
+    return out;
+  }
   std::string normalized;  // the language model's name without a multimodal prefix
   if (arch.multimodal && !arch.lm_prefix.empty()) {
     // The prefixes resolve_wrapper_prefixes found; the tower and projector under any wrapper
@@ -741,11 +790,6 @@ TensorClass classify_tensor(const ArchInfo& arch, std::string_view name) {
       return out;  // unrecognized: a wrapper's language model lives under a prefix
     }
     name = normalized;
-  }
-
-  if (arch.family == ArchFamily::kQwen3Next && starts_with(name, "mtp.")) {
-    out.kind = TensorKind::kMtp;
-    return out;
   }
 
   constexpr std::string_view kLayers = "model.layers.";

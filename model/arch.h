@@ -22,8 +22,13 @@
 //                  kv_b_proj}; block_sparse_moe.{gate (+ e_score_correction_bias),
 //                  experts.E.w1/w2/w3, shared_experts.*}; the dense layers' mlp.{gate,up,down}_proj
 //                  (hub) or block_sparse_moe.{gate,up,down}_proj (transformers 5.x save_pretrained)
-//   kQwen3Next     kLlama's attention with q/k norms; linear_attn.{in_proj_qkvz, in_proj_ba,
-//                  conv1d, A_log, dt_bias, norm, out_proj}; kQwenMoe's MoE names; mtp.* is MTP
+//   kQwen3Next     kLlama's attention with q/k norms (q_proj also gives the output gate);
+//                  linear_attn.{in_proj_qkvz, in_proj_ba, conv1d, A_log, dt_bias, norm, out_proj};
+//                  kQwenMoe's MoE names; mtp.* is MTP
+//   kQwen35Moe     kQwen3Next's, the Gated DeltaNet's inputs apart: linear_attn.{in_proj_qkv,
+//                  in_proj_z, in_proj_b, in_proj_a}; every layer MoE (fused experts on the hub);
+//                  the wrapper qwen3_5_moe keeps it under model.language_model., its vision tower
+//                  under model.visual.; mtp.* (top level) is MTP
 //   kGlm4Moe       kLlama's attention (biases, q/k norms); kDeepseekV3's dense and MoE names
 //                  (mlp.gate + e_score_correction_bias, mlp.experts.E.*, mlp.shared_experts.*);
 //                  layers N >= num_hidden_layers are MTP
@@ -39,10 +44,10 @@
 // The MoE families also name transformers v5's fused `mlp.experts.gate_up_proj` [E, 2I, H] and
 // `mlp.experts.down_proj` [E, H, I]; opening a checkpoint serves that layout (and gpt-oss's) per
 // expert (io/fused_experts.h), so these names remain only where it is left fused (and refused).
-// Multimodal wrappers (kimi_vl, kimi_k25) keep the language model under `language_model.model.` /
-// `language_model.lm_head.` (or `model.language_model.`), the vision tower under `vision_tower.`
-// and the projector under `multi_modal_projector.` or `mm_projector.`; their family comes from
-// text_config's model_type.
+// Multimodal wrappers (kimi_vl, kimi_k25, qwen3_5_moe) keep the language model under
+// `language_model.model.` / `language_model.lm_head.` (or `model.language_model.`), the vision
+// tower under `vision_tower.` (or `visual.`, `vision_model.`) and the projector under
+// `multi_modal_projector.` or `mm_projector.`; their family comes from text_config's model_type.
 //
 // Parameters of quantized sources (`weight_scale_inv`, `weight_packed`, `weight_scale`,
 // `weight_blocks`, `weight_scales` (MXFP4), `weight_shape`, `weight_zero_point`, `weight_g_idx`,
@@ -66,6 +71,7 @@ enum class ArchFamily : uint8_t {
   kDeepseekV3,  // deepseek_v3, kimi_k2
   kKimiLinear,  // kimi_linear
   kQwen3Next,   // qwen3_next
+  kQwen35Moe,   // qwen3_5_moe_text, and the multimodal wrapper qwen3_5_moe
   kGlm4Moe,     // glm4_moe
   kMiniMaxM2,   // minimax_m2
   kGptOss,      // gpt_oss
@@ -125,7 +131,7 @@ enum class TensorKind : uint8_t {
   kVision,         // the vision tower of a multimodal wrapper
   kProjector,      // the multimodal projector
   kMtp,            // multi-token-prediction layers (DeepSeek and GLM layers >= num_hidden_layers,
-                   // mtp.*)
+                   // Qwen3-Next's and Qwen3.5's mtp.*)
   kOther,          // recognised, none of the above (e.g. rotary_emb.inv_freq)
   kUnrecognized,
 };
@@ -161,10 +167,10 @@ bool kind_is_quantized_by_default(TensorKind kind);
 // remote code); both present must agree.
 bool layer_is_moe(const ArchInfo& arch, const ModelConfig& config, int64_t layer);
 
-// Whether decoder layer `layer` is a linear-attention layer (Kimi-Linear KDA, Qwen3-Next Gated
-// DeltaNet): it has no KV cache, so no k/v scales. Kimi-Linear: layer_types (transformers 5.x) or
-// linear_attn_config.kda_layers (1-based, the remote code); both present must agree, neither is
-// an error.
+// Whether decoder layer `layer` is a linear-attention layer (Kimi-Linear KDA, Qwen3-Next and
+// Qwen3.5 Gated DeltaNet): it has no KV cache, so no k/v scales. Kimi-Linear: layer_types
+// (transformers 5.x) or linear_attn_config.kda_layers (1-based, the remote code); both present must
+// agree, neither is an error.
 bool layer_is_linear_attention(const ArchInfo& arch, const ModelConfig& config, int64_t layer);
 
 // The sliding window (in tokens, the query's own included) of decoder layer `layer`'s attention;

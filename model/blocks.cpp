@@ -56,13 +56,14 @@ void GqaAttention::bind(Binder& b, const ModelConfig& c, const std::string& p, G
                ": partial_rotary_factor ", factor, " rotates ", rot_dim, " of head_dim ", head_dim,
                " dims; RoPE needs an even number of them, at least 2");
   qk_norm_all_heads = options.qk_norm_all_heads;
-  const int64_t qd = n_heads * head_dim, kd = n_kv * head_dim;
-  wq = b.matrix(p + "q_proj.weight", {qd, H});
+  output_gate = options.output_gate;
+  const int64_t qd = n_heads * head_dim, kd = n_kv * head_dim, qgd = output_gate ? 2 * qd : qd;
+  wq = b.matrix(p + "q_proj.weight", {qgd, H});
   wk = b.matrix(p + "k_proj.weight", {kd, H});
   wv = b.matrix(p + "v_proj.weight", {kd, H});
   wo = b.matrix(p + "o_proj.weight", {H, qd});
   if (b.has(p + "q_proj.bias")) {
-    bq = b.vector(p + "q_proj.bias", {qd});
+    bq = b.vector(p + "q_proj.bias", {qgd});
     bk = b.vector(p + "k_proj.bias", {kd});
     bv = b.vector(p + "v_proj.bias", {kd});
   }
@@ -85,12 +86,19 @@ void GqaAttention::forward(ops::Backend& be, const ops::Tokens& t, const float* 
                            float* out) const {
   const int64_t T = t.tokens, d = head_dim, qd = n_heads * d, kd = n_kv * d;
   be.observe(qkv_names, x, T, H);
-  float* q = be.take(T * qd);    // [T, nH, d]
-  float* k = be.take(T * kd);    // [T, nKV, d]
-  float* v = be.take(T * kd);    // [T, nKV, d]
-  float* att = be.take(T * qd);  // [T, nH, d]
+  float* q = be.take(T * qd);                             // [T, nH, d]
+  float* k = be.take(T * kd);                             // [T, nKV, d]
+  float* v = be.take(T * kd);                             // [T, nKV, d]
+  float* att = be.take(T * qd);                           // [T, nH, d]
+  float* qg = output_gate ? be.take(2 * T * qd) : q;      // [T, nH, 2d]: query | gate per head
+  float* gate = output_gate ? be.take(T * qd) : nullptr;  // [T, nH, d]
   auto bias = [](const ops::Weight& w) { return w.defined() ? &w : nullptr; };
-  be.linears(x, T, {{&wq, q, bias(bq)}, {&wk, k, bias(bk)}, {&wv, v, bias(bv)}});
+  be.linears(x, T, {{&wq, qg, bias(bq)}, {&wk, k, bias(bk)}, {&wv, v, bias(bv)}});
+  if (output_gate && T > 0) {  // rows (token, head) of 2d: the query's d, then the gate's d
+    // (no tokens on an expert-parallel rank: no offsets into empty, null scratch)
+    be.copy_cols(qg, 2 * d, q, d, T * n_heads, d);
+    be.copy_cols(qg + d, 2 * d, gate, d, T * n_heads, d);
+  }
   if (q_norm.defined() && qk_norm_all_heads) {  // RMSNorm over each token's nH·d (nKV·d)
     be.rms_norm(q, T, qd, q_norm, qk_norm_eps, q);
     be.rms_norm(k, T, kd, k_norm, qk_norm_eps, k);
@@ -105,6 +113,7 @@ void GqaAttention::forward(ops::Backend& be, const ops::Tokens& t, const float* 
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   be.attention(t, q, qd, k, kd, v, kd, n_heads, n_kv, d, d, scale, att,
                {window, sinks.defined() ? &sinks : nullptr});
+  if (output_gate) be.mul_sigmoid(att, gate, T * qd);
   be.observe(o_names, att, T, qd);
   be.linear(att, T, wo, out, bo.defined() ? &bo : nullptr);
 }
@@ -167,6 +176,9 @@ void MlaAttention::bind(Binder& b, const ModelConfig& c, const std::string& p, b
 void MlaAttention::forward(ops::Backend& be, const ops::Tokens& t, const float* x,
                            float* out) const {
   const int64_t T = t.tokens, dq = dn + dr, dkv = kv_rank + dr;
+  // An expert-parallel rank can hold no tokens of a batch: nothing to compute, and the column
+  // offsets below must not be applied to empty (null) scratch.
+  if (T == 0) return;
   be.observe(in_names, x, T, H);
   float* q = be.take(T * nH * dq);                        // [T, nH, dn + dr]
   float* ckr = be.take(T * dkv);                          // [T, r_kv + dr]

@@ -72,9 +72,9 @@ ops::RopeParams rope_params(const ModelConfig& config);
 
 // Grouped-query self-attention with optional q/k/v (and o) biases and q/k RMSNorm, per head
 // (Qwen3, GLM-4.5) or over all heads at once (MiniMax-M2), before half-split RoPE over the first
-// rot_dim dims of each head (all of them unless partial). Observers: q/k/v_proj (one input),
-// k_cache, v_cache, o_proj. gpt-oss sets `sinks` and `window` after bind()
-// (ops::AttentionVariant).
+// rot_dim dims of each head (all of them unless partial), and optionally an output gate
+// (Qwen3-Next, Qwen3.5). Observers: q/k/v_proj (one input), k_cache, v_cache, o_proj. gpt-oss
+// sets `sinks` and `window` after bind() (ops::AttentionVariant).
 struct GqaOptions {
   // Fraction of each head that RoPE rotates: rot_dim = int(head_dim · factor), as transformers'
   // default rope init; < 0: the config's partial_rotary_factor (1 when absent).
@@ -82,12 +82,15 @@ struct GqaOptions {
   // q_norm [nH·d] and k_norm [nKV·d] normalise the whole projection (MiniMax-M2) instead of
   // each head with a [d] weight.
   bool qk_norm_all_heads = false;
+  // q_proj [nH·2d, H] gives each head's query and then its output gate g [d]: the attention's
+  // output is multiplied by sigmoid(g) before o_proj (Qwen3-Next, Qwen3.5).
+  bool output_gate = false;
 };
 struct GqaAttention {
   int64_t H = 0, n_heads = 0, n_kv = 0, head_dim = 0, rot_dim = 0;
   float qk_norm_eps = 0.0f;
-  bool qk_norm_all_heads = false;
-  ops::Weight wq, wk, wv, wo;  // [nH·d, H], [nKV·d, H], [nKV·d, H], [H, nH·d]
+  bool qk_norm_all_heads = false, output_gate = false;
+  ops::Weight wq, wk, wv, wo;  // [nH·d (·2 with the output gate), H], [nKV·d, H] x2, [H, nH·d]
   ops::Weight bq, bk, bv, bo;  // undefined when there are no biases
   ops::Weight sinks;           // [nH] fp32, undefined without attention sinks
   int64_t window = 0;          // sliding window in tokens, 0: the whole causal prefix

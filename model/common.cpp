@@ -153,14 +153,16 @@ Prefixes find_prefixes(const ModelConfig& config, const Checkpoint& ckpt) {
        "model.language_model.)");
 }
 
-Ends::Ends(const ModelConfig& config, const Checkpoint& ckpt, const Prefixes& prefixes)
+Ends::Ends(const ModelConfig& config, const Checkpoint& ckpt, const Prefixes& prefixes,
+           float norm_offset)
     : ckpt_(ckpt),
       embed_name_(prefixes.model + "embed_tokens.weight"),
       norm_name_(prefixes.model + "norm.weight"),
       head_name_(prefixes.lm_head),
       hidden_(config.hidden_size),
       vocab_(config.vocab_size),
-      eps_(static_cast<float>(config.rms_norm_eps)) {}
+      eps_(static_cast<float>(config.rms_norm_eps)),
+      norm_offset_(norm_offset) {}
 
 void Ends::embed(const Batch& batch, float* hidden, bool round) const {
   Tensor e = ckpt_.tensor(embed_name_);
@@ -193,7 +195,7 @@ void Ends::logits(const float* hidden, int64_t n_tokens, float* out) const {
   std::vector<float> norm_w = load_weight(ckpt_, norm_name_, {hidden_});
   std::vector<float> head = load_weight(ckpt_, head_name_, {vocab_, hidden_});
   std::vector<float> xn(static_cast<size_t>(n_tokens * hidden_));
-  ops::rms_norm(hidden, n_tokens, hidden_, norm_w.data(), eps_, xn.data());
+  ops::rms_norm(hidden, n_tokens, hidden_, norm_w.data(), eps_, xn.data(), norm_offset_);
   ops::linear(xn.data(), n_tokens, hidden_, head.data(), vocab_, out);
 }
 

@@ -30,7 +30,9 @@ Prefixes find_prefixes(const ModelConfig& config, const Checkpoint& ckpt);
 // Embedding, final norm and lm_head: the steps outside the decoder layers.
 class Ends {
  public:
-  Ends(const ModelConfig& config, const Checkpoint& ckpt, const Prefixes& prefixes);
+  // norm_offset: the final norm multiplies by norm_offset + its weight (model/layer.h Family).
+  Ends(const ModelConfig& config, const Checkpoint& ckpt, const Prefixes& prefixes,
+       float norm_offset = 0.0f);
   void embed(const Batch& batch, float* hidden, bool round_bf16) const;
   void logits(const float* hidden, int64_t n_tokens, float* out) const;
 
@@ -39,6 +41,7 @@ class Ends {
   std::string embed_name_, norm_name_, head_name_;
   int64_t hidden_, vocab_;
   float eps_;
+  float norm_offset_;
 };
 
 }  // namespace strata::model

@@ -29,6 +29,9 @@ std::unique_ptr<Layer> make_minimax_m2_layer(const ModelConfig& c, int64_t index
 void check_gpt_oss_config(const ModelConfig& c);
 std::unique_ptr<Layer> make_gpt_oss_layer(const ModelConfig& c, int64_t index,
                                           const std::string& p);
+void check_qwen3_next_config(const ModelConfig& c);
+std::unique_ptr<Layer> make_qwen3_next_layer(const ModelConfig& c, int64_t index,
+                                             const std::string& p);
 
 namespace {
 
@@ -41,6 +44,8 @@ constexpr std::array kFamilies = {
     Family{ArchFamily::kGlm4Moe, check_glm4_moe_config, make_glm4_moe_layer},
     Family{ArchFamily::kMiniMaxM2, check_minimax_m2_config, make_minimax_m2_layer},
     Family{ArchFamily::kGptOss, check_gpt_oss_config, make_gpt_oss_layer},
+    Family{ArchFamily::kQwen3Next, check_qwen3_next_config, make_qwen3_next_layer, 1.0f},
+    Family{ArchFamily::kQwen35Moe, check_qwen3_next_config, make_qwen3_next_layer, 1.0f},
 };
 
 }  // namespace

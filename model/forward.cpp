@@ -84,7 +84,7 @@ class DecoderModel : public ModelForward {
         options_(options),
         family_(family),
         prefixes_(model::find_prefixes(config, ckpt)),
-        ends_(config, ckpt, prefixes_) {}
+        ends_(config, ckpt, prefixes_, family.norm_offset) {}
 
   int64_t hidden_size() const override { return config_.hidden_size; }
   int64_t vocab_size() const override { return config_.vocab_size; }

@@ -27,6 +27,8 @@ std::string fused_group_key(std::string_view module) {
   if (s.leaf == "w1" || s.leaf == "w3") return p + ".{w1,w3}";
   if (s.leaf == "q_a_proj" || s.leaf == "kv_a_proj_with_mqa")
     return p + ".{q_a_proj,kv_a_proj_with_mqa}";
+  if (s.leaf == "in_proj_qkv" || s.leaf == "in_proj_z") return p + ".{in_proj_qkv,in_proj_z}";
+  if (s.leaf == "in_proj_b" || s.leaf == "in_proj_a") return p + ".{in_proj_b,in_proj_a}";
   return std::string(module);
 }
 

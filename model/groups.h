@@ -6,6 +6,10 @@
 //                                                       shared experts, each routed expert)
 //   <p>.w1, w3                                       -> "<p>.{w1,w3}"           (Mixtral w13)
 //   <p>.q_a_proj, kv_a_proj_with_mqa                 -> "<p>.{q_a_proj,kv_a_proj_with_mqa}"
+//   <p>.in_proj_qkv, in_proj_z                       -> "<p>.{in_proj_qkv,in_proj_z}"
+//   <p>.in_proj_b, in_proj_a                         -> "<p>.{in_proj_b,in_proj_a}"
+//                                                       (Qwen3.5's Gated DeltaNet: vLLM loads them
+//                                                       as in_proj_qkvz and in_proj_ba)
 // Any other module is its own group (the key is its name).
 //
 // Routed experts also share the input scale of each projection across the experts of a layer:

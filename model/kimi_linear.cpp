@@ -162,7 +162,7 @@ struct KdaAttention {
     be.linear(fa, T, wfb, g);
     be.kda_forget_gate(g, T, nH, d, a_log, dt_bias);
     be.sigmoid(beta, T * nH);
-    be.gated_delta_rule(t, q, k, v, g, beta, nH, d, d, o);
+    be.gated_delta_rule(t, q, k, v, g, beta, nH, d, d, o, /*head_decay=*/false);
     // Output: RMSNorm per head (o_norm shared by the heads) times sigmoid(g_b_proj(g_a_proj n)).
     be.observe(gb_names, ga, T, d);
     be.linear(ga, T, wgb, raw);

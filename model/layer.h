@@ -49,6 +49,9 @@ struct Family {
   void (*check_config)(const ModelConfig& config);
   std::unique_ptr<Layer> (*make_layer)(const ModelConfig& config, int64_t index,
                                        const std::string& prefix);
+  // The final norm multiplies by norm_offset + model.norm.weight (1 where the norm weights are
+  // stored zero-centred: Qwen3-Next, Qwen3.5; the layers set their own norms' ops::Weight::offset).
+  float norm_offset = 0.0f;
 };
 // The family of `config`; a strata::Error when its forward is not implemented.
 const Family& family_of(const ModelConfig& config);

@@ -75,6 +75,9 @@ struct Weight {
   const void* data = nullptr;
   Shape shape;       // the checkpoint's shape, e.g. [out, in]
   bool f32 = false;  // held in fp32 and multiplied in fp32 (routers, gates, norms, biases)
+  // A norm weight stored zero-centred (Qwen3-Next, Qwen3.5: RMSNorm multiplies by 1 + w): rms_norm
+  // uses offset + w. Only rms_norm reads it; the family sets it after binding.
+  float offset = 0.0f;
   bool defined() const { return !shape.empty(); }
   int64_t rows() const { return shape.empty() ? 0 : shape[0]; }
   int64_t cols() const { return shape.size() < 2 ? 0 : shape.back(); }
@@ -157,7 +160,7 @@ class Backend {
   }
 
   // ---- element-wise and row-wise (ops/ops.h has the CPU reference of each) -------------------
-  // Per row of x[rows, dim]: x / sqrt(mean(x^2) + eps) * w. y may equal x.
+  // Per row of x[rows, dim]: x / sqrt(mean(x^2) + eps) * (w.offset + w). y may equal x.
   virtual void rms_norm(const float* x, int64_t rows, int64_t dim, const Weight& w, float eps,
                         float* y) = 0;
   virtual void add(float* y, const float* x, int64_t n) = 0;  // y += x
@@ -196,7 +199,7 @@ class Backend {
   virtual void mla_kv(const float* kv, const float* kr, int64_t T, int64_t n_heads, int64_t dn,
                       int64_t dr, int64_t dv, float* k, float* v) = 0;
 
-  // ---- linear attention (Kimi Delta Attention) -----------------------------------------------
+  // ---- linear attention (Kimi Delta Attention, Gated DeltaNet) ------------------------------
   // y[T, C] = silu(causal_conv1d(x[T, C]; w [C, 1, K])) within each sequence.
   virtual void conv_silu(const Tokens& t, const float* x, int64_t C, const Weight& w, int64_t K,
                          float* y) = 0;
@@ -205,10 +208,11 @@ class Backend {
   // g[T, nH, d] = -exp(a_log[h]) * softplus(g + dt_bias[h, i]) (softplus(z) = z for z > 20).
   virtual void kda_forget_gate(float* g, int64_t T, int64_t n_heads, int64_t d, const Weight& a_log,
                                const Weight& dt_bias) = 0;
-  // ops::gated_delta_rule on each sequence: q, k, g [T, nH, dk], v [T, nH, dv], beta [T, nH].
+  // ops::gated_delta_rule on each sequence: q, k [T, nH, dk], v [T, nH, dv], beta [T, nH]; the
+  // log decay g [T, nH, dk] (KDA), or [T, nH] when head_decay (Gated DeltaNet).
   virtual void gated_delta_rule(const Tokens& t, const float* q, const float* k, const float* v,
                                 const float* g, const float* beta, int64_t n_heads, int64_t dk,
-                                int64_t dv, float* out) = 0;
+                                int64_t dv, float* out, bool head_decay) = 0;
 
   // ---- mixture of experts --------------------------------------------------------------------
   // Softmax routing (Qwen MoE, Mixtral): p = softmax(logits[t]) in fp32; chosen = top-K of p

@@ -63,7 +63,7 @@ void CpuBackend::linears(const float* x, int64_t m, std::initializer_list<Out> o
 
 void CpuBackend::rms_norm(const float* x, int64_t rows, int64_t dim, const Weight& w, float eps,
                           float* y) {
-  ops::rms_norm(x, rows, dim, f32(w), eps, y);
+  ops::rms_norm(x, rows, dim, f32(w), eps, y, w.offset);
 }
 
 void CpuBackend::add(float* y, const float* x, int64_t n) {
@@ -193,11 +193,12 @@ void CpuBackend::kda_forget_gate(float* g, int64_t T, int64_t nH, int64_t d, con
 
 void CpuBackend::gated_delta_rule(const Tokens& t, const float* q, const float* k, const float* v,
                                   const float* g, const float* beta, int64_t nH, int64_t dk,
-                                  int64_t dv, float* out) {
+                                  int64_t dv, float* out, bool head_decay) {
+  const int64_t g_row = head_decay ? nH : nH * dk;
   for (int64_t s = 0; s < t.n_seqs(); ++s) {
     const int64_t b = t.seq_bounds[s], len = t.seq_bounds[s + 1] - b;
-    ops::gated_delta_rule(q + b * nH * dk, k + b * nH * dk, v + b * nH * dv, g + b * nH * dk,
-                          beta + b * nH, len, nH, dk, dv, out + b * nH * dv);
+    ops::gated_delta_rule(q + b * nH * dk, k + b * nH * dk, v + b * nH * dv, g + b * g_row,
+                          beta + b * nH, len, nH, dk, dv, out + b * nH * dv, head_decay);
   }
 }
 

@@ -51,7 +51,7 @@ class CpuBackend final : public Backend {
                        const Weight& dt_bias) override;
   void gated_delta_rule(const Tokens& t, const float* q, const float* k, const float* v,
                         const float* g, const float* beta, int64_t n_heads, int64_t dk, int64_t dv,
-                        float* out) override;
+                        float* out, bool head_decay) override;
   void route_softmax(float* logits, int64_t T, int64_t E, int64_t K, bool renormalize,
                      int32_t* chosen, float* weight) override;
   void route_sigmoid(float* logits, int64_t T, int64_t E, int64_t K, const SigmoidRouting& r,

@@ -92,7 +92,8 @@ void round_bf16(float* x, int64_t n) {
   }
 }
 
-void rms_norm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y) {
+void rms_norm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y,
+              float w_offset) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
     float* yr = y + r * dim;
@@ -100,6 +101,11 @@ void rms_norm(const float* x, int64_t rows, int64_t dim, const float* w, float e
     for (int64_t i = 0; i < dim; ++i)
       sum += static_cast<double>(xr[i]) * xr[i];
     const float inv = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(dim)) + eps);
+    if (w && w_offset != 0.0f) {
+      for (int64_t i = 0; i < dim; ++i)
+        yr[i] = xr[i] * inv * (w_offset + w[i]);
+      continue;
+    }
     for (int64_t i = 0; i < dim; ++i)
       yr[i] = xr[i] * inv * (w ? w[i] : 1.0f);
   }
@@ -286,7 +292,7 @@ void l2_norm(float* x, int64_t rows, int64_t dim, float eps) {
 
 void gated_delta_rule(const float* q, const float* k, const float* v, const float* g,
                       const float* beta, int64_t T, int64_t n_heads, int64_t dk, int64_t dv,
-                      float* out) {
+                      float* out, bool head_decay) {
   // Heads are independent and each writes only its own output columns.
 #pragma omp parallel for schedule(static)
   for (int64_t h = 0; h < n_heads; ++h) {
@@ -295,7 +301,7 @@ void gated_delta_rule(const float* q, const float* k, const float* v, const floa
     for (int64_t t = 0; t < T; ++t) {
       const int64_t kq = (t * n_heads + h) * dk, vo = (t * n_heads + h) * dv;
       for (int64_t i = 0; i < dk; ++i) {
-        const float a = std::exp(g[kq + i]);
+        const float a = std::exp(head_decay ? g[t * n_heads + h] : g[kq + i]);
         for (int64_t j = 0; j < dv; ++j)
           S[i * dv + j] *= a;
       }

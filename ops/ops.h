@@ -42,8 +42,11 @@ void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, flo
 void round_bf16(float* x, int64_t n);
 
 // Per row of x[rows, dim]: x / sqrt(mean(x^2) + eps) * w (w may be null): the sum of squares in
-// fp64, the rest in fp32. CUDA: ops/cuda/norm.h rms_norm.
-void rms_norm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y);
+// fp64, the rest in fp32. With w_offset != 0 the weight is used as (w_offset + w) in fp32
+// (Qwen3-Next's zero-centred norms store w - 1 and multiply by 1 + w). CUDA: ops/cuda/norm.h
+// rms_norm.
+void rms_norm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y,
+              float w_offset = 0.0f);
 
 // Per row of x[rows, dim]: softmax in place (max subtracted, exp in fp32, sum in fp64). CUDA:
 // inside ops/cuda/routing.h route_softmax_topk and attention.h causal_softmax.
@@ -116,16 +119,16 @@ void causal_conv1d(const float* x, int64_t x_stride, int64_t T, int64_t C, const
 // the sum in fp64. CUDA: ops/cuda/norm.h l2_norm_scale.
 void l2_norm(float* x, int64_t rows, int64_t dim, float eps);
 
-// The gated delta rule with a decay per key channel (Kimi Delta Attention; Gated DeltaNet is the
-// case of one decay per head) over one sequence, in fp32, from a zero state. Per head h, with
-// state S[dk, dv]:
+// The gated delta rule with a decay per key channel (Kimi Delta Attention) or, when
+// `head_decay`, one decay per head (Gated DeltaNet: Qwen3-Next, Qwen3.5) over one sequence, in
+// fp32, from a zero state. Per head h, with state S[dk, dv]:
 //   S <- diag(exp(g_t)) S;   S <- S + beta_t k_t (v_t - S^T k_t)^T;   o_t = S^T q_t.
-// q, k, g: [T, nH, dk]; v: [T, nH, dv]; beta: [T, nH]; out: [T, nH, dv]. g is the log decay
-// (<= 0); q and k arrive normalised and q scaled, as the caller wants them. CUDA: ops/cuda/kda.h
-// gated_delta_rule.
+// q, k: [T, nH, dk]; g: [T, nH, dk], or [T, nH] when head_decay; v: [T, nH, dv]; beta: [T, nH];
+// out: [T, nH, dv]. g is the log decay (<= 0); q and k arrive normalised and q scaled, as the
+// caller wants them. CUDA: ops/cuda/kda.h gated_delta_rule.
 void gated_delta_rule(const float* q, const float* k, const float* v, const float* g,
                       const float* beta, int64_t T, int64_t n_heads, int64_t dk, int64_t dv,
-                      float* out);
+                      float* out, bool head_decay = false);
 
 // Top-k of one row: indices of the k largest values, largest first; ties go to the lower index.
 // (Rows with NaN: unspecified.) CUDA: inside ops/cuda/routing.h, the same order.

@@ -19,9 +19,10 @@
 #
 # FUZZ_FLAGS adds libFuzzer flags: FUZZ_FLAGS="-jobs=16 -workers=16" runs 16 processes per target
 # (scripts/fuzz_campaign.sh); STRATA_FUZZ_JOBS sets the build's parallelism (default: nproc).
-# STRATA_FUZZ_PRESET picks the preset (default `fuzz`; scripts/test.sh uses `fuzz-ci`, built
-# faster without debug info); its build folder holds the logs and artifacts. STRATA_FUZZ_WORK
-# replaces fuzz/corpus-work as the folder of learnt corpora (scripts/test.sh starts from seeds).
+# STRATA_FUZZ_PRESET picks the preset (default `fuzz`; scripts/test.sh uses `asan`, its -O0
+# sanitizer build, which also builds the targets); its build folder holds the logs and
+# artifacts. STRATA_FUZZ_WORK replaces fuzz/corpus-work as the folder of learnt corpora
+# (scripts/test.sh starts from seeds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD

@@ -19,17 +19,19 @@ cmake --build --preset ci -j "$jobs"
 ctest --preset ci -j "$jobs"
 
 echo "== ASan + UBSan build =="
+# The `asan` preset: clang at -O0 with line tables only (-g1: file and line in every report, at
+# half the compile time of gcc with -g), CPU only, and with the libFuzzer targets, whose libraries
+# carry coverage instrumentation beside the sanitizers; one build serves the tests and the fuzz run.
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --preset asan -j "$jobs"
 
 echo "== short fuzz run =="
-# The libFuzzer targets (fuzz/, docs/FUZZING.md) built by the `fuzz-ci` preset (clang, ASan +
-# UBSan, -O1 without debug info: about half the build of the `fuzz` preset) and run for a few
-# seconds each from their seed corpora alone: a smoke test that the targets build, start and
-# find nothing quickly. Their seeds and committed findings are also replayed by the ctest runs
-# above (FuzzReplay, FuzzRegressions); the long campaign is scripts/fuzz_campaign.sh.
-rm -rf build/fuzz-ci/corpus-work
-STRATA_FUZZ_PRESET=fuzz-ci STRATA_FUZZ_WORK=build/fuzz-ci/corpus-work STRATA_FUZZ_JOBS="$jobs" \
+# The libFuzzer targets (fuzz/, docs/FUZZING.md) from the build above, run for a few seconds each
+# from their seed corpora alone: a smoke test that the targets build, start and find nothing
+# quickly. Their seeds and committed findings are also replayed by the ctest runs above
+# (FuzzReplay, FuzzRegressions); the long campaign is scripts/fuzz_campaign.sh.
+rm -rf build/asan/corpus-work
+STRATA_FUZZ_PRESET=asan STRATA_FUZZ_WORK=build/asan/corpus-work STRATA_FUZZ_JOBS="$jobs" \
   scripts/fuzz.sh "${STRATA_TEST_FUZZ_SECONDS:-3}"

@@ -340,7 +340,8 @@ void CudaBackend::linears(const float* x, int64_t m, std::initializer_list<Out> 
 void CudaBackend::rms_norm(const float* x, int64_t rows, int64_t dim, const Weight& w, float eps,
                            float* y) {
   if (dry()) return;
-  cuda::rms_norm(x, rows, dim, static_cast<const float*>(w.data), eps, y, stream_->handle());
+  cuda::rms_norm(x, rows, dim, static_cast<const float*>(w.data), eps, y, stream_->handle(),
+                 w.offset);
 }
 
 void CudaBackend::add(float* y, const float* x, int64_t n) {
@@ -519,15 +520,16 @@ void CudaBackend::kda_forget_gate(float* g, int64_t T, int64_t n_heads, int64_t 
 
 void CudaBackend::gated_delta_rule(const Tokens& t, const float* q, const float* k, const float* v,
                                    const float* g, const float* beta, int64_t n_heads, int64_t dk,
-                                   int64_t dv, float* out) {
+                                   int64_t dv, float* out, bool head_decay) {
   if (dry()) {
-    // The recurrence keeps a state column in registers.
-    STRATA_CHECK(dk <= 256, "linear_head_dim ", dk, " exceeds the GPU kernel's 256");
+    // The recurrence keeps a state column in registers, one thread per value channel.
+    STRATA_CHECK(dk <= 256, "linear key head dim ", dk, " exceeds the GPU kernel's 256");
+    STRATA_CHECK(dv <= 256, "linear value head dim ", dv, " exceeds the GPU kernel's 256");
     return;
   }
   span(kAttention);
   cuda::gated_delta_rule(q, k, v, g, beta, t.seq_bounds_dev, t.n_seqs(), n_heads, dk, dv, out,
-                         stream_->handle());
+                         stream_->handle(), head_decay);
   span(kAttentionCore);
 }
 

@@ -53,7 +53,7 @@ template <int kMaxDk>
 __global__ void __launch_bounds__(256)
     k_gated_delta_rule(const float* q, const float* k, const float* v, const float* g,
                        const float* beta, const int64_t* bounds, int64_t nH, int dk, int dv,
-                       float* out) {
+                       bool head_decay, float* out) {
   const int64_t seq = blockIdx.x, h = blockIdx.y;
   const int j = threadIdx.x;
   __shared__ float ks[kMaxDk], qs[kMaxDk], decay[kMaxDk];
@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(256)
     for (int i = threadIdx.x; i < dk; i += blockDim.x) {
       ks[i] = k[kq + i];
       qs[i] = q[kq + i];
-      decay[i] = expf(g[kq + i]);
+      decay[i] = expf(head_decay ? g[t * nH + h] : g[kq + i]);
     }
     __syncthreads();
     if (j < dv) {
@@ -115,7 +115,7 @@ void kda_forget_gate(float* g, int64_t T, int64_t n_heads, int64_t d, const floa
 
 void gated_delta_rule(const float* q, const float* k, const float* v, const float* g,
                       const float* beta, const int64_t* seq_bounds, int64_t n_seqs, int64_t n_heads,
-                      int64_t dk, int64_t dv, float* out, void* s) {
+                      int64_t dk, int64_t dv, float* out, void* s, bool head_decay) {
   if (n_seqs <= 0 || n_heads == 0) return;
   STRATA_ASSERT(dk >= 1 && dk <= 256 && dv >= 1 && dv <= 256, "gated_delta_rule: dk ", dk, ", dv ",
                 dv, " (at most 256)");
@@ -124,17 +124,17 @@ void gated_delta_rule(const float* q, const float* k, const float* v, const floa
   const int threads = static_cast<int>((dv + 31) / 32 * 32);
   const int dki = static_cast<int>(dk), dvi = static_cast<int>(dv);
   if (dk <= 32) {
-    k_gated_delta_rule<32>
-        <<<grid, threads, 0, st(s)>>>(q, k, v, g, beta, seq_bounds, n_heads, dki, dvi, out);
+    k_gated_delta_rule<32><<<grid, threads, 0, st(s)>>>(q, k, v, g, beta, seq_bounds, n_heads, dki,
+                                                        dvi, head_decay, out);
   } else if (dk <= 64) {
-    k_gated_delta_rule<64>
-        <<<grid, threads, 0, st(s)>>>(q, k, v, g, beta, seq_bounds, n_heads, dki, dvi, out);
+    k_gated_delta_rule<64><<<grid, threads, 0, st(s)>>>(q, k, v, g, beta, seq_bounds, n_heads, dki,
+                                                        dvi, head_decay, out);
   } else if (dk <= 128) {
-    k_gated_delta_rule<128>
-        <<<grid, threads, 0, st(s)>>>(q, k, v, g, beta, seq_bounds, n_heads, dki, dvi, out);
+    k_gated_delta_rule<128><<<grid, threads, 0, st(s)>>>(q, k, v, g, beta, seq_bounds, n_heads, dki,
+                                                         dvi, head_decay, out);
   } else {
-    k_gated_delta_rule<256>
-        <<<grid, threads, 0, st(s)>>>(q, k, v, g, beta, seq_bounds, n_heads, dki, dvi, out);
+    k_gated_delta_rule<256><<<grid, threads, 0, st(s)>>>(q, k, v, g, beta, seq_bounds, n_heads, dki,
+                                                         dvi, head_decay, out);
   }
   launched("gated_delta_rule");
 }

@@ -29,13 +29,14 @@ void kda_forget_gate(float* g, int64_t T, int64_t n_heads, int64_t d, const floa
 
 // The gated delta rule (ops::gated_delta_rule) over a ragged batch: sequence s spans tokens
 // [seq_bounds[s], seq_bounds[s + 1]) (device array of n_seqs + 1 entries) and starts from a zero
-// state. q, k, g [T, nH, dk], v [T, nH, dv], beta [T, nH] (already sigmoid'd), out [T, nH, dv].
+// state. q, k [T, nH, dk], v [T, nH, dv], beta [T, nH] (already sigmoid'd), out [T, nH, dv]; the
+// log decay g [T, nH, dk], or [T, nH] (one per head, Gated DeltaNet) when head_decay.
 // Per (sequence, head) a block; its thread j keeps column j of the state S[dk, dv] in registers:
 //   S[:, j] *= exp(g_t);  u_j = beta_t (v_t[j] - S[:, j] . k_t);  S[:, j] += k_t u_j;
 //   out_t[j] = S[:, j] . q_t.
 // dk and dv at most 256.
 void gated_delta_rule(const float* q, const float* k, const float* v, const float* g,
                       const float* beta, const int64_t* seq_bounds, int64_t n_seqs, int64_t n_heads,
-                      int64_t dk, int64_t dv, float* out, void* stream);
+                      int64_t dk, int64_t dv, float* out, void* stream, bool head_decay = false);
 
 }  // namespace strata::ops::cuda

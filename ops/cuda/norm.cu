@@ -16,7 +16,8 @@ using launch::launched;
 using launch::st;
 
 // One block per row.
-__global__ void k_rms_norm(const float* x, int64_t dim, const float* w, float eps, float* y) {
+__global__ void k_rms_norm(const float* x, int64_t dim, const float* w, float eps, float w_offset,
+                           float* y) {
   const int64_t r = blockIdx.x;
   const float* xr = x + r * dim;
   float* yr = y + r * dim;
@@ -36,6 +37,11 @@ __global__ void k_rms_norm(const float* x, int64_t dim, const float* w, float ep
   }
   __syncthreads();
   const float inv = 1.0f / sqrtf(static_cast<float>(part[0] / static_cast<double>(dim)) + eps);
+  if (w && w_offset != 0.0f) {
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+      yr[i] = xr[i] * inv * (w_offset + w[i]);
+    return;
+  }
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
     yr[i] = xr[i] * inv * (w ? w[i] : 1.0f);
 }
@@ -43,7 +49,7 @@ __global__ void k_rms_norm(const float* x, int64_t dim, const float* w, float ep
 // One warp per row (rows of up to a few thousand values: a block per row would leave most of
 // its threads idle and spend more on scheduling than on the row). Same fp64 sum of squares.
 __global__ void k_rms_norm_warp(const float* x, int64_t rows, int64_t dim, const float* w,
-                                float eps, float* y) {
+                                float eps, float w_offset, float* y) {
   const int64_t r = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (r >= rows) return;
@@ -55,6 +61,11 @@ __global__ void k_rms_norm_warp(const float* x, int64_t rows, int64_t dim, const
   for (int o = 16; o > 0; o >>= 1)
     s += __shfl_xor_sync(0xffffffffu, s, o);
   const float inv = 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(dim)) + eps);
+  if (w && w_offset != 0.0f) {
+    for (int64_t i = lane; i < dim; i += 32)
+      yr[i] = xr[i] * inv * (w_offset + w[i]);
+    return;
+  }
   for (int64_t i = lane; i < dim; i += 32)
     yr[i] = xr[i] * inv * (w ? w[i] : 1.0f);
 }
@@ -78,14 +89,15 @@ __global__ void k_l2_norm_scale(float* x, int64_t rows, int64_t dim, float eps, 
 }  // namespace
 
 void rms_norm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y,
-              void* s) {
+              void* s, float w_offset) {
   if (rows == 0) return;
   STRATA_ASSERT(rows < (1ll << 31));
   if (dim <= 8192) {
     const int64_t blocks = (rows * 32 + kThreads - 1) / kThreads;
-    k_rms_norm_warp<<<static_cast<unsigned>(blocks), kThreads, 0, st(s)>>>(x, rows, dim, w, eps, y);
+    k_rms_norm_warp<<<static_cast<unsigned>(blocks), kThreads, 0, st(s)>>>(x, rows, dim, w, eps,
+                                                                           w_offset, y);
   } else {
-    k_rms_norm<<<static_cast<unsigned>(rows), 256, 0, st(s)>>>(x, dim, w, eps, y);
+    k_rms_norm<<<static_cast<unsigned>(rows), 256, 0, st(s)>>>(x, dim, w, eps, w_offset, y);
   }
   launched("rms_norm");
 }

@@ -6,10 +6,11 @@
 namespace strata::ops::cuda {
 
 // ops::rms_norm: y[rows, dim] = x / sqrt(mean(x^2) + eps) * w (w may be null: no weight), the
-// sum of squares in fp64 (in another order than the CPU's), then the CPU's fp32 steps. y may
-// equal x. One warp per row up to dim 8192, one block per row above.
+// sum of squares in fp64 (in another order than the CPU's), then the CPU's fp32 steps; with
+// w_offset != 0 the weight is (w_offset + w), as on the CPU. y may equal x. One warp per row up
+// to dim 8192, one block per row above.
 void rms_norm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y,
-              void* stream);
+              void* stream, float w_offset = 0.0f);
 
 // Per row of x[rows, dim], in place: x = (x / sqrt(sum(x^2) + eps)) * scale, the sum in fp64
 // (ops::l2_norm, then the CPU's separate multiply by scale; scale 1 is ops::l2_norm alone).

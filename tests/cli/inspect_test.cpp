@@ -467,6 +467,53 @@ TEST(Inspect, MiniMaxM2Fixture) {
   EXPECT_EQ(j["kinds"]["router"]["tensors"], 3 * 2);
 }
 
+TEST(Inspect, Qwen3NextFixture) {
+  // The transformers-saved Qwen3-Next fixture: Gated DeltaNet layers 0 and 2 around a full
+  // attention layer 1; layers 0-1 MoE with a shared expert and its gate, layer 2 dense
+  // (mlp_only_layers); every name recognised.
+  TempDir tmp;
+  const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/qwen3_next";
+  RunResult r = run_strata("inspect '" + dir + "' --json", tmp.path());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  Json j = Json::parse(r.out);
+  EXPECT_EQ(j["family"], "qwen3_next");
+  EXPECT_EQ(j["dense_layers"], Json::array({2}));
+  EXPECT_EQ(j["moe_layers"], Json::array({0, 1}));
+  EXPECT_EQ(j["linear_attention_layers"], Json::array({0, 2}));
+  EXPECT_EQ(j["unrecognized"], Json::array());
+  EXPECT_EQ(j["kinds"]["routed_experts"]["tensors"], 2 * 8 * 3);
+  EXPECT_EQ(j["kinds"]["shared_experts"]["tensors"], 2 * 3);
+  EXPECT_EQ(j["kinds"]["router"]["tensors"], 2 * 2);
+  EXPECT_EQ(j["kinds"]["dense_mlp"]["tensors"], 3);
+  // in_proj_qkvz, in_proj_ba, conv1d, A_log, dt_bias, out_proj; q/k/v/o_proj.
+  EXPECT_EQ(j["kinds"]["attention"]["tensors"], 2 * 6 + 4);
+}
+
+TEST(Inspect, Qwen35MoeFixture) {
+  // The transformers-saved Qwen3.5-MoE wrapper: the language model under model.language_model.
+  // (Gated DeltaNet layers 0 and 2 with split projections, every layer MoE), a one-block vision
+  // tower under model.visual.; every name recognised.
+  TempDir tmp;
+  const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/qwen3_5_moe";
+  RunResult r = run_strata("inspect '" + dir + "' --json", tmp.path());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  Json j = Json::parse(r.out);
+  EXPECT_EQ(j["model_type"], "qwen3_5_moe");
+  EXPECT_EQ(j["text_model_type"], "qwen3_5_moe_text");
+  EXPECT_EQ(j["family"], "qwen3_5_moe");
+  EXPECT_TRUE(j["multimodal"].get<bool>());
+  EXPECT_EQ(j["dense_layers"], Json::array());
+  EXPECT_EQ(j["moe_layers"], Json::array({0, 1, 2}));
+  EXPECT_EQ(j["linear_attention_layers"], Json::array({0, 2}));
+  EXPECT_EQ(j["unrecognized"], Json::array());
+  EXPECT_EQ(j["kinds"]["routed_experts"]["tensors"], 3 * 8 * 3);
+  EXPECT_EQ(j["kinds"]["shared_experts"]["tensors"], 3 * 3);
+  EXPECT_EQ(j["kinds"]["router"]["tensors"], 3 * 2);
+  // in_proj_qkv/z/b/a, conv1d, A_log, dt_bias, out_proj; q/k/v/o_proj.
+  EXPECT_EQ(j["kinds"]["attention"]["tensors"], 2 * 8 + 4);
+  EXPECT_EQ(j["kinds"]["vision_tower"]["tensors"], 21);
+}
+
 TEST(Inspect, MultimodalWrapper) {
   // Kimi-VL-style: a DeepSeek-V3 language model (MLA without q LoRA) under language_model.,
   // a vision tower and a projector. Layer 0 dense, layer 1 MoE with a shared expert.

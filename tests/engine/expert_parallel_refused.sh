@@ -10,6 +10,9 @@ command -v mpirun > /dev/null || { echo "mpirun not found: skipped"; exit 77; }
 src=tests/fixtures/models/$model
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# Open MPI's session folder goes under TMPDIR (/tmp/ompi.<host>.<uid> by default, shared): two
+# mpiruns starting at once (ctest -j) race to create it ("File exists"). One per test instead.
+mkdir "$work/tmp" && export TMPDIR=$work/tmp
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
 python3 tests/fixtures/tokens_jsonl.py "$src/reference.safetensors" > "$work/tokens.jsonl"

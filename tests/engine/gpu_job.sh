@@ -31,7 +31,8 @@ t() {  # t NAME CMD...: runs a test, logs it, records PASS/FAIL
   echo "--- $r $name" >> "$tl"
 }
 g=tests/engine/gpu_vs_cpu_test.sh
-for m in llama qwen3 qwen3_moe qwen3_moe_nonorm kimi_linear mixtral glm4_moe minimax_m2; do
+for m in llama qwen3 qwen3_moe qwen3_moe_nonorm kimi_linear mixtral glm4_moe minimax_m2 qwen3_next \
+         qwen3_5_moe; do
   t "gpu_vs_cpu.$m.fp32" bash $g "$strata" $m nvfp4-kv_fp8 fp32 0.01
   t "gpu_vs_cpu.$m.bf16" bash $g "$strata" $m nvfp4-kv_fp8 bf16 0.05
 done

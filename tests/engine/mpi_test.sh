@@ -25,6 +25,9 @@ case $model in
 esac
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# Open MPI's session folder goes under TMPDIR (/tmp/ompi.<host>.<uid> by default, shared): two
+# mpiruns starting at once (ctest -j) race to create it ("File exists"). One per test instead.
+mkdir "$work/tmp" && export TMPDIR=$work/tmp
 # Tests run as root in CI; local ranks over shared memory without single-copy (containers).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1

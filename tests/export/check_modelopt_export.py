@@ -331,6 +331,9 @@ FUSED_SIBLINGS = [  # (members, vLLM fused name)
     (("gate_proj", "up_proj"), "gate_up_proj"),
     (("w1", "w3"), "w13"),
     (("q_a_proj", "kv_a_proj_with_mqa"), "fused_qkv_a_proj"),
+    # Qwen3.5's Gated DeltaNet (vLLM qwen3_5.py's stacked_params_mapping).
+    (("in_proj_qkv", "in_proj_z"), "in_proj_qkvz"),
+    (("in_proj_b", "in_proj_a"), "in_proj_ba"),
 ]
 
 
@@ -1087,11 +1090,15 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
     # GLM-4.5) never run in calibration: ModelOpt 0.47 lists each as `<prefix>*` in exclude_modules
     # (unified_export_hf._add_mtp_exclusions) and copies its tensors as the checkpoint holds them
     # (unified_export_hf_streaming: weights the HF model never loads), so they have no KV scales.
+    # Qwen3-Next's and Qwen3.5's MTP module is top-level `mtp.*` (ModelOpt's default-disabled
+    # `mtp.*`): the same.
     text_cfg = next((src_cfg[k] for k in ("text_config", "language_config", "llm_config")
                      if isinstance(src_cfg.get(k), dict)), src_cfg)
     n_layers = text_cfg.get("num_hidden_layers") if isinstance(text_cfg, dict) else None
 
     def is_mtp(m):
+        if m.startswith("mtp."):
+            return True
         hit = re.search(r"(?:^|\.)layers\.(\d+)\.", m)
         return isinstance(n_layers, int) and hit is not None and int(hit.group(1)) >= n_layers
 

@@ -3,7 +3,9 @@
 # num_hidden_layers): a fixture with one appended (a copy of its last decoder layer plus the MTP
 # modules eh_proj, enorm, hnorm, shared_head.norm) exports with that layer excluded as
 # `model.layers.N.*` and copied byte for byte, no KV scales for it, and passes the independent
-# checker.
+# checker. Qwen3-Next and Qwen3.5 keep theirs at the top level as the hub does (mtp.layers.0., a
+# copy of the full-attention decoder layer 1, plus mtp.fc, mtp.norm, mtp.pre_fc_norm_*): excluded
+# as `mtp.*`.
 #   tests/export/mtp_test.sh STRATA MODEL
 set -euo pipefail
 strata=$1 model=$2
@@ -16,21 +18,29 @@ import numpy as np
 sys.path.insert(0, "tests/export")
 import check_modelopt_export as ck
 src, dst = sys.argv[1], sys.argv[2]
-n = json.load(open(os.path.join(src, "config.json")))["num_hidden_layers"]
-last, mtp = f"model.layers.{n - 1}.", f"model.layers.{n}."
+cfg = json.load(open(os.path.join(src, "config.json")))
+n = cfg.get("text_config", cfg)["num_hidden_layers"]
+qwen = cfg["model_type"] in ("qwen3_next", "qwen3_5_moe")
+lm = "model.language_model." if cfg["model_type"] == "qwen3_5_moe" else "model."
+last, mtp = (lm + "layers.1.", "mtp.layers.0.") if qwen else (f"model.layers.{n - 1}.", f"model.layers.{n}.")
 tensors = {}
 for name, sf in ck.load_dir_tensors(src).items():
     dt, shape = sf.tensors[name][:2]
     tensors[name] = (dt, tuple(shape), sf.raw(name))
     if name.startswith(last):
         tensors[mtp + name[len(last):]] = (dt, tuple(shape), sf.raw(name))
-H = ck.load_dir_tensors(src)["model.norm.weight"].tensors["model.norm.weight"][1][0]
+H = ck.load_dir_tensors(src)[lm + "norm.weight"].tensors[lm + "norm.weight"][1][0]
 rng = np.random.default_rng(7)
 def bf16(shape):  # the top halves of fp32 values: valid bf16 bytes
     return (rng.normal(0, 0.1, shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
-tensors[mtp + "eh_proj.weight"] = ("BF16", (H, 2 * H), bf16((H, 2 * H)))
-for m in ("enorm", "hnorm", "shared_head.norm"):
-    tensors[mtp + m + ".weight"] = ("BF16", (H,), bf16((H,)))
+if qwen:
+    tensors["mtp.fc.weight"] = ("BF16", (H, 2 * H), bf16((H, 2 * H)))
+    for m in ("norm", "pre_fc_norm_embedding", "pre_fc_norm_hidden"):
+        tensors["mtp." + m + ".weight"] = ("BF16", (H,), bf16((H,)))
+else:
+    tensors[mtp + "eh_proj.weight"] = ("BF16", (H, 2 * H), bf16((H, 2 * H)))
+    for m in ("enorm", "hnorm", "shared_head.norm"):
+        tensors[mtp + m + ".weight"] = ("BF16", (H,), bf16((H,)))
 os.makedirs(dst)
 ck.write_safetensors(os.path.join(dst, "model.safetensors"), tensors)
 for f in os.listdir(src):
@@ -48,8 +58,9 @@ import json, os, sys
 sys.path.insert(0, "tests/export")
 import check_modelopt_export as ck
 src, out = sys.argv[1], sys.argv[2]
-n = json.load(open(os.path.join(src, "config.json")))["num_hidden_layers"]
-mtp = f"model.layers.{n}."
+cfg = json.load(open(os.path.join(src, "config.json")))
+n = cfg.get("text_config", cfg)["num_hidden_layers"]
+mtp = "mtp." if cfg["model_type"] in ("qwen3_next", "qwen3_5_moe") else f"model.layers.{n}."
 excl = json.load(open(os.path.join(out, "hf_quant_config.json")))["quantization"]["exclude_modules"]
 assert mtp + "*" in excl, excl
 s, o = ck.load_dir_tensors(src), ck.load_dir_tensors(out)

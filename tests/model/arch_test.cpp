@@ -70,13 +70,16 @@ TEST(Arch, ModelTypesFromTransformersConfigs) {
       {"glm4_moe", ArchFamily::kGlm4Moe},
       {"minimax_m2", ArchFamily::kMiniMaxM2},
       {"gpt_oss", ArchFamily::kGptOss},
+      {"qwen3_next", ArchFamily::kQwen3Next},
+      {"qwen3_5_moe", ArchFamily::kQwen35Moe},
   };
   for (const auto& [dir, family] : fixtures) {
     ModelConfig c =
         read_model_config(std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/" + dir);
     ArchInfo a = resolve_arch(c);
     EXPECT_EQ(a.family, family) << dir;
-    EXPECT_FALSE(a.multimodal) << dir;
+    // Qwen3.5-MoE is saved as the hub ships it: the multimodal wrapper.
+    EXPECT_EQ(a.multimodal, std::string(dir) == "qwen3_5_moe") << dir;
   }
   // spec/architectures.md: Kimi-K2 is the DeepSeek-V3 architecture (§3); Kimi-VL and Kimi-K2.5
   // wrap a language model beside a vision tower (§6).
@@ -399,10 +402,65 @@ TEST(Arch, Qwen3Next) {
             {"model.layers.3.mlp.shared_expert_gate.weight", K::kRouter, 3, R::kLinearWeight},
             {"model.layers.3.mlp.experts.511.down_proj.weight", K::kRoutedExperts, 3,
              R::kLinearWeight},
-            {"mtp.layers.0.mlp.experts.0.gate_proj.weight", K::kMtp, -1, R::kParam},
-            {"mtp.fc.weight", K::kMtp, -1, R::kParam},
+            {"mtp.layers.0.mlp.experts.0.gate_proj.weight", K::kMtp, -1, R::kLinearWeight},
+            {"mtp.layers.0.input_layernorm.weight", K::kMtp, -1, R::kParam},
+            {"mtp.fc.weight", K::kMtp, -1, R::kLinearWeight},
+            {"mtp.pre_fc_norm_hidden.weight", K::kMtp, -1, R::kParam},
             {"model.layers.48.mlp.gate.weight", K::kUnrecognized, -1, R::kParam},
+            {"model.layers.0.linear_attn.in_proj_qkv.weight", K::kUnrecognized, -1, R::kParam},
         });
+}
+
+TEST(Arch, Qwen35Moe) {
+  // Qwen3.5-MoE as the hub ships it: the wrapper qwen3_5_moe, the language model under
+  // model.language_model., fused routed experts, the vision tower under model.visual. and the MTP
+  // module at the top level.
+  ArchInfo a = arch_of(ArchFamily::kQwen35Moe, 40, /*multimodal=*/true);
+  resolve_wrapper_prefixes(a,
+                           {"model.language_model.embed_tokens.weight",
+                            "model.language_model.layers.0.input_layernorm.weight",
+                            "lm_head.weight", "model.visual.blocks.0.attn.qkv.weight"},
+                           "ckpt");
+  check(a, {
+               {"model.language_model.layers.0.linear_attn.in_proj_qkv.weight", K::kAttention, 0,
+                R::kLinearWeight},
+               {"model.language_model.layers.0.linear_attn.in_proj_z.weight", K::kAttention, 0,
+                R::kLinearWeight},
+               {"model.language_model.layers.0.linear_attn.in_proj_b.weight", K::kAttention, 0,
+                R::kLinearWeight},
+               {"model.language_model.layers.0.linear_attn.in_proj_a.weight", K::kAttention, 0,
+                R::kLinearWeight},
+               {"model.language_model.layers.0.linear_attn.conv1d.weight", K::kAttention, 0,
+                R::kParam},
+               {"model.language_model.layers.0.linear_attn.A_log", K::kAttention, 0, R::kParam},
+               {"model.language_model.layers.0.linear_attn.norm.weight", K::kNorm, 0, R::kParam},
+               {"model.language_model.layers.3.self_attn.q_proj.weight", K::kAttention, 3,
+                R::kLinearWeight},
+               {"model.language_model.layers.3.self_attn.q_norm.weight", K::kNorm, 3, R::kParam},
+               {"model.language_model.layers.3.mlp.experts.gate_up_proj", K::kRoutedExperts, 3,
+                R::kLinearWeight},
+               {"model.language_model.layers.3.mlp.experts.down_proj", K::kRoutedExperts, 3,
+                R::kLinearWeight},
+               {"model.language_model.layers.39.mlp.experts.255.up_proj.weight", K::kRoutedExperts,
+                39, R::kLinearWeight},
+               {"model.language_model.layers.3.mlp.shared_expert.up_proj.weight", K::kSharedExperts,
+                3, R::kLinearWeight},
+               {"model.language_model.layers.3.mlp.shared_expert_gate.weight", K::kRouter, 3,
+                R::kLinearWeight},
+               {"model.language_model.layers.3.mlp.gate.weight", K::kRouter, 3, R::kLinearWeight},
+               {"model.language_model.norm.weight", K::kNorm, -1, R::kParam},
+               {"lm_head.weight", K::kLmHead, -1, R::kLinearWeight},
+               {"model.visual.blocks.0.attn.qkv.weight", K::kVision, -1, R::kParam},
+               {"model.visual.merger.linear_fc2.bias", K::kVision, -1, R::kParam},
+               {"mtp.layers.0.mlp.experts.0.gate_proj.weight", K::kMtp, -1, R::kLinearWeight},
+               {"mtp.layers.0.self_attn.q_proj.weight", K::kMtp, -1, R::kLinearWeight},
+               {"mtp.fc.weight", K::kMtp, -1, R::kLinearWeight},
+               {"mtp.norm.weight", K::kMtp, -1, R::kParam},
+               // Qwen3-Next's fused projections are not Qwen3.5's.
+               {"model.language_model.layers.0.linear_attn.in_proj_qkvz.weight", K::kUnrecognized,
+                -1, R::kParam},
+               {"model.layers.0.linear_attn.in_proj_qkv.weight", K::kUnrecognized, -1, R::kParam},
+           });
 }
 
 TEST(Arch, MultimodalWrapper) {
@@ -546,6 +604,15 @@ TEST(Arch, MoeLayers) {
   q.num_experts = 0;
   EXPECT_FALSE(layer_is_moe(qm, q, 1));
 
+  // Qwen3-Next as Qwen MoE; Qwen3.5: every layer (its config class has neither field).
+  EXPECT_FALSE(layer_is_moe(arch_of(ArchFamily::kQwen3Next, 8), q, 1));
+  q.num_experts = 512;
+  EXPECT_TRUE(layer_is_moe(arch_of(ArchFamily::kQwen3Next, 8), q, 1));
+  EXPECT_FALSE(layer_is_moe(arch_of(ArchFamily::kQwen3Next, 8), q, 3));
+  EXPECT_FALSE(layer_is_moe(arch_of(ArchFamily::kQwen3Next, 8), q, 2));
+  for (int64_t l : {0, 1, 2, 3})
+    EXPECT_TRUE(layer_is_moe(arch_of(ArchFamily::kQwen35Moe, 8), q, l)) << l;
+
   ModelConfig d;
   EXPECT_FALSE(layer_is_moe(arch_of(ArchFamily::kLlama, 4), d, 0));
   d.num_experts = 8;
@@ -634,6 +701,12 @@ TEST(Arch, KimiLinearLayerKinds) {
   d.num_hidden_layers = 8;
   EXPECT_TRUE(layer_is_linear_attention(arch_of(ArchFamily::kQwen3Next, 8), d, 0));
   EXPECT_FALSE(layer_is_linear_attention(arch_of(ArchFamily::kQwen3Next, 8), d, 3));
+  EXPECT_TRUE(layer_is_linear_attention(arch_of(ArchFamily::kQwen35Moe, 8), d, 2));
+  EXPECT_FALSE(layer_is_linear_attention(arch_of(ArchFamily::kQwen35Moe, 8), d, 7));
+  d.text = Json::object();
+  d.text["full_attention_interval"] = 2;
+  EXPECT_TRUE(layer_is_linear_attention(arch_of(ArchFamily::kQwen35Moe, 8), d, 2));
+  EXPECT_FALSE(layer_is_linear_attention(arch_of(ArchFamily::kQwen35Moe, 8), d, 3));
 }
 
 }  // namespace

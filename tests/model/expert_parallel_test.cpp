@@ -195,7 +195,8 @@ TEST_P(ExpertParallel, RanksGiveOneProcessesBitsAndStatistics) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ExpertParallel,
                          ::testing::Values("qwen3_moe", "deepseek_v3", "kimi_linear", "mixtral",
-                                           "gpt_oss", "gpt_oss_mxfp4", "glm4_moe", "minimax_m2"));
+                                           "gpt_oss", "gpt_oss_mxfp4", "glm4_moe", "minimax_m2",
+                                           "qwen3_next", "qwen3_5_moe"));
 
 TEST(ExpertParallel, OwnersAreContiguousRanges) {
   // 8 experts over 3 ranks: [0, 2), [2, 5), [5, 8).

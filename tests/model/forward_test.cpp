@@ -191,12 +191,15 @@ void check_model(const std::string& name, bool bf16, double tol) {
     EXPECT_NEAR(it->second, want, 1e-4 * want + 1e-6) << name << " " << module;
     ++checked;
   }
-  // K and V of every softmax-attention layer; linear-attention layers (KDA) have no KV cache:
-  // transformers records none for them and strata must report none.
+  // K and V of every softmax-attention layer; linear-attention layers (KDA, Gated DeltaNet) have
+  // no KV cache: transformers records none for them and strata must report none. A multimodal
+  // wrapper's language model (Qwen3.5) sits under model.language_model.
+  const std::string lm =
+      f.ckpt.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
   for (int64_t l = 0; l < fwd->num_layers(); ++l) {
     for (const char* kv : {"k", "v"}) {
       const std::string obs_name =
-          "model.layers." + std::to_string(l) + ".self_attn." + kv + "_cache";
+          lm + "layers." + std::to_string(l) + ".self_attn." + kv + "_cache";
       const TensorEntry* e = f.ref.find("ref32.kv_amax." + std::to_string(l) + "." + kv);
       if (!e) {
         EXPECT_EQ(obs.amax.count(obs_name), 0u) << name << " " << obs_name;
@@ -220,9 +223,10 @@ TEST_P(ForwardBf16, MatchesTransformersOnGpu) {
   check_model(GetParam(), true, 3e-2);
 }
 
-const auto kModels = testing::Values("llama", "llama_odd", "qwen3", "qwen3_moe", "qwen3_moe_nonorm",
-                                     "deepseek_v3", "deepseek_v3_noqlora", "kimi_linear", "mixtral",
-                                     "gpt_oss", "gpt_oss_mxfp4", "glm4_moe", "minimax_m2");
+const auto kModels =
+    testing::Values("llama", "llama_odd", "qwen3", "qwen3_moe", "qwen3_moe_nonorm", "deepseek_v3",
+                    "deepseek_v3_noqlora", "kimi_linear", "mixtral", "gpt_oss", "gpt_oss_mxfp4",
+                    "glm4_moe", "minimax_m2", "qwen3_next", "qwen3_5_moe");
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardFp32, kModels);
 INSTANTIATE_TEST_SUITE_P(Fixtures, ForwardBf16, kModels);
 
@@ -278,8 +282,10 @@ TEST(ForwardErrors, MathChangingFieldsAreRefused) {
               testing::HasSubstr("scoring_func 'softmax'"));
   EXPECT_THAT(forward_error("deepseek_v3", [](Json& c) { c["topk_method"] = "greedy"; }),
               testing::HasSubstr("topk_method 'greedy'"));
+  // Every known model_type has a forward now: a Llama checkpoint labelled qwen3_next is a
+  // checkpoint that does not match its config.
   EXPECT_THAT(forward_error("llama", [](Json& c) { c["model_type"] = "qwen3_next"; }),
-              testing::HasSubstr("not implemented yet"));
+              testing::HasSubstr("'model.layers.0.linear_attn.in_proj_qkvz.weight' is missing"));
   EXPECT_THAT(forward_error("llama", [](Json& c) { c["model_type"] = "gpt_bigcode"; }),
               testing::HasSubstr("gpt_bigcode"));
 }
@@ -518,6 +524,69 @@ TEST(ForwardErrors, MiniMaxM2VariantsAreRefused) {
                 "minimax_m2", [](Json& c) { c["use_routing_bias"] = false; },
                 "model.layers.2.block_sparse_moe.e_score_correction_bias", /*layer=*/2),
             "");
+}
+
+// Qwen3-Next's config spellings: full_attention_interval instead of layer_types (the fixture's
+// interval is 2), and the config classes' defaults (partial_rotary_factor 0.25, norm_topk_prob
+// true) when the fields are absent.
+TEST(ForwardQwen3Next, ConfigDefaultsAndInterval) {
+  expect_same_logits("qwen3_next", [](Json& c) {
+    c.erase("layer_types");
+    c["full_attention_interval"] = 2;
+    c.erase("partial_rotary_factor");
+    c["rope_parameters"].erase("partial_rotary_factor");
+    c.erase("norm_topk_prob");
+  });
+}
+
+// Qwen3.5-MoE: the same in text_config; mlp_only_layers and decoder_sparse_step, which its
+// config class drops, change nothing (every layer stays MoE).
+TEST(ForwardQwen35Moe, ConfigDefaultsAndIgnoredFields) {
+  expect_same_logits("qwen3_5_moe", [](Json& c) {
+    Json& t = c["text_config"];
+    t.erase("layer_types");
+    t["full_attention_interval"] = 2;
+    t.erase("partial_rotary_factor");
+    t["rope_parameters"].erase("partial_rotary_factor");
+    t["mlp_only_layers"] = Json::array({1});
+    t["decoder_sparse_step"] = 2;
+    t["norm_topk_prob"] = false;
+  });
+}
+
+TEST(ForwardErrors, Qwen3NextVariantsAreRefused) {
+  EXPECT_EQ(forward_error("qwen3_next", [](Json&) {}), "");
+  EXPECT_THAT(forward_error("qwen3_next", [](Json& c) { c["hidden_act"] = "gelu"; }),
+              testing::HasSubstr("hidden_act \"gelu\" is not supported by the qwen3_next"));
+  EXPECT_THAT(forward_error("qwen3_next", [](Json& c) { c["linear_num_value_heads"] = 3; }),
+              testing::HasSubstr("linear_num_value_heads (3) must be a multiple of "
+                                 "linear_num_key_heads (2)"));
+  EXPECT_THAT(
+      forward_error("qwen3_next", [](Json& c) { c["layer_types"][1] = "sliding_attention"; }),
+      testing::HasSubstr("'layer_types'[1] is 'sliding_attention'"));
+  EXPECT_THAT(forward_error(
+                  "qwen3_next", [](Json& c) { c["attention_bias"] = true; }, "", /*layer=*/1),
+              testing::HasSubstr("attention_bias is true but "
+                                 "'model.layers.1.self_attn.q_proj.bias' is missing"));
+  EXPECT_THAT(forward_error(
+                  "qwen3_next", [](Json&) {}, "model.layers.1.self_attn.q_norm.weight", 1),
+              testing::HasSubstr("q_norm.weight' is missing; qwen3_next normalises q and k"));
+  EXPECT_THAT(forward_error(
+                  "qwen3_next", [](Json&) {}, "model.layers.0.mlp.shared_expert.gate_proj.weight"),
+              testing::HasSubstr("every qwen3_next MoE layer has a shared expert"));
+  EXPECT_THAT(forward_error(
+                  "qwen3_next", [](Json&) {}, "model.layers.0.linear_attn.in_proj_ba.weight"),
+              testing::HasSubstr("'model.layers.0.linear_attn.in_proj_ba.weight' is missing"));
+  // The checkpoint's conv1d is [C, 1, 4]: a config with another kernel does not match it.
+  EXPECT_THAT(forward_error("qwen3_next", [](Json& c) { c["linear_conv_kernel_dim"] = 3; }),
+              testing::HasSubstr("'model.layers.0.linear_attn.conv1d.weight' has shape"));
+  EXPECT_THAT(forward_error("qwen3_5_moe", [](Json& c) { c["text_config"]["num_experts"] = 0; }),
+              testing::HasSubstr("num_experts must be positive for qwen3_5_moe_text"));
+  EXPECT_THAT(forward_error(
+                  "qwen3_5_moe", [](Json&) {},
+                  "model.language_model.layers.2.linear_attn.in_proj_z.weight", 2),
+              testing::HasSubstr("'model.language_model.layers.2.linear_attn.in_proj_z.weight' is "
+                                 "missing"));
 }
 
 TEST(ForwardErrors, MissingOrMisshapenTensorsAreNamed) {

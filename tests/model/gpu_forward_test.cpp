@@ -54,7 +54,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuObservers,
                          testing::Values("llama", "qwen3", "qwen3_moe", "qwen3_moe_nonorm",
                                          "deepseek_v3", "deepseek_v3_noqlora", "kimi_linear",
                                          "mixtral", "gpt_oss", "gpt_oss_mxfp4", "glm4_moe",
-                                         "minimax_m2"));
+                                         "minimax_m2", "qwen3_next", "qwen3_5_moe"));
 
 }  // namespace
 }  // namespace strata

@@ -43,6 +43,12 @@ TEST(Ops, RmsNormHandWorked) {
   rms_norm(x, 1, 2, w, 0.0f, y);
   EXPECT_NEAR(y[0], 3.0 / std::sqrt(12.5), 1e-6);
   EXPECT_NEAR(y[1], 2 * 4.0 / std::sqrt(12.5), 1e-6);
+  // Zero-centred weights (Qwen3-Next: 1 + w): w = [0, 1] with offset 1 scales by [1, 2] again.
+  const float wz[2] = {0.0f, 1.0f};
+  float yz[2];
+  rms_norm(x, 1, 2, wz, 0.0f, yz, 1.0f);
+  EXPECT_NEAR(yz[0], 3.0 / std::sqrt(12.5), 1e-6);
+  EXPECT_NEAR(yz[1], 2 * 4.0 / std::sqrt(12.5), 1e-6);
 }
 
 TEST(Ops, SoftmaxHandWorked) {
@@ -275,6 +281,15 @@ TEST(Ops, GatedDeltaRuleHandWorked) {
   gated_delta_rule(q, k, v, g, beta, 2, 1, 2, 1, o);
   EXPECT_FLOAT_EQ(o[0], 1.0f);
   EXPECT_NEAR(o[1], 0.36f, 1e-6);
+  // One decay per head (Gated DeltaNet), g = [0, log 0.5] for t0, t1; keys with both channels
+  // set, so that the decay reaches both: t0: u = 0.5 (2 - 0) = 1, S = [0.6, 0.8], q = [1, 1]:
+  // o = 1.4. t1: S = 0.5 S = [0.3, 0.4]; S^T k = 0.5, u = 1 (1 - 0.5) = 0.5, S = [0.6, 0.8];
+  // q = [1, -1]: o = -0.2. (A per-channel decay [log 0.5, 0] would give S = [0.3, 0.8] instead.)
+  const float gh[2] = {0, std::log(0.5f)};
+  const float k2[4] = {0.6f, 0.8f, 0.6f, 0.8f};
+  gated_delta_rule(q, k2, v, gh, beta, 2, 1, 2, 1, o, /*head_decay=*/true);
+  EXPECT_NEAR(o[0], 1.4f, 1e-6);
+  EXPECT_NEAR(o[1], -0.2f, 1e-6);
 }
 
 TEST(Ops, GatedDeltaRuleStoresWithBetaOneAndKeepsHeadsApart) {

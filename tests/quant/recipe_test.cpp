@@ -122,7 +122,7 @@ enum class Cls {
   kDenseMlp,   // quantized by all and mlp_only
   kExpert,     // routed experts: quantized by every nvfp4/fp8/mxfp8 scope
   kShared,     // shared experts: all and mlp_only
-  kNever,      // routers, gates, lm_head, embeddings, norms, vision, projector, MTP, in_proj_ba
+  kNever,      // routers, gates, lm_head, embeddings, norms, vision, projector, MTP, in_proj_a/b
 };
 
 struct Module {
@@ -198,6 +198,15 @@ const std::vector<Module>& modules() {
       {"mtp.layers.0.mlp.experts.0.gate_proj", Cls::kNever},
       {"mtp.layers.0.self_attn.q_proj", Cls::kNever},
       {"mtp.fc", Cls::kNever},
+      // Qwen3.5: the Gated DeltaNet's split projections (a and b in the source dtype, as
+      // ModelOpt's in_proj_a / in_proj_b rules), the vision tower under model.visual.
+      {"model.language_model.layers.0.linear_attn.in_proj_qkv", Cls::kAttention},
+      {"model.language_model.layers.0.linear_attn.in_proj_z", Cls::kAttention},
+      {"model.language_model.layers.0.linear_attn.in_proj_b", Cls::kNever},
+      {"model.language_model.layers.0.linear_attn.in_proj_a", Cls::kNever},
+      {"model.language_model.layers.3.self_attn.q_proj", Cls::kAttention},
+      {"model.visual.blocks.0.attn.qkv", Cls::kNever},
+      {"model.visual.merger.linear_fc1", Cls::kNever},
       // Multimodal wrappers: the language model keeps its prefix
       {"language_model.model.layers.0.self_attn.q_proj", Cls::kAttention},
       {"language_model.model.layers.0.mlp.down_proj", Cls::kDenseMlp},

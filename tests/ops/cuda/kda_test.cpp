@@ -145,20 +145,35 @@ TEST_F(CudaOps, GatedDeltaRuleMatchesOpsPerSequence) {
     }
     gpu::DeviceBuffer dq = up(q), dk_ = up(k), dv_ = up(v), dg = up(g), db = up(beta);
     gpu::DeviceBuffer dbounds = up(r.bounds), dout = buffer(v.size() * 4);
-    gated_delta_rule(dq.as<float>(), dk_.as<float>(), dv_.as<float>(), dg.as<float>(),
-                     db.as<float>(), dbounds.as<int64_t>(), r.seqs(), nH, dk, dv, dout.as<float>(),
-                     st());
-    const auto o = down<float>(dout, v.size());
-    double worst = 0.0;
-    for (size_t i = 0; i < o.size(); ++i) {
-      ASSERT_NEAR(o[i], want[i], 1e-3f * (1.0f + std::fabs(want[i])))
-          << "nH " << nH << " dk " << dk << " dv " << dv << " token " << i / (nH * dv) << " head "
-          << i / dv % nH << " column " << i % dv;
-      worst = std::max(worst, static_cast<double>(std::fabs(o[i] - want[i])));
+    // Gated DeltaNet's one decay per head ([T, nH], head_decay): the first channel's values.
+    std::vector<float> gh(static_cast<size_t>(T * nH)), want_h(v.size());
+    for (int64_t i = 0; i < T * nH; ++i)
+      gh[static_cast<size_t>(i)] = g[static_cast<size_t>(i * dk)];
+    for (int64_t i = 0; i < r.seqs(); ++i) {
+      const int64_t b = r.bounds[i], len = r.bounds[i + 1] - b;
+      ops::gated_delta_rule(q.data() + b * nH * dk, k.data() + b * nH * dk, v.data() + b * nH * dv,
+                            gh.data() + b * nH, beta.data() + b * nH, len, nH, dk, dv,
+                            want_h.data() + b * nH * dv, /*head_decay=*/true);
     }
-    std::printf("gated_delta_rule nH %lld dk %lld dv %lld: max |gpu - cpu| %.3g\n",
-                static_cast<long long>(nH), static_cast<long long>(dk), static_cast<long long>(dv),
-                worst);
+    gpu::DeviceBuffer dgh = up(gh);
+    for (bool head_decay : {false, true}) {
+      gated_delta_rule(dq.as<float>(), dk_.as<float>(), dv_.as<float>(),
+                       head_decay ? dgh.as<float>() : dg.as<float>(), db.as<float>(),
+                       dbounds.as<int64_t>(), r.seqs(), nH, dk, dv, dout.as<float>(), st(),
+                       head_decay);
+      const auto o = down<float>(dout, v.size());
+      const std::vector<float>& w = head_decay ? want_h : want;
+      double worst = 0.0;
+      for (size_t i = 0; i < o.size(); ++i) {
+        ASSERT_NEAR(o[i], w[i], 1e-3f * (1.0f + std::fabs(w[i])))
+            << "nH " << nH << " dk " << dk << " dv " << dv << " head_decay " << head_decay
+            << " token " << i / (nH * dv) << " head " << i / dv % nH << " column " << i % dv;
+        worst = std::max(worst, static_cast<double>(std::fabs(o[i] - w[i])));
+      }
+      std::printf("gated_delta_rule nH %lld dk %lld dv %lld head_decay %d: max |gpu - cpu| %.3g\n",
+                  static_cast<long long>(nH), static_cast<long long>(dk),
+                  static_cast<long long>(dv), head_decay ? 1 : 0, worst);
+    }
   }
 }
 

@@ -34,6 +34,20 @@ TEST_F(CudaOps, RmsNormMatchesOps) {
         ASSERT_NEAR(y[i], want[i], std::fabs(want[i]) * 1e-6f + 1e-30f)
             << rows << "x" << dim << " element " << i << (with_w ? " weighted" : "");
     }
+    // Zero-centred weights (w_offset 1, Qwen3-Next): w - 1 stored, (1 + w) applied.
+    {
+      std::vector<float> wz = w;
+      for (float& v : wz)
+        v -= 1.0f;
+      gpu::DeviceBuffer dwz = up(wz);
+      rms_norm(dx.as<float>(), rows, dim, dwz.as<float>(), 1e-6f, dy.as<float>(), st(), 1.0f);
+      const auto y = down<float>(dy, x.size());
+      std::vector<float> want(x.size());
+      ops::rms_norm(x.data(), rows, dim, wz.data(), 1e-6f, want.data(), 1.0f);
+      for (size_t i = 0; i < y.size(); ++i)
+        ASSERT_NEAR(y[i], want[i], std::fabs(want[i]) * 1e-6f + 1e-30f)
+            << rows << "x" << dim << " element " << i << " offset 1";
+    }
     rms_norm(dx.as<float>(), rows, dim, dw.as<float>(), 1e-6f, dx.as<float>(), st());
     const auto in_place = down<float>(dx, x.size());
     std::vector<float> want(x.size());
