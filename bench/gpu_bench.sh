@@ -36,8 +36,8 @@
 # --skip: steps left out; free is strata's unconstrained run alone (the capped run still runs).
 # --deadline: start no further step once this many seconds have passed (the table still prints).
 # --profile: strata runs with --gpu_profile; the table adds its device time by part of the forward.
-# --strata_flag: one more argument for every strata run (repeat it: --strata_flag --gpu_gemm_threads
-#   --strata_flag 1).
+# --strata_flag: one more argument for every strata run (repeat it: --strata_flag --gpu_gemm
+#   --strata_flag fp32).
 # strata runs only if `strata quantize --help` offers --device (the GPU engine); the capped run
 # only if it offers --max_gpu_memory_gb. A CPU-only strata runs only with --small.
 #

@@ -43,9 +43,6 @@ int choice(const Args& args, const std::string& flag, const std::string& choices
 GpuOptions gpu_options(const Args& args) {
   GpuOptions g;
   g.gemm_bf16 = choice(args, "--gpu_gemm", "bf16|fp32") == 0;
-  g.gemm_threads = static_cast<int>(args.get_int("--gpu_gemm_threads"));
-  STRATA_CHECK(g.gemm_threads >= 1 && g.gemm_threads <= 64,
-               "--gpu_gemm_threads must be between 1 and 64, not ", g.gemm_threads);
   g.weight_buffers = choice(args, "--gpu_weight_buffers", "auto|1|2");
   g.quantize = choice(args, "--gpu_quantize", "on|off") == 0;
   g.warp_attention = choice(args, "--gpu_attention", "auto|warp") == 1;
@@ -129,10 +126,6 @@ void declare_flags(Args& args) {
               "GEMM inputs of the GPU forward (fp32 accumulation either way); fp32 is slower and "
               "closer to the CPU's fp32 forward",
               "bf16");
-  args.option("--gpu_gemm_threads", "N",
-              "host threads issuing the routed experts' GEMMs on the GPU, each with its own "
-              "stream (1: all from the main thread)",
-              "4");
   args.option("--gpu_weight_buffers", "auto|1|2",
               "device buffers for layer weights: 2 copy layer l+1 in while layer l computes, 1 "
               "leaves their memory to larger chunks; auto chooses from --max_gpu_memory_gb",

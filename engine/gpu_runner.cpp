@@ -62,8 +62,9 @@ uint64_t gpu_layer_blob_bytes(const ModelConfig& config, const Checkpoint& ckpt,
                               int64_t first_layer, int64_t num_layers) {
   LayerReader reader(ckpt);
   uint64_t most = 0;
-  for (int64_t l = std::max<int64_t>(first_layer, 0); l < num_layers; ++l)
-    most = std::max(most, reader.plan(gpu::GpuForward::layer_tensors(config, ckpt, l)).bytes);
+  for (const std::vector<std::string>& names :
+       gpu::GpuForward::layer_tensors(config, ckpt, std::max<int64_t>(first_layer, 0), num_layers))
+    most = std::max(most, reader.plan(names).bytes);
   return most;
 }
 
@@ -177,7 +178,6 @@ DevicePlacement::DevicePlacement(GpuLoop& loop)
   budget_ = std::make_unique<gpu::DeviceBudget>(gpu_limit);
   gpu::GpuForwardOptions fo;
   fo.gemm_bf16 = loop.gpu.gemm_bf16;
-  fo.gemm_threads = loop.gpu.gemm_threads;
   fo.profile = loop.gpu.profile;
   fo.warp_attention = loop.gpu.warp_attention;
   f_ = std::make_unique<gpu::GpuForward>(loop.config, loop.ckpt, *budget_, compute_, fo);

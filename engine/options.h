@@ -13,7 +13,6 @@ namespace strata {
 // CPU. Only gemm_bf16 changes the activation scales; the rest leave every byte as it is.
 struct GpuOptions {
   bool gemm_bf16 = true;        // --gpu_gemm bf16|fp32: the forward's GEMM inputs
-  int gemm_threads = 4;         // --gpu_gemm_threads N: host threads issuing the expert GEMMs
   int weight_buffers = 0;       // --gpu_weight_buffers 1|2: layer weight buffers; 0: planned
   bool quantize = true;         // --gpu_quantize on|off: weights quantized on the device
   bool warp_attention = false;  // --gpu_attention warp: the warp-per-query kernel always

@@ -154,6 +154,14 @@ std::vector<std::string> Checkpoint::tensor_names() const {
   return names;  // std::map iterates in sorted order
 }
 
+std::vector<std::string> Checkpoint::tensor_names_with_prefix(std::string_view prefix) const {
+  std::vector<std::string> names;
+  for (auto it = where_.lower_bound(prefix); it != where_.end() && it->first.starts_with(prefix);
+       ++it)
+    names.push_back(it->first);
+  return names;
+}
+
 bool Checkpoint::has(std::string_view name) const {
   return where_.find(name) != where_.end();
 }

@@ -35,6 +35,8 @@ class Checkpoint {
   const std::string& dir() const { return dir_; }
   // Every tensor name, sorted.
   std::vector<std::string> tensor_names() const;
+  // The names starting with `prefix`, sorted (tensor_names() filtered, in O(log n + matches)).
+  std::vector<std::string> tensor_names_with_prefix(std::string_view prefix) const;
   bool has(std::string_view name) const;
   const TensorEntry& entry(std::string_view name) const;         // throws when absent
   const SafetensorsFile& shard_of(std::string_view name) const;  // throws when absent

@@ -338,18 +338,18 @@ std::vector<std::vector<std::string>> GpuForward::observed_inputs(const ModelCon
   return be->slot_names();
 }
 
-std::vector<std::string> GpuForward::layer_tensors(const ModelConfig& config,
-                                                   const Checkpoint& ckpt, int64_t l) {
-  const std::string p = layer_prefix(model::find_prefixes(config, ckpt).model, l);
-  std::vector<std::string> out;
-  for (const std::string& n : ckpt.tensor_names()) {
-    if (n.starts_with(p)) out.push_back(n);
-  }
+std::vector<std::vector<std::string>> GpuForward::layer_tensors(const ModelConfig& config,
+                                                                const Checkpoint& ckpt,
+                                                                int64_t first, int64_t last) {
+  const std::string model_prefix = model::find_prefixes(config, ckpt).model;
+  std::vector<std::vector<std::string>> out;
+  for (int64_t l = first; l < last; ++l)
+    out.push_back(ckpt.tensor_names_with_prefix(layer_prefix(model_prefix, l)));
   return out;
 }
 
 std::vector<std::string> GpuForward::layer_tensors(int64_t l) const {
-  return layer_tensors(impl_->c, impl_->ckpt, l);
+  return impl_->ckpt.tensor_names_with_prefix(layer_prefix(impl_->model_prefix, l));
 }
 
 uint64_t GpuForward::bytes_per_token(int64_t longest) const {

@@ -44,10 +44,12 @@ class GpuForward {
   // several): the sizing backend's registration, which needs no device.
   static std::vector<std::vector<std::string>> observed_inputs(const ModelConfig& config,
                                                                const Checkpoint& ckpt, int64_t l);
-  // Checkpoint tensors decoder layer l reads (the static form needs no device).
+  // Checkpoint tensors decoder layer l reads, sorted; the static form for layers [first, last)
+  // (element l - first), without a device. Each costs O(log n + its names).
   std::vector<std::string> layer_tensors(int64_t l) const;
-  static std::vector<std::string> layer_tensors(const ModelConfig& config, const Checkpoint& ckpt,
-                                                int64_t l);
+  static std::vector<std::vector<std::string>> layer_tensors(const ModelConfig& config,
+                                                             const Checkpoint& ckpt, int64_t first,
+                                                             int64_t last);
   // Device bytes of scratch per token of a chunk whose longest sequence has `longest` tokens (the
   // largest of the layers' working sets, found by running each layer on the sizing backend, plus
   // the keep mask of a family with one), and of converted weights for layer l.

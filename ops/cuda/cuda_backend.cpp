@@ -12,12 +12,12 @@
 #include "ops/cuda/attention.h"
 #include "ops/cuda/convert.h"
 #include "ops/cuda/elementwise.h"
+#include "ops/cuda/expert_gemm.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/indexer.h"
 #include "ops/cuda/kda.h"
 #include "ops/cuda/moe.h"
 #include "ops/cuda/norm.h"
-#include "ops/cuda/parallel_gemm.h"
 #include "ops/cuda/rope.h"
 #include "ops/cuda/routing.h"
 #include "quant/cuda/quant_cuda.h"
@@ -49,7 +49,7 @@ enum Part {
 const char* const kPartNames[kParts] = {"norms and residuals",
                                         "attention projections, norms, RoPE, observers",
                                         "attention scores, softmax and values",
-                                        "router (and the host's wait for counts)",
+                                        "router, expert offsets",
                                         "expert gate/up GEMMs",
                                         "expert down GEMMs",
                                         "expert gather, amax, SwiGLU",
@@ -107,17 +107,21 @@ struct CudaBackend::Attention {
   int64_t seqs_per_call = 0, longest = 0, n_heads = 0;
 };
 
-// The routed experts' GEMMs, issued from several host threads (ops/cuda/parallel_gemm.h).
-struct CudaBackend::Gemms {
-  std::unique_ptr<cuda::ParallelGemms> pool;
-  std::vector<cuda::GemmJob> jobs;
+// The routed experts' weight and bias pointers as device arrays for expert_gemm and
+// moe_add_bias (5 arrays of E: gate or gate_up, up, down, gate_up_bias, down_bias), copied
+// through pinned memory when they differ from the last chunk's, i.e. once per layer.
+struct CudaBackend::Experts {
+  DeviceBuffer dev;
+  PinnedBuffer host;
+  std::vector<const void*> next, last;
+  bool aligned = false;
+  Event copied;  // the last copy out of `host`
 };
 
 CudaBackend::CudaBackend(CudaBackendOptions options)
     : opt_(options),
       att_(std::make_unique<Attention>()),
-      prof_(std::make_unique<Profile>()),
-      gemms_(std::make_unique<Gemms>()) {}
+      prof_(std::make_unique<Profile>()) {}
 
 CudaBackend::CudaBackend(DeviceBudget& budget, const Stream& stream, CudaBackendOptions options,
                          int64_t max_slots, int64_t max_experts)
@@ -126,10 +130,16 @@ CudaBackend::CudaBackend(DeviceBudget& budget, const Stream& stream, CudaBackend
   stream_ = &stream;
   max_slots_ = max_slots;
   slots_dev_ = DeviceBuffer(budget, static_cast<uint64_t>(max_slots) * 4, "amax slots");
+  rows_dev_ = DeviceBuffer(budget, static_cast<uint64_t>(max_slots) * 8, "observed rows");
+  stream.zero(rows_dev_.data(), rows_dev_.bytes());
   if (max_experts > 0) {
-    moe_ints_ = DeviceBuffer(budget, static_cast<uint64_t>(3 * max_experts) * 4, "expert counts");
-    host_ints_.reserve(static_cast<uint64_t>(2 * max_experts) * 4);
-    gemms_->pool = std::make_unique<cuda::ParallelGemms>(opt_.gemm_threads, opt_.gemm_bf16);
+    // counts [E], offsets [E + 1], cursor [E], tile_first [E + 1]
+    moe_ints_ =
+        DeviceBuffer(budget, static_cast<uint64_t>(4 * max_experts + 2) * 4, "expert counts");
+    const uint64_t tables = static_cast<uint64_t>(5 * max_experts) * sizeof(void*);
+    experts_ = std::make_unique<Experts>();  // (its event needs a device: not in sizing)
+    experts_->dev = DeviceBuffer(budget, tables, "expert pointers");
+    experts_->host.reserve(tables);
   }
   blas_ = cuda::gemm_handle_create(stream.handle());
   stream.synchronize();
@@ -209,7 +219,9 @@ void CudaBackend::clear_slots() {
   slot_names_.clear();
   slot_rows_.clear();
   slot_of_.clear();
-  if (!dry()) stream_->zero(slots_dev_.data(), slots_dev_.bytes());
+  if (dry()) return;
+  stream_->zero(slots_dev_.data(), slots_dev_.bytes());
+  stream_->zero(rows_dev_.data(), rows_dev_.bytes());
 }
 
 int CudaBackend::slot(const std::vector<std::string>& names) {
@@ -250,7 +262,9 @@ void CudaBackend::observe(const std::vector<std::string>& names, const float* x,
 
 std::vector<AmaxStat> CudaBackend::take_stats() {
   std::vector<uint32_t> bits(slot_names_.size());
+  std::vector<uint64_t> rows(slot_names_.size());  // the routed experts' rows, counted there
   stream_->copy_to_host(bits.data(), slots_dev_.data(), bits.size() * 4);
+  stream_->copy_to_host(rows.data(), rows_dev_.data(), rows.size() * 8);
   stream_->synchronize();
   prof_->collect();
   cuda_check_last("GPU forward");
@@ -258,11 +272,13 @@ std::vector<AmaxStat> CudaBackend::take_stats() {
   for (size_t i = 0; i < bits.size(); ++i) {
     float a;
     std::memcpy(&a, &bits[i], 4);
+    const int64_t n_rows = slot_rows_[i] + static_cast<int64_t>(rows[i]);
     for (const std::string& n : slot_names_[i])
-      out.push_back({n, a, slot_rows_[i]});
+      out.push_back({n, a, n_rows});
     slot_rows_[i] = 0;
   }
   stream_->zero(slots_dev_.data(), slots_dev_.bytes());
+  stream_->zero(rows_dev_.data(), rows_dev_.bytes());
   return out;
 }
 
@@ -571,6 +587,38 @@ void CudaBackend::route_sigmoid(float* logits, int64_t T, int64_t E, int64_t K,
       r.topk_group, r.renormalize, r.scaling, chosen, weight, counts, stream_->handle());
 }
 
+// The device arrays of the experts' pointers (CudaBackend::Experts); aligned: every weight at a
+// 16-byte boundary (expert_gemm's vector loads).
+const void* const* CudaBackend::expert_tables(std::span<const Mlp> experts, bool* aligned) {
+  STRATA_ASSERT(experts_, "expert pointers: the backend was made for no experts");
+  Experts& x = *experts_;
+  const size_t E = experts.size();
+  x.next.assign(5 * E, nullptr);
+  for (size_t e = 0; e < E; ++e) {
+    const Mlp& m = experts[e];
+    auto ptr = [](const Weight& w) { return w.defined() ? w.data : nullptr; };
+    x.next[e] = m.interleaved ? ptr(m.gate_up) : ptr(m.gate);
+    x.next[E + e] = ptr(m.up);
+    x.next[2 * E + e] = ptr(m.down);
+    x.next[3 * E + e] = ptr(m.gate_up_bias);
+    x.next[4 * E + e] = ptr(m.down_bias);
+  }
+  if (x.next != x.last) {
+    const uint64_t bytes = x.next.size() * sizeof(void*);
+    STRATA_ASSERT(bytes <= x.dev.bytes(), "expert pointers: ", E, " experts");
+    x.copied.synchronize();  // the pinned copy of the last tables has been read
+    std::memcpy(x.host.data(), x.next.data(), bytes);
+    stream_->copy_to_device(x.dev.data(), x.host.data(), bytes);
+    x.copied.record(*stream_);
+    x.last = x.next;
+    x.aligned = true;
+    for (size_t i = 0; i < 3 * E; ++i)
+      x.aligned = x.aligned && reinterpret_cast<uintptr_t>(x.next[i]) % 16 == 0;
+  }
+  *aligned = x.aligned;
+  return static_cast<const void* const*>(x.dev.data());
+}
+
 void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
                       const float* weight, std::span<const Mlp> experts, float* y) {
   const int64_t E = static_cast<int64_t>(experts.size()), S = T * K, Im = experts[0].inter;
@@ -602,81 +650,64 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
     return;
   }
   void* s = stream_->handle();
-  int32_t* counts = moe_ints_.as<int32_t>();
-  int32_t* offsets = counts + E;
-  int32_t* cursor = counts + 2 * E;
-  int32_t* hc = reinterpret_cast<int32_t*>(host_ints_.data());
-  stream_->copy_to_host(hc, counts, static_cast<uint64_t>(E) * 4);
-  stream_->synchronize();
-  int32_t* ho = hc + E;
-  int32_t sum = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    ho[e] = sum;
-    sum += hc[e];
-    slot_rows_[gu0 + e] += hc[e];
-    slot_rows_[dn0 + e] += hc[e];
-  }
-  STRATA_ASSERT(sum == S, "routing counts");
-  stream_->copy_to_device(offsets, ho, static_cast<uint64_t>(E) * 4);
+  int32_t* counts = moe_ints_.as<int32_t>();  // from the router
+  int32_t* offsets = counts + E;              // [E + 1]
+  int32_t* cursor = offsets + E + 1;          // [E]
+  int32_t* tile_first = cursor + E;           // [E + 1]
+  STRATA_ASSERT(moe_ints_.bytes() >= static_cast<uint64_t>(4 * E + 2) * 4, "expert counts: ", E,
+                " experts");
+  bool aligned = false;
+  const void* const* tables = expert_tables(experts, &aligned);
+  const float* const* gate_up_bias = reinterpret_cast<const float* const*>(tables + 3 * E);
+  const float* const* down_bias = reinterpret_cast<const float* const*>(tables + 4 * E);
+  // Offsets and tiles from the counts on the device; each expert's rows are added to its
+  // gate/up and down slots' row counts there (read back with the amaxes).
+  uint64_t* rows = rows_dev_.as<uint64_t>();
+  const int64_t tile = cuda::expert_row_tile(S, E, opt_.gemm_bf16);
+  cuda::expert_plan(counts, E, tile, offsets, tile_first, rows + gu0, rows + dn0, s);
   stream_->zero(cursor, static_cast<uint64_t>(E) * 4);
   cuda::moe_scatter(chosen, S, offsets, cursor, pos, row_expert, s);
   span(kRouter);
   // The rows an expert sees are its tokens' n: each token's amax goes to its K experts' slots.
   cuda::amax_rows(n, T, H, chosen, slot_ptr(gu0), s, K);
-  const uint8_t* xin = nullptr;
+  const void* xin = nullptr;
   if (opt_.gemm_bf16) {
     cuda::cast_bf16(n, n16, T * H, s);
     cuda::moe_gather(n16, T, H, K, pos, x16, s);
-    xin = reinterpret_cast<const uint8_t*>(x16);
+    xin = x16;
   } else {
     cuda::moe_gather(n, T, H, K, pos, og, s);
-    xin = reinterpret_cast<const uint8_t*>(og);
+    xin = og;
   }
   span(kExpertOther);
-  std::vector<cuda::GemmJob>& jobs = gemms_->jobs;
-  jobs.clear();
-  for (int64_t e = 0; e < E; ++e) {
-    if (hc[e] == 0) continue;
-    const uint8_t* xe = xin + static_cast<int64_t>(ho[e]) * H * esz();
-    if (interleaved) {
-      jobs.push_back(
-          {xe, experts[e].gate_up.data, g + static_cast<int64_t>(ho[e]) * gw, hc[e], gw, H});
-      continue;
-    }
-    jobs.push_back({xe, experts[e].gate.data, g + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H});
-    jobs.push_back({xe, experts[e].up.data, u + static_cast<int64_t>(ho[e]) * Im, hc[e], Im, H});
+  // Every expert's gate and up GEMMs in one launch (gpt-oss: its gate_up GEMM).
+  cuda::ExpertGemmOutputs gu;
+  gu.w[0] = tables;
+  gu.y[0] = g;
+  if (!interleaved) {
+    gu.w[1] = tables + E;
+    gu.y[1] = u;
+    gu.n_out = 2;
   }
-  prof_->gemms += static_cast<int64_t>(jobs.size());
-  gemms_->pool->run(*stream_, blas_, jobs);
+  cuda::expert_gemm(xin, S, H, offsets, tile_first, E, tile, gu, gw, opt_.gemm_bf16, aligned, s);
+  ++prof_->gemms;
   span(kExpertGateUp);
   release(at);
-  // Each expert's rows are contiguous: its bias is added to its own rows.
-  auto add_expert_bias = [&](float* y, int64_t width, const Weight Mlp::*bias) {
-    for (int64_t e = 0; e < E; ++e) {
-      const Weight& b = experts[e].*bias;
-      if (hc[e] == 0 || !b.defined()) continue;
-      cuda::add_bias(y + static_cast<int64_t>(ho[e]) * width, hc[e], width,
-                     static_cast<const float*>(b.data), s);
-    }
-  };
   if (interleaved) {
-    add_expert_bias(g, gw, &Mlp::gate_up_bias);
+    cuda::moe_add_bias(g, S, gw, row_expert, gate_up_bias, s);
     cuda::swiglu_clamped(g, S * Im, experts[0].alpha, experts[0].limit, u, s);
   } else {
     cuda::swiglu(g, u, S * Im, g, s);
   }
   cuda::amax_rows(act, S, Im, row_expert, slot_ptr(dn0), s);
-  const uint8_t* hin = static_cast<const uint8_t*>(gin(act, S * Im));
+  const void* hin = gin(act, S * Im);
   span(kExpertOther);
-  jobs.clear();
-  for (int64_t e = 0; e < E; ++e) {
-    if (hc[e] == 0) continue;
-    jobs.push_back({hin + static_cast<int64_t>(ho[e]) * Im * esz(), experts[e].down.data,
-                    og + static_cast<int64_t>(ho[e]) * H, hc[e], H, Im});
-  }
-  prof_->gemms += static_cast<int64_t>(jobs.size());
-  gemms_->pool->run(*stream_, blas_, jobs);
-  if (interleaved) add_expert_bias(og, H, &Mlp::down_bias);
+  cuda::ExpertGemmOutputs dn;
+  dn.w[0] = tables + 2 * E;
+  dn.y[0] = og;
+  cuda::expert_gemm(hin, S, Im, offsets, tile_first, E, tile, dn, H, opt_.gemm_bf16, aligned, s);
+  ++prof_->gemms;
+  if (interleaved) cuda::moe_add_bias(og, S, H, row_expert, down_bias, s);
   span(kExpertDown);
   cuda::moe_combine(og, pos, weight, T, K, H, y, s);
   span(kCombine);

@@ -30,7 +30,6 @@ namespace strata::ops {
 
 struct CudaBackendOptions {
   bool gemm_bf16 = true;        // GEMM inputs in bf16 (fp32 accumulation); false: fp32
-  int gemm_threads = 4;         // host threads issuing the routed experts' GEMMs (1: the caller)
   bool profile = false;         // device time per part of the forward, logged at destruction
   bool warp_attention = false;  // attention always in the warp-per-query kernel
 };
@@ -142,6 +141,7 @@ class CudaBackend final : public Backend {
   const void* gin(const float* a, int64_t count);
   int slot(const std::vector<std::string>& names);
   int slot_range(std::span<const Mlp> experts, bool gate_up);
+  const void* const* expert_tables(std::span<const Mlp> experts, bool* aligned);
   uint32_t* slot_ptr(int s);
   const float* rope_table(const std::vector<double>& inv_freq);
   void span(int part);
@@ -155,9 +155,8 @@ class CudaBackend final : public Backend {
   gpu::DeviceBudget* budget_ = nullptr;
   const gpu::Stream* stream_ = nullptr;  // null: sizing only
   void* blas_ = nullptr;
-  gpu::DeviceBuffer scratch_, slots_dev_, moe_ints_;
+  gpu::DeviceBuffer scratch_, slots_dev_, rows_dev_, moe_ints_;
   std::unique_ptr<strata::cuda::Stream> qstream_;  // weight quantization
-  gpu::PinnedBuffer host_ints_;                    // counts [E], offsets [E]
   uint64_t arena_at_ = 0, high_water_ = 0;
   std::vector<std::vector<std::string>> slot_names_;
   std::vector<int64_t> slot_rows_;
@@ -168,8 +167,8 @@ class CudaBackend final : public Backend {
   std::vector<std::pair<std::vector<double>, gpu::DeviceBuffer>> rope_tables_;
   std::unique_ptr<Attention> att_;
   std::unique_ptr<Profile> prof_;
-  struct Gemms;
-  std::unique_ptr<Gemms> gemms_;
+  struct Experts;
+  std::unique_ptr<Experts> experts_;
 };
 
 }  // namespace strata::ops

@@ -1,5 +1,5 @@
-// cuBLAS GEMMs of the forward (ops/cuda/gemm.cu); conventions: ops/cuda/convert.h. The GEMMs
-// from several host threads at once: ops/cuda/parallel_gemm.h.
+// cuBLAS GEMMs of the forward (ops/cuda/gemm.cu); conventions: ops/cuda/convert.h. The routed
+// experts' GEMMs, every expert in one launch: ops/cuda/expert_gemm.h.
 #pragma once
 
 #include <cstdint>

@@ -45,8 +45,22 @@ __global__ void k_combine(const float* outg, const int32_t* pos, const float* we
   }
 }
 
+__global__ void k_moe_add_bias(float* y, int64_t S, int64_t width, const int32_t* row_expert,
+                               const float* const* bias) {
+  FOR_N(i, S * width) {
+    const float* b = bias[row_expert[i / width]];
+    if (b) y[i] += b[i % width];
+  }
+}
+
 }  // namespace
 
+void moe_add_bias(float* y, int64_t S, int64_t width, const int32_t* row_expert,
+                  const float* const* bias, void* s) {
+  if (S * width == 0) return;
+  k_moe_add_bias<<<blocks_for(S * width), kThreads, 0, st(s)>>>(y, S, width, row_expert, bias);
+  launched("moe_add_bias");
+}
 void moe_scatter(const int32_t* chosen, int64_t slots, const int32_t* offsets, int32_t* cursor,
                  int32_t* pos, int32_t* row_expert, void* s) {
   if (slots == 0) return;

@@ -18,6 +18,11 @@ void moe_gather(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* 
                 void* stream);
 void moe_gather(const uint16_t* n, int64_t T, int64_t H, int64_t K, const int32_t* pos,
                 uint16_t* xg, void* stream);
+// y[r, :] += bias[row_expert[r]][:] for the S rows of y [S, width] (row_expert from moe_scatter;
+// bias: a device array of E pointers to fp32 [width], null where an expert has no bias). One fp32
+// addition per value, as add_bias (ops/cuda/elementwise.h).
+void moe_add_bias(float* y, int64_t S, int64_t width, const int32_t* row_expert,
+                  const float* const* bias, void* stream);
 // y[t, :] = sum_j weight[t, j] * outg[pos[t*K + j], :], summed in j order in fp32 (each step
 // may be one fused multiply-add). outg [T*K, H], weight [T, K], y [T, H].
 void moe_combine(const float* outg, const int32_t* pos, const float* weight, int64_t T, int64_t K,

@@ -89,7 +89,6 @@ TEST(Quantize, RefusalsComeBeforeAnyWork) {
       {base + "--gpu_gemm fp16 --export_path x", "--gpu_gemm must be bf16|fp32, not 'fp16'"},
       {base + "--gpu_weight_buffers 3 --export_path x",
        "--gpu_weight_buffers must be auto|1|2, not '3'"},
-      {base + "--gpu_gemm_threads 0 --export_path x", "--gpu_gemm_threads must be between 1"},
       {base + "--test_fail_rank 1 --export_path x",
        "--test_fail_rank and --test_fail_layer go together"},
   };
@@ -108,9 +107,8 @@ TEST(Quantize, HelpListsGpuSwitchesNotTestHooks) {
   TempDir tmp;
   RunResult r = run_strata("quantize --help", tmp.path());
   ASSERT_EQ(r.rc, 0) << r.err;
-  for (const char* flag :
-       {"--gpu_gemm bf16|fp32", "--gpu_gemm_threads N", "--gpu_weight_buffers auto|1|2",
-        "--gpu_quantize on|off", "--gpu_attention auto|warp", "--gpu_profile"})
+  for (const char* flag : {"--gpu_gemm bf16|fp32", "--gpu_weight_buffers auto|1|2",
+                           "--gpu_quantize on|off", "--gpu_attention auto|warp", "--gpu_profile"})
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag << "\n" << r.out;
   EXPECT_EQ(r.out.find("--test_"), std::string::npos) << r.out;
 }

@@ -79,6 +79,23 @@ TEST(Checkpoint, SingleFile) {
   EXPECT_EQ(c.tensor("y").item_f32(), 2.0f);
 }
 
+// tensor_names_with_prefix is tensor_names() filtered by the prefix, in its order: layer 1's
+// names are not layer 10's, and a prefix past every name or matching none gives none.
+TEST(Checkpoint, NamesWithPrefix) {
+  TempDir dir;
+  write_bytes(dir.file("model.safetensors"),
+              u8_shard({"m.layers.10.w", "m.layers.1.b", "m.layers.1.a", "m.layers.2.a",
+                        "m.layers.1", "m.norm"}));
+  Checkpoint c = Checkpoint::open(dir.path());
+  using V = std::vector<std::string>;
+  EXPECT_EQ(c.tensor_names_with_prefix("m.layers.1."), (V{"m.layers.1.a", "m.layers.1.b"}));
+  EXPECT_EQ(c.tensor_names_with_prefix("m.layers.1"),
+            (V{"m.layers.1", "m.layers.1.a", "m.layers.1.b", "m.layers.10.w"}));
+  EXPECT_EQ(c.tensor_names_with_prefix("m.layers.3."), V{});
+  EXPECT_EQ(c.tensor_names_with_prefix("z"), V{});
+  EXPECT_EQ(c.tensor_names_with_prefix(""), c.tensor_names());
+}
+
 TEST(Checkpoint, OneOtherSafetensorsFile) {
   TempDir dir;
   write_bytes(dir.file("weights.safetensors"), u8_shard({"x"}));

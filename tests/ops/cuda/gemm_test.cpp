@@ -1,11 +1,11 @@
-// ops/cuda/gemm.h and ops/cuda/parallel_gemm.h against ops::linear and ops::attention_causal.
+// ops/cuda/gemm.h and ops/cuda/expert_gemm.h against ops::linear and ops::attention_causal.
 #include <cmath>
 #include <vector>
 
 #include "core/dtype.h"
 #include "ops/cuda/attention.h"
+#include "ops/cuda/expert_gemm.h"
 #include "ops/cuda/gemm.h"
-#include "ops/cuda/parallel_gemm.h"
 #include "ops/ops.h"
 #include "tests/ops/cuda/cuda_test_util.h"
 
@@ -75,43 +75,85 @@ TEST_F(CudaOps, GemmMatchesLinearWithinTheAccumulationBound) {
   gemm_handle_destroy(blas);
 }
 
-// ParallelGemms issues every job as the same gemm call from its threads: the bytes are those of
-// one stream whatever the thread count (ops/cuda/parallel_gemm.h), and match ops::linear.
-TEST_F(CudaOps, ParallelGemmsGiveTheBytesOfOneStream) {
-  void* blas = gemm_handle_create(st());
-  const int64_t k = 96, n = 40;
-  const std::vector<int64_t> rows = {5, 0, 1, 17, 64, 3, 29};
-  std::vector<std::vector<float>> xs, ws;
-  std::vector<gpu::DeviceBuffer> dx, dw, dy1, dy3;
-  std::vector<GemmJob> one, three;
-  for (int64_t m : rows) {
-    xs.push_back(f32_of(bf16_of(normal(m * k))));
-    ws.push_back(f32_of(bf16_of(normal(n * k, 0.1f))));
-    dx.push_back(up(bf16_of(xs.back())));
-    dw.push_back(up(bf16_of(ws.back())));
-    dy1.push_back(buffer(m * n * 4));
-    dy3.push_back(buffer(m * n * 4));
-    one.push_back({dx.back().data(), dw.back().data(), dy1.back().as<float>(), m, n, k});
-    three.push_back({dx.back().data(), dw.back().data(), dy3.back().as<float>(), m, n, k});
+// expert_plan + expert_gemm: every expert's rows against its own weights, as ops::linear per
+// expert. Ragged counts: empty experts, one row, exactly one tile, several tiles with a partial
+// last one; K with and without the vector loads (K % 8) and with a partial k step; N with a
+// partial column block; one and two outputs; bf16 and fp32.
+TEST_F(CudaOps, ExpertGemmIsLinearPerExpert) {
+  const std::vector<int32_t> counts = {5, 0, 1, 300, 64, 0, 3, 129, 128};
+  const int64_t E = static_cast<int64_t>(counts.size());
+  int64_t S = 0;
+  for (int32_t c : counts)
+    S += c;
+  // The smallest of 16, 32, 64 rows at least the experts' mean, else 128; fp32: 64.
+  EXPECT_EQ(expert_row_tile(S, E, false), 64);
+  EXPECT_EQ(expert_row_tile(16 * E, E, true), 16);
+  EXPECT_EQ(expert_row_tile(16 * E + 1, E, true), 32);
+  EXPECT_EQ(expert_row_tile(64 * E, E, true), 64);
+  EXPECT_EQ(expert_row_tile(64 * E + 1, E, true), 128);
+  const int64_t shapes[][3] = {{96, 40, 2}, {100, 200, 1}, {40, 128, 2}, {8, 3, 1}};  // K, N, outs
+  for (int64_t tile : {16, 32, 64, 128}) {
+    // The plan: offsets, the first tile of each expert and the row counters, by hand.
+    std::vector<int32_t> offsets(E + 1, 0), tile_first(E + 1, 0);
+    for (int64_t e = 0; e < E; ++e) {
+      offsets[e + 1] = offsets[e] + counts[e];
+      tile_first[e + 1] = tile_first[e] + static_cast<int32_t>((counts[e] + tile - 1) / tile);
+    }
+    gpu::DeviceBuffer dcounts = up(counts), doff = buffer((E + 1) * 4);
+    gpu::DeviceBuffer dtiles = buffer((E + 1) * 4), drows = up(std::vector<uint64_t>(2 * E, 7));
+    expert_plan(dcounts.as<int32_t>(), E, tile, doff.as<int32_t>(), dtiles.as<int32_t>(),
+                drows.as<uint64_t>(), drows.as<uint64_t>() + E, st());
+    EXPECT_EQ(down<int32_t>(doff, E + 1), offsets);
+    EXPECT_EQ(down<int32_t>(dtiles, E + 1), tile_first);
+    const auto rows = down<uint64_t>(drows, 2 * E);
+    for (int64_t e = 0; e < 2 * E; ++e)
+      EXPECT_EQ(rows[e], 7u + static_cast<uint64_t>(counts[e % E])) << e;
+    EXPECT_GE(expert_gemm_max_tiles(S, E, tile), tile_first[E]);
+    for (bool bf16 : {true, false}) {
+      if (!bf16 && tile != 64) continue;  // fp32 takes 64-row tiles only
+      for (const auto& sh : shapes) {
+        const int64_t K = sh[0], N = sh[1];
+        const int n_out = static_cast<int>(sh[2]);
+        std::vector<float> x = normal(S * K);
+        if (bf16) x = f32_of(bf16_of(x));
+        gpu::DeviceBuffer dx = bf16 ? up(bf16_of(x)) : up(x);
+        std::vector<std::vector<float>> w(n_out * E);
+        std::vector<gpu::DeviceBuffer> dw;
+        std::vector<const void*> table(n_out * E);
+        for (size_t i = 0; i < w.size(); ++i) {
+          w[i] = normal(N * K, 0.1f);
+          if (bf16) w[i] = f32_of(bf16_of(w[i]));
+          dw.push_back(bf16 ? up(bf16_of(w[i])) : up(w[i]));
+          table[i] = dw.back().data();
+        }
+        gpu::DeviceBuffer dtable = up(table);
+        ExpertGemmOutputs out;
+        out.n_out = n_out;
+        std::vector<gpu::DeviceBuffer> dy;
+        for (int j = 0; j < n_out; ++j) {
+          dy.push_back(up(std::vector<float>(S * N, std::nanf(""))));  // unwritten: NaN
+          out.w[j] = dtable.as<const void*>() + j * E;
+          out.y[j] = dy.back().as<float>();
+        }
+        expert_gemm(dx.data(), S, K, doff.as<int32_t>(), dtiles.as<int32_t>(), E, tile, out, N,
+                    bf16, true, st());
+        for (int j = 0; j < n_out; ++j) {
+          const auto y = down<float>(dy[j], S * N);
+          for (int64_t e = 0; e < E; ++e) {
+            const int64_t m = counts[e];
+            if (m == 0) continue;
+            const std::vector<float> xe(x.begin() + offsets[e] * K, x.begin() + offsets[e + 1] * K);
+            const std::vector<float> ye(y.begin() + offsets[e] * N, y.begin() + offsets[e + 1] * N);
+            std::vector<float> want(m * N);
+            const std::vector<float>& we = w[j * E + e];
+            ops::linear(xe.data(), m, K, we.data(), N, want.data());
+            expect_gemm_close(ye, want, xe, we, m, K, N,
+                              bf16 ? "expert_gemm bf16" : "expert_gemm fp32");
+          }
+        }
+      }
+    }
   }
-  {
-    ParallelGemms serial(1, true), threads(3, true);
-    EXPECT_EQ(threads.threads(), 3);
-    serial.run(s(), blas, one);
-    threads.run(s(), blas, three);
-    s().synchronize();
-  }
-  for (size_t g = 0; g < rows.size(); ++g) {
-    const int64_t m = rows[g];
-    const auto y1 = down<float>(dy1[g], m * n);
-    const auto y3 = down<float>(dy3[g], m * n);
-    for (int64_t i = 0; i < m * n; ++i)
-      ASSERT_EQ(bits_of(y3[i]), bits_of(y1[i])) << "job " << g << " element " << i;
-    std::vector<float> want(m * n);
-    ops::linear(xs[g].data(), m, k, ws[g].data(), n, want.data());
-    expect_gemm_close(y1, want, xs[g], ws[g], m, k, n, "ParallelGemms");
-  }
-  gemm_handle_destroy(blas);
 }
 
 // The forward's attention through GEMMs: per (sequence, head) S = Q K^T, causal_softmax(scale S),

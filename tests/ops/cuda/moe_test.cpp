@@ -87,5 +87,34 @@ TEST_F(CudaOps, MoeScatterGatherCombine) {
   }
 }
 
+// moe_add_bias: each row gets its own expert's bias (one fp32 addition, so exact against the
+// same addition on the host); an expert without a bias leaves its rows as they are.
+TEST_F(CudaOps, MoeAddBiasPerRowExpert) {
+  const int64_t S = 41, W = 19, E = 5;
+  std::vector<int32_t> row_expert(S);
+  for (int64_t r = 0; r < S; ++r)
+    row_expert[r] = static_cast<int32_t>((r * 7) % E);
+  const auto y0 = normal(S * W);
+  std::vector<std::vector<float>> bias(E);
+  std::vector<gpu::DeviceBuffer> db;
+  std::vector<const float*> table(E, nullptr);
+  for (int64_t e = 0; e < E; ++e) {
+    if (e == 2) continue;  // no bias
+    bias[e] = normal(W);
+    db.push_back(up(bias[e]));
+    table[e] = db.back().as<float>();
+  }
+  gpu::DeviceBuffer dy = up(y0), dre = up(row_expert), dt = up(table);
+  moe_add_bias(dy.as<float>(), S, W, dre.as<int32_t>(), dt.as<const float*>(), st());
+  const auto y = down<float>(dy, S * W);
+  for (int64_t r = 0; r < S; ++r) {
+    const int32_t e = row_expert[r];
+    for (int64_t c = 0; c < W; ++c) {
+      const float want = e == 2 ? y0[r * W + c] : y0[r * W + c] + bias[e][c];
+      ASSERT_EQ(bits_of(y[r * W + c]), bits_of(want)) << r << "," << c;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata::ops::cuda
