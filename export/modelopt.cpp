@@ -93,18 +93,23 @@ bool is_copied_sidecar(const std::string& n) {
 }  // namespace
 
 std::vector<std::string> ModeloptExporter::exclude_modules(const QuantPlan& plan) {
-  // Under the names consumers give the modules (a fused-experts plan's experts: the layer's
-  // experts module).
-  std::vector<std::string> quantized;
+  // ModelOpt 0.47's summary (torch/export/quant_utils.py,
+  // _prefix_wildcard_summarize_exclude_modules), under the names consumers give the modules (a
+  // fused-experts plan's experts: the layer's experts module). A wildcard is refused when it is a
+  // quantized module's name or a prefix of one followed by '*' (any prefix, not only at a dot). For
+  // each unquantized module U, the candidates at each '.' of U, in order, are U[:i] + "*", then the
+  // pair U[:i], U[:i] + ".*" (written as U[:i] + ".*" alone), and last U itself; the first
+  // candidate none of whose parts is refused is taken. So a whole decoder layer becomes
+  // "model.layers.0*" unless a quantized module starts with "model.layers.0" (layer 0x: then
+  // "model.layers.0.*").
+  std::set<std::string> refused;
   for (const PlannedModule& m : plan.modules) {
-    if (m.format != QFormat::kNone) quantized.push_back(consumer_module(plan, m.module));
+    if (m.format == QFormat::kNone) continue;
+    const std::string q = consumer_module(plan, m.module);
+    refused.insert(q);
+    for (size_t i = 0; i <= q.size(); ++i)
+      refused.insert(q.substr(0, i) + "*");
   }
-  auto covers_quantized = [&](const std::string& entry) {
-    for (const std::string& q : quantized) {
-      if (vllm_excludes(entry, q)) return true;
-    }
-    return false;
-  };
   std::vector<std::string> unquantized = plan.excluded_extra;
   for (const PlannedModule& pm : plan.modules) {
     if (pm.format == QFormat::kNone) unquantized.push_back(consumer_module(plan, pm.module));
@@ -112,21 +117,31 @@ std::vector<std::string> ModeloptExporter::exclude_modules(const QuantPlan& plan
   std::set<std::string> out;
   for (const std::string& module : unquantized) {
     std::string chosen;
-    for (size_t dot = module.find('.'); dot != std::string::npos; dot = module.find('.', dot + 1)) {
-      const std::string candidate = module.substr(0, dot + 1) + "*";
-      if (!covers_quantized(candidate)) {
-        chosen = candidate;
-        break;
+    for (size_t i = 0; i < module.size() && chosen.empty(); ++i) {
+      if (module[i] != '.') continue;
+      const std::string prefix = module.substr(0, i);
+      if (!refused.count(prefix + "*")) {
+        chosen = prefix + "*";
+      } else if (!refused.count(prefix) && !refused.count(prefix + ".*")) {
+        chosen = prefix + ".*";
       }
     }
-    if (chosen.empty()) {
-      chosen = module;
-      STRATA_CHECK(!covers_quantized(chosen), "cannot exclude '", module,
-                   "' without also excluding a quantized module under vLLM's substring rule; "
-                   "quantize it too or "
-                   "exclude the module whose name contains it");
-    }
+    if (chosen.empty()) chosen = module;
+    STRATA_CHECK(!refused.count(chosen), "cannot exclude '", module,
+                 "': a quantized module has the same name");
     out.insert(chosen);
+  }
+  // vLLM treats a module as excluded when an entry is a substring of its name or matches it as a
+  // wildcard: no entry may reach a quantized module that way.
+  for (const PlannedModule& m : plan.modules) {
+    if (m.format == QFormat::kNone) continue;
+    const std::string q = consumer_module(plan, m.module);
+    for (const std::string& entry : out) {
+      STRATA_CHECK(!vllm_excludes(entry, q), "exclude_modules entry '", entry,
+                   "' would also exclude the quantized '", q,
+                   "' in vLLM (substring or wildcard match); quantize the excluded module too or "
+                   "exclude the quantized one");
+    }
   }
   return {out.begin(), out.end()};
 }
@@ -874,7 +889,7 @@ std::vector<std::string> ModeloptExporter::finish() {
   }
   qc["producer"] = producer;
   qc["quant_method"] = "modelopt";
-  if (q.contains("group_size")) qc["group_size"] = q["group_size"];
+  // No top-level group_size: ModelOpt 0.47's convert_hf_config writes it in config_groups only.
   if (algo == "MIXED_PRECISION") qc["quantized_layers"] = q["quantized_layers"];
   config["quantization_config"] = qc;
   write_file_atomic((fs::path(out_dir_) / "config.json").string(), config.dump(2) + "\n");

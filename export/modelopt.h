@@ -128,8 +128,9 @@ class ModeloptExporter {
   // The checkpoint tensors step `step` reads (0 the head, 1..num_layers the layers, then the tail).
   const std::vector<std::string>& step_sources(int64_t step) const;
 
-  // The exclude list (format.md §5) for this plan, summarised with trailing-* prefixes that
-  // cover no quantized module under vLLM's matching (substring or fnmatch). Sorted.
+  // The exclude list (format.md §5) for this plan, summarised with prefix wildcards as ModelOpt
+  // 0.47 summarises it ("model.layers.0*", "model.layers.1.self_attn*"), none of which covers a
+  // quantized module under vLLM's matching (substring or fnmatch). Sorted.
   static std::vector<std::string> exclude_modules(const QuantPlan& plan);
 
  private:

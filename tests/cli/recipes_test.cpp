@@ -116,10 +116,10 @@ TEST(RecipesCli, ShowsTheExpandedRulesOfABuiltin) {
   // The recipe's own rule first, then default_disabled's, with their origins.
   bool experts = false, lm_head = false;
   for (const std::string& l : lines) {
-    if (l.find("2. *.experts.*") != std::string::npos) {
+    if (l.find("1. *.experts.*") != std::string::npos) {
       experts = true;
       EXPECT_NE(l.find("-> nvfp4"), std::string::npos) << l;
-      EXPECT_NE(l.find("(recipes/qformat/nvfp4_experts_only.yaml rule 2)"), std::string::npos) << l;
+      EXPECT_NE(l.find("(recipes/qformat/nvfp4_experts_only.yaml rule 1)"), std::string::npos) << l;
     }
     if (l.find(" *lm_head* ") != std::string::npos) {
       lm_head = true;

@@ -967,7 +967,9 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
         if algo == "NVFP4":
             want = {"group_0": {"input_activations": nv, "weights": nv, "targets": ["Linear"]}}
             C.check(groups == want, f"[config] config_groups {groups} != {want}")
-            C.check(qc.get("group_size") == 16, "[config] quantization_config.group_size != 16")
+            # ModelOpt 0.47's convert_hf_config puts group_size in config_groups only.
+            C.check("group_size" not in qc, "[config] quantization_config.group_size set at the top "
+                    "level (ModelOpt 0.47 writes it in config_groups only)")
         elif algo == "FP8":
             want = {"group_0": {"input_activations": f8, "weights": f8, "targets": ["Linear"]}}
             C.check(groups == want, f"[config] config_groups {groups} != {want}")
@@ -1571,8 +1573,6 @@ def build_export(src_dir, out_dir, t, ref, scheme, n_shards=2):
         qc["quantized_layers"] = ql
     qc.update({"ignore": excl, "quant_algo": algo, "kv_cache_scheme": f8, "producer": prod,
                "quant_method": "modelopt"})
-    if algo == "NVFP4":
-        qc["group_size"] = 16
     cfg["quantization_config"] = qc
     json.dump(cfg, open(os.path.join(out_dir, "config.json"), "w"), indent=2)
     for f in os.listdir(src_dir):

@@ -103,15 +103,57 @@ def export(model_dir, tokens_path, recipe, out_dir):
 # ------------------------------------------------------------------------------------ compare
 
 def tensors(d):
-    return ck.load_dir_tensors(d)
+    """name -> (dtype, shape, bytes) of a checkpoint directory's weight files."""
+    sf = ck.load_dir_tensors(d)
+    return {n: (f.tensors[n][0], tuple(f.tensors[n][1]), f.raw(n)) for n, f in sf.items()}
 
 
 def raw(t, n):
-    return t[n].raw(n)
+    return t[n][2]
 
 
 def f32(t, n):
     return float(np.frombuffer(raw(t, n), np.float32).reshape(-1)[0])
+
+
+# Kimi-Linear: ModelOpt 0.47 writes transformers 5's in-memory module names (its reverse name
+# mapping does not cover this model), which no server loads; mapped back to the checkpoint's names
+# here so that the numbers can be compared. The KDA q/k/v short convolutions are one fused
+# `self_attn.conv1d` [3C, 1, K] in memory.
+KIMI_LINEAR_RENAMES = [
+    (r"\.mlp\.experts\.(\d+)\.gate_proj\.", r".block_sparse_moe.experts.\1.w1."),
+    (r"\.mlp\.experts\.(\d+)\.up_proj\.", r".block_sparse_moe.experts.\1.w3."),
+    (r"\.mlp\.experts\.(\d+)\.down_proj\.", r".block_sparse_moe.experts.\1.w2."),
+    (r"\.mlp\.", ".block_sparse_moe."),
+    (r"\.mlp$", ".block_sparse_moe"),
+    (r"\.self_attn\.forget_gate\.", ".self_attn."),
+]
+
+
+def rename_kimi_linear(t):
+    import re
+    out = {}
+    for n, (dt, shp, b) in t.items():
+        if n.endswith(".self_attn.conv1d.weight") and shp and shp[0] % 3 == 0:
+            third = len(b) // 3
+            for i, x in enumerate("qkv"):
+                out[n.replace(".conv1d.", f".{x}_conv1d.")] = (dt, (shp[0] // 3,) + shp[1:],
+                                                              b[i * third:(i + 1) * third])
+            continue
+        for pat, rep in KIMI_LINEAR_RENAMES:
+            n = re.sub(pat, rep, n)
+        out[n] = (dt, shp, b)
+    return out
+
+
+def rename_names(names):
+    import re
+    out = []
+    for n in names:
+        for pat, rep in KIMI_LINEAR_RENAMES:
+            n = re.sub(pat, rep, n + "." if not n.endswith("*") else n).rstrip(".")
+        out.append(n)
+    return sorted(out)
 
 
 def module_of(n):
@@ -124,17 +166,28 @@ def module_of(n):
     return None
 
 
-def config_quant(d):
+def config_quant(d, rename=False):
     out = {}
     p = os.path.join(d, "hf_quant_config.json")
     if os.path.exists(p):
-        out["hf_quant_config"] = json.load(open(p)).get("quantization")
+        out["hf_quant_config"] = dict(json.load(open(p)).get("quantization") or {})
     p = os.path.join(d, "config.json")
     if os.path.exists(p):
         qc = dict(json.load(open(p)).get("quantization_config") or {})
         qc.pop("producer", None)
         out["quantization_config"] = qc
+    if rename:
+        for sec, key in (("hf_quant_config", "exclude_modules"), ("quantization_config", "ignore")):
+            if isinstance(out.get(sec, {}).get(key), list):
+                out[sec][key] = rename_names(out[sec][key])
     return out
+
+
+def model_type(d):
+    try:
+        return json.load(open(os.path.join(d, "config.json"))).get("model_type")
+    except (OSError, ValueError):
+        return None
 
 
 def in_memory_name(n):
@@ -150,20 +203,27 @@ def ulps(a_raw, b_raw):
 
 def compare(strata_dir, modelopt_dir, label, scale_tol, json_path=None, ulp=0):
     s, m = tensors(strata_dir), tensors(modelopt_dir)
-    only_s, only_m = sorted(set(s) - set(m)), sorted(set(m) - set(s))
     lines = []
+    renamed = model_type(strata_dir) == "kimi_linear" and any(
+        ".self_attn.forget_gate." in n or ".self_attn.conv1d." in n for n in m)
+    if renamed:
+        m = rename_kimi_linear(m)
+        lines.append("  note: ModelOpt wrote transformers' in-memory Kimi-Linear names (mlp.*, "
+                     "self_attn.forget_gate.*, fused self_attn.conv1d), which servers do not load; "
+                     "mapped to the checkpoint's names for the comparison (renamed)")
+    only_s, only_m = sorted(set(s) - set(m)), sorted(set(m) - set(s))
     for n in only_s[:20]:
-        lines.append(f"  strata only: {n} {s[n].tensors[n][0]} {list(s[n].tensors[n][1])}")
+        lines.append(f"  strata only: {n} {s[n][0]} {list(s[n][1])}")
     for n in only_m[:20]:
         why = " (transformers' in-memory layout: servers load the checkpoint's names)" \
             if in_memory_name(n) else ""
-        lines.append(f"  modelopt only: {n} {m[n].tensors[n][0]} {list(m[n].tensors[n][1])}{why}")
+        lines.append(f"  modelopt only: {n} {m[n][0]} {list(m[n][1])}{why}")
     meta_bad, byte_bad, byte_follow, scale_rel, scale_bad, rounding = [], [], [], {}, [], []
     common = sorted(set(s) & set(m))
     differing_globals = {module_of(n) for n in common if n.endswith(GLOBALS + (".weight_scale",))
-                         and s[n].tensors[n][1] == () and raw(s, n) != raw(m, n)}
+                         and s[n][1] == () and raw(s, n) != raw(m, n)}
     for n in common:
-        (sd, ss), (md, ms) = s[n].tensors[n][:2], m[n].tensors[n][:2]
+        (sd, ss), (md, ms) = s[n][:2], m[n][:2]
         if (sd, tuple(ss)) != (md, tuple(ms)):
             meta_bad.append(n)
             lines.append(f"  dtype/shape: {n} strata {sd} {list(ss)}, modelopt {md} {list(ms)}")
@@ -186,10 +246,10 @@ def compare(strata_dir, modelopt_dir, label, scale_tol, json_path=None, ulp=0):
         else:
             byte_bad.append(n)
             extra = ""
-            if s[n].tensors[n][1] == () and sd == "F32":
+            if ss == () and sd == "F32":
                 extra = f" ({f32(s, n):.9g} vs {f32(m, n):.9g})"
             lines.append(f"  bytes: {n} {sd} {list(ss)}{extra}")
-    cs, cm = config_quant(strata_dir), config_quant(modelopt_dir)
+    cs, cm = config_quant(strata_dir), config_quant(modelopt_dir, renamed)
     cfg_diff = []
     for k in sorted(set(cs) | set(cm)):
         a, b = cs.get(k), cm.get(k)
@@ -212,7 +272,8 @@ def compare(strata_dir, modelopt_dir, label, scale_tol, json_path=None, ulp=0):
     ok = not (only_s or only_m or meta_bad or byte_bad or scale_bad or cfg_diff) and \
         (not byte_follow or bool(ulp))
     worst = max(scale_rel.values(), default=0.0)
-    verdict = (f"PEER {label}: {'PASS' if ok else 'FAIL'} tensors {len(common)} common, "
+    verdict = (f"PEER {label}: {'PASS' if ok else 'FAIL'}{' (renamed)' if renamed else ''} "
+               f"tensors {len(common)} common, "
                f"{len(only_s)} strata-only, {len(only_m)} modelopt-only; dtype/shape {len(meta_bad)} "
                f"differ; bytes {len(byte_bad)} differ (+{len(byte_follow)} from a differing scale); "
                + (f"{len(rounding)} scalar scales within {ulp} ulp; " if ulp else "")

@@ -9,7 +9,8 @@
 #   tests/peer/peer.sh STRATA [WHEELS] [FAMILY...]
 # Environment: PEER_RECIPES (space-separated strata recipe names, default below), STRATA_FLAGS
 # (extra flags for strata quantize, e.g. "--device cpu"), PEER_OUT (keep the exports there),
-# PEER_SCALE_TOL (relative tolerance of input/KV scales, default 0.02).
+# PEER_SCALE_TOL (relative tolerance of input/KV scales, default 0.02), PEER_COMPARE_FLAGS (extra
+# flags for modelopt_peer.py compare, e.g. "--ulp 1" when ModelOpt runs on a CPU).
 set -uo pipefail
 strata=$(realpath "$1")
 wheels=$(realpath "${2:-.whl}")
@@ -60,7 +61,8 @@ for family in "${families[@]}"; do
       continue
     fi
     python3 "$here/modelopt_peer.py" compare "$so" "$mo" "$family $recipe" \
-      --scale_tol "${PEER_SCALE_TOL:-0.02}" --json "$work/$family.$tag.json" || fails=$((fails + 1))
+      --scale_tol "${PEER_SCALE_TOL:-0.02}" --json "$work/$family.$tag.json" ${PEER_COMPARE_FLAGS:-} \
+      || fails=$((fails + 1))
   done
 done
 echo "PEER done: $fails failing cases; exports under $work"

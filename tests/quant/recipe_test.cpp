@@ -126,9 +126,9 @@ enum class Cls {
                // mla_bf16 ones (ModelOpt quantizes them since 0.43)
   kDenseMlp,   // quantized by all, mlp_only and omlp_only
   kExpert,     // routed experts: quantized by every scope
-  kShared,     // shared experts under mlp: all, mlp_only and omlp_only
-  kBsm,        // anything else under block_sparse_moe (Kimi-Linear's shared experts and dense
-               // layers): every scope, experts_only too (ModelOpt's `*block_sparse_moe*`)
+  kShared,     // shared experts (also Kimi-Linear's under block_sparse_moe, and its dense layers
+               // there): all, mlp_only and omlp_only; not experts_only (ModelOpt's
+               // `*block_sparse_moe*` sees transformers 5's in-memory `mlp` and reaches nothing)
   kNever,      // routers, gates, lm_head, embeddings, norms, vision, projector, MTP, in_proj_a/b
 };
 
@@ -191,10 +191,10 @@ const std::vector<Module>& modules() {
       {"model.layers.0.self_attn.g_b_proj", Cls::kMla},
       {"model.layers.0.self_attn.b_proj", Cls::kMla},
       {"model.layers.0.self_attn.o_norm", Cls::kNever},
-      {"model.layers.0.block_sparse_moe.gate_proj", Cls::kBsm},
-      {"model.layers.0.block_sparse_moe.down_proj", Cls::kBsm},
+      {"model.layers.0.block_sparse_moe.gate_proj", Cls::kShared},
+      {"model.layers.0.block_sparse_moe.down_proj", Cls::kShared},
       {"model.layers.1.block_sparse_moe.gate", Cls::kNever},
-      {"model.layers.1.block_sparse_moe.shared_experts.gate_proj", Cls::kBsm},
+      {"model.layers.1.block_sparse_moe.shared_experts.gate_proj", Cls::kShared},
       {"model.layers.1.block_sparse_moe.experts.3.w2", Cls::kExpert},
       // Qwen3-Next: linear attention and MTP
       {"model.layers.0.linear_attn.in_proj_qkvz", Cls::kAttention},
@@ -237,7 +237,6 @@ QFormat expected(Scope scope, QFormat f, Cls c) {
     case Cls::kShared:
       return scope == Scope::kExpertsOnly ? QFormat::kNone : f;
     case Cls::kExpert:
-    case Cls::kBsm:
       return f;
     case Cls::kNever:
       return QFormat::kNone;
