@@ -8,9 +8,9 @@ transformers (and nvidia-modelopt 0.47.0 importable, e.g. from the wheels peer.s
 
 RECIPE is strata's recipe name: "<qformat>-kv_<kv>" (hf_ptq --qformat <qformat>
 --kv_cache_qformat <kv>: ModelOpt's QUANT_CFG_CHOICES preset with its KV_QUANT_CFG_CHOICES entry)
-or "general/ptq/<name>" (hf_ptq --recipe general/ptq/<name>). The hf_ptq.py example's per-family
-tweaks (extra disables for qwen3moe/qwen3next/minimax under nvfp4, VLM handling) are not applied:
-the peer runs the recipe as written, which is what strata's recipes mirror.
+or "general/ptq/<name>" (hf_ptq --recipe general/ptq/<name>). hf_ptq.py's VLM handling and MTP
+exclusions are not applied (0.47 has no per-family disables left): the peer runs the recipe as
+written, which is what strata's recipes mirror.
 
 Calibration: every sequence of TOKENS_JSONL (the ids strata calibrates with in
 tests/export/run_export_check.sh) in its own unpadded forward, batch 1, on the bf16 model as
