@@ -35,8 +35,10 @@ struct CalibSource {
 struct CalibOptions {
   std::vector<CalibSource> sources;  // empty: the bundled corpus (bundled_calib_path())
   std::string text_field = "text";
-  int64_t seq_len = 512;    // --calib_seq: tokens per sequence at most, special tokens included
-  int64_t min_tokens = 16;  // shorter sequences are skipped and counted
+  int64_t seq_len = 512;  // --calib_seq: tokens per sequence at most, special tokens included
+  // Shorter sequences are skipped and counted. 1: every non-empty sample is used, as ModelOpt's
+  // calibration uses every sample it is given (hf_ptq).
+  int64_t min_tokens = 1;
   uint64_t seed = 1234;
   bool add_special_tokens = true;
   int64_t default_count = 256;  // sequences from the bundled corpus when no source is given

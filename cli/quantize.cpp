@@ -83,12 +83,16 @@ void declare_flags(Args& args) {
   args.flag("--overwrite",
             "start over: replace the contents of --export_path and drop any resume state");
   args.option("--qformat", "FORMAT",
-              "nvfp4, nvfp4_experts_only, nvfp4_mlp_only, w4a16_nvfp4, fp8 or mxfp8 (ignored with "
-              "--recipe)",
+              "nvfp4, nvfp4_experts_only, nvfp4_mlp_only, nvfp4_omlp_only, w4a16_nvfp4, fp8, "
+              "mxfp8, nvfp4_mla_bf16 or fp8_mla_bf16 (ignored with --recipe)",
               "nvfp4");
-  args.option("--kv_cache_qformat", "FORMAT", "fp8 or none (ignored with --recipe)", "fp8");
+  args.option("--kv_cache_qformat", "FORMAT",
+              "fp8_cast (hf_ptq's default: constant amax, no k/v scales, no calibration), fp8 "
+              "(calibrated k/v scales), nvfp4, nvfp4_cast or none (ignored with --recipe)",
+              "fp8_cast");
   args.option("--recipe", "NAME|PATH",
-              "a built-in recipe (strata recipes lists them) or a recipe YAML file");
+              "a built-in recipe (<qformat>-kv_<kv> or general/ptq/<name>; strata recipes lists "
+              "them) or a recipe YAML file");
   args.option(
       "--calib_data", "A[,B...]",
       "calibration data: token-id JSONL, JSONL with a text field, or text files; default: the "
@@ -96,8 +100,10 @@ void declare_flags(Args& args) {
   args.option("--calib_size", "N[,M...]", "sequences to take from each --calib_data source", "256");
   args.option("--calib_seq", "N", "tokens per calibration sequence at most", "512");
   args.option("--calib_text_field", "NAME", "the text field of JSONL records", "text");
-  args.option("--calib_min_tokens", "N", "skip (and count) calibration sequences shorter than this",
-              "16");
+  args.option("--calib_min_tokens", "N",
+              "skip (and count) calibration sequences shorter than this (1: every sample, as "
+              "ModelOpt)",
+              "1");
   args.option("--batch_size", "N", "calibration sequences per micro-batch", "8");
   args.option("--seed", "N", "seed of the calibration sampling", "1234");
   args.option("--max_shard_size_gb", "GB", "largest output shard", "5");

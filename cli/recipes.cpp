@@ -2,8 +2,8 @@
 // Without an argument: every built-in recipe with its one-line description, one per line
 // ("<name>  <description>", names padded to one column). With a built-in name or a YAML path:
 // the recipe's KV-cache mode and its expanded rule list in order (imports spliced in), one rule
-// per line: "<n>. <pattern> -> <format> | enable | disable   (<origin>)"; the last matching rule
-// decides each module (docs/RECIPES.md).
+// per line: "<n>. <pattern> -> <format> [(input_amax A)] | enable | disable   (<origin>)"; the last
+// matching rule decides each module (docs/RECIPES.md).
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -11,6 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/error.h"
 #include "quant/recipe.h"
 
 namespace strata::cli {
@@ -18,6 +19,8 @@ namespace strata::cli {
 namespace {
 
 std::string rule_action(const RecipeRule& r) {
+  if (r.format && r.input_amax)
+    return str(qformat_name(*r.format), " (input_amax ", *r.input_amax, ")");
   if (r.format) return std::string(qformat_name(*r.format));
   return r.enable.value_or(false) ? "enable" : "disable";
 }

@@ -31,9 +31,9 @@ std::string human_bytes(double b) {
 }
 
 bool needs_activations(const QuantPlan& plan) {
-  if (plan.recipe.kv_cache == KvCacheFormat::kFp8) return true;
+  if (kv_cache_calibrated(plan.recipe.kv_cache)) return true;
   for (const PlannedModule& m : plan.modules) {
-    if (m.format == QFormat::kNvfp4 || m.format == QFormat::kFp8) return true;
+    if ((m.format == QFormat::kNvfp4 || m.format == QFormat::kFp8) && !m.input_amax) return true;
   }
   return false;
 }

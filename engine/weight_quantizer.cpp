@@ -27,8 +27,8 @@ WeightQuantizer::WeightQuantizer(const QuantPlan& plan, int64_t first_layer,
     const uint64_t n = static_cast<uint64_t>(m.shape[0] * m.shape[1]);
     int group = -1;
     uint64_t out = 0;
-    // A fused-experts plan's FP8 experts share the projection's weight amax, as NVFP4 groups do.
-    const bool shared_fp8 = plan.fused_experts && routed_expert_index(m.module) >= 0;
+    // FP8 routed experts share their group's weight amax, as NVFP4 groups do (export/plan.h).
+    const bool shared_fp8 = fp8_shares_weight_amax(m.module);
     switch (m.format) {
       case QFormat::kNvfp4:
       case QFormat::kW4A16Nvfp4: {

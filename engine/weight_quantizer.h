@@ -4,12 +4,12 @@
 // the exporter, which only adds the activation scales and writes (export/modelopt.h
 // PrecomputedWeights). The exporter's own quantization goes through the CPU backend's same ops.
 //
-// Per layer the quantized modules are grouped by their weight amax: one per NVFP4 fused group
+// Per layer the quantized modules are grouped by their weight amax: one per NVFP4 weight group
 // (export/plan.h weight_group_key: its modules share weight_scale_2; the amax covers every planned
 // module of the group, quantized here or not, as the exporter's), one per FP8 module (its own
-// scale) except a fused-experts plan's routed experts (one per projection and layer); MXFP8 needs
-// none. All of a
-// layer's amaxes are computed in one backend call, then each module is encoded.
+// scale) except routed experts (export/plan.h fp8_shares_weight_amax: each expert's gate/up pair,
+// or a fused-experts plan's projection and layer); MXFP8 needs none. All of a layer's amaxes are
+// computed in one backend call, then each module is encoded.
 #pragma once
 
 #include <cstdint>

@@ -93,38 +93,55 @@ bool is_copied_sidecar(const std::string& n) {
 }  // namespace
 
 std::vector<std::string> ModeloptExporter::exclude_modules(const QuantPlan& plan) {
-  // Under the names consumers give the modules (a fused-experts plan's experts: the layer's
-  // experts module).
-  std::vector<std::string> quantized;
+  // ModelOpt 0.47's summary (torch/export/quant_utils.py,
+  // _prefix_wildcard_summarize_exclude_modules), under the names consumers give the modules (a
+  // fused-experts plan's experts: the layer's experts module). A wildcard is refused when it is a
+  // quantized module's name or a prefix of one followed by '*' (any prefix, not only at a dot). For
+  // each unquantized module U, the candidates at each '.' of U, in order, are U[:i] + "*", then the
+  // pair U[:i], U[:i] + ".*" (written as U[:i] + ".*" alone), and last U itself; the first
+  // candidate none of whose parts is refused is taken. So a whole decoder layer becomes
+  // "model.layers.0*" unless a quantized module starts with "model.layers.0" (layer 0x: then
+  // "model.layers.0.*").
+  std::set<std::string> refused;
   for (const PlannedModule& m : plan.modules) {
-    if (m.format != QFormat::kNone) quantized.push_back(consumer_module(plan, m.module));
+    if (m.format == QFormat::kNone) continue;
+    const std::string q = consumer_module(plan, m.module);
+    refused.insert(q);
+    for (size_t i = 0; i <= q.size(); ++i)
+      refused.insert(q.substr(0, i) + "*");
   }
-  auto covers_quantized = [&](const std::string& entry) {
-    for (const std::string& q : quantized) {
-      if (vllm_excludes(entry, q)) return true;
-    }
-    return false;
-  };
-  std::set<std::string> out;
+  std::vector<std::string> unquantized = plan.excluded_extra;
   for (const PlannedModule& pm : plan.modules) {
-    if (pm.format != QFormat::kNone) continue;
-    const std::string module = consumer_module(plan, pm.module);
+    if (pm.format == QFormat::kNone) unquantized.push_back(consumer_module(plan, pm.module));
+  }
+  std::set<std::string> out;
+  for (const std::string& module : unquantized) {
     std::string chosen;
-    for (size_t dot = module.find('.'); dot != std::string::npos; dot = module.find('.', dot + 1)) {
-      const std::string candidate = module.substr(0, dot + 1) + "*";
-      if (!covers_quantized(candidate)) {
-        chosen = candidate;
-        break;
+    for (size_t i = 0; i < module.size() && chosen.empty(); ++i) {
+      if (module[i] != '.') continue;
+      const std::string prefix = module.substr(0, i);
+      if (!refused.count(prefix + "*")) {
+        chosen = prefix + "*";
+      } else if (!refused.count(prefix) && !refused.count(prefix + ".*")) {
+        chosen = prefix + ".*";
       }
     }
-    if (chosen.empty()) {
-      chosen = module;
-      STRATA_CHECK(!covers_quantized(chosen), "cannot exclude '", module,
-                   "' without also excluding a quantized module under vLLM's substring rule; "
-                   "quantize it too or "
-                   "exclude the module whose name contains it");
-    }
+    if (chosen.empty()) chosen = module;
+    STRATA_CHECK(!refused.count(chosen), "cannot exclude '", module,
+                 "': a quantized module has the same name");
     out.insert(chosen);
+  }
+  // vLLM treats a module as excluded when an entry is a substring of its name or matches it as a
+  // wildcard: no entry may reach a quantized module that way.
+  for (const PlannedModule& m : plan.modules) {
+    if (m.format == QFormat::kNone) continue;
+    const std::string q = consumer_module(plan, m.module);
+    for (const std::string& entry : out) {
+      STRATA_CHECK(!vllm_excludes(entry, q), "exclude_modules entry '", entry,
+                   "' would also exclude the quantized '", q,
+                   "' in vLLM (substring or wildcard match); quantize the excluded module too or "
+                   "exclude the quantized one");
+    }
   }
   return {out.begin(), out.end()};
 }
@@ -206,7 +223,7 @@ std::vector<TensorSpec> ModeloptExporter::outputs_of(const std::vector<std::stri
     }
     if (!m || m->format == QFormat::kNone) {
       const TensorEntry& e = ckpt_.entry(name);
-      out.push_back({name, e.dtype, e.shape});
+      out.push_back({name, upcast_to_f32(name) ? DType::kF32 : e.dtype, e.shape});
       continue;
     }
     const std::string& M = m->module;
@@ -467,6 +484,12 @@ int ModeloptExporter::owner_of(const std::string& name) const {
   return it->second;
 }
 
+bool ModeloptExporter::upcast_to_f32(const std::string& name) const {
+  if (!tensor_kept_in_fp32(arch_, name)) return false;
+  const DType d = ckpt_.entry(name).dtype;
+  return d == DType::kBF16 || d == DType::kF16;
+}
+
 bool ModeloptExporter::owns(const std::string& name) const {
   return owner_of(name) == rank_;
 }
@@ -528,6 +551,8 @@ void ModeloptExporter::write_tensors(const std::vector<std::string>& names,
       const PlannedModule* m = module_of(name);
       if (m && m->source != SourceCompression::kNone)
         writer_->add(m->module + ".weight", source_weight(m->module));  // decompressed bf16
+      else if (upcast_to_f32(name))
+        writer_->add(name, ckpt_.tensor(name).to_f32());  // exact: bf16/f16 widen to fp32
       else
         writer_->add(name, ckpt_.tensor(name));  // a view: read from the mapping as written
       continue;
@@ -704,7 +729,8 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
   };
   // Activation amax shared by the input-scale group (fused group, or all experts of the layer).
   auto group_input_amax = [&](bool fused) {
-    const std::string key = fused ? input_scale_group_key(m.module) : m.module;
+    if (m.input_amax) return *m.input_amax;  // the recipe's constant (RecipeRule::input_amax)
+    const std::string key = fused ? input_group_key(plan_, m.module) : m.module;
     {
       std::lock_guard<std::mutex> lock(memo_mu_);
       if (auto it = group_input_amax_.find(key); it != group_input_amax_.end()) return it->second;
@@ -712,7 +738,7 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
     float a = 0.0f;
     bool seen = false;
     for (const PlannedModule* o : layer_modules) {
-      if ((fused ? input_scale_group_key(o->module) : o->module) != key) continue;
+      if ((fused ? input_group_key(plan_, o->module) : o->module) != key) continue;
       const MaxCalibrator::Stat* s = calib->find(o->module);
       if (!s || s->rows == 0) continue;
       seen = true;
@@ -751,15 +777,15 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
     }
     case QFormat::kFp8: {
       // ModelOpt keeps FP8 weight and input scales per module (vLLM takes the max when it
-      // fuses); routed experts share the layer's input scale, fused experts (one quantizer per
-      // projection in ModelOpt) also the weight scale.
+      // fuses); routed experts share the layer's input scale and their gate/up group's weight
+      // scale (export/plan.h fp8_shares_weight_amax).
       STRATA_ASSERT(!have_pre || pre->fp8, "precomputed weight of ", M, " is not FP8");
-      const bool fused = plan_.fused_experts && routed_expert_index(M) >= 0;
+      const bool shared = fp8_shares_weight_amax(M);
       Fp8Weight q =
           have_pre ? *pre->fp8
                    : *host_backend()
                           .quantize_weight(stored(w), m.format,
-                                           fused ? group_weight_amax() : weight_amax_of({w}), M)
+                                           shared ? group_weight_amax() : weight_amax_of({w}), M)
                           .fp8;
       out.emplace_back(M + ".weight", std::move(q.weight));
       out.emplace_back(M + ".weight_scale", std::move(q.scale));
@@ -785,10 +811,10 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
 
 std::vector<std::string> ModeloptExporter::finish() {
   std::vector<std::string> files = writer_->finish();
-  files.push_back("model.safetensors.index.json");
+  if (files.size() > 1) files.push_back("model.safetensors.index.json");
   const std::string algo = plan_.quant_algo();
   const std::vector<std::string> exclude = exclude_modules(plan_);
-  const bool kv = plan_.recipe.kv_cache == KvCacheFormat::kFp8;
+  const std::string kv_algo(kv_cache_quant_algo(plan_.recipe.kv_cache));
   Json producer = Json::object();
   producer["name"] = "modelopt";
   producer["version"] = options_.producer_version;
@@ -796,7 +822,7 @@ std::vector<std::string> ModeloptExporter::finish() {
   // hf_quant_config.json (format.md §5, key order as there).
   Json q = Json::object();
   q["quant_algo"] = algo.empty() ? Json(nullptr) : Json(algo);
-  q["kv_cache_quant_algo"] = kv ? Json("FP8") : Json(nullptr);
+  q["kv_cache_quant_algo"] = kv_algo.empty() ? Json(nullptr) : Json(kv_algo);
   std::set<QFormat> formats;
   for (const PlannedModule& m : plan_.modules) {
     if (m.format != QFormat::kNone) formats.insert(m.format);
@@ -851,16 +877,19 @@ std::vector<std::string> ModeloptExporter::finish() {
   qc["config_groups"] = groups;
   qc["ignore"] = exclude;
   qc["quant_algo"] = algo.empty() ? Json(nullptr) : Json(algo);
-  if (kv) {
+  if (kv_algo == "FP8") {
     Json s = Json::object();
     s["dynamic"] = false;
     s["num_bits"] = 8;
     s["type"] = "float";
     qc["kv_cache_scheme"] = s;
+  } else if (!kv_algo.empty()) {
+    // ModelOpt 0.47's convert_hf_config writes any other KV algorithm's name as the scheme.
+    qc["kv_cache_scheme"] = kv_algo;
   }
   qc["producer"] = producer;
   qc["quant_method"] = "modelopt";
-  if (q.contains("group_size")) qc["group_size"] = q["group_size"];
+  // No top-level group_size: ModelOpt 0.47's convert_hf_config writes it in config_groups only.
   if (algo == "MIXED_PRECISION") qc["quantized_layers"] = q["quantized_layers"];
   config["quantization_config"] = qc;
   write_file_atomic((fs::path(out_dir_) / "config.json").string(), config.dump(2) + "\n");

@@ -16,10 +16,15 @@
 //                                compressed); always P_bias [E, out] as in the source
 //   compressed source module M, excluded (io/source_weights.h): M.weight BF16 [out, in], the
 //                                decompressed weight; its packed tensors and scales are dropped
+//   kept in fp32 by transformers: the same values as F32 (DeepSeek-V3's / GLM-4.5's router
+//                                e_score_correction_bias; model/arch.h tensor_kept_in_fp32)
 //   everything else:             unchanged bytes under the same name
-// Scales: NVFP4 weight_scale_2 from the max weight amax of the module's fused group; input scales
-// from the max activation amax of the fused group, or for routed experts of all experts of the
-// layer for that projection (an expert no token reached gets the shared scale).
+// Scales: NVFP4 weight_scale_2 from the max weight amax of the module's weight group and input
+// scales from the max activation amax of its input group (export/plan.h weight_group_key,
+// input_group_key: the quantized modules of one format reading the same input, as ModelOpt 0.47
+// fuses them; for routed experts all experts of the layer for that projection; an expert no
+// token reached gets the shared scale); FP8 weight and input scales per module, except that a
+// routed expert's gate/up share one weight scale and the experts of a layer one input scale.
 // Every output tensor is known from the plan before any work (output_plan()): the shards are
 // laid out up front and written in place (io/safetensors_writer.h, PlannedShardWriter), so a
 // killed run resumes at a step boundary. Steps: 0 the head, 1..num_layers the decoder layers,
@@ -123,8 +128,9 @@ class ModeloptExporter {
   // The checkpoint tensors step `step` reads (0 the head, 1..num_layers the layers, then the tail).
   const std::vector<std::string>& step_sources(int64_t step) const;
 
-  // The exclude list (format.md §5) for this plan, summarised with trailing-* prefixes that
-  // cover no quantized module under vLLM's matching (substring or fnmatch). Sorted.
+  // The exclude list (format.md §5) for this plan, summarised with prefix wildcards as ModelOpt
+  // 0.47 summarises it ("model.layers.0*", "model.layers.1.self_attn*"), none of which covers a
+  // quantized module under vLLM's matching (substring or fnmatch). Sorted.
   static std::vector<std::string> exclude_modules(const QuantPlan& plan);
 
  private:
@@ -132,6 +138,9 @@ class ModeloptExporter {
   std::vector<TensorSpec> kv_outputs(int64_t layer) const;
   void write_tensors(const std::vector<std::string>& names, const MaxCalibrator* calib);
   bool owns(const std::string& name) const;
+  // A bf16/f16 tensor that transformers holds in fp32 (model/arch.h tensor_kept_in_fp32): written
+  // as F32, as ModelOpt's export writes the model's state dict.
+  bool upcast_to_f32(const std::string& name) const;
   void assign_owners(const std::vector<std::string>& names,
                      const std::function<int(const std::string&)>& pinned = nullptr);
   // The planned module whose source weight tensor `name` is (M.weight, M.weight_packed,

@@ -31,9 +31,27 @@ std::string QuantPlan::quant_algo() const {
   return algo;
 }
 
+namespace {
+
+std::string with_format(const QuantPlan& plan, std::string key, std::string_view module) {
+  const PlannedModule* m = plan.find(module);
+  return key + "#" + std::string(qformat_name(m ? m->format : QFormat::kNone));
+}
+
+}  // namespace
+
 std::string weight_group_key(const QuantPlan& plan, std::string_view module) {
-  if (plan.fused_experts && routed_expert_index(module) >= 0) return input_scale_group_key(module);
-  return fused_group_key(module);
+  if (plan.fused_experts && routed_expert_index(module) >= 0)
+    return with_format(plan, input_scale_group_key(module), module);
+  return with_format(plan, shared_input_group_key(module), module);
+}
+
+std::string input_group_key(const QuantPlan& plan, std::string_view module) {
+  return with_format(plan, input_scale_group_key(module), module);
+}
+
+bool fp8_shares_weight_amax(std::string_view module) {
+  return routed_expert_index(module) >= 0;
 }
 
 std::string consumer_module(const QuantPlan& plan, const std::string& module) {
@@ -56,6 +74,17 @@ bool ct_ignored(const std::vector<std::string>& ignore, const std::string& modul
     }
   }
   return false;
+}
+
+// The lm_head module of a checkpoint that stores none (tied to the embedding), named where the
+// stored head would be (model/common.cpp find_prefixes): beside the language model of a wrapper
+// that keeps it under `language_model.`, else at the top level.
+std::string tied_head_module(const ArchInfo& arch, const std::vector<std::string>& names) {
+  if (!arch.head_prefix.empty()) return arch.head_prefix + "lm_head";
+  for (const std::string& n : names) {
+    if (n.starts_with("language_model.model.embed_tokens.")) return "language_model.lm_head";
+  }
+  return "lm_head";
 }
 
 }  // namespace
@@ -191,9 +220,13 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
     if (name.ends_with(".weight_shape")) shapes.push_back(name);
   }
   ckpt.will_need(shapes);
+  bool head_stored = false;
   for (const std::string& name : names) {
     const TensorClass c = classify_tensor(arch, name);
     const TensorEntry& e = ckpt.entry(name);
+    if (c.kind == TensorKind::kLmHead) head_stored = true;
+    if (c.kind == TensorKind::kEmbedding && name.ends_with(".weight"))
+      plan.excluded_extra.push_back(name.substr(0, name.size() - 7));
     const std::string refused = tensor_layout_refusal(arch, ckpt, name);
     STRATA_CHECK(refused.empty(), ckpt.dir(), ": ", refused);
     // The vision tower and projector of a multimodal wrapper are copied unquantized; their
@@ -218,6 +251,7 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
     const RuleDecision d = recipe_decide(recipe, m.module);
     m.format = d.format;
     m.rule = d.rule;
+    m.input_amax = d.input_amax;
     // Multi-token-prediction layers are not run by calibration and not loaded by consumers as
     // part of the decoder: they stay in the source dtype whatever the recipe says; so do the
     // vision tower and the projector (calibration runs the language model only).
@@ -251,6 +285,7 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
   }
   std::sort(plan.modules.begin(), plan.modules.end(),
             [](const PlannedModule& a, const PlannedModule& b) { return a.module < b.module; });
+  if (!head_stored) plan.excluded_extra.push_back(tied_head_module(arch, names));
   STRATA_CHECK(!plan.modules.empty(), ckpt.dir(),
                ": no linear layers recognised; nothing to quantize");
   check_source_quantization(config, ckpt, plan.modules);
@@ -282,7 +317,7 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
                                   "' matches no linear module of this checkpoint"));
     }
   }
-  if (recipe.kv_cache == KvCacheFormat::kFp8) {
+  if (kv_cache_calibrated(recipe.kv_cache)) {
     // Linear-attention layers (KDA, Gated DeltaNet) have no KV cache (format.md §3).
     for (int64_t l = 0; l < plan.num_layers; ++l) {
       if (!layer_is_linear_attention(arch, config, l)) plan.kv_layers.push_back(l);

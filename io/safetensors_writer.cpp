@@ -299,7 +299,10 @@ PlannedShardWriter::PlannedShardWriter(std::string out_dir, std::vector<TensorSp
   }
   for (size_t k = 0; k < ranges.size(); ++k) {
     Shard s;
-    s.final_name = shard_name(options_.prefix, k + 1, ranges.size());
+    // One shard is <prefix>.safetensors with no index, as transformers' save_pretrained (which
+    // ModelOpt's export calls) writes a checkpoint that fits one shard.
+    s.final_name = ranges.size() == 1 ? options_.prefix + ".safetensors"
+                                      : shard_name(options_.prefix, k + 1, ranges.size());
     s.partial_name = "." + s.final_name + ".partial";
     s.begin = ranges[k].first;
     s.end = ranges[k].second;
@@ -346,11 +349,11 @@ std::vector<std::string> PlannedShardWriter::vouched_files() const {
 }
 
 uint64_t PlannedShardWriter::disk_bytes(uint64_t block) const {
-  uint64_t n = 0, index = 256;
+  uint64_t n = 0, index = shards_.size() > 1 ? 256 : 0;
   for (const Shard& s : shards_) {
     n += round_up(s.layout.file_size, block);
     // One line per tensor: `    "NAME": "SHARD",` and a newline.
-    for (size_t i = s.begin; i < s.end; ++i)
+    for (size_t i = s.begin; i < s.end && shards_.size() > 1; ++i)
       index += plan_[i].name.size() + s.final_name.size() + 16;
   }
   return n + round_up(index, block);
@@ -458,7 +461,7 @@ std::vector<std::string> PlannedShardWriter::finish() {
       total += plan_[i].nbytes();
     }
   }
-  write_shard_index(out_dir_, options_.prefix, finals, names, total);
+  if (shards_.size() > 1) write_shard_index(out_dir_, options_.prefix, finals, names, total);
   return finals;
 }
 

@@ -26,7 +26,8 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
 // Where PlannedShardWriter closes shards and what it names them.
 struct ShardOptions {
   uint64_t max_shard_bytes = 5ull << 30;  // a shard closes before it would exceed this
-  std::string prefix = "model";           // shards are <prefix>-0000k-of-0000n.safetensors
+  std::string prefix = "model";  // shards are <prefix>-0000k-of-0000n.safetensors; a single
+                                 // shard is <prefix>.safetensors
   std::map<std::string, std::string> metadata = {{"format", "pt"}};
 };
 
@@ -55,7 +56,8 @@ SafetensorsLayout safetensors_layout(const std::vector<TensorSpec>& tensors,
 // continue where it stopped. A shard closes before a tensor that would take it past
 // max_shard_bytes (a tensor larger than that gets a shard of its own); each shard holds the bytes
 // write_safetensors writes for its tensors, and <prefix>.safetensors.index.json maps each tensor
-// to its shard.
+// to its shard. When everything fits one shard it is <prefix>.safetensors and there is no index,
+// as transformers' save_pretrained writes it.
 //
 // A shard is written in place under `.<final name>.partial` (created at full size with its
 // header; each tensor pwritten at its offset) and renamed to its final name by publish() once
@@ -98,7 +100,7 @@ class PlannedShardWriter {
   // Renames every shard whose tensors are all written and synced to its final name.
   void publish();
   // After every planned tensor is written: publishes, writes <prefix>.safetensors.index.json
-  // and returns the shard file names.
+  // (with more than one shard) and returns the shard file names.
   std::vector<std::string> finish();
 
  private:

@@ -740,6 +740,24 @@ bool split_layer(std::string_view s, int64_t* layer, std::string_view* rest) {
 
 }  // namespace
 
+bool tensor_kept_in_fp32(const ArchInfo& arch, std::string_view name) {
+  switch (arch.family) {
+    case ArchFamily::kDeepseekV3:
+    case ArchFamily::kGlm4Moe:
+      return name.ends_with(".e_score_correction_bias") &&
+             classify_tensor(arch, name).kind == TensorKind::kRouter;
+    case ArchFamily::kLlama:
+    case ArchFamily::kQwenMoe:
+    case ArchFamily::kMixtral:
+    case ArchFamily::kKimiLinear:
+    case ArchFamily::kQwen3Next:
+    case ArchFamily::kMiniMaxM2:
+    case ArchFamily::kGptOss:
+      return false;
+  }
+  return false;
+}
+
 TensorClass classify_tensor(const ArchInfo& arch, std::string_view name) {
   TensorClass out;
   // Qwen3-Next's and Qwen3.5's MTP module sits at the top level, beside any wrapper prefix. Its

@@ -159,6 +159,13 @@ struct TensorClass {
 
 TensorClass classify_tensor(const ArchInfo& arch, std::string_view name);
 
+// Whether transformers holds checkpoint tensor `name` in fp32 whatever dtype the checkpoint stores
+// (its model class's `_keep_in_fp32_modules_strict`), so that ModelOpt's export writes it as F32:
+// the MoE router's e_score_correction_bias of DeepSeek-V3 (also Kimi-K2 and the text model of
+// Kimi-K2.5) and GLM-4.5. Kimi-Linear's and MiniMax-M2's stay in the checkpoint's dtype, and so do
+// MTP layers' (the HF model never loads them; ModelOpt copies them as stored).
+bool tensor_kept_in_fp32(const ArchInfo& arch, std::string_view name);
+
 // Whether the default recipes quantize the linear weights of this kind: attention, dense MLP,
 // routed and shared experts. Routers, lm_head, embeddings, norms, the vision tower, the
 // projector and MTP layers stay in their source dtype.

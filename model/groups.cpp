@@ -46,8 +46,17 @@ int64_t routed_expert_index(std::string_view module) {
   return v;
 }
 
+std::string shared_input_group_key(std::string_view module) {
+  const Split s = split_last(module);
+  for (std::string_view leaf : {"q_proj", "k_proj", "v_proj", "q_a_proj", "kv_a_proj_with_mqa",
+                                "f_a_proj", "g_a_proj", "b_proj"}) {
+    if (s.leaf == leaf) return std::string(s.parent) + ".{attention input}";
+  }
+  return fused_group_key(module);
+}
+
 std::string input_scale_group_key(std::string_view module) {
-  if (routed_expert_index(module) < 0) return fused_group_key(module);
+  if (routed_expert_index(module) < 0) return shared_input_group_key(module);
   const Split s = split_last(module);
   const std::string experts(split_last(s.parent).parent);  // "<p>.experts"
   const bool down = s.leaf == "down_proj" || s.leaf == "w2";

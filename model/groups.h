@@ -12,6 +12,14 @@
 //                                                       as in_proj_qkvz and in_proj_ba)
 // Any other module is its own group (the key is its name).
 //
+// Scales are shared more widely, by every quantized linear that reads the same input tensor, as
+// ModelOpt 0.47's export fuses them for NVFP4 (unified_export_hf.py _fuse_shared_input_modules,
+// grouping the enabled quantized linears by the identity of their input in a dummy forward; FP8 is
+// not fused there). Within an attention block the projections that read the block's input are
+//   <p>.q_proj, k_proj, v_proj, q_a_proj, kv_a_proj_with_mqa (MLA with or without q LoRA),
+//   f_a_proj, g_a_proj, b_proj (Kimi-Linear KDA)    -> "<p>.{attention input}"
+// and any other module shares with its fused group (shared_input_group_key).
+//
 // Routed experts also share the input scale of each projection across the experts of a layer:
 //   <p>.experts.E.{gate_proj,up_proj,w1,w3}          -> "<p>.experts.*.gate_up"
 //   <p>.experts.E.{down_proj,w2}                     -> "<p>.experts.*.down"
@@ -24,8 +32,11 @@ namespace strata {
 
 // The fused group a module belongs to (weights share NVFP4 weight_scale_2 in a group).
 std::string fused_group_key(std::string_view module);
+// The modules reading the same input as `module` (see the top): the attention-input key for
+// the projections listed there, else fused_group_key.
+std::string shared_input_group_key(std::string_view module);
 // The group whose members share one input scale: the MoE layer-wide key for routed experts,
-// else the fused group.
+// else shared_input_group_key.
 std::string input_scale_group_key(std::string_view module);
 // Index of a routed expert ("...experts.17.down_proj" -> 17), or -1.
 int64_t routed_expert_index(std::string_view module);

@@ -5,6 +5,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -53,16 +56,71 @@ std::string_view kv_cache_format_name(KvCacheFormat f) {
       return "none";
     case KvCacheFormat::kFp8:
       return "fp8";
+    case KvCacheFormat::kFp8Cast:
+      return "fp8_cast";
+    case KvCacheFormat::kNvfp4:
+      return "nvfp4";
+    case KvCacheFormat::kNvfp4Cast:
+      return "nvfp4_cast";
   }
   STRATA_ASSERT(false, "KvCacheFormat value ", static_cast<int>(f));
   return {};
 }
 
+namespace {
+constexpr KvCacheFormat kKvFormats[] = {KvCacheFormat::kNone, KvCacheFormat::kFp8,
+                                        KvCacheFormat::kFp8Cast, KvCacheFormat::kNvfp4,
+                                        KvCacheFormat::kNvfp4Cast};
+}  // namespace
+
 std::optional<KvCacheFormat> kv_cache_format_from_name(std::string_view s) {
-  for (KvCacheFormat f : {KvCacheFormat::kNone, KvCacheFormat::kFp8}) {
+  for (KvCacheFormat f : kKvFormats) {
     if (kv_cache_format_name(f) == s) return f;
   }
   return std::nullopt;
+}
+
+bool kv_cache_calibrated(KvCacheFormat f) {
+  switch (f) {
+    case KvCacheFormat::kFp8:
+    case KvCacheFormat::kNvfp4:
+      return true;
+    case KvCacheFormat::kNone:
+    case KvCacheFormat::kFp8Cast:
+    case KvCacheFormat::kNvfp4Cast:
+      return false;
+  }
+  return false;
+}
+
+std::string_view kv_cache_quant_algo(KvCacheFormat f) {
+  switch (f) {
+    case KvCacheFormat::kNone:
+      return "";
+    case KvCacheFormat::kFp8:
+    case KvCacheFormat::kFp8Cast:
+      return "FP8";
+    case KvCacheFormat::kNvfp4:
+    case KvCacheFormat::kNvfp4Cast:
+      return "NVFP4";
+  }
+  return "";
+}
+
+std::string_view kv_cache_description(KvCacheFormat f) {
+  switch (f) {
+    case KvCacheFormat::kNone:
+      return "KV cache unquantized";
+    case KvCacheFormat::kFp8:
+      return "FP8 KV cache (calibrated k/v scales)";
+    case KvCacheFormat::kFp8Cast:
+      return "FP8 KV cache, cast (constant amax: no calibration, no k/v scale tensors)";
+    case KvCacheFormat::kNvfp4:
+      return "NVFP4 KV cache (calibrated k/v scales)";
+    case KvCacheFormat::kNvfp4Cast:
+      return "NVFP4 KV cache, cast (constant amax: no calibration, no k/v scale tensors)";
+  }
+  return "";
 }
 
 std::string_view qformat_quant_algo(QFormat f) {
@@ -197,8 +255,14 @@ bool glob_match(std::string_view pattern, std::string_view text) {
 
 namespace {
 
-constexpr std::string_view kRecipeDir = "recipes/";
+constexpr std::string_view kQformatDir = "recipes/qformat/";
+constexpr std::string_view kGeneralDir = "recipes/general/ptq/";
+constexpr std::string_view kGeneralPrefix = "general/ptq/";
 constexpr std::string_view kUnitDir = "recipes/units/";
+// What ModelOpt 0.47's --kv_cache_qformat offers that strata does not write, and why.
+constexpr std::string_view kKvRefused =
+    "fp8_affine, nvfp4_affine (static k/v biases calibrated per channel) and nvfp4_rotate "
+    "(a Hadamard rotation of K) are not implemented";
 constexpr std::string_view kYamlExt = ".yaml";
 
 // The text of a compiled-in file by repository-relative path, or nullptr.
@@ -271,13 +335,21 @@ void parse_rule(const ParseContext& ctx, const YAML::Node& node, int index,
                    "' (formats: nvfp4, w4a16_nvfp4, fp8, mxfp8; use enable: false to leave a ",
                    "module unquantized)");
       rule.format = *q;
+    } else if (key == "input_amax") {
+      const std::string v = scalar(kv.second, where, "input_amax");
+      char* end = nullptr;
+      const float a = std::strtof(v.c_str(), &end);
+      STRATA_CHECK(end != v.c_str() && *end == '\0' && std::isfinite(a) && a > 0, where,
+                   ": input_amax must be a positive number, got '", v, "'");
+      rule.input_amax = a;
     } else if (key == "enable") {
       const std::string v = scalar(kv.second, where, "enable");
       STRATA_CHECK(v == "true" || v == "false", where, ": enable must be true or false, got '", v,
                    "'");
       rule.enable = v == "true";
     } else {
-      fail(where, ": unknown key '", key, "' (a rule has pattern, format or enable, or import)");
+      fail(where, ": unknown key '", key,
+           "' (a rule has pattern, format (with optional input_amax) or enable, or import)");
     }
   }
   STRATA_CHECK(has_pattern && !rule.pattern.empty(), where, ": missing 'pattern'");
@@ -285,6 +357,9 @@ void parse_rule(const ParseContext& ctx, const YAML::Node& node, int index,
                "'): give either format or enable, not both");
   STRATA_CHECK(rule.format || rule.enable, where, " ('", rule.pattern,
                "'): give a format or enable: true/false");
+  STRATA_CHECK(!rule.input_amax || rule.format == QFormat::kNvfp4 || rule.format == QFormat::kFp8,
+               where, " ('", rule.pattern,
+               "'): input_amax needs a format with an input scale (nvfp4 or fp8)");
   out.push_back(std::move(rule));
 }
 
@@ -313,7 +388,8 @@ Recipe parse_any(std::string_view yaml, const ParseContext& ctx) {
     } else if (key == "kv_cache" && !ctx.unit) {
       const std::string v = scalar(kv.second, ctx.what, "kv_cache");
       const std::optional<KvCacheFormat> f = kv_cache_format_from_name(v);
-      STRATA_CHECK(f.has_value(), ctx.what, ": unknown kv_cache '", v, "' (fp8 or none)");
+      STRATA_CHECK(f.has_value(), ctx.what, ": unknown kv_cache '", v,
+                   "' (none, fp8, fp8_cast, nvfp4 or nvfp4_cast; ", kKvRefused, ")");
       r.kv_cache = *f;
     } else if (key == "imports" && !ctx.unit) {
       STRATA_CHECK(kv.second.IsSequence(), ctx.what, ": 'imports' must be a list of unit names");
@@ -373,44 +449,92 @@ Recipe parse_recipe(std::string_view yaml, const std::string& what) {
   return parse_any(yaml, ParseContext{what, false});
 }
 
-Recipe load_recipe(const std::string& name_or_path) {
-  const bool is_path = name_or_path.find('/') != std::string::npos ||
-                       name_or_path.ends_with(".yaml") || name_or_path.ends_with(".yml");
-  if (is_path) {
-    Recipe r = parse_recipe(read_text_file(name_or_path), name_or_path);
-    r.name = name_or_path;
-    return r;
-  }
-  const std::string path = str(kRecipeDir, name_or_path, kYamlExt);
+namespace {
+
+// The built-in qformats (recipes/qformat/*.yaml) and general recipes (recipes/general/ptq/*.yaml).
+std::vector<std::string> qformat_names() {
+  return builtin_names(kQformatDir);
+}
+
+std::string kv_names() {
+  std::string s;
+  for (KvCacheFormat f : kKvFormats)
+    s += str(s.empty() ? "" : ", ", kv_cache_format_name(f));
+  return s;
+}
+
+// "<qformat>-kv_<kv>" with a built-in qformat and a KV mode, or nullopt.
+std::optional<Recipe> load_composed(const std::string& name) {
+  const size_t cut = name.rfind("-kv_");
+  if (cut == std::string::npos) return std::nullopt;
+  const std::string q = name.substr(0, cut), kv = name.substr(cut + 4);
+  const std::string path = str(kQformatDir, q, kYamlExt);
   const char* text = builtin_text(path);
-  STRATA_CHECK(text != nullptr, "unknown recipe '", name_or_path,
-               "': give a YAML file path or a built-in name (", join(builtin_names(kRecipeDir)),
-               "; `strata recipes` lists them)");
+  if (text == nullptr) return std::nullopt;
+  const std::optional<KvCacheFormat> f = kv_cache_format_from_name(kv);
+  STRATA_CHECK(f.has_value(), "unknown recipe '", name, "': '", kv,
+               "' is not a KV-cache mode strata writes (", kv_names(), "; ", kKvRefused, ")");
   Recipe r = parse_recipe(text, path);
+  r.name = name;
+  r.kv_cache = *f;
+  r.description = str(r.description, "; ", kv_cache_description(*f));
+  return r;
+}
+
+}  // namespace
+
+Recipe load_recipe(const std::string& name_or_path) {
+  const bool yaml_file = name_or_path.ends_with(".yaml") || name_or_path.ends_with(".yml");
+  if (!yaml_file && name_or_path.starts_with(kGeneralPrefix)) {
+    const std::string path = str(kGeneralDir, name_or_path.substr(kGeneralPrefix.size()), kYamlExt);
+    if (const char* text = builtin_text(path)) {
+      Recipe r = parse_recipe(text, path);
+      r.name = name_or_path;
+      return r;
+    }
+    STRATA_CHECK(name_or_path.find('/', kGeneralPrefix.size()) != std::string::npos ||
+                     std::filesystem::exists(name_or_path),
+                 "unknown recipe '", name_or_path, "': strata has these of ModelOpt 0.47's ",
+                 "general/ptq recipes: ", join(builtin_names(kGeneralDir)),
+                 " (docs/RECIPES.md says why the others are missing)");
+  }
+  if (!yaml_file && name_or_path.find('/') == std::string::npos) {
+    if (std::optional<Recipe> r = load_composed(name_or_path)) return *r;
+    fail("unknown recipe '", name_or_path, "': give a YAML file path or a built-in name (",
+         "<qformat>-kv_<kv> with qformat one of ", join(qformat_names()), " and kv one of ",
+         kv_names(), "; or general/ptq/<name>; `strata recipes` lists them)");
+  }
+  Recipe r = parse_recipe(read_text_file(name_or_path), name_or_path);
   r.name = name_or_path;
   return r;
 }
 
 std::vector<RecipeInfo> builtin_recipes() {
   std::vector<RecipeInfo> out;
-  for (const std::string& name : builtin_names(kRecipeDir)) {
+  for (const std::string& q : qformat_names()) {
+    for (KvCacheFormat f : kKvFormats) {
+      const std::string name = str(q, "-kv_", kv_cache_format_name(f));
+      out.push_back({name, load_recipe(name).description});
+    }
+  }
+  for (const std::string& g : builtin_names(kGeneralDir)) {
+    const std::string name = str(kGeneralPrefix, g);
     out.push_back({name, load_recipe(name).description});
   }
+  std::sort(out.begin(), out.end(),
+            [](const RecipeInfo& a, const RecipeInfo& b) { return a.name < b.name; });
   return out;
 }
 
 std::string recipe_name_for(std::string_view qformat, std::string_view kv_cache_qformat) {
-  const std::string name = str(qformat, "-kv_", kv_cache_qformat);
-  const std::vector<std::string> names = builtin_names(kRecipeDir);
-  if (std::find(names.begin(), names.end(), name) != names.end()) return name;
-  std::string valid;
-  for (const std::string& n : names) {
-    const size_t cut = n.rfind("-kv_");
-    valid += str(valid.empty() ? "" : ", ", n.substr(0, cut), " + ", n.substr(cut + 4));
-  }
-  fail("no built-in recipe for --qformat ", qformat, " with --kv_cache_qformat ", kv_cache_qformat,
-       "; valid combinations (qformat + kv_cache_qformat): ", valid,
-       "; or give --recipe with a YAML file");
+  const std::vector<std::string> names = qformat_names();
+  STRATA_CHECK(std::find(names.begin(), names.end(), qformat) != names.end(), "--qformat ", qformat,
+               " is not a built-in qformat (", join(names),
+               "); or give --recipe with a built-in name or a YAML file");
+  STRATA_CHECK(kv_cache_format_from_name(kv_cache_qformat).has_value(), "--kv_cache_qformat ",
+               kv_cache_qformat, " is not a KV-cache mode strata writes (", kv_names(), "; ",
+               kKvRefused, ")");
+  return str(qformat, "-kv_", kv_cache_qformat);
 }
 
 RuleDecision recipe_decide(const Recipe& recipe, std::string_view module) {
@@ -418,6 +542,7 @@ RuleDecision recipe_decide(const Recipe& recipe, std::string_view module) {
   // "...mlp.gate.weight_quantizer"): trying name + "." lets them hit the module itself.
   const std::string dotted = str(module, ".");
   std::optional<QFormat> format;  // the last format a matching rule gave
+  std::optional<float> input_amax;
   bool enabled = false;
   RuleDecision d;
   for (size_t i = 0; i < recipe.rules.size(); ++i) {
@@ -425,6 +550,7 @@ RuleDecision recipe_decide(const Recipe& recipe, std::string_view module) {
     if (!glob_match(rule.pattern, module) && !glob_match(rule.pattern, dotted)) continue;
     if (rule.format) {
       format = rule.format;
+      input_amax = rule.input_amax;
       enabled = true;
     } else if (rule.enable == false) {
       enabled = false;
@@ -436,6 +562,7 @@ RuleDecision recipe_decide(const Recipe& recipe, std::string_view module) {
     d.rule = static_cast<int>(i);
   }
   d.format = enabled && format ? *format : QFormat::kNone;
+  if (d.format != QFormat::kNone) d.input_amax = input_amax;
   return d;
 }
 

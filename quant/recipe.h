@@ -13,7 +13,7 @@
 // YAML (recipes/*.yaml, built into the binary; a user recipe is a path to such a file):
 //   description: one line shown by `strata recipes`
 //   imports: [default_disabled]      # units from recipes/units/, their rules go first, in order
-//   kv_cache: fp8                    # fp8 | none (default none)
+//   kv_cache: fp8                    # none | fp8 | fp8_cast | nvfp4 | nvfp4_cast (default none)
 //   rules:
 //     - {pattern: "*", format: nvfp4}
 //     - {pattern: "*.experts.*", enable: false}
@@ -39,12 +39,23 @@ namespace strata {
 // Per-module formats. kNvfp4 quantizes weights and inputs (W4A4); kW4A16Nvfp4 weights only;
 // kFp8 per-tensor weights and inputs; kMxfp8 weights with E8M0 block scales (no input scale).
 enum class QFormat : uint8_t { kNone, kNvfp4, kW4A16Nvfp4, kFp8, kMxfp8 };
-enum class KvCacheFormat : uint8_t { kNone, kFp8 };
+// KV-cache modes, named as hf_ptq's --kv_cache_qformat (ModelOpt 0.47's configs/ptq/presets/kv):
+// kFp8 / kNvfp4 calibrate k/v amaxes and write k_scale/v_scale = amax / 448; the cast modes pin
+// the quantizers' amax to a constant (use_constant_amax), need no calibration and write no k/v
+// scale tensors, only kv_cache_quant_algo.
+enum class KvCacheFormat : uint8_t { kNone, kFp8, kFp8Cast, kNvfp4, kNvfp4Cast };
 
 std::string_view qformat_name(QFormat f);  // "nvfp4", "w4a16_nvfp4", "fp8", "mxfp8", "none"
 std::optional<QFormat> qformat_from_name(std::string_view s);
-std::string_view kv_cache_format_name(KvCacheFormat f);  // "fp8", "none"
+// "none", "fp8", "fp8_cast", "nvfp4", "nvfp4_cast"
+std::string_view kv_cache_format_name(KvCacheFormat f);
 std::optional<KvCacheFormat> kv_cache_format_from_name(std::string_view s);
+// Whether the mode calibrates k/v amaxes (and writes k_scale/v_scale): kFp8, kNvfp4.
+bool kv_cache_calibrated(KvCacheFormat f);
+// hf_quant_config's kv_cache_quant_algo: "FP8", "NVFP4", "" for kNone.
+std::string_view kv_cache_quant_algo(KvCacheFormat f);
+// One line for `strata recipes` and descriptions ("FP8 KV cache (calibrated k/v scales)", ...).
+std::string_view kv_cache_description(KvCacheFormat f);
 // ModelOpt's quant_algo for a format: "NVFP4", "W4A16_NVFP4", "FP8", "MXFP8" ("" for kNone).
 std::string_view qformat_quant_algo(QFormat f);
 // Input width a format needs to divide (16 for NVFP4, 32 for MXFP8, 1 otherwise).
@@ -57,6 +68,9 @@ struct RecipeRule {
   std::string origin;     // "recipes/nvfp4-kv_fp8.yaml rule 3", for messages (contains "units/"
                           // for a rule imported from a unit)
   bool imported = false;  // spliced in from a unit (recipes/units/); such rules need not match
+  // `input_amax: A` on a format rule: the input quantizer's amax is the constant A instead of a
+  // calibrated one (ModelOpt's constant_amax; 2688 gives an NVFP4 input_scale of 1.0).
+  std::optional<float> input_amax;
 };
 
 struct Recipe {
@@ -66,8 +80,13 @@ struct Recipe {
   std::vector<RecipeRule> rules;  // imports expanded, in order
 };
 
-// A built-in recipe by name ("nvfp4_experts_only-kv_fp8") or a YAML file by path (anything
-// containing '/' or ending in .yaml/.yml). Throws strata::Error naming the file and rule.
+// A built-in recipe by name or a YAML file by path. Built-in names:
+//   "<qformat>-kv_<kv>": recipes/qformat/<qformat>.yaml (which modules get which format) with the
+//     KV-cache mode <kv> (kv_cache_format_name), as hf_ptq's --qformat / --kv_cache_qformat;
+//   "general/ptq/<name>": recipes/general/ptq/<name>.yaml, ModelOpt 0.47's recipe of that name
+//     (hf_ptq --recipe general/ptq/<name>).
+// Anything else containing '/' or ending in .yaml/.yml is a path. Throws strata::Error naming the
+// file and rule.
 Recipe load_recipe(const std::string& name_or_path);
 // Parses YAML text; `what` names it in errors. Imports resolve against the built-in units.
 Recipe parse_recipe(std::string_view yaml, const std::string& what);
@@ -79,12 +98,14 @@ struct RecipeInfo {
 // Built-in recipes, sorted by name.
 std::vector<RecipeInfo> builtin_recipes();
 // The built-in recipe hf_ptq's flags name: qformat "nvfp4_experts_only" + kv "fp8" ->
-// "nvfp4_experts_only-kv_fp8". Throws strata::Error for an unknown combination, listing them.
+// "nvfp4_experts_only-kv_fp8". Throws strata::Error for an unknown qformat or KV mode, listing the
+// valid ones.
 std::string recipe_name_for(std::string_view qformat, std::string_view kv_cache_qformat);
 
 struct RuleDecision {
   QFormat format = QFormat::kNone;
   int rule = -1;  // index into Recipe::rules of the deciding rule, -1 when none matched
+  std::optional<float> input_amax;  // of the format rule that gave `format`
 };
 // The format of one module, and which rule decided it.
 RuleDecision recipe_decide(const Recipe& recipe, std::string_view module);

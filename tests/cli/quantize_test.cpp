@@ -30,16 +30,19 @@ TEST(Quantize, DryRunCountsModulesPerKindAndFormat) {
   EXPECT_NE(r.out.find("attention       12 none"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("dense_mlp       3 none"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("router          2 none"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("k/v scales for 3 attention layers"), std::string::npos) << r.out;
+  // hf_ptq 0.47's default KV mode: cast to FP8 with a constant amax, no k/v scales.
+  EXPECT_NE(r.out.find("kv cache    fp8_cast\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("k/v scales"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(tmp.path() / "out"));
 }
 
 TEST(Quantize, MixtralDryRun) {
   TempDir tmp;
   // mixtral: 3 layers, all MoE, 8 experts of w1/w3/w2 under block_sparse_moe, no dense MLP.
-  RunResult r = run_strata(
-      "quantize --model '" + kFixtures + "mixtral' --qformat nvfp4_experts_only --dry-run",
-      tmp.path());
+  RunResult r =
+      run_strata("quantize --model '" + kFixtures +
+                     "mixtral' --qformat nvfp4_experts_only --kv_cache_qformat fp8 --dry-run",
+                 tmp.path());
   ASSERT_EQ(r.rc, 0) << r.err;
   // 3 MoE layers x 8 experts x 3 projections; attention 3 x 4; routers (block_sparse_moe.gate) 3.
   EXPECT_NE(r.out.find("routed_experts  72 nvfp4"), std::string::npos) << r.out;

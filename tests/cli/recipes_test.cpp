@@ -12,19 +12,69 @@ namespace {
 
 using namespace strata_cli_test;
 
+// Every built-in recipe, sorted: each qformat (recipes/qformat) with each KV-cache mode, then
+// ModelOpt 0.47's general/ptq recipes strata has.
 const std::vector<std::string> kBuiltins = {
     "fp8-kv_fp8",
+    "fp8-kv_fp8_cast",
     "fp8-kv_none",
+    "fp8-kv_nvfp4",
+    "fp8-kv_nvfp4_cast",
+    "fp8_mla_bf16-kv_fp8",
+    "fp8_mla_bf16-kv_fp8_cast",
+    "fp8_mla_bf16-kv_none",
+    "fp8_mla_bf16-kv_nvfp4",
+    "fp8_mla_bf16-kv_nvfp4_cast",
+    "general/ptq/fp8_default-kv_fp8",
+    "general/ptq/fp8_default-kv_fp8_cast",
+    "general/ptq/nvfp4_default-kv_fp8",
+    "general/ptq/nvfp4_default-kv_fp8_cast",
+    "general/ptq/nvfp4_default-kv_nvfp4_cast",
+    "general/ptq/nvfp4_experts_only-kv_fp8",
+    "general/ptq/nvfp4_experts_only-kv_fp8_cast",
+    "general/ptq/nvfp4_experts_only_input_scale1-kv_fp8_cast",
+    "general/ptq/nvfp4_mlp_only-kv_fp8",
+    "general/ptq/nvfp4_mlp_only-kv_fp8_cast",
+    "general/ptq/nvfp4_mlp_only-novit-kv_fp8",
+    "general/ptq/nvfp4_omlp_only-kv_fp8",
+    "general/ptq/nvfp4_omlp_only-kv_fp8_cast",
+    "general/ptq/nvfp4_weight_only-kv_fp16",
+    "general/ptq/nvfp4_weight_only-kv_fp8_cast",
     "mxfp8-kv_fp8",
+    "mxfp8-kv_fp8_cast",
     "mxfp8-kv_none",
+    "mxfp8-kv_nvfp4",
+    "mxfp8-kv_nvfp4_cast",
     "nvfp4-kv_fp8",
+    "nvfp4-kv_fp8_cast",
     "nvfp4-kv_none",
+    "nvfp4-kv_nvfp4",
+    "nvfp4-kv_nvfp4_cast",
     "nvfp4_experts_only-kv_fp8",
+    "nvfp4_experts_only-kv_fp8_cast",
     "nvfp4_experts_only-kv_none",
+    "nvfp4_experts_only-kv_nvfp4",
+    "nvfp4_experts_only-kv_nvfp4_cast",
+    "nvfp4_mla_bf16-kv_fp8",
+    "nvfp4_mla_bf16-kv_fp8_cast",
+    "nvfp4_mla_bf16-kv_none",
+    "nvfp4_mla_bf16-kv_nvfp4",
+    "nvfp4_mla_bf16-kv_nvfp4_cast",
     "nvfp4_mlp_only-kv_fp8",
+    "nvfp4_mlp_only-kv_fp8_cast",
     "nvfp4_mlp_only-kv_none",
+    "nvfp4_mlp_only-kv_nvfp4",
+    "nvfp4_mlp_only-kv_nvfp4_cast",
+    "nvfp4_omlp_only-kv_fp8",
+    "nvfp4_omlp_only-kv_fp8_cast",
+    "nvfp4_omlp_only-kv_none",
+    "nvfp4_omlp_only-kv_nvfp4",
+    "nvfp4_omlp_only-kv_nvfp4_cast",
     "w4a16_nvfp4-kv_fp8",
+    "w4a16_nvfp4-kv_fp8_cast",
     "w4a16_nvfp4-kv_none",
+    "w4a16_nvfp4-kv_nvfp4",
+    "w4a16_nvfp4-kv_nvfp4_cast",
 };
 
 // The lines of s, without their '\n'.
@@ -69,12 +119,12 @@ TEST(RecipesCli, ShowsTheExpandedRulesOfABuiltin) {
     if (l.find("1. *.experts.*") != std::string::npos) {
       experts = true;
       EXPECT_NE(l.find("-> nvfp4"), std::string::npos) << l;
-      EXPECT_NE(l.find("(recipes/nvfp4_experts_only-kv_fp8.yaml rule 1)"), std::string::npos) << l;
+      EXPECT_NE(l.find("(recipes/qformat/nvfp4_experts_only.yaml rule 1)"), std::string::npos) << l;
     }
     if (l.find(" *lm_head* ") != std::string::npos) {
       lm_head = true;
       EXPECT_NE(l.find("-> disable"), std::string::npos) << l;
-      EXPECT_NE(l.find("(recipes/units/default_disabled.yaml rule 5)"), std::string::npos) << l;
+      EXPECT_NE(l.find("(recipes/units/default_disabled.yaml rule 6)"), std::string::npos) << l;
     }
   }
   EXPECT_TRUE(experts) << r.out;

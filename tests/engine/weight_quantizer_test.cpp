@@ -174,6 +174,96 @@ TEST(WeightQuantizer, FusedExpertsShareTheProjectionsAmax) {
   }
 }
 
+// Random bf16 weights per module, each scaled by its own factor, with max |w| from the floats.
+Weights random_weights(const QuantPlan& plan, int64_t R, int64_t C, uint32_t seed) {
+  Weights w;
+  std::mt19937 rng(seed);
+  float scale = 0.25f;
+  for (const PlannedModule& m : plan.modules) {
+    std::normal_distribution<float> d(0.0f, scale);
+    scale *= 1.3f;
+    std::vector<uint16_t>& v = w.bf16[m.module];
+    float a = 0.0f;
+    for (int64_t i = 0; i < R * C; ++i) {
+      v.push_back(f32_to_bf16(d(rng)));
+      a = std::max(a, std::fabs(bf16_to_f32(v.back())));
+    }
+    w.amax[m.module] = a;
+  }
+  return w;
+}
+
+// ModelOpt 0.47 shares one weight amax between each routed expert's gate_proj and up_proj in FP8
+// too (transformers 5's per-expert gate_up_proj, one quantizer; sync_moe_gate_up_amax), but not
+// between a dense MLP's. NVFP4 shares weight_scale_2 over every projection reading the attention
+// block's input (Kimi-Linear KDA: q/k/v/f_a/g_a/b_proj), among the members of one format only.
+// Expected scales from the hand-taken max over the members named here.
+TEST(WeightQuantizer, ExpertGateUpAndSharedInputGroups) {
+  const int64_t R = 32, C = 64;
+  QuantPlan plan;
+  plan.num_layers = 1;
+  const std::string p = "model.layers.0.";
+  for (const char* n :
+       {"mlp.experts.3.gate_proj", "mlp.experts.3.up_proj", "mlp.experts.3.down_proj",
+        "mlp.experts.4.gate_proj", "mlp.experts.4.up_proj", "mlp.shared_experts.gate_proj",
+        "mlp.shared_experts.up_proj"})
+    plan.modules.push_back(module(p + n, QFormat::kFp8, 0, R, C));
+  for (const char* n : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                        "self_attn.f_a_proj", "self_attn.b_proj", "self_attn.f_b_proj"})
+    plan.modules.push_back(module(p + n, QFormat::kNvfp4, 0, R, C));
+  plan.modules.push_back(module(p + "self_attn.g_a_proj", QFormat::kW4A16Nvfp4, 0, R, C));
+  std::sort(plan.modules.begin(), plan.modules.end(),
+            [](const PlannedModule& a, const PlannedModule& b) { return a.module < b.module; });
+  const Weights w = random_weights(plan, R, C, 5);
+  WeightQuantizer q(plan, 0, [](const PlannedModule&) { return true; });
+  ops::CpuBackend cpu(nullptr, nullptr);
+  const PrecomputedWeights out = q.quantize(0, cpu, [&](const std::string& module) {
+    return ops::StoredWeight{w.bf16.at(module).data(), DType::kBF16, R, C};
+  });
+  auto amax = [&](std::initializer_list<const char*> names) {
+    float a = 0.0f;
+    for (const char* n : names)
+      a = std::max(a, w.amax.at(p + n));
+    return a;
+  };
+  const float e3 = amax({"mlp.experts.3.gate_proj", "mlp.experts.3.up_proj"});
+  const float e4 = amax({"mlp.experts.4.gate_proj", "mlp.experts.4.up_proj"});
+  const std::vector<std::pair<const char*, float>> fp8 = {
+      {"mlp.experts.3.gate_proj", e3},
+      {"mlp.experts.3.up_proj", e3},
+      {"mlp.experts.3.down_proj", amax({"mlp.experts.3.down_proj"})},
+      {"mlp.experts.4.gate_proj", e4},
+      {"mlp.experts.4.up_proj", e4},
+      {"mlp.shared_experts.gate_proj", amax({"mlp.shared_experts.gate_proj"})},
+      {"mlp.shared_experts.up_proj", amax({"mlp.shared_experts.up_proj"})}};
+  for (const auto& [n, a] : fp8) {
+    const std::string M = p + n;
+    ASSERT_TRUE(out.at(M).fp8.has_value()) << M;
+    EXPECT_EQ(out.at(M).fp8->scale.item_f32(0), fp8_weight_scale(a)) << M;
+    EXPECT_TRUE(same_bytes(out.at(M).fp8->weight,
+                           fp8_quantize(bf16_tensor(w.bf16.at(M), R, C), a, M).weight))
+        << M;
+  }
+  // The gate/up pair of expert 3 differs from either member's own amax (the test can fail).
+  EXPECT_NE(w.amax.at(p + "mlp.experts.3.gate_proj"), w.amax.at(p + "mlp.experts.3.up_proj"));
+  const float attn = amax({"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                           "self_attn.f_a_proj", "self_attn.b_proj"});
+  const std::vector<std::pair<const char*, float>> nv = {
+      {"self_attn.q_proj", attn},
+      {"self_attn.k_proj", attn},
+      {"self_attn.v_proj", attn},
+      {"self_attn.f_a_proj", attn},
+      {"self_attn.b_proj", attn},
+      {"self_attn.f_b_proj", amax({"self_attn.f_b_proj"})},
+      {"self_attn.g_a_proj", amax({"self_attn.g_a_proj"})}};
+  for (const auto& [n, a] : nv) {
+    const std::string M = p + n;
+    ASSERT_TRUE(out.at(M).nvfp4.has_value()) << M;
+    EXPECT_EQ(out.at(M).nvfp4->global_scale.item_f32(0), nvfp4_global_scale(a)) << M;
+  }
+  EXPECT_LT(w.amax.at(p + "self_attn.q_proj"), attn);
+}
+
 // A NaN anywhere in a group makes its amax NaN, and the encoder refuses it naming the module.
 TEST(WeightQuantizer, NanWeightIsRefusedNamingTheModule) {
   QuantPlan plan;

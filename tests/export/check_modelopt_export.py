@@ -337,6 +337,12 @@ FUSED_SIBLINGS = [  # (members, vLLM fused name)
 ]
 
 
+# The attention projections that read an attention block's input (Llama q/k/v, MLA with or
+# without q LoRA, Kimi-Linear KDA's gates and beta).
+ATTENTION_INPUT = ("q_proj", "k_proj", "v_proj", "q_a_proj", "kv_a_proj_with_mqa", "f_a_proj",
+                   "g_a_proj", "b_proj")
+
+
 # A vision tower or projector under any wrapper prefix of at most 4 components (format.md §6).
 VISION_RE = re.compile(r"^(?:[A-Za-z_]\w*\.){0,4}(?:vision_tower|visual|vision_model|"
                        r"multi_modal_projector|mm_projector)\.")
@@ -583,6 +589,21 @@ def check_files(C, src_dir, out_dir):
     out_files = sorted(os.listdir(out_dir))
     idx_path = os.path.join(out_dir, "model.safetensors.index.json")
     out_t = {}
+    # transformers' save_pretrained (which ModelOpt's export calls) writes a checkpoint that fits
+    # one shard as model.safetensors without an index, and several as model-0000k-of-0000n with
+    # model.safetensors.index.json.
+    if "model.safetensors" in out_files:
+        C.check(not os.path.exists(idx_path) and
+                [f for f in out_files if f.endswith(".safetensors")] == ["model.safetensors"],
+                "[files] model.safetensors beside an index or other shards (save_pretrained writes "
+                "one file without an index, or indexed shards)")
+        sf = SafeFile(os.path.join(out_dir, "model.safetensors"))
+        for p in sf.problems:
+            C.check(False, f"[files] model.safetensors: invalid safetensors: {p}")
+        for n in sf.tensors:
+            out_t[n] = sf
+        check_sidecars(C, src_dir, out_dir)
+        return out_t
     C.check(os.path.exists(idx_path), "[files] model.safetensors.index.json missing")
     index = {}
     if os.path.exists(idx_path):
@@ -624,7 +645,12 @@ def check_files(C, src_dir, out_dir):
     ts = index.get("metadata", {}).get("total_size") if isinstance(index, dict) else None
     if ts is not None:
         C.check(ts == total, f"[files] index total_size {ts} != {total} bytes of tensor data")
-    # Sidecars: every non-weight file of SRC, byte-identical.
+    check_sidecars(C, src_dir, out_dir)
+    return out_t
+
+
+def check_sidecars(C, src_dir, out_dir):
+    """Every non-weight file of SRC, byte-identical in OUT."""
     for root, dirs, files in os.walk(src_dir):
         dirs[:] = [x for x in dirs if not x.startswith(".")]
         for f in files:
@@ -637,7 +663,6 @@ def check_files(C, src_dir, out_dir):
                 continue
             C.check(open(os.path.join(src_dir, rel), "rb").read() == open(o, "rb").read(),
                     f"[files] sidecar {rel} differs from SRC")
-    return out_t
 
 
 def detect_format(out_t, m):
@@ -828,6 +853,29 @@ def check_gptoss(C, src, out_t, algo, qlayers, excl, amax_path):
     return expected
 
 
+# Text model types whose transformers class keeps the router's e_score_correction_bias in fp32
+# (_keep_in_fp32_modules_strict): DeepSeek-V3 (Kimi-K2 and Kimi-K2.5's text model are deepseek_v3)
+# and GLM-4.5. Kimi-Linear's and MiniMax-M2's classes do not.
+FP32_ROUTER_BIAS = ("deepseek_v3", "kimi_k2", "glm4_moe")
+
+
+def in_mtp_layer(name, cfg):
+    """Whether `name` lies in a layer at or past the text model's num_hidden_layers (MTP)."""
+    for k in ("text_config", "language_config", "llm_config"):
+        if isinstance(cfg.get(k), dict):
+            return in_mtp_layer(name, cfg[k])
+    n = cfg.get("num_hidden_layers")
+    hit = re.search(r"(?:^|\.)layers\.(\d+)\.", name)
+    return isinstance(n, int) and hit is not None and int(hit.group(1)) >= n
+
+
+def text_model_type(cfg):
+    for k in ("text_config", "language_config", "llm_config"):
+        if isinstance(cfg.get(k), dict):
+            return text_model_type(cfg[k])
+    return cfg.get("model_type")
+
+
 def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
     C = Checker(verbose)
     src = Source(src_dir)
@@ -853,7 +901,8 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
     kv_algo = q.get("kv_cache_quant_algo", "absent")
     C.check(isinstance(algo, str) and algo == algo.upper() and algo in ALGOS,
             f"[config] quant_algo {algo!r} is not an upper-case algorithm vLLM accepts")
-    C.check(kv_algo in ("FP8", None), f"[config] kv_cache_quant_algo {kv_algo!r} must be 'FP8' or null")
+    C.check(kv_algo in ("FP8", "NVFP4", None),
+            f"[config] kv_cache_quant_algo {kv_algo!r} must be 'FP8', 'NVFP4' or null")
     keys = list(q.keys())
     if algo == "NVFP4" or algo == "W4A16_NVFP4":
         want = ["quant_algo", "kv_cache_quant_algo", "group_size", "exclude_modules"]
@@ -909,6 +958,10 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
         kvs = {"dynamic": False, "num_bits": 8, "type": "float"}
         if kv_algo == "FP8":
             C.check(qc.get("kv_cache_scheme") == kvs, f"[config] kv_cache_scheme {qc.get('kv_cache_scheme')} != {kvs}")
+        elif kv_algo == "NVFP4":
+            # ModelOpt 0.47's convert_hf_config writes another KV algorithm's name as the scheme.
+            C.check(qc.get("kv_cache_scheme") == "NVFP4",
+                    f"[config] kv_cache_scheme {qc.get('kv_cache_scheme')!r} != 'NVFP4'")
         else:
             C.check(qc.get("kv_cache_scheme") is None, "[config] kv_cache_scheme set but KV cache not quantized")
         nv = {"dynamic": False, "num_bits": 4, "type": "float", "group_size": 16}
@@ -917,7 +970,9 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
         if algo == "NVFP4":
             want = {"group_0": {"input_activations": nv, "weights": nv, "targets": ["Linear"]}}
             C.check(groups == want, f"[config] config_groups {groups} != {want}")
-            C.check(qc.get("group_size") == 16, "[config] quantization_config.group_size != 16")
+            # ModelOpt 0.47's convert_hf_config puts group_size in config_groups only.
+            C.check("group_size" not in qc, "[config] quantization_config.group_size set at the top "
+                    "level (ModelOpt 0.47 writes it in config_groups only)")
         elif algo == "FP8":
             want = {"group_0": {"input_activations": f8, "weights": f8, "targets": ["Linear"]}}
             C.check(groups == want, f"[config] config_groups {groups} != {want}")
@@ -999,6 +1054,23 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
             if all(x in leaves for x in members):
                 groups.append((fused, [f"{p}.{x}" for x in members], f"{p}.{fused}"))
     fused_of = {m: g for g in groups for m in g[1]}
+    # NVFP4 scales are shared more widely, by the quantized linears of one format that read the
+    # same input tensor (ModelOpt 0.47 _fuse_shared_input_modules; not for FP8): in an attention
+    # block every projection of the block's input, MLA's and Kimi-Linear KDA's included.
+    shared_in = {}  # module -> the modules of its format reading its input (itself included)
+    for p, leaves in sorted(by_parent.items()):
+        members = [f"{p}.{x}" for x in ATTENTION_INPUT if x in leaves]
+        for m in members:
+            same = [o for o in members if fmt.get(o) == fmt.get(m)]
+            if fmt.get(m) in ("NVFP4", "W4A16_NVFP4") and len(same) > 1:
+                shared_in[m] = same
+    for m, same in sorted(shared_in.items()):
+        if m != same[0]:
+            continue
+        for n, fmt_ok in (("weight_scale_2", True), ("input_scale", fmt.get(m) == "NVFP4")):
+            vals = {f32_bits(scalar_f32(out_t, o + "." + n)) for o in same}
+            C.check(not fmt_ok or len(vals) == 1,
+                    f"[group] shared input {same}: {n} differ (ModelOpt fuses linears reading one input)")
     moe = {}  # experts prefix -> {expert id -> {gate/up/down -> module}}
     for m in modules:
         mm = EXPERT_RE.match(m)
@@ -1070,6 +1142,18 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
         if sdt == "F8_E4M3" and odt in FLOAT_DTYPES:
             C.note(f"{n}: FP8 source weight written unquantized as {odt}; values not compared")
             continue
+        if n.endswith(".e_score_correction_bias") and text_model_type(src_cfg) in FP32_ROUTER_BIAS \
+                and sdt in ("BF16", "F16") and not in_mtp_layer(n, src_cfg):
+            # transformers keeps this buffer in fp32 (_keep_in_fp32_modules_strict of these
+            # models), so ModelOpt's export writes the widened values as F32 (not in MTP layers,
+            # which the HF model never loads: copied as the checkpoint holds them).
+            if C.check(odt == "F32" and sshp == oshp,
+                       f"[keep] {n}: {odt} {list(oshp)} in OUT, want F32 {list(sshp)} (transformers keeps it fp32)"):
+                want = bf16_bits_to_f32(np.frombuffer(sf.raw(n), np.uint16)) if sdt == "BF16" \
+                    else np.frombuffer(sf.raw(n), np.float16).astype(F32)
+                C.check(np.frombuffer(o.raw(n), F32).tobytes() == want.tobytes(),
+                        f"[keep] {n}: F32 values are not the SRC {sdt} values widened")
+            continue
         C.check(sdt == odt and sshp == oshp, f"[keep] {n}: {odt} {list(oshp)} in OUT, {sdt} {list(sshp)} in SRC")
         C.check(sf.raw(n) == o.raw(n), f"[keep] {n}: bytes differ from SRC")
     # Every OUT tensor must be accounted for.
@@ -1111,11 +1195,18 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
             if not any(k.startswith(p + ".") and ("conv1d" in k or "A_log" in k or "dt_bias" in k)
                        for k in src.tensors):
                 attn.append(p)
-    if kv_algo == "FP8":
+    # A calibrated KV cache has k/v scales on every attention layer; a cast one (constant amax,
+    # ModelOpt's use_constant_amax) has none at all: ModelOpt exports the k/v scales from the
+    # quantizers' calibrated _amax buffers, which the cast modes never register.
+    kv_cast = kv_algo in ("FP8", "NVFP4") and not any(n.endswith(("k_proj.k_scale", "v_proj.v_scale"))
+                                                      for n in out_t)
+    if kv_cast:
+        C.note(f"kv_cache_quant_algo {kv_algo} without k/v scales: the cast mode (constant amax)")
+    if kv_algo in ("FP8", "NVFP4") and not kv_cast:
         for p in sorted(attn):
             for n in (p + ".k_proj.k_scale", p + ".v_proj.v_scale"):
                 expected.add(n)
-                if C.check(n in out_t, f"[kv] {n} missing (kv_cache_quant_algo FP8)"):
+                if C.check(n in out_t, f"[kv] {n} missing (kv_cache_quant_algo {kv_algo})"):
                     dt, shp = out_t[n].tensors[n][:2]
                     v = out_t[n].array(n).reshape(-1) if dt == "F32" else np.array([np.nan])
                     C.check(dt == "F32" and shp == () and np.isfinite(v).all() and (v > 0).all(),
@@ -1152,6 +1243,15 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
     unq = [m for m in modules if m not in fmt]
     for m in sorted(unq):
         C.check(name_covered(m, excl), f"[exclude] unquantized {m} not covered by exclude_modules")
+    # ModelOpt 0.47 lists every module that carries a quantizer, also a disabled one: the token
+    # embedding (nn.Embedding) and lm_head, which the CausalLM has also when tied to the embedding.
+    for n in sorted(src.tensors):
+        if n.endswith("embed_tokens.weight") and not is_tower(n):
+            C.check(name_covered(n[:-7], excl), f"[exclude] embedding {n[:-7]} not in exclude_modules")
+    if not any(n.endswith("lm_head.weight") for n in src.tensors):
+        head = "language_model.lm_head" if any(n.startswith("language_model.model.") for n in src.tensors) \
+            else "lm_head"
+        C.check(name_covered(head, excl), f"[exclude] tied {head} not in exclude_modules")
     for m in sorted(fmt):
         hit = [p for p in excl if p == m or p in m or fnmatch.fnmatchcase(m, p)]
         C.check(not hit, f"[exclude] quantized {m} is covered by exclude_modules entries {hit}")
@@ -1193,7 +1293,7 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
             if g is None or in_f % 16 or wq.shape != (out_f, in_f // 2):
                 continue
             gam = amax
-            for o in group_of.get(m, [m]):
+            for o in shared_in.get(m, group_of.get(m, [m])):
                 if o != m:
                     gam = max(gam, F32(np.abs(src.weight(o)).max()))
             want_g = F32(gam * INV_2688)
@@ -1226,9 +1326,18 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
             s = scalar_f32(out_t, m + ".weight_scale")
             if s is None or wq.shape != (out_f, in_f):
                 continue
-            want_s = F32(amax * INV_448)
+            # A routed expert's gate and up share one weight amax: transformers 5 holds them as
+            # one gate_up_proj per expert, which ModelOpt 0.47 quantizes with one weight
+            # quantizer (format.md §2). Dense and shared-expert gate/up keep their own.
+            fam = amax
+            mm = EXPERT_RE.match(m)
+            if mm and GATE_UP[mm.group(3)] != "down":
+                for o in group_of.get(m, [m]):
+                    if o != m:
+                        fam = max(fam, F32(np.abs(src.weight(o)).max()))
+            want_s = F32(fam * INV_448)
             C.check(f32_bits(s) == f32_bits(want_s), f"[numerics] {m}.weight_scale {fmt_f32(s)} != "
-                    f"amax {float(amax):.9g} * fl32(1/448) = {fmt_f32(want_s)}")
+                    f"{'expert gate/up ' if fam is not amax else ''}amax {float(fam):.9g} * fl32(1/448) = {fmt_f32(want_s)}")
             q8 = fp8_quantize(w, s, modules[m][2])
             nbad = int((q8 != wq).sum())
             C.check(nbad == 0, f"[numerics] {m}.weight: {nbad} of {q8.size} bytes differ from the FP8 "
@@ -1276,7 +1385,7 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
                 C.check(got is not None and abs(float(got) - float(want)) <= 0.01 * float(want),
                         f"[amax] {m}.input_scale {fmt_f32(got)} != reference amax {float(a):.7g} x "
                         f"fl32(1/{2688 if fmt[m] == 'NVFP4' else 448}) = {float(want):.7g} within 1%")
-        if kv_algo == "FP8":
+        if kv_algo in ("FP8", "NVFP4"):
             for p in sorted(attn):
                 mm = re.search(r"layers\.(\d+)\.", p)
                 if not mm:
@@ -1414,7 +1523,9 @@ def build_export(src_dir, out_dir, t, ref, scheme, n_shards=2):
             if f == "NVFP4":
                 out[m + ".input_scale"] = f32_scalar(F32(in_amax(m) * INV_2688))
         elif f == "FP8":
-            s = F32(F32(np.abs(w).max()) * INV_448)
+            # a routed expert's gate and up share one weight amax (format.md §2)
+            mates = groups.get(m, [m]) if EXPERT_RE.match(m) else [m]
+            s = F32(max(F32(np.abs(w32[x]).max()) for x in mates) * INV_448)
             q8 = fp8_quantize(w, s, "bf16")
             out[m + ".weight"] = ("F8_E4M3", q8.shape, q8.tobytes())
             out[m + ".weight_scale"] = f32_scalar(s)
@@ -1435,7 +1546,7 @@ def build_export(src_dir, out_dir, t, ref, scheme, n_shards=2):
     total = sum(len(v[2]) for v in out.values())
     json.dump({"metadata": {"total_size": total}, "weight_map": wmap},
               open(os.path.join(out_dir, "model.safetensors.index.json"), "w"), indent=2)
-    excl = sorted(m for m in modules if scheme(m) is None)
+    excl = sorted([m for m in modules if scheme(m) is None] + ["model.embed_tokens"])
     fmts = sorted({scheme(m) for m in modules} - {None})
     algo = fmts[0] if len(fmts) == 1 else "MIXED_PRECISION"
     prod = {"name": "modelopt", "version": "0.0.0-selftest"}
@@ -1469,8 +1580,6 @@ def build_export(src_dir, out_dir, t, ref, scheme, n_shards=2):
         qc["quantized_layers"] = ql
     qc.update({"ignore": excl, "quant_algo": algo, "kv_cache_scheme": f8, "producer": prod,
                "quant_method": "modelopt"})
-    if algo == "NVFP4":
-        qc["group_size"] = 16
     cfg["quantization_config"] = qc
     json.dump(cfg, open(os.path.join(out_dir, "config.json"), "w"), indent=2)
     for f in os.listdir(src_dir):
@@ -1694,6 +1803,7 @@ def mutations():
         ("flip a block-scale byte", "block scales differ", flip_byte(L1 + "self_attn.kv_b_proj.weight_scale", 2, 0x01)),
         ("weight_scale_2 off the amax rule, bytes consistent", "fl32(1/2688)", requant_group_ws2),
         ("uncovered unquantized module (lm_head)", "unquantized lm_head not covered", both_cfgs(lambda q, k: q.__setitem__(k, [x for x in q[k] if x != "lm_head"]))),
+        ("embedding not listed", "embedding model.embed_tokens not in exclude_modules", both_cfgs(lambda q, k: q.__setitem__(k, [x for x in q[k] if x != "model.embed_tokens"]))),
         ("uncovered router", "vLLM layer model.layers.1.mlp.gate is quantized", both_cfgs(lambda q, k: q.__setitem__(k, [x for x in q[k] if not x.endswith("mlp.gate")]))),
         ("exclude entry covering quantized modules (substring)", "vLLM layer model.layers.0.mlp.gate_up_proj is excluded", both_cfgs(lambda q, k: q.__setitem__(k, sorted(q[k] + ["model.layers.0.mlp"])))),
         ("bare layer prefix hits other layers", "is excluded under vLLM", both_cfgs(lambda q, k: q.__setitem__(k, sorted(q[k] + ["model.layers.1*"])))),

@@ -39,8 +39,10 @@ python3 tests/export/check_modelopt_export.py "$src" "$work/out" "${amax[@]}"
 if [ -z "$extra" ] && [ "$(basename "$recipe")" = attention_fp8.yaml ]; then
   cp -r "$work/out" "$work/flipped"
   victim=$(python3 -c "
-import json, sys
-m = json.load(open(sys.argv[1] + '/model.safetensors.index.json'))['weight_map']
+import sys
+sys.path.insert(0, 'tests/export')
+from check_modelopt_export import load_dir_tensors
+m = load_dir_tensors(sys.argv[1])
 print(sorted(n for n in m if '.experts.' in n and n.endswith('.weight')
              or n.endswith('experts.gate_up_proj'))[0])" "$work/flipped")
   python3 tests/export/flip_byte.py "$work/flipped" "$victim"

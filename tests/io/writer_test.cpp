@@ -284,10 +284,16 @@ TEST(PlannedShardWriter, DeterministicAndPrefix) {
   EXPECT_TRUE(std::filesystem::exists(a.file("part.safetensors.index.json")));
 }
 
+// transformers' save_pretrained (ModelOpt's export) names a checkpoint that fits one shard
+// model.safetensors and writes no index.
 TEST(PlannedShardWriter, OneShardWhenEverythingFits) {
   TempDir dir;
   const auto shards = write_planned(dir.path(), {});
-  EXPECT_EQ(shards, (std::vector<std::string>{"model-00001-of-00001.safetensors"}));
+  EXPECT_EQ(shards, (std::vector<std::string>{"model.safetensors"}));
+  EXPECT_EQ(dir.list(), (std::vector<std::string>{"model.safetensors"}));
+  TempDir ref;
+  write_safetensors(ref.file("model.safetensors"), five(), {{"format", "pt"}});
+  EXPECT_EQ(read_bytes(dir.file("model.safetensors")), read_bytes(ref.file("model.safetensors")));
   EXPECT_EQ(Checkpoint::open(dir.path()).tensor_names().size(), 5u);
 }
 

@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -115,13 +117,18 @@ TEST(GlobMatch, Backtracking) {
 // ---- built-in recipes on every family
 // ------------------------------------------------------------
 
-// What a module is, as the recipes' intent distinguishes it.
+// What a module is, as the recipes' intent distinguishes it (ModelOpt 0.47's presets, written
+// by hand from their YAML: configs/ptq/presets/model/*.yaml and units/default_disabled_quantizers).
 enum class Cls {
-  kAttention,  // q/k/v/o, MLA o_proj, linear-attention projections: quantized by the "all" scopes
-  kMla,        // MLA q_a/q_b/kv_a_with_mqa/kv_b: never (hf_ptq disables MLA for DeepSeek)
-  kDenseMlp,   // quantized by all and mlp_only
-  kExpert,     // routed experts: quantized by every nvfp4/fp8/mxfp8 scope
-  kShared,     // shared experts: all and mlp_only
+  kAttention,  // q/k/v, KDA q/k/v, linear-attention projections: quantized by the "all" scopes
+  kOProj,      // attention output projections: "all" scopes and omlp_only
+  kMla,        // MLA q_a/q_b/kv_a_with_mqa/kv_b, KDA f_a/f_b/g_a/g_b/b_proj: "all" scopes but the
+               // mla_bf16 ones (ModelOpt quantizes them since 0.43)
+  kDenseMlp,   // quantized by all, mlp_only and omlp_only
+  kExpert,     // routed experts: quantized by every scope
+  kShared,     // shared experts (also Kimi-Linear's under block_sparse_moe, and its dense layers
+               // there): all, mlp_only and omlp_only; not experts_only (ModelOpt's
+               // `*block_sparse_moe*` sees transformers 5's in-memory `mlp` and reaches nothing)
   kNever,      // routers, gates, lm_head, embeddings, norms, vision, projector, MTP, in_proj_a/b
 };
 
@@ -136,7 +143,7 @@ const std::vector<Module>& modules() {
       {"model.layers.0.self_attn.q_proj", Cls::kAttention},
       {"model.layers.0.self_attn.k_proj", Cls::kAttention},
       {"model.layers.0.self_attn.v_proj", Cls::kAttention},
-      {"model.layers.0.self_attn.o_proj", Cls::kAttention},
+      {"model.layers.0.self_attn.o_proj", Cls::kOProj},
       {"model.layers.0.mlp.gate_proj", Cls::kDenseMlp},
       {"model.layers.0.mlp.up_proj", Cls::kDenseMlp},
       {"model.layers.0.mlp.down_proj", Cls::kDenseMlp},
@@ -159,7 +166,7 @@ const std::vector<Module>& modules() {
       {"model.layers.3.self_attn.q_b_proj", Cls::kMla},
       {"model.layers.3.self_attn.kv_a_proj_with_mqa", Cls::kMla},
       {"model.layers.3.self_attn.kv_b_proj", Cls::kMla},
-      {"model.layers.3.self_attn.o_proj", Cls::kAttention},
+      {"model.layers.3.self_attn.o_proj", Cls::kOProj},
       {"model.layers.3.self_attn.q_a_layernorm", Cls::kNever},
       {"model.layers.3.self_attn.kv_a_layernorm", Cls::kNever},
       {"model.layers.3.mlp.gate", Cls::kNever},
@@ -173,20 +180,19 @@ const std::vector<Module>& modules() {
       {"model.layers.2.block_sparse_moe.experts.5.w2", Cls::kExpert},
       {"model.layers.2.block_sparse_moe.experts.5.w3", Cls::kExpert},
       {"model.layers.2.block_sparse_moe.gate", Cls::kNever},
-      // Kimi Linear: KDA q/k/v/o projections are attention; the gate bottlenecks and b_proj
-      // stay in the source dtype (the issue's exclusion rule); MoE under block_sparse_moe with
-      // shared experts, and transformers 5.x's dense first layer under block_sparse_moe too
+      // Kimi Linear: KDA q/k/v/o, the gate bottlenecks and b_proj; MoE under block_sparse_moe
+      // with shared experts, and transformers 5.x's dense first layer under block_sparse_moe too
       {"model.layers.0.self_attn.q_proj", Cls::kAttention},
       {"model.layers.0.self_attn.v_proj", Cls::kAttention},
-      {"model.layers.0.self_attn.o_proj", Cls::kAttention},
-      {"model.layers.0.self_attn.f_a_proj", Cls::kNever},
-      {"model.layers.0.self_attn.f_b_proj", Cls::kNever},
-      {"model.layers.0.self_attn.g_a_proj", Cls::kNever},
-      {"model.layers.0.self_attn.g_b_proj", Cls::kNever},
-      {"model.layers.0.self_attn.b_proj", Cls::kNever},
+      {"model.layers.0.self_attn.o_proj", Cls::kOProj},
+      {"model.layers.0.self_attn.f_a_proj", Cls::kMla},
+      {"model.layers.0.self_attn.f_b_proj", Cls::kMla},
+      {"model.layers.0.self_attn.g_a_proj", Cls::kMla},
+      {"model.layers.0.self_attn.g_b_proj", Cls::kMla},
+      {"model.layers.0.self_attn.b_proj", Cls::kMla},
       {"model.layers.0.self_attn.o_norm", Cls::kNever},
-      {"model.layers.0.block_sparse_moe.gate_proj", Cls::kDenseMlp},
-      {"model.layers.0.block_sparse_moe.down_proj", Cls::kDenseMlp},
+      {"model.layers.0.block_sparse_moe.gate_proj", Cls::kShared},
+      {"model.layers.0.block_sparse_moe.down_proj", Cls::kShared},
       {"model.layers.1.block_sparse_moe.gate", Cls::kNever},
       {"model.layers.1.block_sparse_moe.shared_experts.gate_proj", Cls::kShared},
       {"model.layers.1.block_sparse_moe.experts.3.w2", Cls::kExpert},
@@ -218,20 +224,24 @@ const std::vector<Module>& modules() {
       {"model.language_model.layers.0.mlp.up_proj", Cls::kDenseMlp},
       {"vision_tower.encoder.blocks.0.mlp.fc0", Cls::kNever},
       {"vision_tower.encoder.blocks.0.wqkv", Cls::kNever},
+      {"model.visual.blocks.0.mlp.fc1", Cls::kNever},
       {"multi_modal_projector.linear_1", Cls::kNever},
       {"mm_projector.proj.0", Cls::kNever},
   };
   return m;
 }
 
-enum class Scope { kAll, kExpertsOnly, kMlpOnly };
+enum class Scope { kAll, kAllMlaBf16, kExpertsOnly, kMlpOnly, kOmlpOnly };
 
 QFormat expected(Scope scope, QFormat f, Cls c) {
+  const bool all = scope == Scope::kAll || scope == Scope::kAllMlaBf16;
   switch (c) {
     case Cls::kAttention:
-      return scope == Scope::kAll ? f : QFormat::kNone;
+      return all ? f : QFormat::kNone;
+    case Cls::kOProj:
+      return all || scope == Scope::kOmlpOnly ? f : QFormat::kNone;
     case Cls::kMla:
-      return QFormat::kNone;
+      return scope == Scope::kAll ? f : QFormat::kNone;
     case Cls::kDenseMlp:
     case Cls::kShared:
       return scope == Scope::kExpertsOnly ? QFormat::kNone : f;
@@ -243,75 +253,151 @@ QFormat expected(Scope scope, QFormat f, Cls c) {
   return QFormat::kNone;
 }
 
-struct Builtin {
+struct Qformat {
   const char* name;
   Scope scope;
   QFormat format;
-  KvCacheFormat kv;
 };
 
-const std::vector<Builtin>& builtins() {
-  static const std::vector<Builtin> b = {
-      {"fp8-kv_fp8", Scope::kAll, QFormat::kFp8, KvCacheFormat::kFp8},
-      {"fp8-kv_none", Scope::kAll, QFormat::kFp8, KvCacheFormat::kNone},
-      {"mxfp8-kv_fp8", Scope::kAll, QFormat::kMxfp8, KvCacheFormat::kFp8},
-      {"mxfp8-kv_none", Scope::kAll, QFormat::kMxfp8, KvCacheFormat::kNone},
-      {"nvfp4-kv_fp8", Scope::kAll, QFormat::kNvfp4, KvCacheFormat::kFp8},
-      {"nvfp4-kv_none", Scope::kAll, QFormat::kNvfp4, KvCacheFormat::kNone},
-      {"nvfp4_experts_only-kv_fp8", Scope::kExpertsOnly, QFormat::kNvfp4, KvCacheFormat::kFp8},
-      {"nvfp4_experts_only-kv_none", Scope::kExpertsOnly, QFormat::kNvfp4, KvCacheFormat::kNone},
-      {"nvfp4_mlp_only-kv_fp8", Scope::kMlpOnly, QFormat::kNvfp4, KvCacheFormat::kFp8},
-      {"nvfp4_mlp_only-kv_none", Scope::kMlpOnly, QFormat::kNvfp4, KvCacheFormat::kNone},
-      {"w4a16_nvfp4-kv_fp8", Scope::kAll, QFormat::kW4A16Nvfp4, KvCacheFormat::kFp8},
-      {"w4a16_nvfp4-kv_none", Scope::kAll, QFormat::kW4A16Nvfp4, KvCacheFormat::kNone},
+const std::vector<Qformat>& qformats() {
+  static const std::vector<Qformat> b = {
+      {"fp8", Scope::kAll, QFormat::kFp8},
+      {"fp8_mla_bf16", Scope::kAllMlaBf16, QFormat::kFp8},
+      {"mxfp8", Scope::kAll, QFormat::kMxfp8},
+      {"nvfp4", Scope::kAll, QFormat::kNvfp4},
+      {"nvfp4_experts_only", Scope::kExpertsOnly, QFormat::kNvfp4},
+      {"nvfp4_mla_bf16", Scope::kAllMlaBf16, QFormat::kNvfp4},
+      {"nvfp4_mlp_only", Scope::kMlpOnly, QFormat::kNvfp4},
+      {"nvfp4_omlp_only", Scope::kOmlpOnly, QFormat::kNvfp4},
+      {"w4a16_nvfp4", Scope::kAll, QFormat::kW4A16Nvfp4},
   };
   return b;
 }
 
+const std::vector<std::pair<const char*, KvCacheFormat>>& kv_modes() {
+  static const std::vector<std::pair<const char*, KvCacheFormat>> k = {
+      {"fp8", KvCacheFormat::kFp8},
+      {"fp8_cast", KvCacheFormat::kFp8Cast},
+      {"none", KvCacheFormat::kNone},
+      {"nvfp4", KvCacheFormat::kNvfp4},
+      {"nvfp4_cast", KvCacheFormat::kNvfp4Cast}};
+  return k;
+}
+
+// ModelOpt 0.47's general/ptq recipes strata has: scope, format, KV mode, and whether the routed
+// experts' input amax is pinned (input_amax 2688).
+struct General {
+  const char* name;
+  Scope scope;
+  QFormat format;
+  KvCacheFormat kv;
+  bool pinned = false;
+};
+
+const std::vector<General>& generals() {
+  static const std::vector<General> g = {
+      {"general/ptq/fp8_default-kv_fp8", Scope::kAll, QFormat::kFp8, KvCacheFormat::kFp8},
+      {"general/ptq/fp8_default-kv_fp8_cast", Scope::kAll, QFormat::kFp8, KvCacheFormat::kFp8Cast},
+      {"general/ptq/nvfp4_default-kv_fp8", Scope::kAll, QFormat::kNvfp4, KvCacheFormat::kFp8},
+      {"general/ptq/nvfp4_default-kv_fp8_cast", Scope::kAll, QFormat::kNvfp4,
+       KvCacheFormat::kFp8Cast},
+      {"general/ptq/nvfp4_default-kv_nvfp4_cast", Scope::kAll, QFormat::kNvfp4,
+       KvCacheFormat::kNvfp4Cast},
+      {"general/ptq/nvfp4_experts_only-kv_fp8", Scope::kExpertsOnly, QFormat::kNvfp4,
+       KvCacheFormat::kFp8},
+      {"general/ptq/nvfp4_experts_only-kv_fp8_cast", Scope::kExpertsOnly, QFormat::kNvfp4,
+       KvCacheFormat::kFp8Cast},
+      {"general/ptq/nvfp4_experts_only_input_scale1-kv_fp8_cast", Scope::kExpertsOnly,
+       QFormat::kNvfp4, KvCacheFormat::kFp8Cast, true},
+      {"general/ptq/nvfp4_mlp_only-kv_fp8", Scope::kMlpOnly, QFormat::kNvfp4, KvCacheFormat::kFp8},
+      {"general/ptq/nvfp4_mlp_only-kv_fp8_cast", Scope::kMlpOnly, QFormat::kNvfp4,
+       KvCacheFormat::kFp8Cast},
+      {"general/ptq/nvfp4_mlp_only-novit-kv_fp8", Scope::kMlpOnly, QFormat::kNvfp4,
+       KvCacheFormat::kFp8},
+      {"general/ptq/nvfp4_omlp_only-kv_fp8", Scope::kOmlpOnly, QFormat::kNvfp4,
+       KvCacheFormat::kFp8},
+      {"general/ptq/nvfp4_omlp_only-kv_fp8_cast", Scope::kOmlpOnly, QFormat::kNvfp4,
+       KvCacheFormat::kFp8Cast},
+      {"general/ptq/nvfp4_weight_only-kv_fp16", Scope::kAll, QFormat::kW4A16Nvfp4,
+       KvCacheFormat::kNone},
+      {"general/ptq/nvfp4_weight_only-kv_fp8_cast", Scope::kAll, QFormat::kW4A16Nvfp4,
+       KvCacheFormat::kFp8Cast},
+  };
+  return g;
+}
+
 TEST(BuiltinRecipes, ListIsExactlyTheExpectedSet) {
+  std::vector<std::string> want;
+  for (const Qformat& q : qformats()) {
+    for (const auto& [kv, f] : kv_modes())
+      want.push_back(std::string(q.name) + "-kv_" + kv);
+  }
+  for (const General& g : generals())
+    want.push_back(g.name);
+  std::sort(want.begin(), want.end());
   const std::vector<strata::RecipeInfo> all = strata::builtin_recipes();
-  ASSERT_EQ(all.size(), builtins().size());
+  ASSERT_EQ(all.size(), want.size());
   for (size_t i = 0; i < all.size(); ++i) {
-    EXPECT_EQ(all[i].name, builtins()[i].name);  // sorted by name
+    EXPECT_EQ(all[i].name, want[i]);  // sorted by name
     EXPECT_FALSE(all[i].description.empty()) << all[i].name;
     EXPECT_EQ(all[i].description.find('\n'), std::string::npos) << all[i].name;
   }
 }
 
-TEST(BuiltinRecipes, DecisionsOnEveryFamily) {
-  for (const Builtin& b : builtins()) {
-    const strata::Recipe r = strata::load_recipe(b.name);
-    EXPECT_EQ(r.name, b.name);
-    EXPECT_EQ(r.kv_cache, b.kv) << b.name;
-    for (const Module& m : modules()) {
-      const strata::RuleDecision d = strata::recipe_decide(r, m.name);
-      EXPECT_EQ(d.format, expected(b.scope, b.format, m.cls))
-          << b.name << " on " << m.name << ": got " << strata::qformat_name(d.format);
+void expect_decisions(const strata::Recipe& r, Scope scope, QFormat format, bool pinned) {
+  for (const Module& m : modules()) {
+    const strata::RuleDecision d = strata::recipe_decide(r, m.name);
+    EXPECT_EQ(d.format, expected(scope, format, m.cls))
+        << r.name << " on " << m.name << ": got " << strata::qformat_name(d.format);
+    if (d.format != QFormat::kNone) {
+      EXPECT_EQ(d.input_amax.has_value(), pinned) << r.name << " on " << m.name;
+      if (pinned && d.input_amax) EXPECT_EQ(*d.input_amax, 2688.0f);
     }
+  }
+}
+
+TEST(BuiltinRecipes, DecisionsOnEveryFamily) {
+  for (const Qformat& q : qformats()) {
+    for (const auto& [kv, f] : kv_modes()) {
+      const std::string name = std::string(q.name) + "-kv_" + kv;
+      const strata::Recipe r = strata::load_recipe(name);
+      EXPECT_EQ(r.name, name);
+      EXPECT_EQ(r.kv_cache, f) << name;
+      expect_decisions(r, q.scope, q.format, false);
+    }
+  }
+  for (const General& g : generals()) {
+    const strata::Recipe r = strata::load_recipe(g.name);
+    EXPECT_EQ(r.name, g.name);
+    EXPECT_EQ(r.kv_cache, g.kv) << g.name;
+    expect_decisions(r, g.scope, g.format, g.pinned);
   }
 }
 
 TEST(BuiltinRecipes, DecidingRuleAndOrigin) {
   const strata::Recipe r = strata::load_recipe("nvfp4-kv_fp8");
-  // Rule 1 of the recipe gives "*" nvfp4; then default_disabled's rules follow in order.
-  ASSERT_GE(r.rules.size(), 6u);
+  // Rule 1 of the qformat gives "*" nvfp4; then default_disabled's rules follow in order
+  // (ModelOpt 0.47's default_disabled_quantizers order: block_sparse_moe.gate first).
+  ASSERT_GE(r.rules.size(), 9u);
   EXPECT_EQ(r.rules[0].pattern, "*");
-  EXPECT_EQ(r.rules[0].origin, "recipes/nvfp4-kv_fp8.yaml rule 1");
+  EXPECT_EQ(r.rules[0].origin, "recipes/qformat/nvfp4.yaml rule 1");
   EXPECT_FALSE(r.rules[0].imported);
-  EXPECT_EQ(r.rules[1].pattern, "*mlp.gate.*");
+  EXPECT_EQ(r.rules[1].pattern, "*block_sparse_moe.gate.*");
   EXPECT_EQ(r.rules[1].origin, "recipes/units/default_disabled.yaml rule 1");
   EXPECT_TRUE(r.rules[1].imported);
 
   strata::RuleDecision d = strata::recipe_decide(r, "model.layers.0.self_attn.q_proj");
   EXPECT_EQ(d.rule, 0);
   d = strata::recipe_decide(r, "model.layers.1.mlp.gate");
-  EXPECT_EQ(d.rule, 1);
+  ASSERT_GE(d.rule, 0);
+  EXPECT_EQ(r.rules[d.rule].pattern, "*mlp.gate.*");
+  EXPECT_EQ(r.rules[d.rule].origin, "recipes/units/default_disabled.yaml rule 8");
   d = strata::recipe_decide(r, "lm_head");
   ASSERT_GE(d.rule, 0);
   EXPECT_EQ(r.rules[d.rule].pattern, "*lm_head*");
-  EXPECT_EQ(r.rules[d.rule].origin, "recipes/units/default_disabled.yaml rule 5");
+  EXPECT_EQ(r.rules[d.rule].origin, "recipes/units/default_disabled.yaml rule 6");
 
-  // experts_only: a dense module matches no rule at all.
+  // experts_only: an attention module matches no rule at all.
   const strata::Recipe e = strata::load_recipe("nvfp4_experts_only-kv_none");
   d = strata::recipe_decide(e, "model.layers.0.self_attn.q_proj");
   EXPECT_EQ(d.rule, -1);
@@ -319,23 +405,55 @@ TEST(BuiltinRecipes, DecidingRuleAndOrigin) {
 }
 
 TEST(BuiltinRecipes, NameForHfPtqFlags) {
-  EXPECT_EQ(strata::recipe_name_for("nvfp4", "fp8"), "nvfp4-kv_fp8");
+  EXPECT_EQ(strata::recipe_name_for("nvfp4", "fp8_cast"), "nvfp4-kv_fp8_cast");
   EXPECT_EQ(strata::recipe_name_for("nvfp4_experts_only", "none"), "nvfp4_experts_only-kv_none");
   EXPECT_EQ(strata::recipe_name_for("nvfp4_mlp_only", "fp8"), "nvfp4_mlp_only-kv_fp8");
-  EXPECT_EQ(strata::recipe_name_for("w4a16_nvfp4", "none"), "w4a16_nvfp4-kv_none");
-  EXPECT_EQ(strata::recipe_name_for("fp8", "fp8"), "fp8-kv_fp8");
+  EXPECT_EQ(strata::recipe_name_for("w4a16_nvfp4", "nvfp4"), "w4a16_nvfp4-kv_nvfp4");
+  EXPECT_EQ(strata::recipe_name_for("fp8", "nvfp4_cast"), "fp8-kv_nvfp4_cast");
   EXPECT_EQ(strata::recipe_name_for("mxfp8", "none"), "mxfp8-kv_none");
-  for (const auto& [q, kv] : std::vector<std::pair<const char*, const char*>>{
-           {"int4_awq", "fp8"}, {"nvfp4", "fp8_cast"}, {"nvfp4", "nvfp4"}, {"", ""}}) {
+  for (const auto& [q, kv, what] : std::vector<std::tuple<const char*, const char*, const char*>>{
+           {"int4_awq", "fp8", "--qformat int4_awq is not a built-in qformat"},
+           {"", "fp8", "--qformat  is not a built-in qformat"},
+           {"nvfp4", "fp8_affine", "--kv_cache_qformat fp8_affine is not a KV-cache mode"},
+           {"nvfp4", "nvfp4_rotate", "nvfp4_rotate (a Hadamard rotation of K) are not"}}) {
     try {
       strata::recipe_name_for(q, kv);
       ADD_FAILURE() << q << " + " << kv << " should be refused";
     } catch (const strata::Error& e) {
       const std::string msg = e.what();
-      EXPECT_NE(msg.find(std::string("--qformat ") + q), std::string::npos) << msg;
-      EXPECT_NE(msg.find("nvfp4_experts_only + fp8"), std::string::npos) << msg;
-      EXPECT_NE(msg.find("w4a16_nvfp4 + none"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(what), std::string::npos) << msg;
     }
+  }
+}
+
+TEST(BuiltinRecipes, UnknownGeneralRecipeListsTheOnesStrataHas) {
+  try {
+    strata::load_recipe("general/ptq/nvfp4_act_headroom-kv_fp8_cast");
+    ADD_FAILURE() << "nvfp4_act_headroom should be refused";
+  } catch (const strata::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("unknown recipe 'general/ptq/nvfp4_act_headroom-kv_fp8_cast'"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("nvfp4_experts_only_input_scale1-kv_fp8_cast"), std::string::npos) << msg;
+  }
+}
+
+TEST(RecipeRules, InputAmaxNeedsAnActivationFormat) {
+  const strata::Recipe r = strata::parse_recipe(R"(
+rules:
+  - {pattern: "*", format: nvfp4, input_amax: 448}
+  - {pattern: "*mlp*", format: fp8}
+)",
+                                                "t.yaml");
+  EXPECT_EQ(strata::recipe_decide(r, "model.layers.0.self_attn.q_proj").input_amax, 448.0f);
+  EXPECT_FALSE(strata::recipe_decide(r, "model.layers.0.mlp.up_proj").input_amax.has_value());
+  for (const char* bad : {"{pattern: \"*\", format: w4a16_nvfp4, input_amax: 2688}",
+                          "{pattern: \"*\", format: nvfp4, input_amax: -1}",
+                          "{pattern: \"*\", format: nvfp4, input_amax: x}"}) {
+    EXPECT_THROW(strata::parse_recipe(std::string("rules:\n  - ") + bad + "\n", "t.yaml"),
+                 strata::Error)
+        << bad;
   }
 }
 
@@ -460,7 +578,21 @@ TEST(RecipeFormats, NamesAndBlocks) {
   EXPECT_FALSE(strata::qformat_from_name("NVFP4").has_value());
   EXPECT_EQ(strata::kv_cache_format_from_name("fp8"), KvCacheFormat::kFp8);
   EXPECT_EQ(strata::kv_cache_format_from_name("none"), KvCacheFormat::kNone);
-  EXPECT_FALSE(strata::kv_cache_format_from_name("fp8_cast").has_value());
+  EXPECT_EQ(strata::kv_cache_format_from_name("fp8_cast"), KvCacheFormat::kFp8Cast);
+  EXPECT_EQ(strata::kv_cache_format_from_name("nvfp4"), KvCacheFormat::kNvfp4);
+  EXPECT_EQ(strata::kv_cache_format_from_name("nvfp4_cast"), KvCacheFormat::kNvfp4Cast);
+  EXPECT_FALSE(strata::kv_cache_format_from_name("fp8_affine").has_value());
+  EXPECT_FALSE(strata::kv_cache_format_from_name("FP8").has_value());
+  // Calibrated modes write k/v scales; cast modes only kv_cache_quant_algo (ModelOpt 0.47).
+  EXPECT_TRUE(strata::kv_cache_calibrated(KvCacheFormat::kFp8));
+  EXPECT_TRUE(strata::kv_cache_calibrated(KvCacheFormat::kNvfp4));
+  EXPECT_FALSE(strata::kv_cache_calibrated(KvCacheFormat::kFp8Cast));
+  EXPECT_FALSE(strata::kv_cache_calibrated(KvCacheFormat::kNvfp4Cast));
+  EXPECT_FALSE(strata::kv_cache_calibrated(KvCacheFormat::kNone));
+  EXPECT_EQ(strata::kv_cache_quant_algo(KvCacheFormat::kFp8Cast), "FP8");
+  EXPECT_EQ(strata::kv_cache_quant_algo(KvCacheFormat::kNvfp4), "NVFP4");
+  EXPECT_EQ(strata::kv_cache_quant_algo(KvCacheFormat::kNvfp4Cast), "NVFP4");
+  EXPECT_EQ(strata::kv_cache_quant_algo(KvCacheFormat::kNone), "");
 }
 
 // ---- errors
@@ -557,7 +689,7 @@ TEST(RecipeErrors, UnknownBuiltinAndMissingFile) {
   } catch (const strata::Error& e) {
     const std::string m = e.what();
     EXPECT_HAS(m, "unknown recipe 'nvfp4-kv_fp16'");
-    EXPECT_HAS(m, "nvfp4-kv_fp8");
+    EXPECT_HAS(m, "none, fp8, fp8_cast, nvfp4, nvfp4_cast");
   }
   try {
     strata::load_recipe("/nonexistent/dir/r.yaml");

@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""ModelOpt 0.47 as a peer: quantize a fixture with ModelOpt itself, then compare its export with
+strata's tensor by tensor. Run by tests/peer/peer.sh on a CUDA machine with torch and
+transformers (and nvidia-modelopt 0.47.0 importable, e.g. from the wheels peer.sh installs).
+
+    modelopt_peer.py export  MODEL_DIR TOKENS_JSONL RECIPE OUT_DIR
+    modelopt_peer.py compare STRATA_OUT MODELOPT_OUT LABEL [--scale_tol 0.02] [--json FILE]
+
+RECIPE is strata's recipe name: "<qformat>-kv_<kv>" (hf_ptq --qformat <qformat>
+--kv_cache_qformat <kv>: ModelOpt's QUANT_CFG_CHOICES preset with its KV_QUANT_CFG_CHOICES entry)
+or "general/ptq/<name>" (hf_ptq --recipe general/ptq/<name>). hf_ptq.py's VLM handling and MTP
+exclusions are not applied (0.47 has no per-family disables left): the peer runs the recipe as
+written, which is what strata's recipes mirror.
+
+Calibration: every sequence of TOKENS_JSONL (the ids strata calibrates with in
+tests/export/run_export_check.sh) in its own unpadded forward, batch 1, on the bf16 model as
+transformers loads it (torch_dtype from config.json).
+
+compare prints one verdict line, "PEER <label>: PASS|FAIL ...", and the differences above it:
+  - names: tensors only one side writes (ModelOpt writing transformers' in-memory names instead
+    of the checkpoint's, which servers do not load, is said so);
+  - dtype and shape of every common tensor;
+  - bytes of every common tensor except the calibrated scalars (input_scale, k_scale, v_scale),
+    which are compared by relative difference (--scale_tol); a packed weight or block scale that
+    differs where its weight_scale_2 / weight_scale also differs is counted apart ("follows from
+    a differing scale");
+  - hf_quant_config.json's "quantization" and config.json's "quantization_config" (producer
+    version ignored; exclude_modules / ignore compared as lists).
+Standard library, numpy and the repo's tests/export/check_modelopt_export.py only (compare needs
+no torch).
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "export"))
+import check_modelopt_export as ck  # noqa: E402
+
+SCALARS = (".input_scale", ".k_scale", ".v_scale", "_input_scale")
+GLOBALS = (".weight_scale_2", "_weight_scale_2")
+
+
+# ------------------------------------------------------------------------------------- export
+
+def modelopt_cfg(recipe):
+    """The quant_cfg dict hf_ptq 0.47 would pass to mtq.quantize for strata's recipe name."""
+    import copy
+
+    import modelopt.torch.quantization as mtq
+    from modelopt.recipe import load_recipe
+    from modelopt.recipe.presets import KV_CACHE_NONE, KV_QUANT_CFG_CHOICES, QUANT_CFG_CHOICES
+
+    if recipe.startswith("general/"):
+        return load_recipe(recipe).quantize.model_dump()
+    qformat, kv = recipe.rsplit("-kv_", 1)
+    if qformat.endswith("_mla_bf16"):
+        raise SystemExit(f"{recipe}: strata's own qformat, no ModelOpt preset to compare with")
+    cfg = copy.deepcopy(QUANT_CFG_CHOICES[qformat])
+    if kv != KV_CACHE_NONE:
+        cfg = mtq.update_quant_cfg_with_kv_cache_quant(cfg, KV_QUANT_CFG_CHOICES[kv]["quant_cfg"])
+    return cfg
+
+
+def load_model(model_dir):
+    import torch
+    import transformers
+
+    cfg = json.load(open(os.path.join(model_dir, "config.json")))
+    errors = []
+    for cls in ("AutoModelForCausalLM", "AutoModelForImageTextToText"):
+        try:
+            model = getattr(transformers, cls).from_pretrained(model_dir, dtype="auto")
+            return model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
+        except Exception as e:  # noqa: BLE001 - try the next class, report all at the end
+            errors.append(f"{cls}: {type(e).__name__}: {e}")
+    raise SystemExit(f"{model_dir} ({cfg.get('model_type')}): transformers cannot load it: "
+                     + " | ".join(errors))
+
+
+def export(model_dir, tokens_path, recipe, out_dir):
+    import torch
+
+    import modelopt.torch.quantization as mtq
+    from modelopt.torch.export import export_hf_checkpoint
+
+    model = load_model(model_dir)
+    device = next(model.parameters()).device
+    seqs = [json.loads(line) for line in open(tokens_path) if line.strip()]
+
+    def forward_loop(m):
+        with torch.no_grad():
+            for ids in seqs:  # one unpadded sequence per forward
+                m(input_ids=torch.tensor([ids], dtype=torch.long, device=device))
+
+    mtq.quantize(model, modelopt_cfg(recipe), forward_loop=forward_loop)
+    export_hf_checkpoint(model, export_dir=out_dir)
+    print(f"modelopt export of {model_dir} with {recipe}: {out_dir}")
+
+
+# ------------------------------------------------------------------------------------ compare
+
+def tensors(d):
+    """name -> (dtype, shape, bytes) of a checkpoint directory's weight files."""
+    sf = ck.load_dir_tensors(d)
+    return {n: (f.tensors[n][0], tuple(f.tensors[n][1]), f.raw(n)) for n, f in sf.items()}
+
+
+def raw(t, n):
+    return t[n][2]
+
+
+def f32(t, n):
+    return float(np.frombuffer(raw(t, n), np.float32).reshape(-1)[0])
+
+
+# Kimi-Linear: ModelOpt 0.47 writes transformers 5's in-memory module names (its reverse name
+# mapping does not cover this model), which no server loads; mapped back to the checkpoint's names
+# here so that the numbers can be compared. The KDA q/k/v short convolutions are one fused
+# `self_attn.conv1d` [3C, 1, K] in memory.
+KIMI_LINEAR_RENAMES = [
+    (r"\.mlp\.experts\.(\d+)\.gate_proj\.", r".block_sparse_moe.experts.\1.w1."),
+    (r"\.mlp\.experts\.(\d+)\.up_proj\.", r".block_sparse_moe.experts.\1.w3."),
+    (r"\.mlp\.experts\.(\d+)\.down_proj\.", r".block_sparse_moe.experts.\1.w2."),
+    (r"\.mlp\.", ".block_sparse_moe."),
+    (r"\.mlp$", ".block_sparse_moe"),
+    (r"\.self_attn\.forget_gate\.", ".self_attn."),
+]
+
+
+def rename_kimi_linear(t):
+    import re
+    out = {}
+    for n, (dt, shp, b) in t.items():
+        if n.endswith(".self_attn.conv1d.weight") and shp and shp[0] % 3 == 0:
+            third = len(b) // 3
+            for i, x in enumerate("qkv"):
+                out[n.replace(".conv1d.", f".{x}_conv1d.")] = (dt, (shp[0] // 3,) + shp[1:],
+                                                              b[i * third:(i + 1) * third])
+            continue
+        for pat, rep in KIMI_LINEAR_RENAMES:
+            n = re.sub(pat, rep, n)
+        out[n] = (dt, shp, b)
+    return out
+
+
+def rename_names(names):
+    import re
+    out = []
+    for n in names:
+        for pat, rep in KIMI_LINEAR_RENAMES:
+            n = re.sub(pat, rep, n + "." if not n.endswith("*") else n).rstrip(".")
+        out.append(n)
+    return sorted(out)
+
+
+def module_of(n):
+    for suffix in (".weight_scale_2", ".weight_scale", ".input_scale", ".weight"):
+        if n.endswith(suffix):
+            return n[: -len(suffix)]
+    for suffix in ("_weight_scale_2", "_weight_scale", "_input_scale"):
+        if n.endswith(suffix):
+            return n[: -len(suffix)]
+    return None
+
+
+def config_quant(d, rename=False):
+    out = {}
+    p = os.path.join(d, "hf_quant_config.json")
+    if os.path.exists(p):
+        out["hf_quant_config"] = dict(json.load(open(p)).get("quantization") or {})
+    p = os.path.join(d, "config.json")
+    if os.path.exists(p):
+        qc = dict(json.load(open(p)).get("quantization_config") or {})
+        qc.pop("producer", None)
+        out["quantization_config"] = qc
+    if rename:
+        for sec, key in (("hf_quant_config", "exclude_modules"), ("quantization_config", "ignore")):
+            if isinstance(out.get(sec, {}).get(key), list):
+                out[sec][key] = rename_names(out[sec][key])
+    return out
+
+
+def model_type(d):
+    try:
+        return json.load(open(os.path.join(d, "config.json"))).get("model_type")
+    except (OSError, ValueError):
+        return None
+
+
+def in_memory_name(n):
+    """Names transformers holds in memory but no server loads (fused expert parameters)."""
+    return n.endswith(("experts.gate_up_proj", "experts.down_proj")) or ".experts.gate_up_proj_" in n \
+        or ".experts.down_proj_" in n
+
+
+def ulps(a_raw, b_raw):
+    a, b = (int(np.frombuffer(x, np.int32)[0]) for x in (a_raw, b_raw))
+    return abs(a - b)
+
+
+def compare(strata_dir, modelopt_dir, label, scale_tol, json_path=None, ulp=0):
+    s, m = tensors(strata_dir), tensors(modelopt_dir)
+    lines = []
+    renamed = model_type(strata_dir) == "kimi_linear" and any(
+        ".self_attn.forget_gate." in n or ".self_attn.conv1d." in n for n in m)
+    if renamed:
+        m = rename_kimi_linear(m)
+        lines.append("  note: ModelOpt wrote transformers' in-memory Kimi-Linear names (mlp.*, "
+                     "self_attn.forget_gate.*, fused self_attn.conv1d), which servers do not load; "
+                     "mapped to the checkpoint's names for the comparison (renamed)")
+    only_s, only_m = sorted(set(s) - set(m)), sorted(set(m) - set(s))
+    for n in only_s[:20]:
+        lines.append(f"  strata only: {n} {s[n][0]} {list(s[n][1])}")
+    for n in only_m[:20]:
+        why = " (transformers' in-memory layout: servers load the checkpoint's names)" \
+            if in_memory_name(n) else ""
+        lines.append(f"  modelopt only: {n} {m[n][0]} {list(m[n][1])}{why}")
+    meta_bad, byte_bad, byte_follow, scale_rel, scale_bad, rounding = [], [], [], {}, [], []
+    common = sorted(set(s) & set(m))
+    differing_globals = {module_of(n) for n in common if n.endswith(GLOBALS + (".weight_scale",))
+                         and s[n][1] == () and raw(s, n) != raw(m, n)}
+    for n in common:
+        (sd, ss), (md, ms) = s[n][:2], m[n][:2]
+        if (sd, tuple(ss)) != (md, tuple(ms)):
+            meta_bad.append(n)
+            lines.append(f"  dtype/shape: {n} strata {sd} {list(ss)}, modelopt {md} {list(ms)}")
+            continue
+        if n.endswith(SCALARS):
+            a, b = f32(s, n), f32(m, n)
+            rel = abs(a - b) / max(abs(b), 1e-30)
+            scale_rel[n] = rel
+            if rel > scale_tol:
+                scale_bad.append(n)
+                lines.append(f"  scale: {n} strata {a:.7g}, modelopt {b:.7g} (rel {rel:.2%})")
+            continue
+        if raw(s, n) == raw(m, n):
+            continue
+        if module_of(n) in differing_globals and not n.endswith(GLOBALS) and \
+                not (n.endswith(".weight_scale") and ss == ()):
+            byte_follow.append(n)
+        elif ulp and ss == () and sd == "F32" and ulps(raw(s, n), raw(m, n)) <= ulp:
+            rounding.append(n)  # --ulp: a peer that rounds scales otherwise (ModelOpt on a CPU)
+        else:
+            byte_bad.append(n)
+            extra = ""
+            if ss == () and sd == "F32":
+                extra = f" ({f32(s, n):.9g} vs {f32(m, n):.9g})"
+            lines.append(f"  bytes: {n} {sd} {list(ss)}{extra}")
+    cs, cm = config_quant(strata_dir), config_quant(modelopt_dir, renamed)
+    cfg_diff = []
+    for k in sorted(set(cs) | set(cm)):
+        a, b = cs.get(k), cm.get(k)
+        if a == b:
+            continue
+        for key in sorted(set(a or {}) | set(b or {})):
+            va, vb = (a or {}).get(key), (b or {}).get(key)
+            if va != vb:
+                cfg_diff.append(f"{k}.{key}")
+                if isinstance(va, list) and isinstance(vb, list):
+                    lines.append(f"  {k}.{key}: strata only {sorted(set(va) - set(vb))[:10]}, "
+                                 f"modelopt only {sorted(set(vb) - set(va))[:10]}")
+                else:
+                    lines.append(f"  {k}.{key}: strata {json.dumps(va)[:200]}, "
+                                 f"modelopt {json.dumps(vb)[:200]}")
+    if rounding:
+        byte_follow = [n for n in byte_follow if module_of(n) not in {module_of(r) for r in rounding}] \
+            + [f"{n} (after a scale {ulp} ulp off)" for n in byte_follow
+               if module_of(n) in {module_of(r) for r in rounding}]
+    ok = not (only_s or only_m or meta_bad or byte_bad or scale_bad or cfg_diff) and \
+        (not byte_follow or bool(ulp))
+    worst = max(scale_rel.values(), default=0.0)
+    verdict = (f"PEER {label}: {'PASS' if ok else 'FAIL'}{' (renamed)' if renamed else ''} "
+               f"tensors {len(common)} common, "
+               f"{len(only_s)} strata-only, {len(only_m)} modelopt-only; dtype/shape {len(meta_bad)} "
+               f"differ; bytes {len(byte_bad)} differ (+{len(byte_follow)} from a differing scale); "
+               + (f"{len(rounding)} scalar scales within {ulp} ulp; " if ulp else "")
+               + f"scales {len(scale_rel)} max rel {worst:.3%} ({len(scale_bad)} over {scale_tol:.1%}); "
+               f"config {'equal' if not cfg_diff else 'differs: ' + ','.join(cfg_diff)}")
+    for line in lines:
+        print(line)
+    print(verdict)
+    if json_path:
+        json.dump({"label": label, "ok": ok, "only_strata": only_s, "only_modelopt": only_m,
+                   "dtype_shape": meta_bad, "bytes": byte_bad, "bytes_from_scale": byte_follow,
+                   "scales_over_tol": scale_bad, "max_scale_rel": worst, "config": cfg_diff},
+                  open(json_path, "w"), indent=1)
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("export")
+    e.add_argument("model")
+    e.add_argument("tokens")
+    e.add_argument("recipe")
+    e.add_argument("out")
+    c = sub.add_parser("compare")
+    c.add_argument("strata")
+    c.add_argument("modelopt")
+    c.add_argument("label")
+    c.add_argument("--scale_tol", type=float, default=0.02)
+    c.add_argument("--json")
+    c.add_argument("--ulp", type=int, default=0,
+                   help="count scalar F32 scales this many ulps apart (and the weights quantized "
+                        "with them) as rounding, not differences: ModelOpt run on a CPU divides "
+                        "where its GPU kernels multiply by the reciprocal (spec/format.md §1)")
+    a = ap.parse_args()
+    if a.cmd == "export":
+        export(a.model, a.tokens, a.recipe, a.out)
+        return 0
+    return 0 if compare(a.strata, a.modelopt, a.label, a.scale_tol, a.json, a.ulp) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
