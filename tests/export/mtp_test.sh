@@ -62,13 +62,15 @@ cfg = json.load(open(os.path.join(src, "config.json")))
 n = cfg.get("text_config", cfg)["num_hidden_layers"]
 mtp = "mtp." if cfg["model_type"] in ("qwen3_next", "qwen3_5_moe") else f"model.layers.{n}."
 excl = json.load(open(os.path.join(out, "hf_quant_config.json")))["quantization"]["exclude_modules"]
-# ModelOpt 0.47 (hf_ptq's MTP prefixes "model.layers.N" + "*", and its prefix-wildcard summary)
-assert f"model.layers.{n}*" in excl, excl
+# ModelOpt 0.47 (hf_ptq's MTP prefixes "model.layers.N" + "*", and its prefix-wildcard summary;
+# Qwen3-Next's and Qwen3.5's top-level mtp.* modules summarised the same way as "mtp*")
+summary = "mtp*" if mtp == "mtp." else f"model.layers.{n}*"
+assert summary in excl, excl
 s, o = ck.load_dir_tensors(src), ck.load_dir_tensors(out)
 want = sorted(k for k in s if k.startswith(mtp))
 got = sorted(k for k in o if k.startswith(mtp))
 assert got == want, (set(got) ^ set(want))
 for k in want:
     assert s[k].raw(k) == o[k].raw(k) and s[k].tensors[k][:2] == o[k].tensors[k][:2], k
-print(f"MTP layer model.layers.{n}*: excluded, its {len(want)} tensors copied byte for byte, no KV scales")
+print(f"MTP layer {summary}: excluded, its {len(want)} tensors copied byte for byte, no KV scales")
 PY
