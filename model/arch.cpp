@@ -743,6 +743,7 @@ bool split_layer(std::string_view s, int64_t* layer, std::string_view* rest) {
 bool tensor_kept_in_fp32(const ArchInfo& arch, std::string_view name) {
   switch (arch.family) {
     case ArchFamily::kDeepseekV3:
+    case ArchFamily::kDeepseekV32:
     case ArchFamily::kGlm4Moe:
       return name.ends_with(".e_score_correction_bias") &&
              classify_tensor(arch, name).kind == TensorKind::kRouter;
@@ -751,6 +752,7 @@ bool tensor_kept_in_fp32(const ArchInfo& arch, std::string_view name) {
     case ArchFamily::kMixtral:
     case ArchFamily::kKimiLinear:
     case ArchFamily::kQwen3Next:
+    case ArchFamily::kQwen35Moe:
     case ArchFamily::kMiniMaxM2:
     case ArchFamily::kGptOss:
       return false;

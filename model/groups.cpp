@@ -48,6 +48,15 @@ int64_t routed_expert_index(std::string_view module) {
 
 std::string shared_input_group_key(std::string_view module) {
   const Split s = split_last(module);
+  // DeepSeek-V3.2's lightning indexer (<p>.indexer.*): wk and weights_proj read the attention
+  // block's input, wq_b reads MLA's normalised q LoRA output as q_b_proj does.
+  const Split owner = split_last(s.parent);
+  if (owner.leaf == "indexer") {
+    if (s.leaf == "wk" || s.leaf == "weights_proj")
+      return std::string(owner.parent) + ".{attention input}";
+    if (s.leaf == "wq_b") return std::string(owner.parent) + ".{q_b_proj input}";
+  }
+  if (s.leaf == "q_b_proj") return std::string(s.parent) + ".{q_b_proj input}";
   for (std::string_view leaf : {"q_proj", "k_proj", "v_proj", "q_a_proj", "kv_a_proj_with_mqa",
                                 "f_a_proj", "g_a_proj", "b_proj"}) {
     if (s.leaf == leaf) return std::string(s.parent) + ".{attention input}";

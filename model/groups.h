@@ -17,7 +17,9 @@
 // grouping the enabled quantized linears by the identity of their input in a dummy forward; FP8 is
 // not fused there). Within an attention block the projections that read the block's input are
 //   <p>.q_proj, k_proj, v_proj, q_a_proj, kv_a_proj_with_mqa (MLA with or without q LoRA),
-//   f_a_proj, g_a_proj, b_proj (Kimi-Linear KDA)    -> "<p>.{attention input}"
+//   f_a_proj, g_a_proj, b_proj (Kimi-Linear KDA),
+//   indexer.wk, indexer.weights_proj (DeepSeek-V3.2) -> "<p>.{attention input}"
+//   <p>.q_b_proj, indexer.wq_b (MLA's q LoRA output) -> "<p>.{q_b_proj input}"
 // and any other module shares with its fused group (shared_input_group_key).
 //
 // Routed experts also share the input scale of each projection across the experts of a layer:

@@ -341,6 +341,8 @@ FUSED_SIBLINGS = [  # (members, vLLM fused name)
 # without q LoRA, Kimi-Linear KDA's gates and beta).
 ATTENTION_INPUT = ("q_proj", "k_proj", "v_proj", "q_a_proj", "kv_a_proj_with_mqa", "f_a_proj",
                    "g_a_proj", "b_proj")
+# DeepSeek-V3.2's lightning indexer (<attention>.indexer.*) projections of that same input.
+INDEXER_ATTENTION_INPUT = ("wk", "weights_proj")
 
 
 # A vision tower or projector under any wrapper prefix of at most 4 components (format.md §6).
@@ -854,9 +856,9 @@ def check_gptoss(C, src, out_t, algo, qlayers, excl, amax_path):
 
 
 # Text model types whose transformers class keeps the router's e_score_correction_bias in fp32
-# (_keep_in_fp32_modules_strict): DeepSeek-V3 (Kimi-K2 and Kimi-K2.5's text model are deepseek_v3)
-# and GLM-4.5. Kimi-Linear's and MiniMax-M2's classes do not.
-FP32_ROUTER_BIAS = ("deepseek_v3", "kimi_k2", "glm4_moe")
+# (_keep_in_fp32_modules_strict): DeepSeek-V3 (Kimi-K2 and Kimi-K2.5's text model are deepseek_v3),
+# DeepSeek-V3.2 and GLM-4.5. Kimi-Linear's and MiniMax-M2's classes do not.
+FP32_ROUTER_BIAS = ("deepseek_v3", "kimi_k2", "deepseek_v32", "glm4_moe")
 
 
 def in_mtp_layer(name, cfg):
@@ -1060,10 +1062,18 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
     shared_in = {}  # module -> the modules of its format reading its input (itself included)
     for p, leaves in sorted(by_parent.items()):
         members = [f"{p}.{x}" for x in ATTENTION_INPUT if x in leaves]
-        for m in members:
-            same = [o for o in members if fmt.get(o) == fmt.get(m)]
-            if fmt.get(m) in ("NVFP4", "W4A16_NVFP4") and len(same) > 1:
-                shared_in[m] = same
+        # DeepSeek-V3.2's lightning indexer: wk and weights_proj read the attention block's input;
+        # wq_b reads the q LoRA output that q_b_proj reads.
+        idx = by_parent.get(f"{p}.indexer", set())
+        members += [f"{p}.indexer.{x}" for x in INDEXER_ATTENTION_INPUT if x in idx]
+        groups_in = [members]
+        if "q_b_proj" in leaves and "wq_b" in idx:
+            groups_in.append([f"{p}.q_b_proj", f"{p}.indexer.wq_b"])
+        for members in groups_in:
+            for m in members:
+                same = [o for o in members if fmt.get(o) == fmt.get(m)]
+                if fmt.get(m) in ("NVFP4", "W4A16_NVFP4") and len(same) > 1:
+                    shared_in[m] = same
     for m, same in sorted(shared_in.items()):
         if m != same[0]:
             continue

@@ -9,6 +9,7 @@
 #include "io/hf_config.h"
 #include "io/json.h"
 #include "model/arch.h"
+#include "model/groups.h"
 
 namespace strata {
 namespace {
@@ -708,6 +709,22 @@ TEST(Arch, KimiLinearLayerKinds) {
   d.text["full_attention_interval"] = 2;
   EXPECT_TRUE(layer_is_linear_attention(arch_of(ArchFamily::kQwen35Moe, 8), d, 2));
   EXPECT_FALSE(layer_is_linear_attention(arch_of(ArchFamily::kQwen35Moe, 8), d, 3));
+}
+
+// DeepSeek-V3.2's indexer: wk and weights_proj read the attention block's input (as q_a_proj and
+// kv_a_proj_with_mqa do), wq_b reads the q LoRA output (as q_b_proj does); ModelOpt 0.47's export
+// shares NVFP4 scales by input, so these are the groups (spelled out by hand).
+TEST(Groups, IndexerProjectionsShareTheirInputsGroup) {
+  const std::string a = "model.layers.3.self_attn.";
+  for (const char* m : {"q_a_proj", "kv_a_proj_with_mqa", "indexer.wk", "indexer.weights_proj"})
+    EXPECT_EQ(shared_input_group_key(a + m), a.substr(0, a.size() - 1) + ".{attention input}") << m;
+  for (const char* m : {"q_b_proj", "indexer.wq_b"})
+    EXPECT_EQ(shared_input_group_key(a + m), a.substr(0, a.size() - 1) + ".{q_b_proj input}") << m;
+  // Not fused for the servers: each keeps its own fused group (itself).
+  EXPECT_EQ(fused_group_key(a + "indexer.wk"), a + "indexer.wk");
+  EXPECT_EQ(fused_group_key(a + "q_b_proj"), a + "q_b_proj");
+  // kv_b_proj reads the kv LoRA output alone.
+  EXPECT_EQ(shared_input_group_key(a + "kv_b_proj"), a + "kv_b_proj");
 }
 
 }  // namespace
