@@ -227,6 +227,11 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
     if (c.kind == TensorKind::kLmHead) head_stored = true;
     if (c.kind == TensorKind::kEmbedding && name.ends_with(".weight"))
       plan.excluded_extra.push_back(name.substr(0, name.size() - 7));
+    // The Gated DeltaNet's causal conv (Qwen3-Next, Qwen3.5) is an nn.Conv1d, a module ModelOpt
+    // 0.47 gives a (default-disabled) quantizer, so its export lists it in exclude_modules.
+    if ((arch.family == ArchFamily::kQwen3Next || arch.family == ArchFamily::kQwen35Moe) &&
+        name.ends_with(".linear_attn.conv1d.weight"))
+      plan.excluded_extra.push_back(name.substr(0, name.size() - 7));
     const std::string refused = tensor_layout_refusal(arch, ckpt, name);
     STRATA_CHECK(refused.empty(), ckpt.dir(), ": ", refused);
     // The vision tower and projector of a multimodal wrapper are copied unquantized; their

@@ -1258,6 +1258,9 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
     for n in sorted(src.tensors):
         if n.endswith("embed_tokens.weight") and not is_tower(n):
             C.check(name_covered(n[:-7], excl), f"[exclude] embedding {n[:-7]} not in exclude_modules")
+        # The Gated DeltaNet's causal conv, an nn.Conv1d (Qwen3-Next, Qwen3.5).
+        if n.endswith(".linear_attn.conv1d.weight") and not is_tower(n):
+            C.check(name_covered(n[:-7], excl), f"[exclude] conv {n[:-7]} not in exclude_modules")
     if not any(n.endswith("lm_head.weight") for n in src.tensors):
         head = "language_model.lm_head" if any(n.startswith("language_model.model.") for n in src.tensors) \
             else "lm_head"
