@@ -12,6 +12,10 @@
 
 namespace strata::model {
 
+bool has_key(const Json& j, const char* key) {
+  return j.is_object() && j.contains(key) && !j[key].is_null();
+}
+
 namespace {
 
 // A ModelOpt-quantized weight (strata's own exports, spec/format.md §1, §2, §7), dequantized to

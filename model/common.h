@@ -16,6 +16,10 @@ namespace strata::model {
 // strata::Error naming the tensor.
 std::vector<float> load_weight(const Checkpoint& ckpt, const std::string& name, const Shape& shape);
 
+// Whether the JSON object `j` holds `key` with a value other than null (hub configs write null
+// for a setting left at the model class's default).
+bool has_key(const Json& j, const char* key);
+
 // RoPE parameters from the config's normalised rope fields; an unknown rope type is an error.
 ops::RopeParams rope_params(const ModelConfig& config);
 

@@ -17,13 +17,10 @@
 // Layers from num_hidden_layers on are MTP (model/arch.h): never run.
 #include "core/error.h"
 #include "model/blocks.h"
+#include "model/common.h"
 
 namespace strata::model {
 namespace {
-
-bool has_key(const Json& j, const char* key) {
-  return j.is_object() && j.contains(key) && !j[key].is_null();
-}
 
 SigmoidMoeConfig v32_moe_config(const ModelConfig& c) {
   SigmoidMoeConfig mc = deepseek_moe_config(c);

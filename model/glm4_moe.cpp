@@ -15,14 +15,11 @@
 // Layers from num_hidden_layers on are MTP (model/arch.h): never run.
 #include "core/error.h"
 #include "model/blocks.h"
+#include "model/common.h"
 #include "model/layer.h"
 
 namespace strata::model {
 namespace {
-
-bool has_key(const Json& j, const char* key) {
-  return j.is_object() && j.contains(key) && !j[key].is_null();
-}
 
 bool bool_or(const Json& t, const char* key, bool fallback, const std::string& path) {
   if (!has_key(t, key)) return fallback;

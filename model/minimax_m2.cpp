@@ -12,14 +12,11 @@
 // no groups, no scaling, no shared expert, no dense layer (model/blocks.h SigmoidMoe).
 #include "core/error.h"
 #include "model/blocks.h"
+#include "model/common.h"
 #include "model/layer.h"
 
 namespace strata::model {
 namespace {
-
-bool has_key(const Json& j, const char* key) {
-  return j.is_object() && j.contains(key) && !j[key].is_null();
-}
 
 // Whether the config names a partial_rotary_factor (top level, rope_parameters, rope_scaling).
 bool factor_given(const Json& t) {
