@@ -79,6 +79,63 @@ Fixture load(const std::string& name) {
   return f;
 }
 
+// bf16 runs of a model with discrete selections (MoE routing and its group choice, DeepSeek-V3.2's
+// indexer top-k) cannot be compared token for token everywhere: where the k-th and (k+1)-th
+// candidates score nearly the same, bf16 rounding may pick the other one, and the token's output
+// changes by far more than rounding; the change then reaches the later tokens of its sequence
+// (attention) in every later layer. The fixture records, from transformers' fp32 run, each
+// token's smallest gap at a selection boundary in each layer, relative to the row's largest
+// score (ref32.margin.L.S). A gap below kTie (bf16 keeps 8 significant bits, 2^-8 = 0.4%) is a
+// near-tie; from it on, the sequence's outputs are in its reach and not compared.
+constexpr double kTie = 1e-2;
+// Elsewhere a token's bf16 output may differ from transformers' bf16 output by at most the
+// tolerance, or by kNoise times as much as transformers' own fp32 output does (both sides' bf16
+// rounding, in a layer whose activations are large, can exceed the tolerance by itself).
+constexpr double kNoise = 1.5;
+
+// For sequence `seq`: per layer, the first token in the reach of a near-tie (up to that layer);
+// the sequence length where none.
+std::vector<int64_t> shadow_from(const Fixture& f, int64_t seq) {
+  std::vector<int64_t> from;
+  const int64_t T = static_cast<int64_t>(f.seqs[seq].size());
+  int64_t first = T;
+  for (int64_t l = 0;; ++l) {
+    if (!f.ref.find("ref32.hidden." + std::to_string(l) + "." + std::to_string(seq))) break;
+    if (const TensorEntry* e =
+            f.ref.find("ref32.margin." + std::to_string(l) + "." + std::to_string(seq))) {
+      Tensor m = f.ref.tensor(*e);
+      for (int64_t t = 0; t < first; ++t) {
+        if (m.item_f32(t) < kTie) {
+          first = t;
+          break;
+        }
+      }
+    }
+    from.push_back(first);
+  }
+  return from;
+}
+
+// Relative L2 error of token t's row (H values) against row t of ref.
+double token_error(const float* mine, const Tensor& ref, int64_t t, int64_t H) {
+  double num = 0, den = 0;
+  for (int64_t c = 0; c < H; ++c) {
+    const double r = ref.item_f32(t * H + c), d = mine[c] - r;
+    num += d * d;
+    den += r * r;
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+double token_error(const Tensor& a, const Tensor& ref, int64_t t, int64_t H) {
+  double num = 0, den = 0;
+  for (int64_t c = 0; c < H; ++c) {
+    const double r = ref.item_f32(t * H + c), d = a.item_f32(t * H + c) - r;
+    num += d * d;
+    den += r * r;
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
 void check_model(const std::string& name, bool bf16, double tol) {
   Fixture f = load(name);
   ASSERT_FALSE(f.seqs.empty());
@@ -90,7 +147,7 @@ void check_model(const std::string& name, bool bf16, double tol) {
   auto fwd = ModelForward::create(f.config, f.ckpt, options);
   const int64_t H = fwd->hidden_size(), V = fwd->vocab_size();
   AmaxObserver obs;
-  int64_t tokens_checked = 0, tokens_over = 0;
+  int64_t tokens_checked = 0, tokens_over = 0, tokens_shadowed = 0;
   // Each sequence alone, then all together as one ragged batch: the results must agree, since
   // nothing may leak between sequences.
   for (int mode = 0; mode < 2; ++mode) {
@@ -118,16 +175,26 @@ void check_model(const std::string& name, bool bf16, double tol) {
                                 << mode;
             continue;
           }
-          // bf16: per token, since a near-tie in routing can send one token to other experts.
+          // bf16: per token, since a near-tie in a selection can send one token elsewhere.
+          const int64_t seq = seq_base + s;
+          Tensor ref32 =
+              f.ref.tensor("ref32.hidden." + std::to_string(l) + "." + std::to_string(seq));
+          const std::vector<int64_t> from = shadow_from(f, seq);
+          ASSERT_LT(l, static_cast<int64_t>(from.size()));
           for (int64_t t = 0; t < ref.dim(0); ++t) {
-            double num = 0, den = 0;
-            for (int64_t c = 0; c < H; ++c) {
-              const double r = ref.item_f32(t * H + c), d = mine[t * H + c] - r;
-              num += d * d;
-              den += r * r;
-            }
+            const double ours = token_error(mine + t * H, ref, t, H);
+            const double hf = token_error(ref32, ref, t, H);
             ++tokens_checked;
-            if (std::sqrt(num / std::max(den, 1e-30)) > tol) ++tokens_over;
+            if (ours <= tol) continue;
+            if (t >= from[l]) {
+              ++tokens_shadowed;
+            } else if (ours > std::max(tol, kNoise * hf)) {
+              ++tokens_over;
+              ADD_FAILURE() << name << " layer " << l << " seq " << seq << " token " << t
+                            << " mode " << mode << ": bf16 error " << ours
+                            << " vs transformers' fp32-to-bf16 " << hf
+                            << ", and no near-tie in a selection up to here";
+            }
           }
         }
       }
@@ -144,34 +211,11 @@ void check_model(const std::string& name, bool bf16, double tol) {
     }
   }
   if (bf16) {
-    // transformers' own bf16 run differs from its fp32 run by far more than rounding on some
-    // tokens of the MoE models (a near tie in routing sends them to other experts, and the
-    // difference spreads to later layers and tokens). strata's bf16-between-layers forward may
-    // differ from the bf16 reference on no more tokens than that (+25%, +2): counted here from
-    // the fixture itself, per token and layer, with the same tolerance.
-    int64_t hf_over = 0;
-    for (const TensorEntry& e : f.ref.entries()) {
-      if (e.name.rfind("ref32.hidden.", 0) != 0) continue;
-      Tensor a = f.ref.tensor(e), b = f.ref.tensor("ref16" + e.name.substr(5));
-      for (int64_t t = 0; t < a.dim(0); ++t) {
-        double num = 0, den = 0;
-        for (int64_t c = 0; c < H; ++c) {
-          const double r = b.item_f32(t * H + c), d = a.item_f32(t * H + c) - r;
-          num += d * d;
-          den += r * r;
-        }
-        if (std::sqrt(num / std::max(den, 1e-30)) > tol) ++hf_over;
-      }
-    }
-    const int64_t ours = tokens_over / 2;  // both batch modes ran over every token
     std::printf(
-        "%s bf16: %lld of %lld token-layer outputs above %.0e (transformers fp32 vs bf16: %lld)\n",
-        name.c_str(), static_cast<long long>(ours), static_cast<long long>(tokens_checked / 2), tol,
-        static_cast<long long>(hf_over));
-    EXPECT_LE(ours, hf_over + std::max<int64_t>(2, hf_over / 4)) << name;
-    if (f.config.num_experts == 0) {
-      EXPECT_EQ(ours, 0) << name;
-    }
+        "%s bf16: %lld token-layer outputs, %lld above %.0e in a near-tie's reach, %lld above "
+        "and unexplained\n",
+        name.c_str(), static_cast<long long>(tokens_checked / 2),
+        static_cast<long long>(tokens_shadowed / 2), tol, static_cast<long long>(tokens_over / 2));
     return;
   }
   // Every linear amax transformers recorded must be observed with the same value, and K/V.
