@@ -22,7 +22,9 @@
 # STRATA_FUZZ_PRESET picks the preset (default `fuzz`; scripts/test.sh uses `asan`, its -O0
 # sanitizer build, which also builds the targets); its build folder holds the logs and
 # artifacts. STRATA_FUZZ_WORK replaces fuzz/corpus-work as the folder of learnt corpora
-# (scripts/test.sh starts from seeds).
+# (scripts/test.sh starts from seeds). STRATA_FUZZ_BIN names a folder of targets built elsewhere
+# (scripts/fuzz_bundle.sh: a machine without the toolchain): nothing is built, and the logs and
+# artifacts go to STRATA_FUZZ_OUT (default: that folder).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -58,9 +60,17 @@ for target in "${targets[@]}"; do
 done
 preset=${STRATA_FUZZ_PRESET:-fuzz}
 work_root=$(realpath -m "${STRATA_FUZZ_WORK:-fuzz/corpus-work}")
-build=$root/build/$preset
-cmake --preset "$preset" >/dev/null
-cmake --build --preset "$preset" -j "${STRATA_FUZZ_JOBS:-$(nproc)}" --target "${build_targets[@]}"
+if [ -n "${STRATA_FUZZ_BIN:-}" ]; then
+  bin=$(realpath "$STRATA_FUZZ_BIN")
+  build=$(realpath -m "${STRATA_FUZZ_OUT:-$bin}")
+else
+  build=$root/build/$preset
+  bin=$build/fuzz
+  if [ "${STRATA_FUZZ_SKIP_BUILD:-0}" != 1 ]; then  # scripts/fuzz_campaign.sh built them
+    cmake --preset "$preset" >/dev/null
+    cmake --build --preset "$preset" -j "${STRATA_FUZZ_JOBS:-$(nproc)}" --target "${build_targets[@]}"
+  fi
+fi
 
 found=0
 for target in "${targets[@]}"; do
@@ -78,7 +88,7 @@ for target in "${targets[@]}"; do
     TIMEFORMAT='%U %S'
     { time ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
       UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-      "$build/fuzz/${target}_fuzz" -max_total_time="$seconds" -timeout=10 \
+      "$bin/${target}_fuzz" -max_total_time="$seconds" -timeout=10 \
       -rss_limit_mb=2048 -max_len="$(max_len_of "$target")" -dict="$root/fuzz/${target}.dict" \
       -artifact_prefix="$artifacts/" -print_final_stats=1 ${FUZZ_FLAGS:-} \
       "$work" "$root/fuzz/corpus/$target" >fuzz.log 2>&1; } 2>&1
