@@ -36,5 +36,5 @@ for t in "${targets[@]}"; do
   [ -z "$extra" ] || { echo "fuzz_bundle: $t loads $extra (only glibc may stay dynamic)" >&2; exit 1; }
 done
 git rev-parse --short HEAD >"$stage/bin/COMMIT"
-tar -C "$stage" -cf - bin | xz -6 -T"$jobs" >"$out/targets.tar.xz"
+tar -C "$stage" -cf - bin | xz -9e -T"$jobs" >"$out/targets.tar.xz"
 echo "fuzz_bundle: $out/targets.tar.xz ($(du -h "$out/targets.tar.xz" | cut -f1), at $(cat "$stage/bin/COMMIT"))"

@@ -25,7 +25,9 @@ targets=("${@:-${all[@]}}")
 slice_max=${STRATA_FUZZ_SLICE:-600}
 start=$(date +%s)
 deadline=$((start + ${STRATA_FUZZ_DEADLINE:-1000000000}))
-echo "campaign $(date -u +%FT%TZ) at $(git rev-parse --short HEAD 2>/dev/null || echo '?'):" \
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
+[ -f "${STRATA_FUZZ_BIN:-/nonexistent}/COMMIT" ] && commit=$(cat "$STRATA_FUZZ_BIN/COMMIT")
+echo "campaign $(date -u +%FT%TZ) at $commit:" \
   "${cpu_budget} CPU seconds per target, $procs processes each, targets ${targets[*]}"
 
 # Builds once (the slices then find the targets built) unless they were built elsewhere.
