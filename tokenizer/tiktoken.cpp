@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <system_error>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -122,6 +123,14 @@ bool read_python_literal(const std::string& s, size_t& i, std::string& value) {
     value += s[j++];
   }
   return false;
+}
+
+bool is_python_identifier(const std::string& s) {
+  if (s.empty() || s.size() > 200 || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  for (char c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  }
+  return true;
 }
 
 void skip_space_and_comments(const std::string& s, size_t& i) {
@@ -243,11 +252,19 @@ TokenizerSpec tiktoken_load(const std::string& dir) {
     std::string entry = a.is_array() && !a.empty() && a[0].is_string() ? a[0].get<std::string>()
                         : a.is_string()                                ? a.get<std::string>()
                                                                        : "";
+    // "module.Class", or "org/repo--module.Class" for code kept in another repository (strata
+    // reads only this folder, so only the module's own file name matters).
+    const size_t repo_end = entry.rfind("--");
+    if (repo_end != std::string::npos) entry = entry.substr(repo_end + 2);
     size_t dot = entry.rfind('.');
     if (dot != std::string::npos) {
       module = entry.substr(0, dot);
       if (class_name.empty()) class_name = entry.substr(dot + 1);
     }
+    // The module names a file of this folder: a Python identifier, not a path.
+    STRATA_CHECK(module.empty() || is_python_identifier(module), config_path,
+                 ": auto_map.AutoTokenizer names the module '", module,
+                 "', which is not a Python module name (letters, digits and '_', at most 200)");
   }
   const KnownTiktoken* known = nullptr;
   for (const KnownTiktoken& k : kKnown) {
@@ -258,7 +275,8 @@ TokenizerSpec tiktoken_load(const std::string& dir) {
   std::string pattern, pattern_from;
   const std::string py =
       dir + "/" + (module.empty() ? std::string("tokenization_kimi") : module) + ".py";
-  if (std::filesystem::exists(py)) {
+  std::error_code no_file;
+  if (std::filesystem::exists(py, no_file)) {
     pattern = tiktoken_pattern_from_python(read_text(py));
     pattern_from = py;
   }

@@ -116,5 +116,27 @@ TEST(TokenizerIds, TiktokenReservedIdsMustFit) {
   }
 }
 
+// auto_map.AutoTokenizer names a module whose file strata reads from the checkpoint's folder: a
+// name that is not a Python identifier (a path, or longer than a file name may be) is refused
+// with one line, "org/repo--module.Class" reads module.py.
+TEST(TokenizerIds, TiktokenModuleMustBeAnIdentifier) {
+  const std::string kimi = seed("tiktoken/kimi");
+  const std::vector<std::string> others{"tokenizer_config.json"};
+  const std::string entry = "\"tokenization_kimi.TikTokenTokenizer\"";
+  for (const auto& [module, ok] :
+       {std::pair<std::string, bool>{"moonshotai/Kimi-K2--tokenization_kimi", true},
+        std::pair<std::string, bool>{"../tokenization_kimi", false},
+        std::pair<std::string, bool>{std::string(300, 'm'), false}}) {
+    std::string text = kimi;
+    replace_once(text, entry, "\"" + module + ".TikTokenTokenizer\"");
+    const std::string msg = load_error(text, "tiktoken.model", others);
+    if (ok) {
+      EXPECT_EQ(msg, "") << module;
+    } else {
+      EXPECT_NE(msg.find("which is not a Python module name"), std::string::npos) << msg;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata
