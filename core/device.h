@@ -4,6 +4,7 @@
 // No CUDA header is needed to include this file (docs/CUDA.md).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -17,6 +18,16 @@ bool cuda_compiled();
 int cuda_device_count();
 // "NVIDIA H200 (sm_90, 139.8 GiB)" for device i, or an empty string.
 std::string cuda_device_description(int i);
+
+// For compute-sanitizer's initcheck only (docs/CUDA.md): it does not record the stores of
+// cuBLAS's bf16 GEMMs, so ops/cuda, when this is on, first sets each bf16 GEMM's output to
+// all-ones bytes (a NaN in every element); what initcheck then reports is a real read of memory
+// nothing wrote. cli/ turns it on for STRATA_CUDA_PRESET_GEMM_OUTPUTS=1, as does the GPU tests'
+// tests/gpu_test_env.cpp.
+inline std::atomic<bool>& preset_gemm_outputs() {
+  static std::atomic<bool> on{false};
+  return on;
+}
 
 }  // namespace strata
 

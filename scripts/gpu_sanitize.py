@@ -7,8 +7,9 @@ errors, for docs/CUDA.md's record:
 
 Each test's own command (from `ctest --show-only=json-v1`, with its working directory and
 environment) runs under `compute-sanitizer --tool T --target-processes all` (a shell test's
-strata processes are followed too), with one log file per test and tool. initcheck runs with
-STRATA_CUDA_PRESET_GEMM_OUTPUTS=1 (ops/cuda/gemm.cu: initcheck does not record the stores of
+strata processes are followed too), with one log file per test and tool (<test>.log, the
+sanitizer's report; <test>.out, the test's own output). initcheck runs with
+STRATA_CUDA_PRESET_GEMM_OUTPUTS=1 (core/device.h: initcheck does not record the stores of
 cuBLAS's bf16 GEMMs, so their outputs are set first). Prints one line per test with errors or a
 failure, then per tool: tests run, passed, failed, not started (deadline), and the sum of the
 `ERROR SUMMARY` counts. Exits 1 if any sanitizer error was reported.
@@ -53,8 +54,9 @@ def run_one(san, tool, test, logs, end):
     cmd = [san, "--tool", tool, "--target-processes", "all", "--print-limit", "20",
            "--log-file", log] + test["command"]
     try:
-        rc = subprocess.run(cmd, cwd=test["cwd"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            timeout=min(left, 4 * test["timeout"])).returncode
+        with open(log[:-len(".log")] + ".out", "w") as out:  # the test's own output
+            rc = subprocess.run(cmd, cwd=test["cwd"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                timeout=min(left, 4 * test["timeout"])).returncode
     except subprocess.TimeoutExpired:
         rc = "timeout"
     text = open(log, errors="replace").read() if os.path.exists(log) else ""

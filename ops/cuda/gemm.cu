@@ -3,9 +3,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
-
+#include "core/device.h"
 #include "core/error.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/launch.cuh"
@@ -59,25 +57,11 @@ void* gemm_handle_create(void* stream) {
 void gemm_handle_destroy(void* handle) {
   if (handle) cublasDestroy(static_cast<cublasHandle_t>(handle));
 }
-namespace {
-// STRATA_CUDA_PRESET_GEMM_OUTPUTS=1: every bf16 GEMM's output is first set to all-ones bytes (a
-// NaN in every element) on the GEMM's stream. compute-sanitizer's initcheck does not record the
-// stores of cuBLAS's bf16 GEMMs (docs/CUDA.md), so without this each read of their outputs is
-// reported; with it, what initcheck still reports is a real read of memory nothing wrote, and an
-// element the GEMM failed to write would show as a NaN downstream. For sanitizer runs only.
-bool preset_gemm_outputs() {
-  static const bool on = [] {
-    const char* v = std::getenv("STRATA_CUDA_PRESET_GEMM_OUTPUTS");
-    return v && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
-}  // namespace
 
 void gemm(void* handle, const void* x, const void* w, float* y, int64_t M, int64_t N, int64_t K,
           bool bf16) {
   if (M == 0 || N == 0) return;
-  if (bf16 && preset_gemm_outputs()) {
+  if (bf16 && strata::preset_gemm_outputs()) {  // initcheck runs (core/device.h)
     cudaStream_t stream = nullptr;
     cublasGetStream(static_cast<cublasHandle_t>(handle), &stream);
     STRATA_CHECK(
