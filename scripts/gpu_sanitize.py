@@ -3,7 +3,7 @@
 errors, for docs/CUDA.md's record:
 
     python3 scripts/gpu_sanitize.py --build BUILD_DIR --tool memcheck [--tool initcheck ...]
-        [--jobs N] [--deadline SECONDS] [--logs DIR] [--regex R]
+        [--jobs N] [--deadline SECONDS] [--logs DIR] [--regex R] [--only FILE]
 
 Each test's own command (from `ctest --show-only=json-v1`, with its working directory and
 environment) runs under `compute-sanitizer --tool T --target-processes all` (a shell test's
@@ -46,6 +46,7 @@ def gpu_tests(build, regex):
 def run_one(san, tool, test, logs, end):
     log = os.path.join(logs, tool, re.sub(r"[^A-Za-z0-9_.-]", "_", test["name"]) + ".log")
     env = dict(test["env"])
+    env["STRATA_TEST_SANITIZER"] = tool  # tests/memory_bound.sh: the tool's memory is no part of the bound
     if tool == "initcheck":
         env["STRATA_CUDA_PRESET_GEMM_OUTPUTS"] = "1"
     left = end - time.time()
@@ -73,9 +74,14 @@ def main():
     ap.add_argument("--deadline", type=float, default=1e9, help="seconds after which no test starts")
     ap.add_argument("--logs", default="sanitizer-logs")
     ap.add_argument("--regex", default="")
+    ap.add_argument("--only", help="a file of test names, one per line: run just these (the tests a "
+                    "run with a deadline did not start)")
     args = ap.parse_args()
     san = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
     tests = gpu_tests(args.build, args.regex)
+    if args.only:
+        wanted = set(open(args.only).read().split())
+        tests = [t for t in tests if t["name"] in wanted]
     end = time.time() + args.deadline
     for tool in args.tool:
         os.makedirs(os.path.join(args.logs, tool), exist_ok=True)
@@ -91,6 +97,8 @@ def main():
         for name, rc, e in ran:
             if rc != 0 or e:
                 print(f"{tool}: {name}: exit {rc}, {e} sanitizer errors")
+        with open(os.path.join(args.logs, tool, "not_started.txt"), "w") as f:
+            f.writelines(r[0] + "\n" for r in res if r[1] == "not started")
         print(f"{tool}: {len(ran)} of {len(res)} gpu tests run, {passed} passed, {len(ran) - passed} failed "
               f"or timed out, {len(res) - len(ran)} not started; sanitizer errors {errors}")
     sys.exit(1 if total_errors else 0)
