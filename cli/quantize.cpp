@@ -1,8 +1,7 @@
 // strata quantize: the main job. Flags follow ModelOpt's hf_ptq.py where they exist.
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -15,6 +14,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/rss.h"
 #include "engine/comm.h"
 #include "engine/quantize.h"
 #include "engine/quantize_steps.h"
@@ -318,12 +318,12 @@ QuantizeResult run_on_ranks(const QuantizeJob& job, Comm& comm, std::FILE* log_f
 struct RankStats {
   std::vector<std::string> read_per_rank, rss_per_rank, sent_per_rank;
 };
-RankStats gather_rank_stats(Comm& comm, const QuantizeResult& r, const struct rusage& ru) {
+RankStats gather_rank_stats(Comm& comm, const QuantizeResult& r, uint64_t peak_rss) {
   const int ranks = comm.size();
   RankStats s;
   if (ranks > 1) {
     s.read_per_rank = comm.allgather(std::to_string(r.bytes_read));
-    s.rss_per_rank = comm.allgather(str(static_cast<double>(ru.ru_maxrss) / 1024.0));
+    s.rss_per_rank = comm.allgather(str(static_cast<double>(peak_rss) / (1024.0 * 1024.0)));
     s.sent_per_rank = comm.allgather(
         str(r.expert_bytes_sent, " ", static_cast<int64_t>(r.expert_exchange_seconds * 1000.0)));
   }
@@ -331,8 +331,8 @@ RankStats gather_rank_stats(Comm& comm, const QuantizeResult& r, const struct ru
 }
 
 // Rank 0's summary of the run on stdout.
-void print_summary(const QuantizeJob& job, const QuantizeResult& r, const struct rusage& ru,
-                   int ranks, const RankStats& s) {
+void print_summary(const QuantizeJob& job, const QuantizeResult& r, uint64_t peak_rss, int ranks,
+                   const RankStats& s) {
   std::printf("quantized %s -> %s with %s in %.1f s%s\n", job.model_dir.c_str(),
               job.export_path.c_str(), r.plan.recipe.name.c_str(), r.seconds,
               r.resumed_at_step > 0 ? " (resumed an interrupted run)" : "");
@@ -361,7 +361,7 @@ void print_summary(const QuantizeJob& job, const QuantizeResult& r, const struct
   // --max_cpu_memory_gb that runs: with a margin of 1% (at least 2 MiB) for the baseline's
   // variation from run to run (a few hundred KiB measured), rounded up to the thousandth.
   const double to_mib = 1.0 / (1024.0 * 1024.0);
-  const double peak = static_cast<double>(ru.ru_maxrss) * 1024.0;
+  const double peak = static_cast<double>(peak_rss);
   const double least = static_cast<double>(r.memory.minimum());
   const double least_gb = std::ceil((least + std::max(least / 100.0, 2.0 * 1024.0 * 1024.0)) /
                                     (1024.0 * 1024.0 * 1024.0) * 1000.0) /
@@ -429,9 +429,10 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   std::FILE* log_file = open_rank_log(args, comm);
   split_cores(comm);
   const QuantizeResult r = run_on_ranks(job, comm, log_file);
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  const RankStats stats = gather_rank_stats(comm, r, ru);
+  // VmHWM, not getrusage's ru_maxrss: Linux keeps ru_maxrss across exec, so a strata started by
+  // a large process (a Python script with torch loaded) would report its parent's peak.
+  const uint64_t peak_rss = peak_rss_bytes();
+  const RankStats stats = gather_rank_stats(comm, r, peak_rss);
   comm_finalize();
   if (rank != 0) return 0;
   if (r.already_complete) {
@@ -441,7 +442,7 @@ int cmd_quantize(const std::vector<std::string>& argv) {
         job.export_path.c_str(), kRunRecordName);
     return 0;
   }
-  print_summary(job, r, ru, ranks, stats);
+  print_summary(job, r, peak_rss, ranks, stats);
   return 0;
 }
 
