@@ -113,7 +113,9 @@ std::vector<std::vector<int32_t>> load_tokens(const CompareJob& job, int64_t voc
                  "token ids with --tokens FILE");
     const Tokenizer tok = Tokenizer::load(tok_dir);
     Calibration cal = load_calibration(text, tok);
-    log_info(cal.report.summary());
+    for (const CalibSourceReport& s : cal.report.sources)
+      log_info("compare data: ", s.path, ": ", s.taken, " sequences of at most ", text.seq_len,
+               " tokens from ", s.records, " records, ", s.tokens, " tokens");
     seqs = std::move(cal.sequences);
   }
   STRATA_CHECK(!seqs.empty(), "no token sequences to compare on");
