@@ -44,7 +44,8 @@ int cmd_compare(const std::vector<std::string>& argv) {
               "512");
   args.option("--seed", "N", "seed of the text windows' sampling", "1234");
   args.option("--json", "FILE", "also write every number as JSON (docs/COMPARE.md)");
-  args.flag("--no_act_sim", "do not quantize the linears' inputs (weight-only error)");
+  args.flag("--no_act_sim",
+            "do not quantize the linears' inputs (with --no_kv_sim: the weights' error alone)");
   args.flag("--no_kv_sim", "do not quantize the KV cache");
   args.flag("--fp32",
             "keep hidden states in fp32 between layers instead of rounding to bf16 (both models)");

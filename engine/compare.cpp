@@ -98,17 +98,13 @@ std::vector<std::vector<int32_t>> load_tokens(const CompareJob& job, int64_t voc
   } else {
     CalibOptions text = job.text;
     if (text.sources.empty()) text.sources.push_back({bundled_heldout_path(), text.default_count});
-    std::string tok_dir = job.source_dir;
+    std::string tok_dir;  // SRC's tokenizer, else QUANTIZED's (an export copies it)
     for (const std::string& d : {job.source_dir, job.quantized_dir}) {
-      if (fs::exists(fs::path(d) / "tokenizer.json") ||
-          fs::exists(fs::path(d) / "tiktoken.model")) {
+      if (tok_dir.empty() && (fs::exists(fs::path(d) / "tokenizer.json") ||
+                              fs::exists(fs::path(d) / "tiktoken.model")))
         tok_dir = d;
-        break;
-      }
     }
-    const bool has_tokenizer = fs::exists(fs::path(tok_dir) / "tokenizer.json") ||
-                               fs::exists(fs::path(tok_dir) / "tiktoken.model");
-    STRATA_CHECK(has_tokenizer, job.source_dir,
+    STRATA_CHECK(!tok_dir.empty(), job.source_dir,
                  ": no tokenizer (tokenizer.json or tiktoken.model) to read text with; give "
                  "token ids with --tokens FILE");
     const Tokenizer tok = Tokenizer::load(tok_dir);
