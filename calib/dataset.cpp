@@ -205,6 +205,36 @@ std::string bundled_calib_path() {
   fail("the bundled calibration corpus (data/calib) was not found; pass --calib_data");
 }
 
+std::string bundled_heldout_path() {
+  const fs::path p = fs::path(bundled_calib_path()) / "heldout";
+  STRATA_CHECK(fs::is_directory(p), p.string(),
+               ": the bundled held-out corpus was not found; pass --tokens or --text");
+  return p.string();
+}
+
+std::vector<std::vector<int32_t>> read_token_file(const std::string& path) {
+  std::ifstream in(path);
+  STRATA_CHECK(in, path, ": cannot open for reading");
+  std::vector<std::vector<int32_t>> seqs;
+  std::string line;
+  for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string what = str(path, ":", lineno);
+    Json j = json_parse_strict(line, what);
+    STRATA_CHECK(j.is_array(), what, ": expected a JSON list of token ids");
+    std::vector<int32_t> seq;
+    for (const Json& v : j) {
+      STRATA_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX,
+                   what, ": token ids must be non-negative integers, got ", v.dump());
+      seq.push_back(static_cast<int32_t>(v.get<int64_t>()));
+    }
+    STRATA_CHECK(!seq.empty(), what, ": empty sequence");
+    seqs.push_back(std::move(seq));
+  }
+  STRATA_CHECK(!seqs.empty(), path, ": no sequences");
+  return seqs;
+}
+
 std::string CalibReport::summary() const {
   std::ostringstream os;
   for (const CalibSourceReport& s : sources) {

@@ -74,6 +74,15 @@ std::vector<CalibSource> parse_calib_sources(const std::string& data, const std:
 
 // The corpus shipped in data/calib (installed next to the binary or found in the source tree).
 std::string bundled_calib_path();
+// Its held-out slice, data/calib/heldout/: text no calibration reads (a text directory source
+// reads only the *.txt files directly in it, so the bundled corpus never includes this folder),
+// strata compare's default data.
+std::string bundled_heldout_path();
+
+// A token-id file: one JSON list of non-negative ids per line (blank lines ignored), the
+// sequences in file order (`strata eval --tokens`, `strata compare --tokens`). Throws
+// strata::Error naming the file and line for anything else, and for a file with no sequences.
+std::vector<std::vector<int32_t>> read_token_file(const std::string& path);
 
 Calibration load_calibration(const CalibOptions& options, const Tokenizer& tokenizer);
 // The same for a model without a tokenizer (tokenizer == nullptr): token-id records only, ids

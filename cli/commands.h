@@ -20,6 +20,7 @@ const std::vector<Command>& commands();
 
 int cmd_version(const std::vector<std::string>& argv);
 int cmd_eval(const std::vector<std::string>& argv);
+int cmd_compare(const std::vector<std::string>& argv);
 int cmd_quantize(const std::vector<std::string>& argv);
 int cmd_inspect(const std::vector<std::string>& argv);
 int cmd_tokenize(const std::vector<std::string>& argv);

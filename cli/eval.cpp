@@ -2,10 +2,10 @@
 // the mean negative log-likelihood of each next token and the perplexity.
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
+#include "calib/dataset.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
@@ -13,47 +13,23 @@
 #include "core/progress.h"
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
-#include "io/json.h"
 #include "io/safetensors_writer.h"
 #include "model/forward.h"
 
 namespace strata::cli {
 
-namespace {
-
-std::vector<std::vector<int32_t>> read_token_file(const std::string& path) {
-  std::ifstream in(path);
-  STRATA_CHECK(in, path, ": cannot open for reading");
-  std::vector<std::vector<int32_t>> seqs;
-  std::string line;
-  for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string what = str(path, ":", lineno);
-    Json j = json_parse_strict(line, what);
-    STRATA_CHECK(j.is_array(), what, ": expected a JSON list of token ids");
-    std::vector<int32_t> seq;
-    for (const Json& v : j) {
-      STRATA_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX, what,
-                   ": token ids must be non-negative integers, got ", v.dump());
-      seq.push_back(static_cast<int32_t>(v.get<int64_t>()));
-    }
-    STRATA_CHECK(!seq.empty(), what, ": empty sequence");
-    seqs.push_back(std::move(seq));
-  }
-  STRATA_CHECK(!seqs.empty(), path, ": no sequences");
-  return seqs;
-}
-
-}  // namespace
-
 int cmd_eval(const std::vector<std::string>& argv) {
-  Args args("eval",
-            "Runs the model natively over token-id sequences (one JSON list of ints per line), one decoder\n"
-            "layer at a time, and prints the mean negative log-likelihood of each next token and the\n"
-            "perplexity. Hidden states are rounded to bf16 between layers, as the model runs in transformers.");
+  Args args(
+      "eval",
+      "Runs the model natively over token-id sequences (one JSON list of ints per line), one "
+      "decoder\n"
+      "layer at a time, and prints the mean negative log-likelihood of each next token and the\n"
+      "perplexity. Hidden states are rounded to bf16 between layers, as the model runs in "
+      "transformers.");
   args.option("--model,--pyt_ckpt_path", "DIR", "the Hugging Face checkpoint directory");
   args.option("--tokens", "FILE.jsonl", "token-id sequences, one JSON list per line");
-  args.option("--dump-logits", "OUT.safetensors", "also write each sequence's logits as fp32 logits_<i> [len, vocab]");
+  args.option("--dump-logits", "OUT.safetensors",
+              "also write each sequence's logits as fp32 logits_<i> [len, vocab]");
   args.flag("--fp32", "keep hidden states in fp32 between layers instead of rounding to bf16");
   args.flag("--quiet,-q", "no progress, only warnings and errors");
   if (!args.parse(argv)) return 0;
@@ -68,8 +44,8 @@ int cmd_eval(const std::vector<std::string>& argv) {
   auto seqs = read_token_file(args.get("--tokens"));
   Batch batch = Batch::from_sequences(seqs);
   for (int32_t id : batch.tokens) {
-    STRATA_CHECK(id < fwd->vocab_size(), args.get("--tokens"), ": token id ", id, " is outside the vocabulary (",
-                 fwd->vocab_size(), ")");
+    STRATA_CHECK(id < fwd->vocab_size(), args.get("--tokens"), ": token id ", id,
+                 " is outside the vocabulary (", fwd->vocab_size(), ")");
   }
 
   const int64_t T = batch.n_tokens(), H = fwd->hidden_size(), V = fwd->vocab_size();
@@ -90,9 +66,11 @@ int cmd_eval(const std::vector<std::string>& argv) {
     for (int64_t t = batch.seq_offsets[s]; t + 1 < batch.seq_offsets[s + 1]; ++t) {
       const float* row = &logits[t * V];
       double mx = -INFINITY;
-      for (int64_t v = 0; v < V; ++v) mx = std::max(mx, static_cast<double>(row[v]));
+      for (int64_t v = 0; v < V; ++v)
+        mx = std::max(mx, static_cast<double>(row[v]));
       double sum = 0.0;
-      for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
+      for (int64_t v = 0; v < V; ++v)
+        sum += std::exp(row[v] - mx);
       nll += (std::log(sum) + mx) - row[batch.tokens[t + 1]];
       ++predicted;
     }
@@ -107,8 +85,9 @@ int cmd_eval(const std::vector<std::string>& argv) {
     }
     write_safetensors(*out, tensors);
   }
-  std::printf("sequences %lld  tokens %lld  predicted %lld\n", static_cast<long long>(batch.n_seqs()),
-              static_cast<long long>(T), static_cast<long long>(predicted));
+  std::printf("sequences %lld  tokens %lld  predicted %lld\n",
+              static_cast<long long>(batch.n_seqs()), static_cast<long long>(T),
+              static_cast<long long>(predicted));
   if (predicted == 0) {
     std::printf("mean_nll n/a  perplexity n/a (every sequence has one token)\n");
   } else {

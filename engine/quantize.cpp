@@ -819,7 +819,9 @@ void QuantizeRun::finish() {
     std::error_code ec;
     result.files = exporter->finish();
     // The run record comes last, synced: a re-run of this command then has nothing to do.
-    write_run_record((fs::path(job.export_path) / kRunRecordName).string(), identity);
+    // Experts without calibration tokens mean something only where activations were calibrated.
+    write_run_record((fs::path(job.export_path) / kRunRecordName).string(), identity,
+                     result.calibrated ? result.layers : std::vector<LayerReport>{});
     result.files.push_back(kRunRecordName);
     // Then the manifest: once it is gone the export is complete.
     fs::remove(manifest, ec);

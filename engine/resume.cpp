@@ -116,6 +116,10 @@ ResumeState resume_state_from_json(const Json& j, const std::string& path) {
       r.experts = manifest_int(l.at(1), path, "a layer's expert count", kMaxCount);
       r.experts_without_tokens =
           manifest_int(l.at(2), path, "a layer's count of experts without tokens", kMaxCount);
+      if (l.size() > 3) {  // their indices (older manifests have only the count)
+        for (const Json& e : l.at(3))
+          r.idle_experts.push_back(manifest_int(e, path, "an expert index", kMaxCount));
+      }
       s.layers.push_back(r);
     }
   } catch (const nlohmann::json::exception& e) {
@@ -169,7 +173,8 @@ void write_resume_manifest(const std::string& path, const ResumeState& s) {
   j["hidden_crc32c"] = s.hidden_sums;
   Json layers = Json::array();
   for (const LayerReport& r : s.layers)
-    layers.push_back(Json::array({r.layer, r.experts, r.experts_without_tokens}));
+    layers.push_back(
+        Json::array({r.layer, r.experts, r.experts_without_tokens, Json(r.idle_experts)}));
   j["layers"] = layers;
   write_file_atomic(path, j.dump(2) + "\n");
 }
@@ -208,16 +213,23 @@ std::map<std::string, std::string> parse_run_record(std::string_view text,
   return run_record_from_json(json_parse_strict(text, path), path);
 }
 
-void write_run_record(const std::string& path, const std::map<std::string, std::string>& identity) {
+void write_run_record(const std::string& path, const std::map<std::string, std::string>& identity,
+                      const std::vector<LayerReport>& layers) {
   Json j = Json::object();
   j["format"] = kRunRecordFormat;
   j["about"] =
       "the identity of the strata quantize run that wrote this export, one hash per part "
-      "(docs/QUANTIZE.md, Interrupted runs)";
+      "(docs/QUANTIZE.md, Interrupted runs), and per MoE layer the routed experts no "
+      "calibration token reached";
   Json id = Json::object();
   for (const auto& [k, v] : identity)
     id[k] = v;
   j["identity"] = id;
+  Json idle = Json::object();
+  for (const LayerReport& r : layers) {
+    if (r.experts > 0) idle[std::to_string(r.layer)] = r.idle_experts;
+  }
+  if (!layers.empty()) j["experts_without_tokens"] = idle;  // none: no calibration ran
   write_file_atomic(path, j.dump(2) + "\n");
 }
 

@@ -85,7 +85,10 @@ void write_resume_manifest(const std::string& path, const ResumeState& state);
 std::optional<std::map<std::string, std::string>> read_run_record(const std::string& path);
 // The same from the record's text; `path` names it in errors.
 std::map<std::string, std::string> parse_run_record(std::string_view text, const std::string& path);
-// Written atomically and synced.
-void write_run_record(const std::string& path, const std::map<std::string, std::string>& identity);
+// Written atomically and synced, with "experts_without_tokens": {"<layer>": [expert, ...]} for
+// every MoE layer of `layers` (strata compare reports them; left out when `layers` is empty: a
+// run that calibrated nothing).
+void write_run_record(const std::string& path, const std::map<std::string, std::string>& identity,
+                      const std::vector<LayerReport>& layers);
 
 }  // namespace strata

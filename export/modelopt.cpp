@@ -346,8 +346,12 @@ LayerReport ModeloptExporter::write_layer(int64_t layer, const MaxCalibrator& ca
       continue;
     ++report.experts;
     const MaxCalibrator::Stat* s = calib.find(m->module);
-    if (!s || s->rows == 0) ++report.experts_without_tokens;
+    if (!s || s->rows == 0) {
+      ++report.experts_without_tokens;
+      report.idle_experts.push_back(routed_expert_index(m->module));
+    }
   }
+  std::sort(report.idle_experts.begin(), report.idle_experts.end());
   if (std::find(plan_.kv_layers.begin(), plan_.kv_layers.end(), layer) != plan_.kv_layers.end()) {
     const std::string p = attention_prefix(plan_, layer);
     STRATA_CHECK(!p.empty(), "layer ", layer,

@@ -72,6 +72,7 @@ struct LayerReport {
   int64_t layer = -1;
   int64_t experts = 0;  // routed experts in the layer
   int64_t experts_without_tokens = 0;
+  std::vector<int64_t> idle_experts;  // which: their indices, ascending
 };
 
 // The threads ModeloptExporter quantizes modules on, at most this many at once: the hardware's,

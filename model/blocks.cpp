@@ -93,6 +93,8 @@ void GqaAttention::bind(Binder& b, const ModelConfig& c, const std::string& p, G
   k_cache = {p + "k_cache"};
   v_cache = {p + "v_cache"};
   o_names = {p + "o_proj"};
+  k_quant = b.kv_quant(k_cache[0]);
+  v_quant = b.kv_quant(v_cache[0]);
 }
 
 void GqaAttention::forward(ops::Backend& be, const ops::Tokens& t, const float* x,
@@ -123,6 +125,8 @@ void GqaAttention::forward(ops::Backend& be, const ops::Tokens& t, const float* 
   be.rope(k, t, n_kv, d, 0, rot_dim, inv_freq, attention_factor, false);
   be.observe(k_cache, k, T, kd);
   be.observe(v_cache, v, T, kd);
+  if (k_quant.on()) be.fake_quantize(k, T * n_kv, d, k_quant, k_cache[0]);  // per head [T·nKV, d]
+  if (v_quant.on()) be.fake_quantize(v, T * n_kv, d, v_quant, v_cache[0]);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   be.attention(t, q, qd, k, kd, v, kd, n_heads, n_kv, d, d, scale, att,
                {window, sinks.defined() ? &sinks : nullptr});
@@ -238,6 +242,8 @@ void MlaAttention::bind(Binder& b, const ModelConfig& c, const std::string& p, b
   k_cache = {p + "k_cache"};
   v_cache = {p + "v_cache"};
   o_names = {p + "o_proj"};
+  k_quant = b.kv_quant(k_cache[0]);
+  v_quant = b.kv_quant(v_cache[0]);
 }
 
 void MlaAttention::forward(ops::Backend& be, const ops::Tokens& t, const float* x,
@@ -276,6 +282,8 @@ void MlaAttention::forward(ops::Backend& be, const ops::Tokens& t, const float* 
   be.mla_kv(kv, kr, T, nH, dn, dr, dv, k, v);
   be.observe(k_cache, k, T, nH * dq);
   be.observe(v_cache, v, T, nH * dv);
+  if (k_quant.on()) be.fake_quantize(k, T * nH, dq, k_quant, k_cache[0]);  // per head [T·nH, dq]
+  if (v_quant.on()) be.fake_quantize(v, T * nH, dv, v_quant, v_cache[0]);
   ops::AttentionVariant sparse;
   if (indexed) {
     const int64_t words = (longest_sequence(t) + 31) / 32;
@@ -302,6 +310,7 @@ void SoftmaxMoe::bind(Binder& b, const std::string& block, int64_t hidden, int64
   STRATA_CHECK(K > 0 && K <= E, config_path, ": num_experts_per_tok (", K,
                ") must be in [1, num_experts = ", E, "]");
   router = b.vector(block + "gate.weight", {E, H});
+  router_name = block + "gate";
   experts.clear();
   experts.reserve(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e)
@@ -320,6 +329,7 @@ void SoftmaxMoe::forward(ops::Backend& be, const float* n, int64_t T, float* y) 
   int32_t* chosen = be.take_i32(T * K);
   be.linear(n, T, router, logits);
   be.route_softmax(logits, T, E, K, renormalize, chosen, weight);
+  be.observe_routing(router_name, chosen, T, K);
   be.moe(n, T, H, K, chosen, weight, experts, y);
   if (shared.inter == 0) return;
   float* s = be.take(T * H);  // [T, H]
@@ -360,6 +370,7 @@ void SigmoidMoe::bind(Binder& b, const std::string& block, MlpLeaves leaves, int
   STRATA_CHECK(K >= 1 && K <= cfg.topk_group * (E / cfg.n_group), config_path,
                ": num_experts_per_tok (", K, ") exceeds the experts in topk_group groups");
   router = b.vector(block + "gate.weight", {E, H});
+  router_name = block + "gate";
   bias = {};
   if (bias_required || b.has(block + bias_leaf)) bias = b.vector(block + bias_leaf, {E});
   experts.clear();
@@ -385,6 +396,7 @@ void SigmoidMoe::forward(ops::Backend& be, const float* n, int64_t T, float* y) 
   r.renormalize = cfg.renormalize;
   r.scaling = cfg.routed_scaling;
   be.route_sigmoid(logits, T, E, K, r, chosen, weight);
+  be.observe_routing(router_name, chosen, T, K);
   be.moe(n, T, H, K, chosen, weight, experts, y);
   if (cfg.n_shared == 0) return;
   float* s = be.take(T * H);  // [T, H]

@@ -98,6 +98,7 @@ struct GqaAttention {
   double attention_factor = 1.0;
   std::vector<double> inv_freq;  // [rot_dim / 2]
   std::vector<std::string> qkv_names, k_cache, v_cache, o_names;
+  ActQuant k_quant, v_quant;  // the KV cache as a server stores it (Binder::kv_quant)
 
   void bind(Binder& b, const ModelConfig& c, const std::string& prefix,  // "...self_attn."
             GqaOptions options = {});
@@ -151,7 +152,8 @@ struct LightningIndexer {
 struct MlaAttention : MlaParams {
   ops::Weight wq, wqa, q_a_norm, wqb, wkva, kv_a_norm, wkvb, wo;
   std::vector<std::string> in_names, qb_names, kvb_names, k_cache, v_cache, o_names;
-  bool indexed = false;  // DeepSeek-V3.2: attention restricted to the indexer's keys
+  ActQuant k_quant, v_quant;  // per head K and V as a server stores them (Binder::kv_quant)
+  bool indexed = false;       // DeepSeek-V3.2: attention restricted to the indexer's keys
   LightningIndexer indexer;
 
   // `indexed`: bind the lightning indexer under prefix + "indexer." (needs q_lora_rank).
@@ -170,6 +172,7 @@ struct SoftmaxMoe {
   std::vector<ops::Mlp> experts;
   ops::Mlp shared;          // inter 0 when absent
   ops::Weight shared_gate;  // [1, H] fp32, undefined without a shared expert gate
+  std::string router_name;  // block + "gate": the routing is observed under it
 
   // Router block + "gate", experts block + "experts.E." + leaves.
   void bind(Binder& b, const std::string& block, int64_t hidden, int64_t experts, int64_t top_k,
@@ -196,6 +199,7 @@ struct SigmoidMoe {
   ops::Weight router, bias;  // [E, H], [E] (bias undefined when the checkpoint has none)
   std::vector<ops::Mlp> experts;
   ops::Mlp shared;
+  std::string router_name;  // block + "gate": the routing is observed under it
 
   // Module names: block + "gate", block + "experts.E." + leaves, block + "shared_experts.*";
   // the routing bias block + `bias_leaf` (DeepSeek's sits in the router, MiniMax-M2's beside it),

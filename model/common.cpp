@@ -1,7 +1,9 @@
 #include "model/common.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "core/error.h"
 #include "io/source_weights.h"
@@ -78,6 +80,46 @@ std::vector<float> load_weight(const Checkpoint& ckpt, const std::string& name,
                name, "' has dtype ", dtype_name(t.dtype()),
                ", which the forward cannot read as a weight");
   return ops::weight_f32(t);
+}
+
+namespace {
+
+// The F32 scalar `name` of the export, a positive finite number.
+float export_scale(const Checkpoint& ckpt, const std::string& name) {
+  const Tensor t = ckpt.tensor(name);
+  STRATA_CHECK(t.dtype() == DType::kF32 && t.numel() == 1, ckpt.dir(), ": '", name,
+               "' is not an F32 scalar; the export is damaged");
+  const float v = t.item_f32();
+  STRATA_CHECK(std::isfinite(v) && v > 0.0f, ckpt.dir(), ": '", name, "' is ", v,
+               ", not a positive finite scale; the export is damaged");
+  return v;
+}
+
+}  // namespace
+
+ActQuant served_input_quant(const Checkpoint& ckpt, const std::string& weight_name) {
+  if (!weight_name.ends_with(".weight")) return {};
+  const std::string m = weight_name.substr(0, weight_name.size() - 7);
+  if (!ckpt.has(weight_name) || !ckpt.has(m + ".weight_scale")) return {};
+  const DType w = ckpt.entry(weight_name).dtype, s = ckpt.entry(m + ".weight_scale").dtype;
+  if (w == DType::kF8E4M3 && s == DType::kU8) return {ActQuant::Kind::kMxfp8, 0.0f};
+  if (!ckpt.has(m + ".input_scale")) return {};  // weight-only
+  const float scale = export_scale(ckpt, m + ".input_scale");
+  if (w == DType::kU8 && s == DType::kF8E4M3) return {ActQuant::Kind::kNvfp4, scale};
+  if (w == DType::kF8E4M3 && s == DType::kF32) return {ActQuant::Kind::kFp8, scale};
+  return {};
+}
+
+ActQuant served_kv_quant(const Checkpoint& ckpt, ActQuant::Kind kv, const std::string& cache) {
+  if (kv == ActQuant::Kind::kNone) return {};
+  STRATA_ASSERT(kv == ActQuant::Kind::kFp8 || kv == ActQuant::Kind::kNvfp4, "KV cache format");
+  const bool k = cache.ends_with(".k_cache");
+  STRATA_ASSERT(k || cache.ends_with(".v_cache"), "KV cache name ", cache);
+  const std::string name =
+      cache.substr(0, cache.size() - 7) + (k ? "k_proj.k_scale" : "v_proj.v_scale");
+  const float scale = ckpt.has(name) ? export_scale(ckpt, name) : 1.0f;
+  if (kv == ActQuant::Kind::kFp8) return {kv, scale};
+  return {kv, nvfp4_input_scale(scale * 448.0f, name)};
 }
 
 ops::RopeParams rope_params(const ModelConfig& config) {
@@ -195,12 +237,40 @@ void Ends::embed(const Batch& batch, float* hidden, bool round) const {
   if (round && !bf16) ops::round_bf16(hidden, batch.n_tokens() * hidden_);
 }
 
+namespace {
+
+class HeldHead final : public LogitsHead {
+ public:
+  HeldHead(std::vector<float> norm_w, std::vector<float> head, int64_t hidden, int64_t vocab,
+           float eps, float norm_offset)
+      : norm_w_(std::move(norm_w)),
+        head_(std::move(head)),
+        hidden_(hidden),
+        vocab_(vocab),
+        eps_(eps),
+        norm_offset_(norm_offset) {}
+  void logits(const float* hidden, int64_t n, float* out) const override {
+    std::vector<float> xn(static_cast<size_t>(n * hidden_));
+    ops::rms_norm(hidden, n, hidden_, norm_w_.data(), eps_, xn.data(), norm_offset_);
+    ops::linear(xn.data(), n, hidden_, head_.data(), vocab_, out);
+  }
+
+ private:
+  std::vector<float> norm_w_, head_;
+  int64_t hidden_, vocab_;
+  float eps_, norm_offset_;
+};
+
+}  // namespace
+
+std::unique_ptr<LogitsHead> Ends::head() const {
+  return std::make_unique<HeldHead>(load_weight(ckpt_, norm_name_, {hidden_}),
+                                    load_weight(ckpt_, head_name_, {vocab_, hidden_}), hidden_,
+                                    vocab_, eps_, norm_offset_);
+}
+
 void Ends::logits(const float* hidden, int64_t n_tokens, float* out) const {
-  std::vector<float> norm_w = load_weight(ckpt_, norm_name_, {hidden_});
-  std::vector<float> head = load_weight(ckpt_, head_name_, {vocab_, hidden_});
-  std::vector<float> xn(static_cast<size_t>(n_tokens * hidden_));
-  ops::rms_norm(hidden, n_tokens, hidden_, norm_w.data(), eps_, xn.data(), norm_offset_);
-  ops::linear(xn.data(), n_tokens, hidden_, head.data(), vocab_, out);
+  head()->logits(hidden, n_tokens, out);
 }
 
 }  // namespace strata::model

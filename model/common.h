@@ -16,6 +16,22 @@ namespace strata::model {
 // strata::Error naming the tensor.
 std::vector<float> load_weight(const Checkpoint& ckpt, const std::string& name, const Shape& shape);
 
+// How a server quantizes the input of the linear whose weight is `weight_name` in a ModelOpt
+// export (spec/format.md): NVFP4 (a U8 weight with an F8_E4M3 weight_scale and an input_scale):
+// 16-blocks under the static global input_scale; FP8 (an F8_E4M3 weight with a scalar F32
+// weight_scale and an input_scale): per tensor, input_scale; MXFP8 (an F8_E4M3 weight with U8
+// block scales): dynamic 32-blocks. None for an unquantized or weight-only (W4A16) module. A
+// present input_scale that is not a positive finite F32 scalar is a strata::Error.
+ActQuant served_input_quant(const Checkpoint& ckpt, const std::string& weight_name);
+
+// How a server stores the KV cache observed under `cache` ("<...>.self_attn.k_cache" /
+// "v_cache") when the export's kv_cache_quant_algo is `kv` (kFp8 or kNvfp4): the scale is the
+// exported "<...>.self_attn.k_proj.k_scale" / "v_proj.v_scale", or 1.0 where the export has none
+// (a cast KV cache; servers take 1.0 too). FP8: per tensor with that scale; NVFP4: 16-blocks
+// along each head under the global scale fl32(scale · 448) · fl32(1/2688), as ModelOpt's fake
+// quantizer takes the amax scale · 448.
+ActQuant served_kv_quant(const Checkpoint& ckpt, ActQuant::Kind kv, const std::string& cache);
+
 // Whether the JSON object `j` holds `key` with a value other than null (hub configs write null
 // for a setting left at the model class's default).
 bool has_key(const Json& j, const char* key);
@@ -39,6 +55,8 @@ class Ends {
        float norm_offset = 0.0f);
   void embed(const Batch& batch, float* hidden, bool round_bf16) const;
   void logits(const float* hidden, int64_t n_tokens, float* out) const;
+  // The final norm and lm_head read once.
+  std::unique_ptr<LogitsHead> head() const;
 
  private:
   const Checkpoint& ckpt_;

@@ -27,12 +27,22 @@ namespace {
 
 // Weights read from the checkpoint into fp32 (decompressed where the source is compressed),
 // owned by the layer; routed experts of other ranks are not read.
+// With the serving simulation on (ForwardOptions), the matrices carry the export's input
+// quantization and the attention its KV-cache quantization.
 class CpuBinder final : public model::Binder {
  public:
-  CpuBinder(const Checkpoint& ckpt, const ExpertExchange* exchange)
-      : ckpt_(ckpt), exchange_(exchange) {}
+  CpuBinder(const Checkpoint& ckpt, const ExpertExchange* exchange, const ForwardOptions& options)
+      : ckpt_(ckpt),
+        exchange_(exchange),
+        activations_(options.simulate_activations),
+        kv_cache_(options.kv_cache) {}
   ops::Weight matrix(const std::string& name, const Shape& shape) override {
-    return load(name, shape, false);
+    ops::Weight w = load(name, shape, false);
+    if (activations_) w.input_quant = model::served_input_quant(ckpt_, name);
+    return w;
+  }
+  ActQuant kv_quant(const std::string& cache) const override {
+    return model::served_kv_quant(ckpt_, kv_cache_, cache);
   }
   ops::Weight vector(const std::string& name, const Shape& shape) override {
     return load(name, shape, true);
@@ -50,14 +60,17 @@ class CpuBinder final : public model::Binder {
   }
   const Checkpoint& ckpt_;
   const ExpertExchange* exchange_;
+  bool activations_;
+  ActQuant::Kind kv_cache_;
   std::deque<std::vector<float>> storage_;
 };
 
 // A family's layer with its weights in host memory, run by the CPU backend.
 class CpuLayer : public DecoderLayer {
  public:
-  CpuLayer(std::unique_ptr<model::Layer> layer, const Checkpoint& ckpt, ExpertExchange* exchange)
-      : layer_(std::move(layer)), binder_(ckpt, exchange), exchange_(exchange) {
+  CpuLayer(std::unique_ptr<model::Layer> layer, const Checkpoint& ckpt, ExpertExchange* exchange,
+           const ForwardOptions& options)
+      : layer_(std::move(layer)), binder_(ckpt, exchange, options), exchange_(exchange) {
     layer_->bind(binder_);
   }
   void forward(const Batch& batch, float* x, Observer* observer) override {
@@ -98,7 +111,7 @@ class DecoderModel : public ModelForward {
     STRATA_ASSERT(i >= 0 && i < num_layers());
     auto inner = std::make_unique<CpuLayer>(
         family_.make_layer(config_, i, prefixes_.model + "layers." + std::to_string(i) + "."),
-        ckpt_, options_.experts);
+        ckpt_, options_.experts, options_);
     if (!options_.bf16_between_layers) return inner;
     return std::make_unique<RoundingLayer>(std::move(inner), config_.hidden_size);
   }
@@ -106,6 +119,7 @@ class DecoderModel : public ModelForward {
   void logits(const Batch& batch, const float* hidden, float* out) const override {
     ends_.logits(hidden, batch.n_tokens(), out);
   }
+  std::unique_ptr<LogitsHead> head() const override { return ends_.head(); }
 
  private:
   // Rounds the layer's output to bf16, as the hidden states between HF decoder layers are.

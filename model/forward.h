@@ -47,6 +47,22 @@ struct ForwardOptions {
   bool bf16_between_layers = true;
   // Expert parallelism; nullptr: every routed expert is loaded and computed here.
   ExpertExchange* experts = nullptr;
+  // Run a ModelOpt export as a server runs it (strata compare, docs/COMPARE.md), beyond
+  // dequantizing its weights (which the forward always does): `activations` quantizes the input
+  // of every quantized linear as its tensors say (model/common.h served_input_quant); a
+  // `kv_cache` format other than kNone (hf_quant_config's kv_cache_quant_algo: kFp8 or kNvfp4)
+  // stores every attention layer's K and V through it with the exported k/v scales
+  // (served_kv_quant). The CPU forward only.
+  bool simulate_activations = false;
+  ActQuant::Kind kv_cache = ActQuant::Kind::kNone;
+};
+
+// The final norm and lm_head, read once and held: logits of any rows.
+class LogitsHead {
+ public:
+  virtual ~LogitsHead() = default;
+  // out[n, vocab] = lm_head(final_norm(hidden[n, H])).
+  virtual void logits(const float* hidden, int64_t n, float* out) const = 0;
 };
 
 class DecoderLayer {
@@ -73,6 +89,8 @@ class ModelForward {
   virtual std::unique_ptr<DecoderLayer> layer(int64_t i) const = 0;
   // logits [T, vocab] = lm_head(final_norm(hidden)).
   virtual void logits(const Batch& batch, const float* hidden, float* out) const = 0;
+  // The same held in memory, for logits computed a slice of tokens at a time.
+  virtual std::unique_ptr<LogitsHead> head() const = 0;
 };
 
 }  // namespace strata

@@ -82,6 +82,7 @@ class GptOssLayer : public Layer {
     int32_t* chosen = be.take_i32(T * K);
     be.linear(n, T, router_, logits, &router_bias_);
     be.route_softmax(logits, T, E, K, /*renormalize=*/true, chosen, weight);
+    be.observe_routing(p_ + "mlp.router", chosen, T, K);
     be.moe(n, T, c_.hidden_size, K, chosen, weight, experts_, y);
   }
 

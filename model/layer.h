@@ -33,6 +33,10 @@ class Binder {
   virtual Shape shape_of(const std::string& name) const = 0;
   // Whether routed expert e of `experts` is held (and computed) here (expert parallelism).
   virtual bool holds_expert(int64_t /*e*/, int64_t /*experts*/) const { return true; }
+  // How a server stores the KV cache observed under `cache` ("<layers.N>.self_attn.k_cache" or
+  // "...v_cache", model/forward.h): none unless the binder simulates a served export (strata
+  // compare, model/forward.cpp).
+  virtual ActQuant kv_quant(const std::string& /*cache*/) const { return {}; }
 };
 
 class Layer {

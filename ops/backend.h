@@ -40,6 +40,10 @@ class Observer {
   virtual ~Observer() = default;
   // x is [rows, cols] fp32, row-major.
   virtual void observe(std::string_view name, const float* x, int64_t rows, int64_t cols) = 0;
+  // A MoE layer's routing, under its router's module name ("model.layers.3.mlp.gate"): chosen
+  // [tokens, k], the experts each token was sent to (strata compare; the CPU backend reports it).
+  virtual void observe_routing(std::string_view /*router*/, const int32_t* /*chosen*/,
+                               int64_t /*tokens*/, int64_t /*k*/) {}
 };
 
 // Expert parallelism (docs/SCALEOUT.md "Expert parallel"): the routed experts of every MoE layer
@@ -78,6 +82,10 @@ struct Weight {
   // A norm weight stored zero-centred (Qwen3-Next, Qwen3.5: RMSNorm multiplies by 1 + w): rms_norm
   // uses offset + w. Only rms_norm reads it; the family sets it after binding.
   float offset = 0.0f;
+  // How a server quantizes this linear's input before its GEMM (strata compare's simulation of a
+  // served export, set by the binder from the export's input scales; none: the input as is).
+  // The CPU backend's linears and mlp apply it to a copy of the input; the CUDA backend refuses it.
+  ActQuant input_quant{};
   bool defined() const { return !shape.empty(); }
   int64_t rows() const { return shape.empty() ? 0 : shape[0]; }
   int64_t cols() const { return shape.size() < 2 ? 0 : shape.back(); }
@@ -151,8 +159,21 @@ class Backend {
   virtual void observe(const std::vector<std::string>& names, const float* x, int64_t rows,
                        int64_t cols) = 0;
 
+  // MoE routing under the router's module name (Observer::observe_routing); the CUDA backend
+  // does not report it.
+  virtual void observe_routing(const std::string& /*router*/, const int32_t* /*chosen*/,
+                               int64_t /*tokens*/, int64_t /*k*/) {}
+
+  // ---- serving simulation (strata compare) ---------------------------------------------------
+  // x[rows, cols] fake-quantized in place as `q` says (quant/quantized.h fake_quantize): the KV
+  // cache as a server stores it. `name` names the tensor in errors. The CPU only; the CUDA
+  // backend refuses it.
+  virtual void fake_quantize(float* x, int64_t rows, int64_t cols, const ActQuant& q,
+                             std::string_view name) = 0;
+
   // ---- GEMMs ---------------------------------------------------------------------------------
-  // One input, several weights: y_i[m, n_i] = x[m, k] · W_i[n_i, k]^T (+ bias_i[n_i]).
+  // One input, several weights: y_i[m, n_i] = x[m, k] · W_i[n_i, k]^T (+ bias_i[n_i]); x as W_i's
+  // input_quant says (each weight its own).
   struct Out {
     const Weight* w;
     float* y;
@@ -186,7 +207,7 @@ class Backend {
 
   // ---- a SwiGLU MLP --------------------------------------------------------------------------
   // y[rows, H] = w(x[rows, H]); observes x under w.gate_up_names and the SwiGLU output under
-  // w.down_names.
+  // w.down_names (before any input_quant of the weights applies).
   virtual void mlp(const Mlp& w, const float* x, int64_t rows, float* y) = 0;
 
   // ---- attention -----------------------------------------------------------------------------

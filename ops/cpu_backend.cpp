@@ -30,6 +30,19 @@ const float* f32(const Weight& w) {
   return static_cast<const float*>(w.data);
 }
 
+// The input of linear `w` as a server computes on it: x itself, or x[rows, w.cols()] quantized
+// as w.input_quant says into `buf` (kept when `buf_quant` says it already holds that).
+const float* linear_input(const Weight& w, const float* x, int64_t rows, std::vector<float>& buf,
+                          ActQuant& buf_quant) {
+  if (!w.input_quant.on()) return x;
+  if (buf_quant == w.input_quant) return buf.data();
+  const int64_t n = rows * w.cols();
+  buf.assign(x, x + n);
+  fake_quantize(w.input_quant, buf.data(), rows, w.cols(), "a linear's input");
+  buf_quant = w.input_quant;
+  return buf.data();
+}
+
 }  // namespace
 
 float* CpuBackend::take(int64_t n) {
@@ -56,9 +69,23 @@ void CpuBackend::observe(const std::vector<std::string>& names, const float* x, 
     observer_->observe(n, x, rows, cols);
 }
 
+void CpuBackend::observe_routing(const std::string& router, const int32_t* chosen, int64_t tokens,
+                                 int64_t k) {
+  if (observer_) observer_->observe_routing(router, chosen, tokens, k);
+}
+
+void CpuBackend::fake_quantize(float* x, int64_t rows, int64_t cols, const ActQuant& q,
+                               std::string_view name) {
+  strata::fake_quantize(q, x, rows, cols, name);
+}
+
 void CpuBackend::linears(const float* x, int64_t m, std::initializer_list<Out> outs) {
-  for (const Out& o : outs)
-    ops::linear(x, m, o.w->cols(), f32(*o.w), o.w->rows(), o.y, o.bias ? f32(*o.bias) : nullptr);
+  std::vector<float> quantized;  // the input as the weights' input_quant says, when set
+  ActQuant held;
+  for (const Out& o : outs) {
+    const float* in = linear_input(*o.w, x, m, quantized, held);
+    ops::linear(in, m, o.w->cols(), f32(*o.w), o.w->rows(), o.y, o.bias ? f32(*o.bias) : nullptr);
+  }
 }
 
 void CpuBackend::rms_norm(const float* x, int64_t rows, int64_t dim, const Weight& w, float eps,
@@ -113,22 +140,30 @@ void CpuBackend::copy_cols(const float* src, int64_t src_stride, float* dst, int
 void CpuBackend::mlp(const Mlp& w, const float* x, int64_t rows, float* y) {
   const int64_t H = w.hidden;
   observe(w.gate_up_names, x, rows, H);
+  std::vector<float> quantized;  // an input as the weights' input_quant says, when set
+  ActQuant held;
   if (w.interleaved) {  // gpt-oss
     std::vector<float> gu(static_cast<size_t>(rows * 2 * w.inter)),
         h(static_cast<size_t>(rows * w.inter));
     auto bias = [](const Weight& b) { return b.defined() ? f32(b) : nullptr; };
-    ops::linear(x, rows, H, f32(w.gate_up), 2 * w.inter, gu.data(), bias(w.gate_up_bias));
+    ops::linear(linear_input(w.gate_up, x, rows, quantized, held), rows, H, f32(w.gate_up),
+                2 * w.inter, gu.data(), bias(w.gate_up_bias));
     ops::swiglu_clamped(gu.data(), rows * w.inter, w.alpha, w.limit, h.data());
     observe(w.down_names, h.data(), rows, w.inter);
-    ops::linear(h.data(), rows, w.inter, f32(w.down), H, y, bias(w.down_bias));
+    held = {};
+    ops::linear(linear_input(w.down, h.data(), rows, quantized, held), rows, w.inter, f32(w.down),
+                H, y, bias(w.down_bias));
     return;
   }
   std::vector<float> g(static_cast<size_t>(rows * w.inter)), u(g.size());
-  ops::linear(x, rows, H, f32(w.gate), w.inter, g.data());
-  ops::linear(x, rows, H, f32(w.up), w.inter, u.data());
+  ops::linear(linear_input(w.gate, x, rows, quantized, held), rows, H, f32(w.gate), w.inter,
+              g.data());
+  ops::linear(linear_input(w.up, x, rows, quantized, held), rows, H, f32(w.up), w.inter, u.data());
   ops::swiglu(g.data(), u.data(), rows * w.inter, g.data());
   observe(w.down_names, g.data(), rows, w.inter);
-  ops::linear(g.data(), rows, w.inter, f32(w.down), H, y);
+  held = {};
+  ops::linear(linear_input(w.down, g.data(), rows, quantized, held), rows, w.inter, f32(w.down), H,
+              y);
 }
 
 void CpuBackend::rope(float* x, const Tokens& t, int64_t n_heads, int64_t stride, int64_t offset,

@@ -22,6 +22,10 @@ class CpuBackend final : public Backend {
 
   void observe(const std::vector<std::string>& names, const float* x, int64_t rows,
                int64_t cols) override;
+  void observe_routing(const std::string& router, const int32_t* chosen, int64_t tokens,
+                       int64_t k) override;
+  void fake_quantize(float* x, int64_t rows, int64_t cols, const ActQuant& q,
+                     std::string_view name) override;
   void linears(const float* x, int64_t m, std::initializer_list<Out> outs) override;
   void rms_norm(const float* x, int64_t rows, int64_t dim, const Weight& w, float eps,
                 float* y) override;

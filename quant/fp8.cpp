@@ -110,4 +110,14 @@ Tensor fp8_dequantize(const Fp8Weight& q) {
   return out;
 }
 
+void fp8_fake_quantize(float* x, int64_t n, float scale, std::string_view name) {
+  STRATA_CHECK(std::isfinite(scale) && scale > 0.0f, "fp8: the scale ", scale, " of ", name,
+               " is not a positive finite number");
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) continue;
+    const float q = std::clamp(x[i] / scale, -448.0f, 448.0f);
+    x[i] = e4m3_to_f32(quant_detail::fast_f32_to_e4m3(q)) * scale;
+  }
+}
+
 }  // namespace strata

@@ -64,6 +64,17 @@ Fp8Weight fp8_quantize(const Tensor& weight, float weight_amax, std::string_view
 // Inverse mapping to an F32 tensor of the original shape.
 Tensor fp8_dequantize(const Fp8Weight& q);
 
+// ---- activations: what an FP8 server computes on (strata compare's simulation) ---------------
+// FP8 per-tensor static fake quantization of x[n] in place with scale s (the export's
+// input_scale, or a KV cache's k_scale / v_scale; 1.0 for a cast KV cache without scales):
+//   x = f32(e4m3(clamp(x / s, -448, 448))) * s             e4m3 round to nearest even
+// as ModelOpt's FP8 fake quantizer (tensor_quant.py, _fp8_eager: clamp, cast, scale back) and a
+// server's static FP8 quantization (vLLM's scaled_fp8_quant, its FP8 KV cache: a saturating
+// cast) compute it, with a true fp32 division where those multiply by a reciprocal (which can move
+// a value that sits exactly on a rounding boundary by one step). NaN stays NaN. Throws
+// strata::Error naming `name` when s is not a positive finite number.
+void fp8_fake_quantize(float* x, int64_t n, float scale, std::string_view name);
+
 namespace quant_detail {
 Fp8Weight fp8_quantize_with(Encoders encoders, const Tensor& weight, float weight_amax,
                             std::string_view name);

@@ -103,4 +103,28 @@ Tensor mxfp8_dequantize(const Mxfp8Weight& q) {
   return out;
 }
 
+void mxfp8_fake_quantize(float* x, int64_t rows, int64_t cols, std::string_view name) {
+  STRATA_CHECK(cols % kMxfp8BlockSize == 0, "mxfp8: ", name, " has rows of ", cols,
+               " values, which MXFP8's blocks of 32 cannot take");
+  const int64_t n = rows * cols;
+  for (int64_t b = 0; b < n; b += kMxfp8BlockSize) {
+    float* v = x + b;
+    float block_amax = 0.0f;
+    for (int64_t i = 0; i < kMxfp8BlockSize; ++i)
+      block_amax = std::isfinite(v[i]) && std::isfinite(block_amax)
+                       ? std::max(block_amax, std::fabs(v[i]))
+                       : NAN;
+    if (std::isnan(block_amax)) {
+      std::fill(v, v + kMxfp8BlockSize, NAN);
+      continue;
+    }
+    const int exponent = static_cast<int>(mxfp8_block_exponent(block_amax)) - 127;
+    const float inv_scale = std::ldexp(1.0f, -exponent);
+    for (int64_t i = 0; i < kMxfp8BlockSize; ++i) {
+      const float q = std::clamp(v[i] * inv_scale, -448.0f, 448.0f);
+      v[i] = std::ldexp(e4m3_to_f32(quant_detail::fast_f32_to_e4m3(q)), exponent);
+    }
+  }
+}
+
 }  // namespace strata

@@ -47,6 +47,13 @@ Mxfp8Weight mxfp8_quantize(const Tensor& weight, std::string_view name);
 // Inverse mapping to an F32 tensor of the original shape.
 Tensor mxfp8_dequantize(const Mxfp8Weight& q);
 
+// MXFP8 fake quantization of x[rows, cols] in place (cols % 32 == 0): ModelOpt's MXFP8 recipe
+// quantizes a linear's input dynamically, with the weight's rule above per block of 32
+// consecutive values of a row (scale 2^e_b from the block's own amax, elements e4m3), and scales
+// back: x = f32(e4m3(clamp(x * 2^-e_b, -448, 448))) * 2^e_b. A block holding a NaN or an infinity
+// becomes NaN. Throws strata::Error naming `name` when cols % 32 != 0.
+void mxfp8_fake_quantize(float* x, int64_t rows, int64_t cols, std::string_view name);
+
 namespace quant_detail {
 Mxfp8Weight mxfp8_quantize_with(Encoders encoders, const Tensor& weight, std::string_view name);
 }  // namespace quant_detail

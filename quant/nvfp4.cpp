@@ -134,4 +134,31 @@ Tensor nvfp4_dequantize(const Nvfp4Weight& q) {
   return out;
 }
 
+void nvfp4_fake_quantize(float* x, int64_t rows, int64_t cols, float global_scale,
+                         std::string_view name) {
+  STRATA_CHECK(cols % kNvfp4BlockSize == 0, "nvfp4: ", name, " has rows of ", cols,
+               " values, which NVFP4's blocks of 16 cannot take");
+  STRATA_CHECK(std::isfinite(global_scale) && global_scale > 0.0f, "nvfp4: the global scale ",
+               global_scale, " of ", name, " is not a positive finite number");
+  const float six_global = 6.0f * global_scale;  // fl32(6 * s), rounded before it divides
+  const int64_t n = rows * cols;
+  for (int64_t b = 0; b < n; b += kNvfp4BlockSize) {
+    float* v = x + b;
+    float block_amax = 0.0f;
+    bool nan = false;
+    for (int64_t i = 0; i < kNvfp4BlockSize; ++i) {
+      nan = nan || std::isnan(v[i]);
+      block_amax = std::max(block_amax, std::fabs(v[i]));
+    }
+    const float s = nan ? NAN : std::min(block_amax / six_global, kMaxBlockScale);
+    float descale = e4m3_to_f32(quant_detail::fast_f32_to_e4m3(s)) * global_scale;
+    if (!(descale >= 1e-5f)) descale = 1.0f;  // underflowed (or NaN): ModelOpt's substitute
+    for (int64_t i = 0; i < kNvfp4BlockSize; ++i) {
+      const float m =
+          e2m1_to_f32(quant_detail::fast_f32_to_e2m1(std::fabs(v[i]) / descale)) * descale;
+      v[i] = v[i] >= 0.0f ? m : -m;
+    }
+  }
+}
+
 }  // namespace strata

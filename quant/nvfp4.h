@@ -62,6 +62,24 @@ Nvfp4Weight nvfp4_quantize(const Tensor& weight, float weight_amax, std::string_
 // Inverse mapping to an F32 tensor of the original shape.
 Tensor nvfp4_dequantize(const Nvfp4Weight& q);
 
+// ---- activations: what a W4A4 server computes on (strata compare's simulation) --------------
+// NVFP4 fake quantization of x[rows, cols] in place (cols % 16 == 0): a dynamic E4M3 scale per
+// block of 16 consecutive values of a row under the static global scale s (the export's
+// input_scale; for an NVFP4 KV cache, k/v scale · 448 / 2688), as ModelOpt's NVFP4 fake
+// quantizer computes it (kernels/quantization/common/nvfp4_quant.py, fp8_quantize_scale and
+// fp4_round_magnitude), every step an IEEE fp32 operation:
+//   a_b = max |x| over the block
+//   d_b = f32(e4m3(min(a_b / fl32(6 * s), 448))) * s       e4m3 round to nearest even
+//   d_b = 1 when d_b < 1e-5 (or NaN): a block whose scale underflows
+//   x   = sign(x) * m(|x| / d_b) * d_b                    m: the nearest of {0, 0.5, 1, 1.5, 2,
+//                                                          3, 4, 6}, ties to even, > 5 gives 6
+// A server (vLLM's scaled_fp4_quant, TensorRT-LLM) computes the same block scale and codes; it
+// multiplies by reciprocals where this divides, which can move a value that sits exactly on a
+// rounding boundary by one code. Throws strata::Error naming `name` when cols % 16 != 0 or s is
+// not a positive finite number.
+void nvfp4_fake_quantize(float* x, int64_t rows, int64_t cols, float global_scale,
+                         std::string_view name);
+
 namespace quant_detail {
 Nvfp4Weight nvfp4_quantize_with(Encoders encoders, const Tensor& weight, float weight_amax,
                                 std::string_view name);

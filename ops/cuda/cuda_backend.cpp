@@ -119,9 +119,7 @@ struct CudaBackend::Experts {
 };
 
 CudaBackend::CudaBackend(CudaBackendOptions options)
-    : opt_(options),
-      att_(std::make_unique<Attention>()),
-      prof_(std::make_unique<Profile>()) {}
+    : opt_(options), att_(std::make_unique<Attention>()), prof_(std::make_unique<Profile>()) {}
 
 CudaBackend::CudaBackend(DeviceBudget& budget, const Stream& stream, CudaBackendOptions options,
                          int64_t max_slots, int64_t max_experts)
@@ -322,11 +320,29 @@ const void* CudaBackend::gin(const float* a, int64_t count) {
   return h;
 }
 
+namespace {
+
+// The simulation of a served export's quantized inputs (ops::Weight::input_quant) has no CUDA
+// implementation yet: strata compare runs on the CPU.
+void refuse_input_quant(const Weight& w) {
+  STRATA_CHECK(!w.input_quant.on(),
+               "the CUDA backend does not simulate quantized linear inputs (strata compare's "
+               "activation simulation runs on the CPU only)");
+}
+
+}  // namespace
+
+void CudaBackend::fake_quantize(float*, int64_t, int64_t, const ActQuant&, std::string_view name) {
+  fail("the CUDA backend does not simulate a quantized KV cache (", name,
+       "); strata compare's serving simulation runs on the CPU only");
+}
+
 void CudaBackend::linears(const float* x, int64_t m, std::initializer_list<Out> outs) {
   const uint64_t at = mark();
   const void* xin = nullptr;
   for (const Out& o : outs) {
     const Weight& w = *o.w;
+    refuse_input_quant(w);
     if (w.f32) {  // routers and gates: fp32 GEMMs on the fp32 input
       if (!dry()) mm(x, w.data, o.y, m, w.rows(), w.cols(), false);
     } else {
@@ -621,6 +637,10 @@ const void* const* CudaBackend::expert_tables(std::span<const Mlp> experts, bool
 
 void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
                       const float* weight, std::span<const Mlp> experts, float* y) {
+  for (const Mlp& e : experts) {
+    for (const Weight* w : {&e.gate, &e.up, &e.down, &e.gate_up})
+      refuse_input_quant(*w);
+  }
   const int64_t E = static_cast<int64_t>(experts.size()), S = T * K, Im = experts[0].inter;
   // gpt-oss: one [2Im, H] GEMM per expert into g [S, 2Im] (gate/up interleaved), its bias, then
   // the clamped SwiGLU into u [S, Im], the down GEMM's input; the down bias after that GEMM.

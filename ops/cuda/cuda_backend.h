@@ -81,6 +81,9 @@ class CudaBackend final : public Backend {
   void phase(Phase p) override;
   void observe(const std::vector<std::string>& names, const float* x, int64_t rows,
                int64_t cols) override;
+  // strata compare's serving simulation runs on the CPU only: refused here.
+  void fake_quantize(float* x, int64_t rows, int64_t cols, const ActQuant& q,
+                     std::string_view name) override;
   void linears(const float* x, int64_t m, std::initializer_list<Out> outs) override;
   void rms_norm(const float* x, int64_t rows, int64_t dim, const Weight& w, float eps,
                 float* y) override;

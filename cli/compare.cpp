@@ -1,0 +1,82 @@
+// strata compare: a source checkpoint against its quantized export (engine/compare.h,
+// docs/COMPARE.md): KL divergence, top-1 agreement, perplexities, per-layer errors, MoE routing.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/compare.h"
+#include "io/safetensors_writer.h"
+
+namespace strata::cli {
+
+int cmd_compare(const std::vector<std::string>& argv) {
+  Args args(
+      "compare",
+      "Runs SRC and its quantized export QUANTIZED side by side on the CPU, one decoder layer at "
+      "a\n"
+      "time, the export as a server runs it (weights dequantized; each quantized linear's input\n"
+      "quantized with the export's input scales, NVFP4 per-16 blocks under the static global "
+      "scale\n"
+      "or FP8 per tensor; the KV cache through the export's kv_cache_quant_algo with its k/v\n"
+      "scales), and reports the KL divergence of the export's next-token distributions from the\n"
+      "source's (mean, median, p99, max), top-1 agreement, both perplexities, each decoder "
+      "layer's\n"
+      "relative output error (given the source's inputs, and end to end) and, per MoE layer, the\n"
+      "tokens routed to each expert and the routing agreement. Data: --tokens, --text, or by\n"
+      "default the held-out slice of the bundled corpus (data/calib/heldout, never calibrated "
+      "on).");
+  args.positional("SRC", "the source Hugging Face checkpoint directory");
+  args.positional(
+      "QUANTIZED",
+      "its quantized export (a ModelOpt checkpoint), or any checkpoint of the same architecture");
+  args.option("--tokens", "FILE.jsonl",
+              "token-id sequences, one JSON list per line, each used whole");
+  args.option("--text", "FILE|DIR",
+              "text (a file, a directory of *.txt, or JSONL with a text field) cut into "
+              "--max_tokens windows "
+              "by SRC's tokenizer; default: data/calib/heldout");
+  args.option("--num_seqs", "N", "sequences taken from the text", "8");
+  args.option("--max_tokens", "N", "tokens per text sequence at most, special tokens included",
+              "512");
+  args.option("--seed", "N", "seed of the text windows' sampling", "1234");
+  args.option("--json", "FILE", "also write every number as JSON (docs/COMPARE.md)");
+  args.flag("--no_act_sim",
+            "do not quantize the linears' inputs (with --no_kv_sim: the weights' error alone)");
+  args.flag("--no_kv_sim", "do not quantize the KV cache");
+  args.flag("--fp32",
+            "keep hidden states in fp32 between layers instead of rounding to bf16 (both models)");
+  args.flag("--quiet,-q", "no progress, only warnings and errors");
+  if (!args.parse(argv)) return 0;
+  if (args.flag_set("--quiet")) log_set_level(LogLevel::kWarn);
+
+  CompareJob job;
+  job.source_dir = args.get("SRC");
+  job.quantized_dir = args.get("QUANTIZED");
+  const auto tokens = args.get_optional("--tokens");
+  const auto text = args.get_optional("--text");
+  STRATA_CHECK(!(tokens && text), "--tokens and --text: give one of them");
+  if (tokens) job.token_file = *tokens;
+  const int64_t num_seqs = args.get_int("--num_seqs"), max_tokens = args.get_int("--max_tokens");
+  STRATA_CHECK(num_seqs >= 1, "--num_seqs must be at least 1, not ", num_seqs);
+  STRATA_CHECK(max_tokens >= 2, "--max_tokens must be at least 2, not ", max_tokens);
+  job.text.seq_len = max_tokens;
+  job.text.default_count = num_seqs;
+  job.text.seed = static_cast<uint64_t>(args.get_int("--seed"));
+  if (text) job.text.sources.push_back({*text, num_seqs});
+  job.simulate_activations = !args.flag_set("--no_act_sim");
+  job.simulate_kv_cache = !args.flag_set("--no_kv_sim");
+  job.bf16_between_layers = !args.flag_set("--fp32");
+  job.progress = !args.flag_set("--quiet");
+
+  const CompareResult r = run_compare(job);
+  if (auto out = args.get_optional("--json"))
+    write_file_atomic(*out, compare_json(r).dump(2) + "\n");
+  std::fputs(compare_table(r).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace strata::cli
