@@ -56,12 +56,17 @@ class CpuBinder final : public model::Binder {
 // A family's layer with its weights in host memory, run by the CPU backend.
 class CpuLayer : public DecoderLayer {
  public:
-  CpuLayer(std::unique_ptr<model::Layer> layer, const Checkpoint& ckpt, ExpertExchange* exchange)
-      : layer_(std::move(layer)), binder_(ckpt, exchange), exchange_(exchange) {
+  CpuLayer(std::unique_ptr<model::Layer> layer, const Checkpoint& ckpt, ExpertExchange* exchange,
+           bool bf16_ops)
+      : layer_(std::move(layer)),
+        binder_(ckpt, exchange),
+        exchange_(exchange),
+        bf16_ops_(bf16_ops) {
     layer_->bind(binder_);
   }
   void forward(const Batch& batch, float* x, Observer* observer) override {
     ops::CpuBackend be(observer, exchange_);
+    be.set_bf16_ops(bf16_ops_);
     ops::Tokens t;
     t.tokens = batch.n_tokens();
     t.positions = batch.positions.data();
@@ -73,6 +78,7 @@ class CpuLayer : public DecoderLayer {
   std::unique_ptr<model::Layer> layer_;
   CpuBinder binder_;
   ExpertExchange* exchange_;
+  bool bf16_ops_;
 };
 
 class DecoderModel : public ModelForward {
@@ -98,7 +104,7 @@ class DecoderModel : public ModelForward {
     STRATA_ASSERT(i >= 0 && i < num_layers());
     auto inner = std::make_unique<CpuLayer>(
         family_.make_layer(config_, i, prefixes_.model + "layers." + std::to_string(i) + "."),
-        ckpt_, options_.experts);
+        ckpt_, options_.experts, options_.bf16_ops);
     if (!options_.bf16_between_layers) return inner;
     return std::make_unique<RoundingLayer>(std::move(inner), config_.hidden_size);
   }
