@@ -119,6 +119,12 @@ void declare_flags(Args& args) {
               "skip (and count) calibration sequences shorter than this (1: every sample, as "
               "ModelOpt)",
               "1");
+  args.option("--calib_precision", "fp32_layers|bf16_ops",
+              "how the calibration forward rounds: fp32_layers (default) computes each decoder "
+              "layer in fp32 (on the GPU with bf16 GEMM inputs) and rounds to bf16 between layers, "
+              "closer to the exact model; bf16_ops rounds to bf16 after every op as the bf16 "
+              "PyTorch model does, which ModelOpt calibrates, for its input and KV scales",
+              "fp32_layers");
   args.option("--batch_size", "N", "calibration sequences per micro-batch", "8");
   args.option("--seed", "N", "seed of the calibration sampling", "1234");
   args.option("--max_shard_size_gb", "GB", "largest output shard", "5");
@@ -202,6 +208,9 @@ QuantizeJob job_inputs(const Args& args) {
   job.calib.min_tokens = std::min<int64_t>(args.get_int("--calib_min_tokens"), calib_seq);
   job.calib.text_field = args.get("--calib_text_field");
   job.calib.seed = static_cast<uint64_t>(args.get_int("--seed"));
+  job.precision = choice(args, "--calib_precision", "fp32_layers|bf16_ops") == 1
+                      ? CalibPrecision::kBf16Ops
+                      : CalibPrecision::kFp32Layers;
   if (auto data = args.get_optional("--calib_data")) {
     job.calib.sources = parse_calib_sources(*data, args.get("--calib_size"));
   } else {

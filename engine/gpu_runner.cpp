@@ -180,6 +180,7 @@ DevicePlacement::DevicePlacement(GpuLoop& loop)
   fo.gemm_bf16 = loop.gpu.gemm_bf16;
   fo.profile = loop.gpu.profile;
   fo.warp_attention = loop.gpu.warp_attention;
+  fo.bf16_ops = loop.bf16_ops;
   f_ = std::make_unique<gpu::GpuForward>(loop.config, loop.ckpt, *budget_, compute_, fo);
   reader_ = std::make_unique<LayerReader>(loop.ckpt);
   parts[0] = setup.lap(nullptr);

@@ -86,6 +86,7 @@ struct GpuLoop {
   PageWarmer* warm = nullptr;       // gpu_warm_start's, told of each layer read
   GpuEarlySetup* early = nullptr;   // gpu_early_setup's, taken over
   TestHooks test;                   // QuantizeJob::test: host store, exchange thread
+  bool bf16_ops = false;            // QuantizeJob::precision is kBf16Ops
 };
 
 // "" when the GPU path can run this model; else why not.

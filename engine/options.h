@@ -9,6 +9,13 @@
 
 namespace strata {
 
+// --calib_precision (docs/QUANTIZE.md "Calibration precision"): how the calibration forward rounds
+// inside a decoder layer. The activation and KV scales follow it; weights do not depend on it.
+enum class CalibPrecision {
+  kFp32Layers,  // fp32 inside a layer (GPU: bf16 GEMM inputs), bf16 between layers (default)
+  kBf16Ops,     // rounded to bf16 after every op as transformers' bf16 model runs (ModelOpt's)
+};
+
 // The GPU path (engine/gpu_runner.h, model/cuda/gpu_forward.h; docs/CUDA.md). Ignored on the
 // CPU. Only gemm_bf16 changes the activation scales; the rest leave every byte as it is.
 struct GpuOptions {

@@ -489,6 +489,7 @@ void QuantizeRun::choose_expert_parallel() {
 
 void QuantizeRun::calibration_data() {
   if (expert_parallel) fopts.experts = &exchange;
+  fopts.bf16_ops = job.precision == CalibPrecision::kBf16Ops;
   if (!result.calibrated) return;
   fwd = ModelForward::create(config, ckpt, fopts);  // refuses unsupported math before any work
   phase.lap(&result.times.startup);
@@ -545,11 +546,12 @@ void QuantizeRun::prepare_resume() {
   offload = job.offload_folder.empty()
                 ? resume_dir
                 : fs::absolute(job.offload_folder).lexically_normal().string();
-  identity = run_identity(config, ckpt, plan, calibration.sequences,
-                          str("batch_size=", result.calibrated ? job.batch_size : 0,
-                              " max_shard_bytes=", job.max_shard_bytes,
-                              job.exact_mxfp4 ? " exact_mxfp4" : "", on_gpu ? " device=cuda" : ""),
-                          job.version);
+  identity = run_identity(
+      config, ckpt, plan, calibration.sequences,
+      str("batch_size=", result.calibrated ? job.batch_size : 0,
+          " max_shard_bytes=", job.max_shard_bytes, job.exact_mxfp4 ? " exact_mxfp4" : "",
+          on_gpu ? " device=cuda" : "", fopts.bf16_ops ? " calib_precision=bf16_ops" : ""),
+      job.version);
   // The hidden file a manifest names, checked against this run's layout and the manifest's
   // checksums.
   auto check_hidden = [this](const ResumeState& s) {
@@ -752,7 +754,7 @@ std::unique_ptr<Placement> QuantizeRun::placement() {
     gpu.emplace(GpuLoop{config, ckpt, plan, *store, comm.size() > 1 ? mine : batches, *exporter,
                         first_layer, job.max_gpu_memory_bytes, !result.memory.spilled, resume_dir,
                         job.gpu, job.exact_mxfp4, &comm, mine_ids, &result.times, warm.get(),
-                        early.get(), job.test});
+                        early.get(), job.test, fopts.bf16_ops});
     return make_gpu_placement(*gpu);
   }
   return std::make_unique<HostPlacement>(HostPlacement::Inputs{*fwd, *exporter, ckpt, comm, *store,

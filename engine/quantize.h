@@ -56,6 +56,7 @@ struct QuantizeJob {
   uint64_t max_gpu_memory_bytes = 0;  // --max_gpu_memory_gb; 0: the device's free memory
   GpuOptions gpu;                     // engine/options.h: the --gpu_* flags
   TestHooks test;                     // engine/options.h: the hidden --test_* flags
+  CalibPrecision precision = CalibPrecision::kFp32Layers;  // --calib_precision
 };
 
 // Host memory a run needs, an upper bound on its peak RSS (docs/QUANTIZE.md "Memory and

@@ -128,8 +128,11 @@ void GqaAttention::forward(ops::Backend& be, const ops::Tokens& t, const float* 
   if (k_quant.on()) be.fake_quantize(k, T * n_kv, d, k_quant, k_cache[0]);  // per head [T·nKV, d]
   if (v_quant.on()) be.fake_quantize(v, T * n_kv, d, v_quant, v_cache[0]);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  be.attention(t, q, qd, k, kd, v, kd, n_heads, n_kv, d, d, scale, att,
-               {window, sinks.defined() ? &sinks : nullptr});
+  ops::AttentionVariant variant;
+  variant.window = window;
+  variant.sinks = sinks.defined() ? &sinks : nullptr;
+  variant.eager = eager;
+  be.attention(t, q, qd, k, kd, v, kd, n_heads, n_kv, d, d, scale, att, variant);
   if (output_gate) be.mul_sigmoid(att, gate, T * qd);
   be.observe(o_names, att, T, qd);
   be.linear(att, T, wo, out, bo.defined() ? &bo : nullptr);
@@ -328,7 +331,7 @@ void SoftmaxMoe::forward(ops::Backend& be, const float* n, int64_t T, float* y) 
   float* weight = be.take(T * K);  // [T, K]
   int32_t* chosen = be.take_i32(T * K);
   be.linear(n, T, router, logits);
-  be.route_softmax(logits, T, E, K, renormalize, chosen, weight);
+  be.route_softmax(logits, T, E, K, {renormalize, bf16_weights}, chosen, weight);
   be.observe_routing(router_name, chosen, T, K);
   be.moe(n, T, H, K, chosen, weight, experts, y);
   if (shared.inter == 0) return;
@@ -395,6 +398,7 @@ void SigmoidMoe::forward(ops::Backend& be, const float* n, int64_t T, float* y) 
   r.topk_group = cfg.topk_group;
   r.renormalize = cfg.renormalize;
   r.scaling = cfg.routed_scaling;
+  r.bf16_logits = cfg.bf16_logits;
   be.route_sigmoid(logits, T, E, K, r, chosen, weight);
   be.observe_routing(router_name, chosen, T, K);
   be.moe(n, T, H, K, chosen, weight, experts, y);

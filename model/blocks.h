@@ -74,7 +74,7 @@ ops::RopeParams rope_params(const ModelConfig& config);
 // (Qwen3, GLM-4.5) or over all heads at once (MiniMax-M2), before half-split RoPE over the first
 // rot_dim dims of each head (all of them unless partial), and optionally an output gate
 // (Qwen3-Next, Qwen3.5). Observers: q/k/v_proj (one input), k_cache, v_cache, o_proj. gpt-oss
-// sets `sinks` and `window` after bind() (ops::AttentionVariant).
+// sets `sinks`, `window` and `eager` after bind() (ops::AttentionVariant).
 struct GqaOptions {
   // Fraction of each head that RoPE rotates: rot_dim = int(head_dim · factor), as transformers'
   // default rope init; < 0: the config's partial_rotary_factor (1 when absent).
@@ -94,6 +94,7 @@ struct GqaAttention {
   ops::Weight bq, bk, bv, bo;  // undefined when there are no biases
   ops::Weight sinks;           // [nH] fp32, undefined without attention sinks
   int64_t window = 0;          // sliding window in tokens, 0: the whole causal prefix
+  bool eager = false;          // bf16_ops: rounds as transformers' eager attention (gpt-oss)
   ops::Weight q_norm, k_norm;  // [d] ([nH·d], [nKV·d] over all heads), undefined when absent
   double attention_factor = 1.0;
   std::vector<double> inv_freq;  // [rot_dim / 2]
@@ -168,6 +169,8 @@ struct MlaAttention : MlaParams {
 struct SoftmaxMoe {
   int64_t H = 0, E = 0, K = 0;
   bool renormalize = false;
+  // bf16_ops: the routing weights are cast to bf16 (Qwen MoE's router); Mixtral keeps them fp32.
+  bool bf16_weights = true;
   ops::Weight router;  // [E, H] fp32
   std::vector<ops::Mlp> experts;
   ops::Mlp shared;          // inter 0 when absent
@@ -188,6 +191,9 @@ struct SigmoidMoeConfig {
   int64_t n_shared = 0;  // shared experts, fused into one SwiGLU of width inter · n_shared
   float routed_scaling = 1.0f;
   bool renormalize = false;  // norm_topk_prob
+  // bf16_ops: the router is a bf16 linear in the source (MiniMax-M2), whose logits are rounded;
+  // DeepSeek's, GLM-4.5's and Kimi-Linear's routers compute in fp32.
+  bool bf16_logits = false;
 };
 // DeepSeek-V3 / Kimi-K2's MoE settings from the config (n_group, topk_group,
 // routed_scaling_factor, norm_topk_prob, moe_intermediate_size, n_shared_experts).

@@ -70,11 +70,15 @@ class CpuLayer : public DecoderLayer {
  public:
   CpuLayer(std::unique_ptr<model::Layer> layer, const Checkpoint& ckpt, ExpertExchange* exchange,
            const ForwardOptions& options)
-      : layer_(std::move(layer)), binder_(ckpt, exchange, options), exchange_(exchange) {
+      : layer_(std::move(layer)),
+        binder_(ckpt, exchange, options),
+        exchange_(exchange),
+        bf16_ops_(options.bf16_ops) {
     layer_->bind(binder_);
   }
   void forward(const Batch& batch, float* x, Observer* observer) override {
     ops::CpuBackend be(observer, exchange_);
+    be.set_bf16_ops(bf16_ops_);
     ops::Tokens t;
     t.tokens = batch.n_tokens();
     t.positions = batch.positions.data();
@@ -86,6 +90,7 @@ class CpuLayer : public DecoderLayer {
   std::unique_ptr<model::Layer> layer_;
   CpuBinder binder_;
   ExpertExchange* exchange_;
+  bool bf16_ops_;
 };
 
 class DecoderModel : public ModelForward {

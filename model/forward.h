@@ -45,6 +45,10 @@ struct ForwardOptions {
   // Round the hidden states to bf16 after the embedding and after every decoder layer, as the
   // source model runs in Hugging Face (docs/DESIGN.md). Off: everything stays fp32.
   bool bf16_between_layers = true;
+  // Inside each layer, round to bf16 after every op where transformers' bf16 model rounds
+  // (ops::Backend::set_bf16_ops; `--calib_precision bf16_ops`, docs/FORWARD.md "Calibration
+  // precision"). Off: the layer computes in fp32 (`fp32_layers`, the default).
+  bool bf16_ops = false;
   // Expert parallelism; nullptr: every routed expert is loaded and computed here.
   ExpertExchange* experts = nullptr;
   // Run a ModelOpt export as a server runs it (strata compare, docs/COMPARE.md), beyond

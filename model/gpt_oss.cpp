@@ -35,8 +35,11 @@ class GptOssLayer : public Layer {
     STRATA_CHECK(E > 0 && K > 0 && K <= E, c_.path, ": num_experts_per_tok (", K,
                  ") must be in [1, num_local_experts = ", E, "]");
     res_.bind(b, c_, p_);
+    res_.in_norm.norm_fp32 = true;  // GptOssRMSNorm multiplies by its weight in fp32
+    res_.post_norm.norm_fp32 = true;
     const std::string a = p_ + "self_attn.";
     attn_.bind(b, c_, a);
+    attn_.eager = true;  // transformers runs the sinks in its eager attention
     STRATA_CHECK(attn_.bq.defined() && attn_.bo.defined(), c_.path, ": '", a,
                  "q_proj.bias' and 'o_proj.bias' are missing; gpt-oss's attention has biases");
     attn_.sinks = b.vector(a + "sinks", {c_.num_attention_heads});
@@ -81,7 +84,8 @@ class GptOssLayer : public Layer {
     float* weight = be.take(T * K);  // [T, K]
     int32_t* chosen = be.take_i32(T * K);
     be.linear(n, T, router_, logits, &router_bias_);
-    be.route_softmax(logits, T, E, K, /*renormalize=*/true, chosen, weight);
+    be.route_softmax(logits, T, E, K, {/*renormalize=*/true, /*bf16_weights=*/true}, chosen,
+                     weight);
     be.observe_routing(p_ + "mlp.router", chosen, T, K);
     be.moe(n, T, c_.hidden_size, K, chosen, weight, experts_, y);
   }

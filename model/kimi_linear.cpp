@@ -166,8 +166,12 @@ struct KdaAttention {
     // Output: RMSNorm per head (o_norm shared by the heads) times sigmoid(g_b_proj(g_a_proj n)).
     be.observe(gb_names, ga, T, d);
     be.linear(ga, T, wgb, raw);
-    be.rms_norm(o, T * nH, d, o_norm, eps, o);
-    be.mul_sigmoid(o, raw, T * D);
+    {
+      ops::Fp32Ops fp32(be);  // transformers' gated norm: all in fp32, one cast at the end
+      be.rms_norm(o, T * nH, d, o_norm, eps, o);
+      be.mul_sigmoid(o, raw, T * D);
+    }
+    be.round_ops(o, T * D);
     be.observe(o_names, o, T, D);
     be.linear(o, T, wo, out);
   }

@@ -51,6 +51,7 @@ SigmoidMoeConfig minimax_moe_config(const ModelConfig& c) {
   mc.top_k = c.num_experts_per_tok;
   mc.inter = c.intermediate_size;
   mc.renormalize = true;
+  mc.bf16_logits = true;  // MiniMaxM2's router is a bf16 linear (sigmoid etc. in fp32)
   return mc;
 }
 

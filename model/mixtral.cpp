@@ -26,6 +26,7 @@ class MixtralLayer : public Layer {
     experts_.bind(b, p_ + "block_sparse_moe.", c_.hidden_size, c_.num_experts,
                   c_.num_experts_per_tok, c_.intermediate_size, /*renormalize=*/true,
                   {"w1", "w3", "w2"}, c_.path);
+    experts_.bf16_weights = false;  // MixtralTopKRouter keeps the routing weights in fp32
   }
 
   void forward(ops::Backend& be, const ops::Tokens& t, float* x) override {

@@ -174,7 +174,11 @@ struct GatedDeltaNet {
     be.gated_delta_rule(t, q, k, v, g, beta, HV, dk, dv, o, /*head_decay=*/true);
     // Gated RMSNorm per head (norm.weight shared by the heads, not zero-centred), times silu(z).
     be.rms_norm(o, T * HV, dv, norm, eps, o);
-    be.swiglu(z, o, T * Dv, o);
+    {
+      ops::Fp32Ops fp32(be);  // transformers multiplies by silu(z) in fp32, then casts once
+      be.swiglu(z, o, T * Dv, o);
+    }
+    be.round_ops(o, T * Dv);
     be.observe(o_names, o, T, Dv);
     be.linear(o, T, wo, out);
   }

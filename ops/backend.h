@@ -18,6 +18,14 @@
 // - Each backend states its numerics: the CPU computes GEMMs in fp32 with fp32 weights; the CUDA
 //   backend rounds GEMM inputs to bf16 (gemm_bf16) and accumulates in fp32. Within one backend
 //   the results do not depend on the batch composition, the thread count or the rank count.
+// - Precision (set_bf16_ops; --calib_precision, docs/FORWARD.md "Calibration precision"): by
+//   default every op computes and keeps fp32 (fp32_layers: the engine rounds to bf16 only between
+//   layers). Under bf16_ops every op rounds its results to bf16 where transformers' bf16 model
+//   rounds them, so that the observed amaxes are those of the bf16 PyTorch model that ModelOpt
+//   calibrates; each op's comment says where ("bf16_ops: ..."). Ops keep computing in fp32
+//   between those points, as PyTorch's bf16 kernels do (fp32 accumulation, fp32 internals of
+//   norms, softmax and the delta rule). A family whose source computes a chain of ops in fp32
+//   and casts once says so with an Fp32Ops scope and round_ops.
 #pragma once
 
 #include <cstdint>
@@ -86,6 +94,10 @@ struct Weight {
   // served export, set by the binder from the export's input scales; none: the input as is).
   // The CPU backend's linears and mlp apply it to a copy of the input; the CUDA backend refuses it.
   ActQuant input_quant{};
+  // bf16_ops: rms_norm multiplies by this weight in fp32 and rounds once (gpt-oss's RMSNorm; always
+  // with an offset), instead of rounding x / rms(x) to bf16 first and then its product with the
+  // bf16 weight (LlamaRMSNorm and most others). Only rms_norm reads it; the family sets it.
+  bool norm_fp32 = false;
   bool defined() const { return !shape.empty(); }
   int64_t rows() const { return shape.empty() ? 0 : shape[0]; }
   int64_t cols() const { return shape.size() < 2 ? 0 : shape.back(); }
@@ -112,11 +124,14 @@ struct Mlp {
 // head (null: none). DeepSeek-V3.2's sparse attention: `keep` [tokens, keep_words] (backend
 // memory, as Backend::index_topk writes it) lets token t see only the keys of its sequence whose
 // bit is set in its row (bit j: the key at position j of the sequence).
+// `eager`: under bf16_ops, round as transformers' eager attention (gpt-oss, the one family whose
+// sinks need it) rather than as the fused sdpa kernels (see Backend::attention).
 struct AttentionVariant {
   int64_t window = 0;
   const Weight* sinks = nullptr;  // [n_heads] fp32
   const int32_t* keep = nullptr;
   int64_t keep_words = 0;
+  bool eager = false;
 };
 
 // The tokens of a ragged batch: whole sequences, concatenated, no padding.
@@ -147,6 +162,15 @@ class Backend {
  public:
   virtual ~Backend() = default;
 
+  // ---- precision (see the header comment) ----------------------------------------------------
+  bool bf16_ops() const { return bf16_ops_; }
+  void set_bf16_ops(bool on) { bf16_ops_ = on; }
+  // Under bf16_ops, x[n] rounded to bf16 (the cast that ends a chain the source computes in fp32,
+  // run inside an Fp32Ops scope); otherwise nothing.
+  void round_ops(float* x, int64_t n) {
+    if (bf16_ops_) round_bf16(x, n);
+  }
+
   // ---- scratch -------------------------------------------------------------------------------
   virtual float* take(int64_t n) = 0;  // fp32 [n], zeroed on the CPU
   virtual int32_t* take_i32(int64_t n) = 0;
@@ -174,6 +198,8 @@ class Backend {
   // ---- GEMMs ---------------------------------------------------------------------------------
   // One input, several weights: y_i[m, n_i] = x[m, k] · W_i[n_i, k]^T (+ bias_i[n_i]); x as W_i's
   // input_quant says (each weight its own).
+  // bf16_ops: y_i rounded once, bias included (torch's addmm), unless W_i is held in fp32
+  // (Weight::f32: routers and gates, whose consumers round the result where the source does).
   struct Out {
     const Weight* w;
     float* y;
@@ -186,19 +212,25 @@ class Backend {
 
   // ---- element-wise and row-wise (ops/ops.h has the CPU reference of each) -------------------
   // Per row of x[rows, dim]: x / sqrt(mean(x^2) + eps) * (w.offset + w). y may equal x.
+  // bf16_ops: x / rms(x) rounded, then its product with w rounded (LlamaRMSNorm); with an offset
+  // or Weight::norm_fp32, the product in fp32, rounded once.
   virtual void rms_norm(const float* x, int64_t rows, int64_t dim, const Weight& w, float eps,
                         float* y) = 0;
   // Per row of x[rows, dim]: torch.nn.LayerNorm, (x - mean) / sqrt(var + eps) * w + b. y may
-  // equal x.
+  // equal x. bf16_ops: y rounded.
   virtual void layer_norm(const float* x, int64_t rows, int64_t dim, const Weight& w,
                           const Weight& b, float eps, float* y) = 0;
-  virtual void add(float* y, const float* x, int64_t n) = 0;  // y += x
+  virtual void add(float* y, const float* x, int64_t n) = 0;  // y += x (bf16_ops: rounded)
   virtual void round_bf16(float* x, int64_t n) = 0;
+  // h = silu(gate) * up. bf16_ops: silu(gate) rounded, then the product (act_fn(gate) * up).
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* h) = 0;
-  // y[r, c] += sigmoid(g[r]) * s[r, c] for y, s [rows, cols], g [rows].
+  // y[r, c] += sigmoid(g[r]) * s[r, c] for y, s [rows, cols], g [rows] (a shared expert's gate).
+  // bf16_ops: g is the output of a bf16 linear in the source (rounded first); sigmoid(g), its
+  // product with s and the sum each rounded.
   virtual void add_sigmoid_gated(float* y, const float* s, const float* g, int64_t rows,
                                  int64_t cols) = 0;
-  // x[i] *= sigmoid(g[i]); x[i] = sigmoid(x[i]).
+  // x[i] *= sigmoid(g[i]); x[i] = sigmoid(x[i]). bf16_ops: sigmoid(g) rounded, then the product;
+  // sigmoid(x) rounded.
   virtual void mul_sigmoid(float* x, const float* g, int64_t n) = 0;
   virtual void sigmoid(float* x, int64_t n) = 0;
   // dst[r, 0:cols] = src[r, 0:cols], row strides in elements.
@@ -207,25 +239,32 @@ class Backend {
 
   // ---- a SwiGLU MLP --------------------------------------------------------------------------
   // y[rows, H] = w(x[rows, H]); observes x under w.gate_up_names and the SwiGLU output under
-  // w.down_names (before any input_quant of the weights applies).
+  // w.down_names (before any input_quant of the weights applies). bf16_ops: as linears and
+  // swiglu; gpt-oss's interleaved form as GptOssExperts runs it: each GEMM rounded, then its bias
+  // added and rounded, and every step of ops::swiglu_clamped rounded (ops/ops.h).
   virtual void mlp(const Mlp& w, const float* x, int64_t rows, float* y) = 0;
 
   // ---- attention -----------------------------------------------------------------------------
   // ops::rope on x[T, n_heads, stride], columns [offset, offset + rot_dim) of each head, at the
-  // tokens' positions.
+  // tokens' positions. bf16_ops: cos and sin rounded, then each product and each sum
+  // (transformers' apply_rotary_pos_emb in bf16).
   virtual void rope(float* x, const Tokens& t, int64_t n_heads, int64_t stride, int64_t offset,
                     int64_t rot_dim, const std::vector<double>& inv_freq, double attention_factor,
                     bool interleaved) = 0;
   // Causal attention within each sequence: q[T, nH, dq], k[T, nKV, dq], v[T, nKV, dv] with row
   // strides; out[T, nH, dv] contiguous. Query head h reads kv head h / (nH / nKV). `variant`:
-  // gpt-oss's window and sinks (default: neither).
+  // gpt-oss's window and sinks (default: neither). bf16_ops: as torch's fused sdpa kernels (scores
+  // and softmax in fp32, exp(s - max) rounded to bf16 before it multiplies V, the output divided
+  // by the fp32 sum and rounded), or with variant.eager as transformers' eager attention (ops.h
+  // Bf16Attention).
   virtual void attention(const Tokens& t, const float* q, int64_t q_stride, const float* k,
                          int64_t k_stride, const float* v, int64_t v_stride, int64_t n_heads,
                          int64_t n_kv, int64_t dq, int64_t dv, float scale, float* out,
                          const AttentionVariant& variant) = 0;
   // DeepSeek-V3.2's lightning indexer (ops::index_topk) on each sequence: q[T, nH, d], k[T, d],
   // w[T, nH]; keep[T, words] (words >= ceil(longest sequence / 32)), row t's bits over the
-  // positions of t's sequence, for AttentionVariant::keep.
+  // positions of t's sequence, for AttentionVariant::keep. bf16_ops: w (weights_proj's output, a
+  // bf16 linear in the source) rounded first; the scores in fp32.
   virtual void index_topk(const Tokens& t, const float* q, const float* k, const float* w,
                           int64_t n_heads, int64_t d, float scale, float w_scale, int64_t top_k,
                           int32_t* keep, int64_t words) = 0;
@@ -235,41 +274,56 @@ class Backend {
                       int64_t dr, int64_t dv, float* k, float* v) = 0;
 
   // ---- linear attention (Kimi Delta Attention, Gated DeltaNet) ------------------------------
-  // y[T, C] = silu(causal_conv1d(x[T, C]; w [C, 1, K])) within each sequence.
+  // y[T, C] = silu(causal_conv1d(x[T, C]; w [C, 1, K])) within each sequence. bf16_ops: the
+  // convolution rounded, then silu.
   virtual void conv_silu(const Tokens& t, const float* x, int64_t C, const Weight& w, int64_t K,
                          float* y) = 0;
-  // Per row of x[rows, dim], in place: x / sqrt(sum(x^2) + eps) * scale.
+  // Per row of x[rows, dim], in place: x / sqrt(sum(x^2) + eps) * scale. (fp32 under bf16_ops too:
+  // the delta-rule kernels normalise after their cast to fp32.)
   virtual void l2_norm_scale(float* x, int64_t rows, int64_t dim, float eps, float scale) = 0;
   // g[T, nH, d] = -exp(a_log[h]) * softplus(g + dt_bias[h, i]) (softplus(z) = z for z > 20).
+  // (fp32 under bf16_ops too, as the source computes it.)
   virtual void kda_forget_gate(float* g, int64_t T, int64_t n_heads, int64_t d, const Weight& a_log,
                                const Weight& dt_bias) = 0;
   // ops::gated_delta_rule on each sequence: q, k [T, nH, dk], v [T, nH, dv], beta [T, nH]; the
-  // log decay g [T, nH, dk] (KDA), or [T, nH] when head_decay (Gated DeltaNet).
+  // log decay g [T, nH, dk] (KDA), or [T, nH] when head_decay (Gated DeltaNet). bf16_ops: out
+  // rounded (the recurrence in fp32).
   virtual void gated_delta_rule(const Tokens& t, const float* q, const float* k, const float* v,
                                 const float* g, const float* beta, int64_t n_heads, int64_t dk,
                                 int64_t dv, float* out, bool head_decay) = 0;
 
   // ---- mixture of experts --------------------------------------------------------------------
-  // Softmax routing (Qwen MoE, Mixtral): p = softmax(logits[t]) in fp32; chosen = top-K of p
-  // (ties to the lower expert); weight = p_chosen (/ their sum when renormalize). logits [T, E]
-  // may be overwritten; chosen int32 [T, K], weight [T, K].
-  virtual void route_softmax(float* logits, int64_t T, int64_t E, int64_t K, bool renormalize,
-                             int32_t* chosen, float* weight) = 0;
+  // Softmax routing (Qwen MoE, Mixtral, gpt-oss): p = softmax(logits[t]) in fp32; chosen = top-K
+  // of p (ties to the lower expert); weight = p_chosen (/ their sum when renormalize). logits
+  // [T, E] may be overwritten; chosen int32 [T, K], weight [T, K]. bf16_ops: the logits are a bf16
+  // linear's in the source (rounded first); the weights rounded when bf16_weights (Qwen MoE and
+  // gpt-oss cast them to bf16, Mixtral keeps them fp32).
+  struct SoftmaxRouting {
+    bool renormalize = false;
+    bool bf16_weights = false;
+  };
+  virtual void route_softmax(float* logits, int64_t T, int64_t E, int64_t K,
+                             const SoftmaxRouting& r, int32_t* chosen, float* weight) = 0;
   // Sigmoid routing with group-limited selection (DeepSeek-V3 noaux_tc): s = sigmoid(logits);
   // choice = s + bias (bias [E] or undefined); the topk_group groups with the largest sums of
   // their top-2 choices; top-K of choice among them; weight = s_chosen (/ (their sum + 1e-20)
-  // when renormalize) * scaling.
+  // when renormalize) * scaling. bf16_ops: the logits rounded first when bf16_logits (MiniMax-M2's
+  // router is a bf16 linear; DeepSeek's, GLM-4.5's and Kimi-Linear's run in fp32); the weights
+  // stay fp32.
   struct SigmoidRouting {
     const Weight* bias = nullptr;
     int64_t n_group = 1, topk_group = 1;
     bool renormalize = false;
     float scaling = 1.0f;
+    bool bf16_logits = false;
   };
   virtual void route_sigmoid(float* logits, int64_t T, int64_t E, int64_t K,
                              const SigmoidRouting& r, int32_t* chosen, float* weight) = 0;
   // y[t] = Σ_j weight[t, j] · experts[chosen[t, j]](n[t]) in j order; each expert runs on (and
   // observes) exactly the rows routed to it, in token order. The last route_* call must have
-  // produced chosen/weight.
+  // produced chosen/weight. bf16_ops: as transformers' expert loop, y[t] starts at zero and, in
+  // increasing expert order, each expert's output times its weight is rounded and added, the sum
+  // rounded (index_add_ into a bf16 tensor).
   virtual void moe(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
                    const float* weight, std::span<const Mlp> experts, float* y) = 0;
 
@@ -283,6 +337,24 @@ class Backend {
   // backend of their own (the CUDA one then uses its own stream).
   virtual QuantizedWeight quantize_weight(const StoredWeight& w, QFormat format, float amax,
                                           std::string_view name) = 0;
+
+ protected:
+  bool bf16_ops_ = false;
+};
+
+// Suspends bf16_ops rounding inside a scope: for a chain of ops that the source model computes in
+// fp32 and casts to bf16 once at its end, which the family then rounds with Backend::round_ops
+// (after the scope). Without bf16_ops it changes nothing.
+class Fp32Ops {
+ public:
+  explicit Fp32Ops(Backend& be) : be_(be), was_(be.bf16_ops()) { be.set_bf16_ops(false); }
+  ~Fp32Ops() { be_.set_bf16_ops(was_); }
+  Fp32Ops(const Fp32Ops&) = delete;
+  Fp32Ops& operator=(const Fp32Ops&) = delete;
+
+ private:
+  Backend& be_;
+  bool was_;
 };
 
 // Restores the scratch taken inside a scope when it ends.

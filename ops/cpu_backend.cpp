@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <numeric>
 
 #include "core/error.h"
 #include "ops/ops.h"
@@ -85,23 +86,39 @@ void CpuBackend::linears(const float* x, int64_t m, std::initializer_list<Out> o
   for (const Out& o : outs) {
     const float* in = linear_input(*o.w, x, m, quantized, held);
     ops::linear(in, m, o.w->cols(), f32(*o.w), o.w->rows(), o.y, o.bias ? f32(*o.bias) : nullptr);
+    if (bf16_ops_ && !o.w->f32) ops::round_bf16(o.y, m * o.w->rows());
   }
 }
 
 void CpuBackend::rms_norm(const float* x, int64_t rows, int64_t dim, const Weight& w, float eps,
                           float* y) {
-  ops::rms_norm(x, rows, dim, f32(w), eps, y, w.offset);
+  if (!bf16_ops_ || w.offset != 0.0f || w.norm_fp32) {
+    ops::rms_norm(x, rows, dim, f32(w), eps, y, w.offset);
+    round_ops(y, rows * dim);
+    return;
+  }
+  // LlamaRMSNorm: x / rms(x) cast to bf16, then times the bf16 weight.
+  ops::rms_norm(x, rows, dim, nullptr, eps, y);
+  const float* wf = f32(w);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < dim; ++i) {
+      float& v = y[r * dim + i];
+      v = ops::bf16(wf[i] * ops::bf16(v));
+    }
+  }
 }
 
 void CpuBackend::layer_norm(const float* x, int64_t rows, int64_t dim, const Weight& w,
                             const Weight& b, float eps, float* y) {
   ops::layer_norm(x, rows, dim, w.defined() ? f32(w) : nullptr, b.defined() ? f32(b) : nullptr, eps,
                   y);
+  round_ops(y, rows * dim);
 }
 
 void CpuBackend::add(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     y[i] += x[i];
+  round_ops(y, n);
 }
 
 void CpuBackend::round_bf16(float* x, int64_t n) {
@@ -109,11 +126,19 @@ void CpuBackend::round_bf16(float* x, int64_t n) {
 }
 
 void CpuBackend::swiglu(const float* gate, const float* up, int64_t n, float* h) {
-  ops::swiglu(gate, up, n, h);
+  ops::swiglu(gate, up, n, h, bf16_ops_);
 }
 
 void CpuBackend::add_sigmoid_gated(float* y, const float* s, const float* g, int64_t rows,
                                    int64_t cols) {
+  if (bf16_ops_) {  // sigmoid(shared_expert_gate(x)) * shared_expert(x), added, in bf16
+    for (int64_t t = 0; t < rows; ++t) {
+      const float w = ops::bf16(ops::sigmoid(ops::bf16(g[t])));
+      for (int64_t c = 0; c < cols; ++c)
+        y[t * cols + c] = ops::bf16(y[t * cols + c] + ops::bf16(w * s[t * cols + c]));
+    }
+    return;
+  }
   for (int64_t t = 0; t < rows; ++t) {
     const float w = ops::sigmoid(g[t]);
     for (int64_t c = 0; c < cols; ++c)
@@ -122,6 +147,11 @@ void CpuBackend::add_sigmoid_gated(float* y, const float* s, const float* g, int
 }
 
 void CpuBackend::mul_sigmoid(float* x, const float* g, int64_t n) {
+  if (bf16_ops_) {
+    for (int64_t i = 0; i < n; ++i)
+      x[i] = ops::bf16(x[i] * ops::bf16(ops::sigmoid(g[i])));
+    return;
+  }
   for (int64_t i = 0; i < n; ++i)
     x[i] *= ops::sigmoid(g[i]);
 }
@@ -129,6 +159,7 @@ void CpuBackend::mul_sigmoid(float* x, const float* g, int64_t n) {
 void CpuBackend::sigmoid(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     x[i] = ops::sigmoid(x[i]);
+  round_ops(x, n);
 }
 
 void CpuBackend::copy_cols(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
@@ -136,6 +167,25 @@ void CpuBackend::copy_cols(const float* src, int64_t src_stride, float* dst, int
   for (int64_t r = 0; r < rows; ++r)
     std::copy_n(src + r * src_stride, cols, dst + r * dst_stride);
 }
+
+namespace {
+
+// y[m, n] = x[m, k] · W^T, then + bias: under bf16_ops the GEMM's output and the sum each rounded
+// (GptOssExperts adds its biases after the GEMM, not inside it).
+void linear_then_bias(const float* x, int64_t m, const Weight& w, const Weight& bias, float* y,
+                      bool rounded) {
+  const float* b = bias.defined() ? f32(bias) : nullptr;
+  ops::linear(x, m, w.cols(), f32(w), w.rows(), y, rounded ? nullptr : b);
+  if (!rounded) return;
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < w.rows(); ++c) {
+      float& v = y[r * w.rows() + c];
+      v = ops::bf16(ops::bf16(v) + (b ? b[c] : 0.0f));
+    }
+  }
+}
+
+}  // namespace
 
 void CpuBackend::mlp(const Mlp& w, const float* x, int64_t rows, float* y) {
   const int64_t H = w.hidden;
@@ -145,38 +195,43 @@ void CpuBackend::mlp(const Mlp& w, const float* x, int64_t rows, float* y) {
   if (w.interleaved) {  // gpt-oss
     std::vector<float> gu(static_cast<size_t>(rows * 2 * w.inter)),
         h(static_cast<size_t>(rows * w.inter));
-    auto bias = [](const Weight& b) { return b.defined() ? f32(b) : nullptr; };
-    ops::linear(linear_input(w.gate_up, x, rows, quantized, held), rows, H, f32(w.gate_up),
-                2 * w.inter, gu.data(), bias(w.gate_up_bias));
-    ops::swiglu_clamped(gu.data(), rows * w.inter, w.alpha, w.limit, h.data());
+    linear_then_bias(linear_input(w.gate_up, x, rows, quantized, held), rows, w.gate_up,
+                     w.gate_up_bias, gu.data(), bf16_ops_);
+    ops::swiglu_clamped(gu.data(), rows * w.inter, w.alpha, w.limit, h.data(), bf16_ops_);
     observe(w.down_names, h.data(), rows, w.inter);
     held = {};
-    ops::linear(linear_input(w.down, h.data(), rows, quantized, held), rows, w.inter, f32(w.down),
-                H, y, bias(w.down_bias));
+    linear_then_bias(linear_input(w.down, h.data(), rows, quantized, held), rows, w.down,
+                     w.down_bias, y, bf16_ops_);
     return;
   }
   std::vector<float> g(static_cast<size_t>(rows * w.inter)), u(g.size());
   ops::linear(linear_input(w.gate, x, rows, quantized, held), rows, H, f32(w.gate), w.inter,
               g.data());
   ops::linear(linear_input(w.up, x, rows, quantized, held), rows, H, f32(w.up), w.inter, u.data());
-  ops::swiglu(g.data(), u.data(), rows * w.inter, g.data());
+  round_ops(g.data(), rows * w.inter);
+  round_ops(u.data(), rows * w.inter);
+  ops::swiglu(g.data(), u.data(), rows * w.inter, g.data(), bf16_ops_);
   observe(w.down_names, g.data(), rows, w.inter);
   held = {};
   ops::linear(linear_input(w.down, g.data(), rows, quantized, held), rows, w.inter, f32(w.down), H,
               y);
+  round_ops(y, rows * H);
 }
 
 void CpuBackend::rope(float* x, const Tokens& t, int64_t n_heads, int64_t stride, int64_t offset,
                       int64_t rot_dim, const std::vector<double>& inv_freq, double attention_factor,
                       bool interleaved) {
   ops::rope(x, t.tokens, n_heads, stride, offset, rot_dim, t.positions, inv_freq, attention_factor,
-            interleaved);
+            interleaved, bf16_ops_);
 }
 
 void CpuBackend::attention(const Tokens& t, const float* q, int64_t qs, const float* k, int64_t ks,
                            const float* v, int64_t vs, int64_t n_heads, int64_t n_kv, int64_t dq,
                            int64_t dv, float scale, float* out, const AttentionVariant& variant) {
   const float* sinks = variant.sinks ? f32(*variant.sinks) : nullptr;
+  const ops::Bf16Attention rounding = !bf16_ops_      ? ops::Bf16Attention::kNone
+                                      : variant.eager ? ops::Bf16Attention::kEager
+                                                      : ops::Bf16Attention::kFlash;
   for (int64_t s = 0; s < t.n_seqs(); ++s) {
     const int64_t b = t.seq_bounds[s], len = t.seq_bounds[s + 1] - b;
     const uint32_t* keep =
@@ -184,13 +239,20 @@ void CpuBackend::attention(const Tokens& t, const float* q, int64_t qs, const fl
                      : nullptr;
     ops::attention_causal(q + b * qs, qs, k + b * ks, ks, v + b * vs, vs, len, n_heads, n_kv, dq,
                           dv, scale, out + b * n_heads * dv, sinks, variant.window, keep,
-                          variant.keep_words);
+                          variant.keep_words, rounding);
   }
 }
 
-void CpuBackend::index_topk(const Tokens& t, const float* q, const float* k, const float* w,
+void CpuBackend::index_topk(const Tokens& t, const float* q, const float* k, const float* w_in,
                             int64_t n_heads, int64_t d, float scale, float w_scale, int64_t top_k,
                             int32_t* keep, int64_t words) {
+  std::vector<float> rounded;
+  const float* w = w_in;
+  if (bf16_ops_) {  // weights_proj is a bf16 linear in the source
+    rounded.assign(w_in, w_in + t.tokens * n_heads);
+    ops::round_bf16(rounded.data(), t.tokens * n_heads);
+    w = rounded.data();
+  }
   for (int64_t s = 0; s < t.n_seqs(); ++s) {
     const int64_t b = t.seq_bounds[s], len = t.seq_bounds[s + 1] - b;
     ops::index_topk(q + b * n_heads * d, k + b * d, w + b * n_heads, len, n_heads, d, scale,
@@ -217,8 +279,10 @@ void CpuBackend::conv_silu(const Tokens& t, const float* x, int64_t C, const Wei
     const int64_t b = t.seq_bounds[s], len = t.seq_bounds[s + 1] - b;
     ops::causal_conv1d(x + b * C, C, len, C, f32(w), K, y + b * C);
   }
+  round_ops(y, t.tokens * C);
   for (int64_t i = 0; i < t.tokens * C; ++i)
     y[i] = ops::silu(y[i]);
+  round_ops(y, t.tokens * C);
 }
 
 void CpuBackend::l2_norm_scale(float* x, int64_t rows, int64_t dim, float eps, float scale) {
@@ -255,10 +319,13 @@ void CpuBackend::gated_delta_rule(const Tokens& t, const float* q, const float* 
     ops::gated_delta_rule(q + b * nH * dk, k + b * nH * dk, v + b * nH * dv, g + b * g_row,
                           beta + b * nH, len, nH, dk, dv, out + b * nH * dv, head_decay);
   }
+  round_ops(out, t.tokens * nH * dv);
 }
 
-void CpuBackend::route_softmax(float* probs, int64_t T, int64_t E, int64_t K, bool renormalize,
-                               int32_t* chosen, float* weight) {
+void CpuBackend::route_softmax(float* probs, int64_t T, int64_t E, int64_t K,
+                               const SoftmaxRouting& r, int32_t* chosen, float* weight) {
+  const bool renormalize = r.renormalize;
+  round_ops(probs, T * E);  // the router's logits
   ops::softmax(probs, T, E);
   for (int64_t t = 0; t < T; ++t) {
     auto idx = ops::top_k(&probs[t * E], E, K);
@@ -270,10 +337,12 @@ void CpuBackend::route_softmax(float* probs, int64_t T, int64_t E, int64_t K, bo
       weight[t * K + j] = probs[t * E + idx[j]] / (renormalize ? sum : 1.0f);
     }
   }
+  if (r.bf16_weights) round_ops(weight, T * K);
 }
 
 void CpuBackend::route_sigmoid(float* s, int64_t T, int64_t E, int64_t K, const SigmoidRouting& r,
                                int32_t* chosen_all, float* weight_all) {
+  if (r.bf16_logits) round_ops(s, T * E);
   for (int64_t i = 0; i < T * E; ++i)
     s[i] = ops::sigmoid(s[i]);
   const std::vector<float> zeros(r.bias ? 0 : static_cast<size_t>(E), 0.0f);
@@ -403,6 +472,27 @@ void experts_exchanged(CpuBackend& be, std::span<const Mlp> experts, const float
     std::memcpy(&slot_out[order[i] * H], &back[i * out_bytes], out_bytes);
 }
 
+// y[T, H] from slot_out [T, K, H] as transformers' expert loop in bf16: per token, its slots in
+// increasing expert order, each output times its weight rounded and added to the bf16 sum
+// (index_add_), which starts at zero.
+void combine_bf16(const float* slot_out, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
+                  const float* weight, float* y) {
+  std::vector<int64_t> order(static_cast<size_t>(K));
+  for (int64_t t = 0; t < T; ++t) {
+    std::iota(order.begin(), order.end(), int64_t{0});
+    std::sort(order.begin(), order.end(),
+              [&](int64_t a, int64_t b) { return chosen[t * K + a] < chosen[t * K + b]; });
+    float* yt = y + t * H;
+    std::fill(yt, yt + H, 0.0f);
+    for (int64_t j : order) {
+      const float w = weight[t * K + j];
+      const float* o = slot_out + (t * K + j) * H;
+      for (int64_t c = 0; c < H; ++c)
+        yt[c] = ops::bf16(yt[c] + ops::bf16(w * o[c]));
+    }
+  }
+}
+
 }  // namespace
 
 void CpuBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
@@ -412,6 +502,10 @@ void CpuBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int3
     experts_exchanged(*this, experts, n, T, H, K, chosen, slot_out.data(), *exchange_);
   } else {
     experts_local(*this, experts, n, T, H, K, chosen, slot_out.data());
+  }
+  if (bf16_ops_) {
+    combine_bf16(slot_out.data(), T, H, K, chosen, weight, y);
+    return;
   }
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t c = 0; c < H; ++c) {

@@ -1,5 +1,6 @@
-// The CPU implementation of the backend (ops/backend.h): host memory, fp32 throughout, built on
-// the ops of ops/ops.h (each with its scalar reference). Observations go to an Observer; with an
+// The CPU implementation of the backend (ops/backend.h): host memory, fp32 throughout (under
+// bf16_ops rounded to bf16 where ops/backend.h says), built on the ops of ops/ops.h (each with its
+// scalar reference). Observations go to an Observer; with an
 // ExpertExchange the routed experts are spread over ranks (docs/SCALEOUT.md "Expert parallel").
 #pragma once
 
@@ -61,7 +62,7 @@ class CpuBackend final : public Backend {
   void gated_delta_rule(const Tokens& t, const float* q, const float* k, const float* v,
                         const float* g, const float* beta, int64_t n_heads, int64_t dk, int64_t dv,
                         float* out, bool head_decay) override;
-  void route_softmax(float* logits, int64_t T, int64_t E, int64_t K, bool renormalize,
+  void route_softmax(float* logits, int64_t T, int64_t E, int64_t K, const SoftmaxRouting& r,
                      int32_t* chosen, float* weight) override;
   void route_sigmoid(float* logits, int64_t T, int64_t E, int64_t K, const SigmoidRouting& r,
                      int32_t* chosen, float* weight) override;

@@ -86,10 +86,8 @@ void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, flo
 }
 
 void round_bf16(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t b = static_cast<uint32_t>(f32_to_bf16_fast(x[i])) << 16;
-    std::memcpy(&x[i], &b, 4);
-  }
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = bf16(x[i]);
 }
 
 void rms_norm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y,
@@ -128,15 +126,26 @@ void softmax(float* x, int64_t rows, int64_t dim) {
   }
 }
 
-void swiglu(const float* gate, const float* up, int64_t count, float* h) {
+void swiglu(const float* gate, const float* up, int64_t count, float* h, bool rounded) {
+  if (rounded) {
+    for (int64_t i = 0; i < count; ++i)
+      h[i] = bf16(bf16(silu(gate[i])) * up[i]);
+    return;
+  }
   for (int64_t i = 0; i < count; ++i)
     h[i] = silu(gate[i]) * up[i];
 }
 
-void swiglu_clamped(const float* gu, int64_t count, float alpha, float limit, float* h) {
+void swiglu_clamped(const float* gu, int64_t count, float alpha, float limit, float* h,
+                    bool rounded) {
   for (int64_t i = 0; i < count; ++i) {
     const float g = std::min(gu[2 * i], limit);
     const float u = std::clamp(gu[2 * i + 1], -limit, limit);
+    if (rounded) {  // glu = gate * sigmoid(gate * alpha); (up + 1) * glu, each op in bf16
+      const float glu = bf16(g * bf16(sigmoid(bf16(g * alpha))));
+      h[i] = bf16(bf16(u + 1.0f) * glu);
+      continue;
+    }
     h[i] = (u + 1.0f) * (g * sigmoid(g * alpha));
   }
 }
@@ -196,7 +205,7 @@ std::vector<double> rope_inv_freq(const RopeParams& p, int64_t rot_dim) {
 
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int64_t offset,
           int64_t rot_dim, const int64_t* pos, const std::vector<double>& inv_freq,
-          double attention_factor, bool interleaved) {
+          double attention_factor, bool interleaved, bool rounded) {
   const int64_t half = rot_dim / 2;
   STRATA_ASSERT(static_cast<int64_t>(inv_freq.size()) == half);
   std::vector<float> cos_v(half), sin_v(half);
@@ -206,6 +215,10 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int6
       const float angle = static_cast<float>(inv_freq[i]) * static_cast<float>(pos[t]);
       cos_v[i] = static_cast<float>(std::cos(angle) * attention_factor);
       sin_v[i] = static_cast<float>(std::sin(angle) * attention_factor);
+      if (rounded) {  // transformers casts cos and sin to the activations' dtype
+        cos_v[i] = bf16(cos_v[i]);
+        sin_v[i] = bf16(sin_v[i]);
+      }
     }
     for (int64_t h = 0; h < n_heads; ++h) {
       float* v = x + (t * n_heads + h) * head_stride + offset;
@@ -213,6 +226,11 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int6
         const int64_t a = interleaved ? 2 * i : i;
         const int64_t b = interleaved ? 2 * i + 1 : i + half;
         const float x0 = v[a], x1 = v[b];
+        if (rounded) {
+          v[a] = bf16(bf16(x0 * cos_v[i]) - bf16(x1 * sin_v[i]));
+          v[b] = bf16(bf16(x1 * cos_v[i]) + bf16(x0 * sin_v[i]));
+          continue;
+        }
         v[a] = x0 * cos_v[i] - x1 * sin_v[i];
         v[b] = x1 * cos_v[i] + x0 * sin_v[i];
       }
@@ -220,16 +238,80 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int6
   }
 }
 
+namespace {
+
+// Row i of head h of attention_causal: the causal keys of query i that are not masked out.
+struct AttentionRow {
+  int64_t first = 0, last = 0;  // keys [first, last]
+  const uint32_t* keep = nullptr;
+  int64_t keep_words = 0, i = 0;
+  bool kept(int64_t j) const {
+    return !keep || (keep[i * keep_words + j / 32] >> (j % 32) & 1u) != 0;
+  }
+};
+
+// out[dv] = Σ_j w[j] v_j over the row's keys (a masked key's weight is 0), fp32, in key order.
+void weighted_values(const AttentionRow& r, const float* w, const float* v, int64_t v_stride,
+                     int64_t dv, float* out) {
+  std::fill(out, out + dv, 0.0f);
+  for (int64_t j = r.first; j <= r.last; ++j) {
+    const float* vj = v + j * v_stride;
+    for (int64_t d = 0; d < dv; ++d)
+      out[d] += w[j] * vj[d];
+  }
+}
+
+// One query row's softmax weights p[first..last] from its fp32 scores s (masked keys: 0), and
+// the scale that divides Σ p_j v_j afterwards (1 when p is already normalised), as `rounding`
+// computes them (ops.h Bf16Attention). `sink`: the head's sink logit, or null.
+float softmax_row(const AttentionRow& r, float* s, float scale, const float* sink,
+                  Bf16Attention rounding) {
+  float mx = sink ? *sink : -INFINITY;
+  for (int64_t j = r.first; j <= r.last; ++j) {
+    if (!r.kept(j)) continue;
+    s[j] = rounding == Bf16Attention::kEager ? bf16(bf16(s[j]) * scale) : s[j] * scale;
+    mx = std::max(mx, s[j]);
+  }
+  if (rounding == Bf16Attention::kEager) {
+    // The scores minus the max, in bf16; then the softmax of that row (its max is 0 now).
+    double sum = 0.0;
+    for (int64_t j = r.first; j <= r.last; ++j) {
+      s[j] = r.kept(j) ? std::exp(bf16(s[j] - mx)) : 0.0f;
+      sum += s[j];
+    }
+    if (sink) sum += std::exp(bf16(*sink - mx));
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = r.first; j <= r.last; ++j)
+      s[j] = bf16(s[j] * inv);
+    return 1.0f;
+  }
+  double sum = 0.0;
+  for (int64_t j = r.first; j <= r.last; ++j) {
+    s[j] = r.kept(j) ? std::exp(s[j] - mx) : 0.0f;
+    sum += s[j];
+  }
+  if (sink) sum += std::exp(*sink - mx);
+  if (rounding == Bf16Attention::kFlash) {
+    // exp(s - max) enters the P·V product in bf16; the sum that divides it stays fp32.
+    for (int64_t j = r.first; j <= r.last; ++j)
+      s[j] = bf16(s[j]);
+    return static_cast<float>(sum);
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t j = r.first; j <= r.last; ++j)
+    s[j] *= inv;
+  return 1.0f;
+}
+
+}  // namespace
+
 void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t k_stride,
                       const float* v, int64_t v_stride, int64_t T, int64_t n_heads,
                       int64_t n_kv_heads, int64_t dq, int64_t dv, float scale, float* out,
-                      const float* sinks, int64_t window, const uint32_t* keep,
-                      int64_t keep_words) {
+                      const float* sinks, int64_t window, const uint32_t* keep, int64_t keep_words,
+                      Bf16Attention rounding) {
   STRATA_ASSERT(n_kv_heads > 0 && n_heads % n_kv_heads == 0 && window >= 0);
   STRATA_ASSERT(!keep || keep_words * 32 >= T);
-  auto kept = [&](int64_t i, int64_t j) {
-    return !keep || (keep[i * keep_words + j / 32] >> (j % 32) & 1u) != 0;
-  };
   const int64_t group = n_heads / n_kv_heads;
   // Heads are independent and each writes only its own output columns, so running them on
   // several threads gives the same bytes as one.
@@ -240,32 +322,21 @@ void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t 
     for (int64_t i = 0; i < T; ++i) {
       const float* qi = q + i * q_stride + h * dq;
       // causal: keys up to and including i; within the window when there is one
-      const int64_t first = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
-      float mx = sinks ? sinks[h] : -INFINITY;
-      for (int64_t j = first; j <= i; ++j) {
-        if (!kept(i, j)) continue;
+      AttentionRow r{window > 0 ? std::max<int64_t>(0, i - window + 1) : 0, i, keep, keep_words, i};
+      for (int64_t j = r.first; j <= r.last; ++j) {
+        if (!r.kept(j)) continue;
         const float* kj = k + j * k_stride + kvh * dq;
         float s = 0.0f;
         for (int64_t d = 0; d < dq; ++d)
           s += qi[d] * kj[d];
-        p[j] = s * scale;
-        mx = std::max(mx, p[j]);
+        p[j] = s;
       }
-      double sum = 0.0;
-      for (int64_t j = first; j <= i; ++j) {
-        p[j] = kept(i, j) ? std::exp(p[j] - mx) : 0.0f;
-        sum += p[j];
-      }
-      if (sinks) sum += std::exp(sinks[h] - mx);
-      const float inv = static_cast<float>(1.0 / sum);
+      const float div = softmax_row(r, p.data(), scale, sinks ? &sinks[h] : nullptr, rounding);
       float* oi = out + (i * n_heads + h) * dv;
-      std::fill(oi, oi + dv, 0.0f);
-      for (int64_t j = first; j <= i; ++j) {
-        const float* vj = v + j * v_stride + kvh * dv;
-        const float w = p[j] * inv;
-        for (int64_t d = 0; d < dv; ++d)
-          oi[d] += w * vj[d];
-      }
+      weighted_values(r, p.data(), v + kvh * dv, v_stride, dv, oi);
+      if (rounding == Bf16Attention::kNone) continue;
+      for (int64_t d = 0; d < dv; ++d)
+        oi[d] = bf16(oi[d] / div);
     }
   }
 }

@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "core/tensor.h"
@@ -40,6 +41,13 @@ void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, flo
 // canonical 0x7FC0 (core/dtype.h f32_to_bf16). CUDA: ops/cuda/convert.h round_bf16, the same for
 // every non-NaN value (a NaN keeps its sign and top payload bits there).
 void round_bf16(float* x, int64_t n);
+// x rounded to the nearest bf16 value, as a float (round_bf16 of one value).
+inline float bf16(float x) {
+  const uint32_t b = static_cast<uint32_t>(f32_to_bf16_fast(x)) << 16;
+  float y;
+  std::memcpy(&y, &b, 4);
+  return y;
+}
 
 // Per row of x[rows, dim]: x / sqrt(mean(x^2) + eps) * w (w may be null): the sum of squares in
 // fp64, the rest in fp32. With w_offset != 0 the weight is used as (w_offset + w) in fp32
@@ -65,16 +73,20 @@ inline float sigmoid(float z) {
   return 1.0f / (1.0f + std::exp(-z));
 }
 
-// h[m, i] = silu(gate[m, i]) * up[m, i]. CUDA: ops/cuda/elementwise.h swiglu (sigmoid:
-// sigmoid_inplace, mul_sigmoid, add_sigmoid_gated).
-void swiglu(const float* gate, const float* up, int64_t count, float* h);
+// h[m, i] = silu(gate[m, i]) * up[m, i]; with `bf16`, as a bf16 PyTorch model's
+// act_fn(gate) * up: silu(gate) rounded to bf16, then the product. CUDA: ops/cuda/elementwise.h
+// swiglu (sigmoid: sigmoid_inplace, mul_sigmoid, add_sigmoid_gated).
+void swiglu(const float* gate, const float* up, int64_t count, float* h, bool bf16 = false);
 
 // gpt-oss's clamped SwiGLU on gate and up interleaved in gu[count, 2] (gate_i = gu[2i],
 // up_i = gu[2i + 1]):
 //   g = min(gate_i, limit),  u = clamp(up_i, -limit, limit),  h[i] = (u + 1) * g * sigmoid(alpha *
 //   g)
-// (gate is not clamped from below). CUDA: ops/cuda/elementwise.h swiglu_clamped.
-void swiglu_clamped(const float* gu, int64_t count, float alpha, float limit, float* h);
+// (gate is not clamped from below). With `bf16`, as transformers' GptOssExperts in bf16: g · alpha,
+// its sigmoid, g times that, u + 1 and the final product each rounded to bf16 (the clamps are
+// exact). CUDA: ops/cuda/elementwise.h swiglu_clamped.
+void swiglu_clamped(const float* gu, int64_t count, float alpha, float limit, float* h,
+                    bool bf16 = false);
 
 // Rotary embedding frequencies f_i (i < rot_dim/2) for a RoPE variant.
 struct RopeParams {
@@ -95,10 +107,12 @@ std::vector<double> rope_inv_freq(const RopeParams& p, int64_t rot_dim);
 // Rotates x[n_tokens, n_heads, head_stride] in place: for each head, the rot_dim values starting
 // at column `offset` are rotated by angle pos[t] * f_i (fp32(f_i) * fp32(pos[t]), cos and sin in
 // fp32, then times attention_factor). Half-split pairs (i, i + rot_dim/2), or interleaved pairs
-// (2i, 2i+1). CUDA: ops/cuda/rope.h rope (f_i passed as fp32).
+// (2i, 2i+1). With `bf16`, as transformers' apply_rotary_pos_emb in bf16: cos and sin rounded to
+// bf16, then x0·cos, x1·sin and their difference (x1·cos, x0·sin and their sum) each rounded.
+// CUDA: ops/cuda/rope.h rope (f_i passed as fp32).
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int64_t offset,
           int64_t rot_dim, const int64_t* pos, const std::vector<double>& inv_freq,
-          double attention_factor, bool interleaved);
+          double attention_factor, bool interleaved, bool bf16 = false);
 
 // Causal attention for one sequence. q[T, nH, dq], k[T, nKV, dq], v[T, nKV, dv] with row strides
 // given per tensor (elements between consecutive tokens); out[T, nH, dv] contiguous.
@@ -112,11 +126,22 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_stride, int6
 // DeepSeek-V3.2's sparse attention: with `keep` (or null), query i sees only the causal keys j
 // whose bit is set in its row keep[i, 0:keep_words] (bit j % 32 of word j / 32), as
 // ops::index_topk writes them; the others leave the softmax (a masked score, exp 0).
+// `rounding`: how a bf16 PyTorch model rounds inside attention (Backend::bf16_ops):
+//   kNone   fp32 throughout (above);
+//   kFlash  torch's fused sdpa kernels (the CPU's flash kernel, as flash attention on a GPU):
+//           s = (q·k)·scale and the softmax in fp32; e_j = exp(s_j - max) rounded to bf16 before
+//           it multiplies v_j (fp32 sums); out = Σ_j e_j v_j / Σ_j exp(s_j - max) (the unrounded
+//           sum), rounded;
+//   kEager  transformers' eager attention (gpt-oss): q·k rounded, times scale rounded, minus the
+//           row's max (the sink's logit included) rounded; the softmax over the row and the sink
+//           in fp32, each probability rounded; out = Σ_j p_j v_j, rounded.
+enum class Bf16Attention { kNone, kFlash, kEager };
 void attention_causal(const float* q, int64_t q_stride, const float* k, int64_t k_stride,
                       const float* v, int64_t v_stride, int64_t T, int64_t n_heads,
                       int64_t n_kv_heads, int64_t dq, int64_t dv, float scale, float* out,
                       const float* sinks = nullptr, int64_t window = 0,
-                      const uint32_t* keep = nullptr, int64_t keep_words = 0);
+                      const uint32_t* keep = nullptr, int64_t keep_words = 0,
+                      Bf16Attention rounding = Bf16Attention::kNone);
 
 // DeepSeek-V3.2's lightning indexer over one sequence: q[T, nH, d] and k[T, d] (after their
 // RoPE), head weights w[T, nH]; for query i and key j <= i the index score

@@ -326,14 +326,14 @@ GpuForward::GpuForward(const ModelConfig& config, const Checkpoint& ckpt, Device
 GpuForward::~GpuForward() = default;
 
 std::vector<std::vector<std::string>> GpuForward::observed_inputs(const ModelConfig& config,
-                                                                  const Checkpoint& ckpt,
-                                                                  int64_t l) {
+                                                                  const Checkpoint& ckpt, int64_t l,
+                                                                  GpuForwardOptions options) {
   const model::Family& family = model::family_of(config);
   auto layer =
       family.make_layer(config, l, layer_prefix(model::find_prefixes(config, ckpt).model, l));
   ShapeBinder binder(ckpt);
   layer->bind(binder);
-  auto be = ops::CudaBackend::sizing({});
+  auto be = ops::CudaBackend::sizing(options);
   layer->forward(*be, sizing_tokens(1), nullptr);
   return be->slot_names();
 }

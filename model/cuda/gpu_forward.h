@@ -43,7 +43,8 @@ class GpuForward {
   // The inputs layer l's forward observes on the GPU, each slot's hub names (a fused input has
   // several): the sizing backend's registration, which needs no device.
   static std::vector<std::vector<std::string>> observed_inputs(const ModelConfig& config,
-                                                               const Checkpoint& ckpt, int64_t l);
+                                                               const Checkpoint& ckpt, int64_t l,
+                                                               GpuForwardOptions options = {});
   // Checkpoint tensors decoder layer l reads, sorted; the static form for layers [first, last)
   // (element l - first), without a device. Each costs O(log n + its names).
   std::vector<std::string> layer_tensors(int64_t l) const;

@@ -119,7 +119,9 @@ struct CudaBackend::Experts {
 };
 
 CudaBackend::CudaBackend(CudaBackendOptions options)
-    : opt_(options), att_(std::make_unique<Attention>()), prof_(std::make_unique<Profile>()) {}
+    : opt_(options), att_(std::make_unique<Attention>()), prof_(std::make_unique<Profile>()) {
+  bf16_ops_ = options.bf16_ops;
+}
 
 CudaBackend::CudaBackend(DeviceBudget& budget, const Stream& stream, CudaBackendOptions options,
                          int64_t max_slots, int64_t max_experts)
@@ -351,6 +353,7 @@ void CudaBackend::linears(const float* x, int64_t m, std::initializer_list<Out> 
     }
     if (o.bias && !dry())
       cuda::add_bias(o.y, m, w.rows(), static_cast<const float*>(o.bias->data), stream_->handle());
+    if (!w.f32) round_ops(o.y, m * w.rows());
   }
   release(at);
 }
@@ -360,8 +363,12 @@ void CudaBackend::linears(const float* x, int64_t m, std::initializer_list<Out> 
 void CudaBackend::rms_norm(const float* x, int64_t rows, int64_t dim, const Weight& w, float eps,
                            float* y) {
   if (dry()) return;
+  const cuda::NormRounding rounding = !bf16_ops_ ? cuda::NormRounding::kNone
+                                      : w.offset != 0.0f || w.norm_fp32
+                                          ? cuda::NormRounding::kOnce
+                                          : cuda::NormRounding::kNormalizedFirst;
   cuda::rms_norm(x, rows, dim, static_cast<const float*>(w.data), eps, y, stream_->handle(),
-                 w.offset);
+                 w.offset, rounding);
 }
 
 void CudaBackend::layer_norm(const float* x, int64_t rows, int64_t dim, const Weight& w,
@@ -369,10 +376,12 @@ void CudaBackend::layer_norm(const float* x, int64_t rows, int64_t dim, const We
   if (dry()) return;
   cuda::layer_norm(x, rows, dim, static_cast<const float*>(w.data),
                    static_cast<const float*>(b.data), eps, y, stream_->handle());
+  round_ops(y, rows * dim);
 }
 
 void CudaBackend::add(float* y, const float* x, int64_t n) {
   if (!dry()) cuda::add(y, x, n, stream_->handle());
+  round_ops(y, n);
 }
 
 void CudaBackend::round_bf16(float* x, int64_t n) {
@@ -380,20 +389,21 @@ void CudaBackend::round_bf16(float* x, int64_t n) {
 }
 
 void CudaBackend::swiglu(const float* gate, const float* up, int64_t n, float* h) {
-  if (!dry()) cuda::swiglu(gate, up, n, h, stream_->handle());
+  if (!dry()) cuda::swiglu(gate, up, n, h, stream_->handle(), bf16_ops_);
 }
 
 void CudaBackend::add_sigmoid_gated(float* y, const float* s, const float* g, int64_t rows,
                                     int64_t cols) {
-  if (!dry()) cuda::add_sigmoid_gated(y, s, g, rows, cols, stream_->handle());
+  if (!dry()) cuda::add_sigmoid_gated(y, s, g, rows, cols, stream_->handle(), bf16_ops_);
 }
 
 void CudaBackend::mul_sigmoid(float* x, const float* g, int64_t n) {
-  if (!dry()) cuda::mul_sigmoid(x, g, n, stream_->handle());
+  if (!dry()) cuda::mul_sigmoid(x, g, n, stream_->handle(), bf16_ops_);
 }
 
 void CudaBackend::sigmoid(float* x, int64_t n) {
   if (!dry()) cuda::sigmoid_inplace(x, n, stream_->handle());
+  round_ops(x, n);
 }
 
 void CudaBackend::copy_cols(const float* src, int64_t src_stride, float* dst, int64_t dst_stride,
@@ -407,11 +417,22 @@ void CudaBackend::mlp(const Mlp& w, const float* x, int64_t rows, float* y) {
   if (w.interleaved) {  // gpt-oss
     float* gu = take(rows * 2 * w.inter);
     float* h = take(rows * w.inter);
-    auto bias = [](const Weight& b) { return b.defined() ? &b : nullptr; };
-    linear(x, rows, w.gate_up, gu, bias(w.gate_up_bias));
-    if (!dry()) cuda::swiglu_clamped(gu, rows * w.inter, w.alpha, w.limit, h, stream_->handle());
+    // Under bf16_ops GptOssExperts' order: the GEMM rounded, then its bias added and rounded.
+    auto biased = [&](const float* in, const Weight& wt, const Weight& b, float* out) {
+      if (!bf16_ops_ || !b.defined()) {
+        linear(in, rows, wt, out, b.defined() ? &b : nullptr);
+        return;
+      }
+      linear(in, rows, wt, out);
+      if (!dry())
+        cuda::add_bias(out, rows, wt.rows(), static_cast<const float*>(b.data), stream_->handle());
+      round_ops(out, rows * wt.rows());
+    };
+    biased(x, w.gate_up, w.gate_up_bias, gu);
+    if (!dry())
+      cuda::swiglu_clamped(gu, rows * w.inter, w.alpha, w.limit, h, stream_->handle(), bf16_ops_);
     observe(w.down_names, h, rows, w.inter);
-    linear(h, rows, w.down, y, bias(w.down_bias));
+    biased(h, w.down, w.down_bias, y);
     release(at);
     return;
   }
@@ -444,7 +465,7 @@ void CudaBackend::rope(float* x, const Tokens& t, int64_t n_heads, int64_t strid
                        double attention_factor, bool interleaved) {
   if (dry()) return;
   cuda::rope(x, t.tokens, n_heads, stride, offset, rot_dim, t.positions, rope_table(inv_freq),
-             attention_factor, interleaved, stream_->handle());
+             attention_factor, interleaved, stream_->handle(), bf16_ops_);
 }
 
 void CudaBackend::attention(const Tokens& t, const float* q, int64_t qs, const float* k, int64_t ks,
@@ -457,13 +478,17 @@ void CudaBackend::attention(const Tokens& t, const float* q, int64_t qs, const f
   span(kAttention);
   const float* sinks = variant.sinks ? static_cast<const float*>(variant.sinks->data) : nullptr;
   const auto* keep = reinterpret_cast<const uint32_t*>(variant.keep);
+  const cuda::AttentionRounding rounding = !bf16_ops_      ? cuda::AttentionRounding::kNone
+                                           : variant.eager ? cuda::AttentionRounding::kEager
+                                                           : cuda::AttentionRounding::kFlash;
   if (att_->seqs_per_call > 0) {
     STRATA_ASSERT(n_heads == att_->n_heads, "attention reserved for ", att_->n_heads, " heads");
     attention_gemm(t, q, qs, k, ks, v, vs, out, n_heads * dv, n_heads, dq, dv, n_heads / n_kv,
-                   scale, variant.window, sinks, keep, variant.keep_words);
+                   scale, variant.window, sinks, keep, variant.keep_words, rounding);
+    round_ops(out, t.tokens * n_heads * dv);  // P·V's output
   } else {
     cuda::attention(q, qs, k, ks, v, vs, t.tokens, n_heads, n_kv, dq, dv, scale, t.seq_start, out,
-                    stream_->handle(), variant.window, sinks, keep, variant.keep_words);
+                    stream_->handle(), variant.window, sinks, keep, variant.keep_words, rounding);
   }
   span(kAttentionCore);
 }
@@ -474,7 +499,7 @@ void CudaBackend::attention_gemm(const Tokens& t, const float* q, int64_t qs, co
                                  int64_t ks, const float* v, int64_t vs, float* out, int64_t os,
                                  int64_t nH, int64_t dq, int64_t dv, int64_t group, float scale,
                                  int64_t window, const float* sinks, const uint32_t* keep,
-                                 int64_t keep_words) {
+                                 int64_t keep_words, cuda::AttentionRounding rounding) {
   Attention& a = *att_;
   void* s = stream_->handle();
   const int64_t n_seqs = t.n_seqs();
@@ -519,7 +544,7 @@ void CudaBackend::attention_gemm(const Tokens& t, const float* q, int64_t qs, co
                           batch, opt_.gemm_bf16);
     cuda::causal_softmax(S, batch, L, scale, s, window, sinks, nH,
                          keep ? reinterpret_cast<const uint32_t* const*>(arr(5)) : nullptr,
-                         keep_words);
+                         keep_words, rounding);
     cuda::gemm_batched_pv(blas_, arr(2), arr(3), vs, const_cast<float* const*>(arr(4)), os, L, dv,
                           batch, opt_.gemm_bf16);
     a.done[slot]->record(*stream_);
@@ -529,11 +554,22 @@ void CudaBackend::attention_gemm(const Tokens& t, const float* q, int64_t qs, co
 void CudaBackend::index_topk(const Tokens& t, const float* q, const float* k, const float* w,
                              int64_t n_heads, int64_t d, float scale, float w_scale, int64_t top_k,
                              int32_t* keep, int64_t words) {
-  if (dry()) return;
+  const uint64_t at = mark();
+  if (bf16_ops_) {  // weights_proj is a bf16 linear in the source: its output rounded, in a copy
+    float* w16 = take(t.tokens * n_heads);
+    copy_cols(w, n_heads, w16, n_heads, t.tokens, n_heads);
+    round_bf16(w16, t.tokens * n_heads);
+    w = w16;
+  }
+  if (dry()) {
+    release(at);
+    return;
+  }
   span(kAttention);  // the indexer's projections and RoPE before, its selection in the core
   cuda::index_topk(q, k, w, t.tokens, n_heads, d, scale, w_scale, top_k, t.seq_start,
                    reinterpret_cast<uint32_t*>(keep), words, stream_->handle());
   span(kAttentionCore);
+  release(at);
 }
 
 void CudaBackend::mla_kv(const float* kv, const float* kr, int64_t T, int64_t n_heads, int64_t dn,
@@ -547,7 +583,7 @@ void CudaBackend::conv_silu(const Tokens& t, const float* x, int64_t C, const We
                             float* y) {
   if (dry()) return;
   cuda::kda_conv_silu(x, t.tokens, C, static_cast<const float*>(w.data), K, t.seq_start, y,
-                      stream_->handle());
+                      stream_->handle(), bf16_ops_);
 }
 
 void CudaBackend::l2_norm_scale(float* x, int64_t rows, int64_t dim, float eps, float scale) {
@@ -573,20 +609,24 @@ void CudaBackend::gated_delta_rule(const Tokens& t, const float* q, const float*
   span(kAttention);
   cuda::gated_delta_rule(q, k, v, g, beta, t.seq_bounds_dev, t.n_seqs(), n_heads, dk, dv, out,
                          stream_->handle(), head_decay);
+  round_ops(out, t.tokens * n_heads * dv);
   span(kAttentionCore);
 }
 
 // ---- mixture of experts -------------------------------------------------------------------------
 
-void CudaBackend::route_softmax(float* logits, int64_t T, int64_t E, int64_t K, bool renormalize,
-                                int32_t* chosen, float* weight) {
+void CudaBackend::route_softmax(float* logits, int64_t T, int64_t E, int64_t K,
+                                const SoftmaxRouting& r, int32_t* chosen, float* weight) {
   if (dry()) {
     STRATA_CHECK(K <= 32, "num_experts_per_tok ", K, " exceeds the GPU router's 32");
     return;
   }
   int32_t* counts = moe_ints_.as<int32_t>();
   stream_->zero(counts, static_cast<uint64_t>(E) * 4);
-  cuda::route_softmax_topk(logits, T, E, K, renormalize, chosen, weight, counts, stream_->handle());
+  round_ops(logits, T * E);  // the router's logits (a bf16 linear in the source)
+  cuda::route_softmax_topk(logits, T, E, K, r.renormalize, chosen, weight, counts,
+                           stream_->handle());
+  if (r.bf16_weights) round_ops(weight, T * K);
 }
 
 void CudaBackend::route_sigmoid(float* logits, int64_t T, int64_t E, int64_t K,
@@ -598,6 +638,7 @@ void CudaBackend::route_sigmoid(float* logits, int64_t T, int64_t E, int64_t K,
   }
   int32_t* counts = moe_ints_.as<int32_t>();
   stream_->zero(counts, static_cast<uint64_t>(E) * 4);
+  if (r.bf16_logits) round_ops(logits, T * E);
   cuda::route_sigmoid_grouped(
       logits, T, E, K, r.bias ? static_cast<const float*>(r.bias->data) : nullptr, r.n_group,
       r.topk_group, r.renormalize, r.scaling, chosen, weight, counts, stream_->handle());
@@ -713,11 +754,15 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   ++prof_->gemms;
   span(kExpertGateUp);
   release(at);
+  // Under bf16_ops every GEMM output, and gpt-oss's biased one again, rounded (as CpuBackend::mlp).
+  round_ops(g, S * gw);
+  if (!interleaved) round_ops(u, S * Im);
   if (interleaved) {
     cuda::moe_add_bias(g, S, gw, row_expert, gate_up_bias, s);
-    cuda::swiglu_clamped(g, S * Im, experts[0].alpha, experts[0].limit, u, s);
+    round_ops(g, S * gw);
+    cuda::swiglu_clamped(g, S * Im, experts[0].alpha, experts[0].limit, u, s, bf16_ops_);
   } else {
-    cuda::swiglu(g, u, S * Im, g, s);
+    cuda::swiglu(g, u, S * Im, g, s, bf16_ops_);
   }
   cuda::amax_rows(act, S, Im, row_expert, slot_ptr(dn0), s);
   const void* hin = gin(act, S * Im);
@@ -727,9 +772,13 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   dn.y[0] = og;
   cuda::expert_gemm(hin, S, Im, offsets, tile_first, E, tile, dn, H, opt_.gemm_bf16, aligned, s);
   ++prof_->gemms;
-  if (interleaved) cuda::moe_add_bias(og, S, H, row_expert, down_bias, s);
+  round_ops(og, S * H);
+  if (interleaved) {
+    cuda::moe_add_bias(og, S, H, row_expert, down_bias, s);
+    round_ops(og, S * H);
+  }
   span(kExpertDown);
-  cuda::moe_combine(og, pos, weight, T, K, H, y, s);
+  cuda::moe_combine(og, pos, weight, T, K, H, y, s, bf16_ops_);
   span(kCombine);
   release(top);
 }

@@ -5,7 +5,8 @@
 // Numerics: GEMM inputs are rounded to bf16 and accumulated in fp32 (gemm_bf16, the source
 // model's bf16 inference), or pedantic fp32 (no TF32) when gemm_bf16 is false, which matches the
 // CPU backend to summation order; weights held in fp32 (Weight::f32: routers, gates) are always
-// multiplied in fp32, so that expert choices match the CPU's.
+// multiplied in fp32, so that expert choices match the CPU's. With bf16_ops every op's results are
+// also rounded where ops/backend.h says, as on the CPU (the kernels take the rounding as a flag).
 // Attention: per group of equal-length sequences, S = QK^T and O = PV as batched cuBLAS GEMMs
 // around a causal softmax kernel, or a warp-per-query kernel when the scores do not fit.
 // Observers: amaxes reduced on the device into one slot per observed input, read back once per
@@ -25,6 +26,7 @@
 #include "core/device.h"
 #include "core/gpu_memory.h"
 #include "ops/backend.h"
+#include "ops/cuda/attention.h"
 
 namespace strata::ops {
 
@@ -32,6 +34,9 @@ struct CudaBackendOptions {
   bool gemm_bf16 = true;        // GEMM inputs in bf16 (fp32 accumulation); false: fp32
   bool profile = false;         // device time per part of the forward, logged at destruction
   bool warp_attention = false;  // attention always in the warp-per-query kernel
+  // Every op rounds as transformers' bf16 model (Backend::set_bf16_ops; --calib_precision
+  // bf16_ops), the sizing runs included (a bf16_ops op may take scratch).
+  bool bf16_ops = false;
 };
 
 struct AmaxStat {
@@ -119,7 +124,7 @@ class CudaBackend final : public Backend {
   void gated_delta_rule(const Tokens& t, const float* q, const float* k, const float* v,
                         const float* g, const float* beta, int64_t n_heads, int64_t dk, int64_t dv,
                         float* out, bool head_decay) override;
-  void route_softmax(float* logits, int64_t T, int64_t E, int64_t K, bool renormalize,
+  void route_softmax(float* logits, int64_t T, int64_t E, int64_t K, const SoftmaxRouting& r,
                      int32_t* chosen, float* weight) override;
   void route_sigmoid(float* logits, int64_t T, int64_t E, int64_t K, const SigmoidRouting& r,
                      int32_t* chosen, float* weight) override;
@@ -151,7 +156,8 @@ class CudaBackend final : public Backend {
   void attention_gemm(const Tokens& t, const float* q, int64_t qs, const float* k, int64_t ks,
                       const float* v, int64_t vs, float* out, int64_t os, int64_t n_heads,
                       int64_t dq, int64_t dv, int64_t group, float scale, int64_t window,
-                      const float* sinks, const uint32_t* keep, int64_t keep_words);
+                      const float* sinks, const uint32_t* keep, int64_t keep_words,
+                      cuda::AttentionRounding rounding);
   int64_t esz() const { return opt_.gemm_bf16 ? 2 : 4; }
 
   CudaBackendOptions opt_;

@@ -12,6 +12,7 @@
 namespace strata::ops::cuda {
 namespace {
 
+using launch::bf16r;
 using launch::blocks_for;
 using launch::kThreads;
 using launch::launched;
@@ -22,7 +23,7 @@ __device__ __forceinline__ float silu(float z) {
 }
 
 __global__ void k_conv_silu(const float* x, int64_t T, int64_t C, const float* w, int64_t K,
-                            const int64_t* seq_start, float* y) {
+                            const int64_t* seq_start, float* y, bool rounded) {
   FOR_N(i, T * C) {
     const int64_t t = i / C, c = i % C, first = seq_start[t];
     float acc = 0.0f;
@@ -30,7 +31,7 @@ __global__ void k_conv_silu(const float* x, int64_t T, int64_t C, const float* w
       const int64_t s = t - (K - 1) + j;
       if (s >= first) acc += w[c * K + j] * x[s * C + c];
     }
-    y[i] = silu(acc);
+    y[i] = rounded ? bf16r(silu(bf16r(acc))) : silu(acc);
   }
 }
 
@@ -99,9 +100,9 @@ __global__ void __launch_bounds__(256)
 }  // namespace
 
 void kda_conv_silu(const float* x, int64_t T, int64_t C, const float* w, int64_t K,
-                   const int64_t* seq_start, float* y, void* s) {
+                   const int64_t* seq_start, float* y, void* s, bool bf16) {
   if (T * C == 0) return;
-  k_conv_silu<<<blocks_for(T * C), kThreads, 0, st(s)>>>(x, T, C, w, K, seq_start, y);
+  k_conv_silu<<<blocks_for(T * C), kThreads, 0, st(s)>>>(x, T, C, w, K, seq_start, y, bf16);
   launched("kda_conv_silu");
 }
 

@@ -18,9 +18,10 @@ namespace strata::ops::cuda {
 // checkpoint's [C, 1, K]), y[T, C] (not x). Token t's sequence starts at seq_start[t]
 // (chunk-relative); nothing before it is read:
 //   y[t, c] = silu(sum_{j < K, s >= seq_start[t]} w[c, j] * x[s, c]),  s = t - (K - 1) + j.
-// (ops::causal_conv1d per sequence, then ops::silu.)
+// (ops::causal_conv1d per sequence, then ops::silu; `bf16`: the convolution and the SiLU each
+// rounded to bf16, the backend's bf16_ops.)
 void kda_conv_silu(const float* x, int64_t T, int64_t C, const float* w, int64_t K,
-                   const int64_t* seq_start, float* y, void* stream);
+                   const int64_t* seq_start, float* y, void* stream, bool bf16 = false);
 
 // KDA's forget gate, in place on g[T, nH, d] (f_b_proj's output):
 //   g = -exp(a_log[h]) * softplus(g + dt_bias[h * d + i]),  softplus(z) = z for z > 20.

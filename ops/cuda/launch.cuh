@@ -22,6 +22,15 @@ inline int blocks_for(int64_t n) {
   return static_cast<int>(b < 65535 * 32 ? (b < 1 ? 1 : b) : 65535 * 32);
 }
 
+// x rounded to the nearest bf16 value (ties to even), as a float: ops::bf16 on the device (a NaN
+// stays a NaN). The kernels' rounding under the backend's bf16_ops (ops/backend.h).
+__device__ __forceinline__ float bf16r(float x) {
+  uint32_t u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return x;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return __uint_as_float(u & 0xffff0000u);
+}
+
 // Throws strata::Error naming the kernel when its launch failed.
 inline void launched(const char* what) {
   const cudaError_t e = cudaGetLastError();

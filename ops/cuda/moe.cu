@@ -11,6 +11,7 @@
 namespace strata::ops::cuda {
 namespace {
 
+using launch::bf16r;
 using launch::blocks_for;
 using launch::kThreads;
 using launch::launched;
@@ -41,6 +42,30 @@ __global__ void k_combine(const float* outg, const int32_t* pos, const float* we
     float acc = 0.0f;
     for (int64_t j = 0; j < K; ++j)
       acc += weight[t * K + j] * outg[static_cast<int64_t>(pos[t * K + j]) * H + c];
+    y[i] = acc;
+  }
+}
+
+// The backend's bf16_ops: the token's slots in increasing expert order (pos grows with the
+// expert: offsets[e] + arrival), each output times its weight rounded to bf16 and added to the
+// bf16 sum (CpuBackend::moe).
+__global__ void k_combine_bf16(const float* outg, const int32_t* pos, const float* weight,
+                               int64_t T, int64_t K, int64_t H, float* y) {
+  FOR_N(i, T * H) {
+    const int64_t t = i / H, c = i % H;
+    const int32_t* pt = pos + t * K;
+    float acc = 0.0f;
+    int32_t last = -1;
+    for (int64_t n = 0; n < K; ++n) {
+      int64_t jmin = -1;
+      for (int64_t j = 0; j < K; ++j) {
+        if (pt[j] > last && (jmin < 0 || pt[j] < pt[jmin])) jmin = j;
+      }
+      last = pt[jmin];
+      const float term =
+          bf16r(__fmul_rn(weight[t * K + jmin], outg[static_cast<int64_t>(last) * H + c]));
+      acc = bf16r(__fadd_rn(acc, term));
+    }
     y[i] = acc;
   }
 }
@@ -81,8 +106,13 @@ void moe_gather(const uint16_t* n, int64_t T, int64_t H, int64_t K, const int32_
   launched("moe_gather");
 }
 void moe_combine(const float* outg, const int32_t* pos, const float* weight, int64_t T, int64_t K,
-                 int64_t H, float* y, void* s) {
+                 int64_t H, float* y, void* s, bool bf16) {
   if (T * H == 0) return;
+  if (bf16) {
+    k_combine_bf16<<<blocks_for(T * H), kThreads, 0, st(s)>>>(outg, pos, weight, T, K, H, y);
+    launched("moe_combine");
+    return;
+  }
   k_combine<<<blocks_for(T * H), kThreads, 0, st(s)>>>(outg, pos, weight, T, K, H, y);
   launched("moe_combine");
 }

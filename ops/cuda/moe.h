@@ -24,8 +24,10 @@ void moe_gather(const uint16_t* n, int64_t T, int64_t H, int64_t K, const int32_
 void moe_add_bias(float* y, int64_t S, int64_t width, const int32_t* row_expert,
                   const float* const* bias, void* stream);
 // y[t, :] = sum_j weight[t, j] * outg[pos[t*K + j], :], summed in j order in fp32 (each step
-// may be one fused multiply-add). outg [T*K, H], weight [T, K], y [T, H].
+// may be one fused multiply-add). outg [T*K, H], weight [T, K], y [T, H]. `bf16` (the backend's
+// bf16_ops): the slots in increasing expert order, each product and each sum rounded to bf16, as
+// CpuBackend::moe.
 void moe_combine(const float* outg, const int32_t* pos, const float* weight, int64_t T, int64_t K,
-                 int64_t H, float* y, void* stream);
+                 int64_t H, float* y, void* stream, bool bf16 = false);
 
 }  // namespace strata::ops::cuda

@@ -11,13 +11,23 @@
 namespace strata::ops::cuda {
 namespace {
 
+using launch::bf16r;
 using launch::kThreads;
 using launch::launched;
 using launch::st;
 
+// One output of ops::rms_norm rounded as the backend's bf16_ops does (CpuBackend::rms_norm).
+__device__ __forceinline__ float rounded_norm(float x, float inv, const float* w, int64_t i,
+                                              float w_offset, NormRounding rounding) {
+  const float n = __fmul_rn(x, inv);
+  if (rounding == NormRounding::kNormalizedFirst) return bf16r(__fmul_rn(w[i], bf16r(n)));
+  if (!w) return bf16r(n);
+  return bf16r(__fmul_rn(n, w_offset != 0.0f ? __fadd_rn(w_offset, w[i]) : w[i]));
+}
+
 // One block per row.
 __global__ void k_rms_norm(const float* x, int64_t dim, const float* w, float eps, float w_offset,
-                           float* y) {
+                           float* y, NormRounding rounding) {
   const int64_t r = blockIdx.x;
   const float* xr = x + r * dim;
   float* yr = y + r * dim;
@@ -37,6 +47,11 @@ __global__ void k_rms_norm(const float* x, int64_t dim, const float* w, float ep
   }
   __syncthreads();
   const float inv = 1.0f / sqrtf(static_cast<float>(part[0] / static_cast<double>(dim)) + eps);
+  if (rounding != NormRounding::kNone) {
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+      yr[i] = rounded_norm(xr[i], inv, w, i, w_offset, rounding);
+    return;
+  }
   if (w && w_offset != 0.0f) {
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
       yr[i] = xr[i] * inv * (w_offset + w[i]);
@@ -49,7 +64,7 @@ __global__ void k_rms_norm(const float* x, int64_t dim, const float* w, float ep
 // One warp per row (rows of up to a few thousand values: a block per row would leave most of
 // its threads idle and spend more on scheduling than on the row). Same fp64 sum of squares.
 __global__ void k_rms_norm_warp(const float* x, int64_t rows, int64_t dim, const float* w,
-                                float eps, float w_offset, float* y) {
+                                float eps, float w_offset, float* y, NormRounding rounding) {
   const int64_t r = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (r >= rows) return;
@@ -61,6 +76,11 @@ __global__ void k_rms_norm_warp(const float* x, int64_t rows, int64_t dim, const
   for (int o = 16; o > 0; o >>= 1)
     s += __shfl_xor_sync(0xffffffffu, s, o);
   const float inv = 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(dim)) + eps);
+  if (rounding != NormRounding::kNone) {
+    for (int64_t i = lane; i < dim; i += 32)
+      yr[i] = rounded_norm(xr[i], inv, w, i, w_offset, rounding);
+    return;
+  }
   if (w && w_offset != 0.0f) {
     for (int64_t i = lane; i < dim; i += 32)
       yr[i] = xr[i] * inv * (w_offset + w[i]);
@@ -114,15 +134,17 @@ __global__ void k_l2_norm_scale(float* x, int64_t rows, int64_t dim, float eps, 
 }  // namespace
 
 void rms_norm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y,
-              void* s, float w_offset) {
+              void* s, float w_offset, NormRounding rounding) {
+  STRATA_ASSERT(rounding != NormRounding::kNormalizedFirst || w);
   if (rows == 0) return;
   STRATA_ASSERT(rows < (1ll << 31));
   if (dim <= 8192) {
     const int64_t blocks = (rows * 32 + kThreads - 1) / kThreads;
     k_rms_norm_warp<<<static_cast<unsigned>(blocks), kThreads, 0, st(s)>>>(x, rows, dim, w, eps,
-                                                                           w_offset, y);
+                                                                           w_offset, y, rounding);
   } else {
-    k_rms_norm<<<static_cast<unsigned>(rows), 256, 0, st(s)>>>(x, dim, w, eps, w_offset, y);
+    k_rms_norm<<<static_cast<unsigned>(rows), 256, 0, st(s)>>>(x, dim, w, eps, w_offset, y,
+                                                               rounding);
   }
   launched("rms_norm");
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "io/safetensors.h"
 #include "tests/cli/cli_util.h"
 
 namespace {
@@ -90,6 +91,8 @@ TEST(Quantize, RefusalsComeBeforeAnyWork) {
        "needs the model's tokenizer"},
       {base + "--export_path '" + kFixtures + "llama'", "is the source checkpoint"},
       {base + "--gpu_gemm fp16 --export_path x", "--gpu_gemm must be bf16|fp32, not 'fp16'"},
+      {base + "--calib_precision bf16 --export_path x",
+       "--calib_precision must be fp32_layers|bf16_ops, not 'bf16'"},
       {base + "--gpu_weight_buffers 3 --export_path x",
        "--gpu_weight_buffers must be auto|1|2, not '3'"},
       {base + "--test_fail_rank 1 --export_path x",
@@ -114,6 +117,53 @@ TEST(Quantize, HelpListsGpuSwitchesNotTestHooks) {
                            "--gpu_quantize on|off", "--gpu_attention auto|warp", "--gpu_profile"})
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag << "\n" << r.out;
   EXPECT_EQ(r.out.find("--test_"), std::string::npos) << r.out;
+}
+
+// --calib_precision: bf16_ops changes only the calibrated scales; it is part of the run's identity
+// (strata_run.json's options), so an export of one precision is not taken as the other's.
+TEST(Quantize, CalibPrecisionChangesScalesOnlyAndTheIdentity) {
+  TempDir tmp;
+  write_tokens(tmp.path() / "t.jsonl");
+  const std::string base = "quantize -q --model '" + kFixtures + "llama' --recipe nvfp4-kv_fp8 " +
+                           "--calib_data '" + (tmp.path() / "t.jsonl").string() +
+                           "' --calib_size 3 --calib_min_tokens 1 --device cpu ";
+  RunResult help = run_strata("quantize --help", tmp.path());
+  EXPECT_NE(help.out.find("--calib_precision fp32_layers|bf16_ops"), std::string::npos) << help.out;
+  const fs::path a = tmp.path() / "fp32_layers", b = tmp.path() / "bf16_ops";
+  RunResult ra = run_strata(base + "--export_path '" + a.string() + "'", tmp.path());
+  ASSERT_EQ(ra.rc, 0) << ra.err;
+  RunResult rb = run_strata(base + "--calib_precision bf16_ops --export_path '" + b.string() + "'",
+                            tmp.path());
+  ASSERT_EQ(rb.rc, 0) << rb.err;
+  EXPECT_EQ(read_file(a / "config.json"), read_file(b / "config.json"));
+  EXPECT_EQ(read_file(a / "hf_quant_config.json"), read_file(b / "hf_quant_config.json"));
+  // Every tensor byte-identical but the calibrated scales, some of which differ.
+  const strata::SafetensorsFile fa =
+      strata::SafetensorsFile::open((a / "model.safetensors").string());
+  const strata::SafetensorsFile fb =
+      strata::SafetensorsFile::open((b / "model.safetensors").string());
+  ASSERT_EQ(fa.entries().size(), fb.entries().size());
+  int scales_differ = 0;
+  for (const strata::TensorEntry& e : fa.entries()) {
+    const strata::TensorEntry* o = fb.find(e.name);
+    ASSERT_NE(o, nullptr) << e.name;
+    const strata::Tensor x = fa.tensor(e), y = fb.tensor(*o);
+    const bool same =
+        x.nbytes() == y.nbytes() && std::equal(x.bytes(), x.bytes() + x.nbytes(), y.bytes());
+    if (e.name.ends_with("input_scale") || e.name.ends_with("k_scale") ||
+        e.name.ends_with("v_scale")) {
+      scales_differ += !same;
+    } else {
+      EXPECT_TRUE(same) << e.name;
+    }
+  }
+  EXPECT_GT(scales_differ, 0);
+  // The default again on the bf16_ops export: another job's finished export, refused.
+  RunResult again = run_strata(base + "--export_path '" + b.string() + "'", tmp.path());
+  EXPECT_EQ(again.rc, 1);
+  EXPECT_NE(again.err.find("holds the finished export of another job (changed: options)"),
+            std::string::npos)
+      << again.err;
 }
 
 TEST(Quantize, UnmatchedRecipeRuleWarns) {

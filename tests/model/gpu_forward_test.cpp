@@ -1,6 +1,7 @@
 // The GPU forward's observers, checked without a GPU: the CUDA backend's sizing run registers one
 // slot per observed input of a layer; the names must be exactly the ones the CPU forward reports
-// when it runs the fixture's tokens (the calibrator keys on them), every routed expert included.
+// when it runs the fixture's tokens (the calibrator keys on them), every routed expert included;
+// under both calibration precisions (bf16_ops runs the sizing backend's rounding paths too).
 #include <gtest/gtest.h>
 
 #include <set>
@@ -31,22 +32,28 @@ TEST_P(GpuObservers, MatchTheCpuForwardsNames) {
   const std::string dir = kFixtures + GetParam();
   const Checkpoint ckpt = Checkpoint::open(dir);
   const ModelConfig config = read_model_config(dir);
-  auto fwd = ModelForward::create(config, ckpt);
-  // Two sequences of a few tokens reach every input of every layer (routed experts report even
-  // when no token reaches them).
-  const Batch batch = Batch::from_sequences({{1, 2, 3, 4, 5}, {6, 7, 8}});
-  std::vector<float> x(static_cast<size_t>(batch.n_tokens() * fwd->hidden_size()));
-  fwd->embed(batch, x.data());
-  for (int64_t l = 0; l < fwd->num_layers(); ++l) {
-    NameObserver cpu;
-    fwd->layer(l)->forward(batch, x.data(), &cpu);
-    std::set<std::string> gpu;
-    for (const auto& slot : gpu::GpuForward::observed_inputs(config, ckpt, l)) {
-      ASSERT_FALSE(slot.empty());
-      for (const std::string& n : slot)
-        EXPECT_TRUE(gpu.insert(n).second) << n << " observed in two GPU slots";
+  for (const bool bf16_ops : {false, true}) {
+    ForwardOptions options;
+    options.bf16_ops = bf16_ops;
+    auto fwd = ModelForward::create(config, ckpt, options);
+    // Two sequences of a few tokens reach every input of every layer (routed experts report
+    // even when no token reaches them).
+    const Batch batch = Batch::from_sequences({{1, 2, 3, 4, 5}, {6, 7, 8}});
+    std::vector<float> x(static_cast<size_t>(batch.n_tokens() * fwd->hidden_size()));
+    fwd->embed(batch, x.data());
+    gpu::GpuForwardOptions gpu_options;
+    gpu_options.bf16_ops = bf16_ops;
+    for (int64_t l = 0; l < fwd->num_layers(); ++l) {
+      NameObserver cpu;
+      fwd->layer(l)->forward(batch, x.data(), &cpu);
+      std::set<std::string> gpu;
+      for (const auto& slot : gpu::GpuForward::observed_inputs(config, ckpt, l, gpu_options)) {
+        ASSERT_FALSE(slot.empty());
+        for (const std::string& n : slot)
+          EXPECT_TRUE(gpu.insert(n).second) << n << " observed in two GPU slots";
+      }
+      EXPECT_EQ(gpu, cpu.names) << GetParam() << " layer " << l << " bf16_ops " << bf16_ops;
     }
-    EXPECT_EQ(gpu, cpu.names) << GetParam() << " layer " << l;
   }
 }
 

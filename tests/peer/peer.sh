@@ -7,13 +7,16 @@
 # development machine with tests/peer/fetch_wheels.sh); they are installed with --no-deps into a
 # folder on PYTHONPATH, nothing system-wide.
 #   tests/peer/peer.sh STRATA [WHEELS] [FAMILY...]
+# WHEELS "-": use the nvidia-modelopt that python3 already imports (a virtual environment), install
+# nothing.
 # Environment: PEER_RECIPES (space-separated strata recipe names, default below), STRATA_FLAGS
 # (extra flags for strata quantize, e.g. "--device cpu"), PEER_OUT (keep the exports there),
 # PEER_SCALE_TOL (relative tolerance of input/KV scales, default 0.02), PEER_COMPARE_FLAGS (extra
 # flags for modelopt_peer.py compare, e.g. "--ulp 1" when ModelOpt runs on a CPU).
 set -uo pipefail
 strata=$(realpath "$1")
-wheels=$(realpath "${2:-.whl}")
+wheels=${2:-.whl}
+[ "$wheels" = - ] || wheels=$(realpath "$wheels")
 shift $(( $# >= 2 ? 2 : 1 ))
 families=("$@")
 [ ${#families[@]} -gt 0 ] || families=(llama qwen3 qwen3_moe deepseek_v3 kimi_linear glm4_moe minimax_m2
@@ -25,11 +28,11 @@ recipes=(${PEER_RECIPES:-nvfp4-kv_fp8_cast fp8-kv_fp8_cast nvfp4_experts_only-kv
 work=${PEER_OUT:-$(mktemp -d)}
 mkdir -p "$work"
 site="$work/site"
-if [ ! -d "$site/modelopt" ]; then
+if [ "$wheels" != - ] && [ ! -d "$site/modelopt" ]; then
   python3 -m pip install -q --no-index --no-deps --target "$site" "$wheels"/*.whl \
     || { echo "PEER setup: FAIL: cannot install the wheels of $wheels"; exit 1; }
 fi
-export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+[ "$wheels" = - ] || export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 python3 -c "import modelopt, torch, transformers; print('modelopt', modelopt.__version__, \
 'torch', torch.__version__, 'transformers', transformers.__version__)" \
   || { echo "PEER setup: FAIL: modelopt does not import"; exit 1; }
