@@ -255,12 +255,19 @@ TEST_F(CudaOps, Bf16OpsCausalSoftmaxRounds) {
         mag[r * L + j] = s[j] * inv;
       }
     }
+    // kEager's outputs are bf16 values: bit-identical but for the rare flipped rounding. kFlash's
+    // are fp32, bf16(e) times 1 / sum, where the sum adds the unrounded exponentials: the device's
+    // expf, within 2 ulp of the host's, moves it by an fp32 ulp or so in many rows (on the H200,
+    // 2,859 of 3,267 values were bit-identical), so there "alike" is within 4 fp32 ulp
+    // (2^-21 relative), a thousandth of a flipped bf16 rounding.
     int64_t same = 0;
     for (size_t x = 0; x < p.size(); ++x) {
-      same += bits_of(p[x]) == bits_of(want[x]);
+      same += eager ? bits_of(p[x]) == bits_of(want[x])
+                    : std::fabs(p[x] - want[x]) <= std::ldexp(std::fabs(want[x]), -21);
       ASSERT_LE(std::fabs(p[x] - want[x]), 2 * kUlp * mag[x] + 1e-30f) << x;
     }
-    EXPECT_GE(static_cast<double>(same), kSameFraction * static_cast<double>(p.size()));
+    EXPECT_GE(static_cast<double>(same), kSameFraction * static_cast<double>(p.size()))
+        << (eager ? "eager" : "flash");
   }
 }
 
