@@ -119,6 +119,10 @@ void declare_flags(Args& args) {
               "skip (and count) calibration sequences shorter than this (1: every sample, as "
               "ModelOpt)",
               "1");
+  args.option("--min_expert_tokens", "N",
+              "the summary lists, per MoE layer, the routed experts that fewer than N calibration "
+              "tokens reached (their input scales rest on little data)",
+              "16");
   args.option("--calib_precision", "fp32_layers|bf16_ops",
               "how the calibration forward rounds: fp32_layers (default) computes each decoder "
               "layer in fp32 (on the GPU with bf16 GEMM inputs) and rounds to bf16 between layers, "
@@ -340,8 +344,36 @@ RankStats gather_rank_stats(Comm& comm, const QuantizeResult& r, uint64_t peak_r
 }
 
 // Rank 0's summary of the run on stdout.
+// One MoE layer's line of the summary: its experts that fewer than `min_tokens` calibration tokens
+// reached, with their counts (at most 16 named). A layer from an older resume manifest has no
+// counts: its experts without tokens stand for the list.
+std::string scarce_experts_line(const LayerReport& l, int64_t min_tokens) {
+  std::vector<std::pair<int64_t, int64_t>> scarce;  // (expert, tokens)
+  if (l.expert_tokens.empty()) {
+    for (int64_t e : l.idle_experts)
+      scarce.emplace_back(e, 0);
+  } else {
+    for (size_t e = 0; e < l.expert_tokens.size(); ++e) {
+      if (l.expert_tokens[e] < min_tokens)
+        scarce.emplace_back(static_cast<int64_t>(e), l.expert_tokens[e]);
+    }
+  }
+  std::string line = str("  layer ",
+                         std::string(l.layer < 10    ? 2
+                                     : l.layer < 100 ? 1
+                                                     : 0,
+                                     ' '),
+                         l.layer, ": ", scarce.size(), " of ", l.experts, " (",
+                         l.experts_without_tokens, " without any)");
+  constexpr size_t kNamed = 16;
+  for (size_t i = 0; i < scarce.size() && i < kNamed; ++i)
+    line += str(i == 0 ? ": " : ", ", scarce[i].first, " (", scarce[i].second, ")");
+  if (scarce.size() > kNamed) line += str(", and ", scarce.size() - kNamed, " more");
+  return line;
+}
+
 void print_summary(const QuantizeJob& job, const QuantizeResult& r, uint64_t peak_rss, int ranks,
-                   const RankStats& s) {
+                   const RankStats& s, int64_t min_expert_tokens) {
   std::printf("quantized %s -> %s with %s in %.1f s%s\n", job.model_dir.c_str(),
               job.export_path.c_str(), r.plan.recipe.name.c_str(), r.seconds,
               r.resumed_at_step > 0 ? " (resumed an interrupted run)" : "");
@@ -355,12 +387,12 @@ void print_summary(const QuantizeJob& job, const QuantizeResult& r, uint64_t pea
   for (const LayerReport& l : r.layers)
     any_experts |= l.experts > 0;
   if (any_experts) {
-    std::printf("experts without calibration tokens, per MoE layer:\n");
+    std::printf(
+        "experts that fewer than %lld calibration tokens reached, per MoE layer (expert "
+        "(tokens); --min_expert_tokens):\n",
+        static_cast<long long>(min_expert_tokens));
     for (const LayerReport& l : r.layers) {
-      if (l.experts == 0) continue;
-      std::printf("  layer %3lld: %lld of %lld\n", static_cast<long long>(l.layer),
-                  static_cast<long long>(l.experts_without_tokens),
-                  static_cast<long long>(l.experts));
+      if (l.experts > 0) std::printf("%s\n", scarce_experts_line(l, min_expert_tokens).c_str());
     }
   }
   std::printf("wrote %zu files\n", r.files.size());
@@ -425,6 +457,8 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   if (!args.parse(argv)) return 0;
   if (args.flag_set("--quiet")) log_set_level(LogLevel::kWarn);
   QuantizeJob job = job_inputs(args);
+  const int64_t min_expert_tokens = args.get_int("--min_expert_tokens");
+  STRATA_CHECK(min_expert_tokens >= 1, "--min_expert_tokens must be at least 1");
   if (args.flag_set("--dry-run")) {
     print_plan(job);
     return 0;
@@ -451,7 +485,7 @@ int cmd_quantize(const std::vector<std::string>& argv) {
         job.export_path.c_str(), kRunRecordName);
     return 0;
   }
-  print_summary(job, r, peak_rss, ranks, stats);
+  print_summary(job, r, peak_rss, ranks, stats, min_expert_tokens);
   return 0;
 }
 

@@ -120,6 +120,10 @@ ResumeState resume_state_from_json(const Json& j, const std::string& path) {
         for (const Json& e : l.at(3))
           r.idle_experts.push_back(manifest_int(e, path, "an expert index", kMaxCount));
       }
+      if (l.size() > 4) {  // tokens per expert
+        for (const Json& e : l.at(4))
+          r.expert_tokens.push_back(manifest_int(e, path, "an expert's token count", kMaxCount));
+      }
       s.layers.push_back(r);
     }
   } catch (const nlohmann::json::exception& e) {
@@ -173,8 +177,8 @@ void write_resume_manifest(const std::string& path, const ResumeState& s) {
   j["hidden_crc32c"] = s.hidden_sums;
   Json layers = Json::array();
   for (const LayerReport& r : s.layers)
-    layers.push_back(
-        Json::array({r.layer, r.experts, r.experts_without_tokens, Json(r.idle_experts)}));
+    layers.push_back(Json::array({r.layer, r.experts, r.experts_without_tokens,
+                                  Json(r.idle_experts), Json(r.expert_tokens)}));
   j["layers"] = layers;
   write_file_atomic(path, j.dump(2) + "\n");
 }

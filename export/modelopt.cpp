@@ -346,6 +346,9 @@ LayerReport ModeloptExporter::write_layer(int64_t layer, const MaxCalibrator& ca
       continue;
     ++report.experts;
     const MaxCalibrator::Stat* s = calib.find(m->module);
+    const size_t e = static_cast<size_t>(routed_expert_index(m->module));
+    if (report.expert_tokens.size() <= e) report.expert_tokens.resize(e + 1, 0);
+    report.expert_tokens[e] = s ? s->rows : 0;
     if (!s || s->rows == 0) {
       ++report.experts_without_tokens;
       report.idle_experts.push_back(routed_expert_index(m->module));

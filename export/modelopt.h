@@ -73,6 +73,8 @@ struct LayerReport {
   int64_t experts = 0;  // routed experts in the layer
   int64_t experts_without_tokens = 0;
   std::vector<int64_t> idle_experts;  // which: their indices, ascending
+  // Calibration tokens routed to each expert, by expert index (its gate or gate_up input's rows).
+  std::vector<int64_t> expert_tokens;
 };
 
 // The threads ModeloptExporter quantizes modules on, at most this many at once: the hardware's,

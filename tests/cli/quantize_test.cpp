@@ -64,12 +64,52 @@ TEST(Quantize, ReportsExpertsWithoutTokens) {
                  tmp.path());
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("calibration: 3 sequences, 16 tokens"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("experts without calibration tokens, per MoE layer:"), std::string::npos)
+  EXPECT_NE(r.out.find("experts that fewer than 16 calibration tokens reached, per MoE layer"),
+            std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("layer   0:"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("layer   2:"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("layer   1:"), std::string::npos) << r.out;  // dense
   EXPECT_TRUE(fs::exists(tmp.path() / "out" / "hf_quant_config.json"));
+}
+
+// With --min_expert_tokens above any count every routed expert is listed with its tokens, and
+// each MoE layer's counts add up to the calibration tokens times num_experts_per_tok (2 in the
+// fixture's config.json): each token reaches that many experts. 0 is refused.
+TEST(Quantize, ListsEveryExpertsTokensUnderTheThreshold) {
+  TempDir tmp;
+  write_tokens(tmp.path() / "t.jsonl");
+  const std::string base =
+      "quantize --model '" + kFixtures + "qwen3_moe' --qformat nvfp4 --calib_data '" +
+      (tmp.path() / "t.jsonl").string() + "' --calib_size 3 --calib_min_tokens 1 --export_path '";
+  RunResult bad =
+      run_strata(base + (tmp.path() / "bad").string() + "' --min_expert_tokens 0", tmp.path());
+  EXPECT_EQ(bad.rc, 1);
+  EXPECT_NE(bad.err.find("--min_expert_tokens must be at least 1"), std::string::npos) << bad.err;
+  RunResult r = run_strata(base + (tmp.path() / "out").string() + "' --min_expert_tokens 1000000",
+                           tmp.path());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  ASSERT_NE(r.out.find("calibration: 3 sequences, 16 tokens"), std::string::npos) << r.out;
+  int layers = 0;
+  for (const std::string layer : {"layer   0: ", "layer   2: "}) {
+    const size_t at = r.out.find(layer);
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+    ASSERT_EQ(line.find(": 8 of 8 ("), layer.size() - 2) << line;
+    // "layer   0: 8 of 8 (k without any): 0 (t0), 1 (t1), ..."
+    int64_t sum = 0, listed = 0;
+    for (size_t p = line.find("): ") + 3; p < line.size();) {
+      const size_t open = line.find(" (", p), close = line.find(')', open);
+      EXPECT_EQ(std::stoll(line.substr(p, open - p)), listed) << line;
+      sum += std::stoll(line.substr(open + 2, close - open - 2));
+      ++listed;
+      p = close + 3;
+    }
+    EXPECT_EQ(listed, 8) << line;
+    EXPECT_EQ(sum, 16 * 2) << line;
+    ++layers;
+  }
+  EXPECT_EQ(layers, 2);
 }
 
 TEST(Quantize, RefusalsComeBeforeAnyWork) {
