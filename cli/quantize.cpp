@@ -345,18 +345,13 @@ RankStats gather_rank_stats(Comm& comm, const QuantizeResult& r, uint64_t peak_r
 
 // Rank 0's summary of the run on stdout.
 // One MoE layer's line of the summary: its experts that fewer than `min_tokens` calibration tokens
-// reached, with their counts (at most 16 named). A layer from an older resume manifest has no
-// counts: its experts without tokens stand for the list.
+// reached, with their counts (at most 16 named; none for a layer from an older resume manifest,
+// which kept only how many got no token).
 std::string scarce_experts_line(const LayerReport& l, int64_t min_tokens) {
   std::vector<std::pair<int64_t, int64_t>> scarce;  // (expert, tokens)
-  if (l.expert_tokens.empty()) {
-    for (int64_t e : l.idle_experts)
-      scarce.emplace_back(e, 0);
-  } else {
-    for (size_t e = 0; e < l.expert_tokens.size(); ++e) {
-      if (l.expert_tokens[e] < min_tokens)
-        scarce.emplace_back(static_cast<int64_t>(e), l.expert_tokens[e]);
-    }
+  for (size_t e = 0; e < l.expert_tokens.size(); ++e) {
+    if (l.expert_tokens[e] >= 0 && l.expert_tokens[e] < min_tokens)
+      scarce.emplace_back(static_cast<int64_t>(e), l.expert_tokens[e]);
   }
   std::string line = str("  layer ",
                          std::string(l.layer < 10    ? 2

@@ -116,12 +116,8 @@ ResumeState resume_state_from_json(const Json& j, const std::string& path) {
       r.experts = manifest_int(l.at(1), path, "a layer's expert count", kMaxCount);
       r.experts_without_tokens =
           manifest_int(l.at(2), path, "a layer's count of experts without tokens", kMaxCount);
-      if (l.size() > 3) {  // their indices (older manifests have only the count)
+      if (l.size() > 3) {  // tokens per expert (older manifests have only the count)
         for (const Json& e : l.at(3))
-          r.idle_experts.push_back(manifest_int(e, path, "an expert index", kMaxCount));
-      }
-      if (l.size() > 4) {  // tokens per expert
-        for (const Json& e : l.at(4))
           r.expert_tokens.push_back(manifest_int(e, path, "an expert's token count", kMaxCount));
       }
       s.layers.push_back(r);
@@ -177,8 +173,8 @@ void write_resume_manifest(const std::string& path, const ResumeState& s) {
   j["hidden_crc32c"] = s.hidden_sums;
   Json layers = Json::array();
   for (const LayerReport& r : s.layers)
-    layers.push_back(Json::array({r.layer, r.experts, r.experts_without_tokens,
-                                  Json(r.idle_experts), Json(r.expert_tokens)}));
+    layers.push_back(
+        Json::array({r.layer, r.experts, r.experts_without_tokens, Json(r.expert_tokens)}));
   j["layers"] = layers;
   write_file_atomic(path, j.dump(2) + "\n");
 }
@@ -231,7 +227,7 @@ void write_run_record(const std::string& path, const std::map<std::string, std::
   j["identity"] = id;
   Json idle = Json::object();
   for (const LayerReport& r : layers) {
-    if (r.experts > 0) idle[std::to_string(r.layer)] = r.idle_experts;
+    if (r.experts > 0 && !r.expert_tokens.empty()) idle[std::to_string(r.layer)] = r.idle_experts();
   }
   if (!layers.empty()) j["experts_without_tokens"] = idle;  // none: no calibration ran
   write_file_atomic(path, j.dump(2) + "\n");

@@ -347,14 +347,10 @@ LayerReport ModeloptExporter::write_layer(int64_t layer, const MaxCalibrator& ca
     ++report.experts;
     const MaxCalibrator::Stat* s = calib.find(m->module);
     const size_t e = static_cast<size_t>(routed_expert_index(m->module));
-    if (report.expert_tokens.size() <= e) report.expert_tokens.resize(e + 1, 0);
+    if (report.expert_tokens.size() <= e) report.expert_tokens.resize(e + 1, -1);
     report.expert_tokens[e] = s ? s->rows : 0;
-    if (!s || s->rows == 0) {
-      ++report.experts_without_tokens;
-      report.idle_experts.push_back(routed_expert_index(m->module));
-    }
+    if (!s || s->rows == 0) ++report.experts_without_tokens;
   }
-  std::sort(report.idle_experts.begin(), report.idle_experts.end());
   if (std::find(plan_.kv_layers.begin(), plan_.kv_layers.end(), layer) != plan_.kv_layers.end()) {
     const std::string p = attention_prefix(plan_, layer);
     STRATA_CHECK(!p.empty(), "layer ", layer,

@@ -72,9 +72,18 @@ struct LayerReport {
   int64_t layer = -1;
   int64_t experts = 0;  // routed experts in the layer
   int64_t experts_without_tokens = 0;
-  std::vector<int64_t> idle_experts;  // which: their indices, ascending
-  // Calibration tokens routed to each expert, by expert index (its gate or gate_up input's rows).
+  // Calibration tokens routed to each expert, by expert index (its gate or gate_up input's rows;
+  // -1 for an index the layer's plan has no expert module for); empty for a layer read from a
+  // resume manifest of an older strata, which kept only the count.
   std::vector<int64_t> expert_tokens;
+  // The experts no calibration token reached, ascending (from expert_tokens).
+  std::vector<int64_t> idle_experts() const {
+    std::vector<int64_t> idle;
+    for (size_t e = 0; e < expert_tokens.size(); ++e) {
+      if (expert_tokens[e] == 0) idle.push_back(static_cast<int64_t>(e));
+    }
+    return idle;
+  }
 };
 
 // The threads ModeloptExporter quantizes modules on, at most this many at once: the hardware's,
