@@ -62,6 +62,15 @@ class BlobBinder final : public model::Binder {
     const int64_t n = shape_numel(shape);
     const uint64_t esz = gemm_bf16_ ? 2 : 4;
     ops::Weight w{nullptr, shape, false};
+    if (ckpt_.transposed_view(name)) {  // stored [in, out] (gpt-oss's bf16 experts)
+      void* dst = alloc(static_cast<uint64_t>(n) * esz);
+      if (!base_) return w;
+      ops::cuda::convert_transposed(base_ + it.offset, it.dtype, shape[1], shape[0], dst,
+                                    gemm_bf16_, stream_.handle());
+      record(name, dst, shape);
+      w.data = dst;
+      return w;
+    }
     if (it.dtype == DType::kF8E4M3) {  // an FP8-block source, decompressed as on the CPU
       const std::string sname = name + "_scale_inv";
       auto sc = blob_.items.find(sname);
@@ -297,9 +306,6 @@ struct GpuForward::Impl {
 std::string GpuForward::unsupported(const ModelConfig& config, const Checkpoint& ckpt) {
   for (const std::string& n : ckpt.tensor_names()) {
     if (n.find(".layers.") == std::string::npos) continue;
-    if (ckpt.transposed_view(n))
-      return str("tensor '", n, "' is stored transposed (gpt-oss's bf16 experts, [E, in, out]); ",
-                 "the GPU forward reads it in a later version");
     const DType t = ckpt.entry(n).dtype;
     if (t == DType::kF32 || t == DType::kF16 || t == DType::kBF16) continue;
     // Compressed sources (DeepSeek FP8 blocks, INT4 pack-quantized, MXFP4), their values and

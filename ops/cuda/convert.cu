@@ -58,6 +58,30 @@ __global__ void k_to_bf16(const void* src, int dt, uint16_t* dst, int64_t n) {
   FOR_N(i, n)
   dst[i] = dt == 2 ? static_cast<const uint16_t*>(src)[i] : f32_bf16_bits(load_as_f32(src, dt, i));
 }
+// One 32 x 32 tile of src through shared memory, so that both the reads and the writes of a
+// warp are contiguous; blockDim (32, 8), each thread four rows of the tile.
+constexpr int kTile = 32;
+__global__ void k_transposed(const void* src, int dt, int64_t rows, int64_t cols, void* dst,
+                             bool to_bf16) {
+  __shared__ float tile[kTile][kTile + 1];
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  for (int k = threadIdx.y; k < kTile; k += blockDim.y) {
+    const int64_t r = r0 + k, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[k][threadIdx.x] = load_as_f32(src, dt, r * cols + c);
+  }
+  __syncthreads();
+  for (int k = threadIdx.y; k < kTile; k += blockDim.y) {
+    const int64_t c = c0 + k, r = r0 + threadIdx.x;  // dst row c, column r
+    if (r >= rows || c >= cols) continue;
+    const float v = tile[threadIdx.x][k];
+    if (to_bf16)  // bf16 to bf16 keeps the bits (a signalling NaN too), as convert_to_bf16
+      static_cast<uint16_t*>(dst)[c * rows + r] =
+          dt == 2 ? static_cast<uint16_t>(__float_as_uint(v) >> 16) : f32_bf16_bits(v);
+    else
+      static_cast<float*>(dst)[c * rows + r] = v;
+  }
+}
 __global__ void k_cast_bf16(const float* x, uint16_t* y, int64_t n) {
   FOR_N(i, n) y[i] = f32_bf16_bits(x[i]);
 }
@@ -163,6 +187,17 @@ void convert_to_bf16(const void* src, DType dtype, uint16_t* dst, int64_t n, voi
   if (n == 0) return;
   k_to_bf16<<<blocks_for(n), kThreads, 0, st(s)>>>(src, dtype_code(dtype), dst, n);
   launched("convert_to_bf16");
+}
+void convert_transposed(const void* src, DType dtype, int64_t rows, int64_t cols, void* dst,
+                        bool to_bf16, void* s) {
+  if (rows <= 0 || cols <= 0) return;
+  STRATA_ASSERT((cols + kTile - 1) / kTile <= 0x7fffffff && (rows + kTile - 1) / kTile <= 65535,
+                "convert_transposed: ", rows, " x ", cols, " is too large for one launch");
+  const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
+                  static_cast<unsigned>((rows + kTile - 1) / kTile));
+  k_transposed<<<grid, dim3(kTile, 8), 0, st(s)>>>(src, dtype_code(dtype), rows, cols, dst,
+                                                   to_bf16);
+  launched("convert_transposed");
 }
 void dequant_fp8_block(const uint8_t* w, int64_t out, int64_t in, int64_t block, const void* scale,
                        DType scale_dtype, void* dst, bool to_bf16, void* s) {

@@ -20,4 +20,17 @@ sdist=$(mktemp -d)
 python3 -m pip download -q --no-deps --no-binary=:all: -d "$sdist" "antlr4-python3-runtime==4.9.*"
 python3 -m pip wheel -q --no-deps -w "$dir" "$sdist"/*.tar.gz
 rm -rf "$sdist"
+# pulp bundles CBC solver executables for six platforms (16 MB of its wheel); ModelOpt imports
+# pulp (modelopt.torch.opt.searcher) but quantization never solves anything. Repacked without
+# them, so the wheels fit beside the tree and the build in one device call.
+python3 - "$dir" <<'PY'
+import glob, os, sys, zipfile
+for whl in glob.glob(os.path.join(sys.argv[1], "pulp-*.whl")):
+    tmp = whl + ".tmp"
+    with zipfile.ZipFile(whl) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
+        for item in src.infolist():
+            if "/solverdir/" not in item.filename:
+                dst.writestr(item, src.read(item.filename))
+    os.replace(tmp, whl)
+PY
 ls "$dir"

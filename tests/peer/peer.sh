@@ -12,7 +12,8 @@
 # Environment: PEER_RECIPES (space-separated strata recipe names, default below), STRATA_FLAGS
 # (extra flags for strata quantize, e.g. "--device cpu"), PEER_OUT (keep the exports there),
 # PEER_SCALE_TOL (relative tolerance of input/KV scales, default 0.02), PEER_COMPARE_FLAGS (extra
-# flags for modelopt_peer.py compare, e.g. "--ulp 1" when ModelOpt runs on a CPU).
+# flags for modelopt_peer.py compare, e.g. "--ulp 1" when ModelOpt runs on a CPU), PEER_JOBS (families
+# run at once, default 1: each family's lines are printed together when it ends, in the given order).
 set -uo pipefail
 strata=$(realpath "$1")
 wheels=${2:-.whl}
@@ -37,6 +38,23 @@ python3 -c "import modelopt, torch, transformers; print('modelopt', modelopt.__v
 'torch', torch.__version__, 'transformers', transformers.__version__)" \
   || { echo "PEER setup: FAIL: modelopt does not import"; exit 1; }
 here=$(dirname "$(realpath "$0")")
+if [ "${PEER_JOBS:-1}" -gt 1 ] && [ ${#families[@]} -gt 1 ]; then
+  # One child per family, each with the wheels installed above (WHEELS "-", PYTHONPATH kept).
+  for family in "${families[@]}"; do
+    PEER_JOBS=1 PEER_OUT="$work" bash "$0" "$strata" - "$family" > "$work/$family.peer.log" 2>&1 &
+    while [ "$(jobs -rp | wc -l)" -ge "$PEER_JOBS" ]; do wait -n; done
+  done
+  wait
+  fails=0
+  for family in "${families[@]}"; do
+    grep -v '^PEER done' "$work/$family.peer.log" | grep -v '^modelopt '
+    n=$(sed -n 's/^PEER done: \([0-9]*\) failing.*/\1/p' "$work/$family.peer.log")
+    fails=$((fails + ${n:-1}))
+  done
+  echo "PEER done: $fails failing cases; exports under $work"
+  [ "$fails" -eq 0 ]
+  exit
+fi
 fails=0
 for family in "${families[@]}"; do
   src=tests/fixtures/models/$family

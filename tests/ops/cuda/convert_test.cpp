@@ -120,6 +120,51 @@ TEST_F(CudaOps, ConversionsFromEachFloatingDtype) {
   EXPECT_THROW(convert_to_bf16(df.data(), DType::kI32, out16.as<uint16_t>(), nn, st()), Error);
 }
 
+// convert_transposed: element [c, r] of the output is element [r, c] of the input, converted
+// as convert_to_f32 / convert_to_bf16; shapes that are not multiples of the 32 x 32 tile, one row,
+// one column; a bf16 input's bits (a signalling NaN too) copied to a bf16 output.
+TEST_F(CudaOps, TransposedConversionMovesEveryElementAndConvertsLikeTheFlatOne) {
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {1, 70}, {70, 1}, {33, 31}, {64, 96}, {97, 130}}) {
+    const size_t n = static_cast<size_t>(rows * cols);
+    const std::vector<float> f = normal(n, 3.0f);
+    std::vector<uint16_t> h(n), b(n);
+    for (size_t i = 0; i < n; ++i) {
+      h[i] = f32_to_f16(f[i]);
+      b[i] = f32_to_bf16(f[i]);
+    }
+    b[n / 2] = 0xFF81;  // a signalling bf16 NaN
+    gpu::DeviceBuffer out32 = buffer(n * 4), out16 = buffer(n * 2);
+    for (const DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+      gpu::DeviceBuffer src = dt == DType::kF32 ? up(f) : up(dt == DType::kF16 ? h : b);
+      auto value = [&](size_t i) {  // the input's element i in fp32, as the CPU reads it
+        return dt == DType::kF32 ? f[i]
+               : dt == DType::kF16 ? f16_to_f32(h[i])
+                                   : strata::bf16_to_f32(b[i]);
+      };
+      convert_transposed(src.data(), dt, rows, cols, out32.data(), false, st());
+      convert_transposed(src.data(), dt, rows, cols, out16.data(), true, st());
+      const auto g32 = down<float>(out32, n);
+      const auto g16 = down<uint16_t>(out16, n);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          const size_t in = static_cast<size_t>(r * cols + c), at = static_cast<size_t>(c * rows + r);
+          const float v = value(in);
+          if (std::isnan(v)) {
+            ASSERT_TRUE(std::isnan(g32[at]));
+          } else {
+            ASSERT_EQ(bits_of(g32[at]), bits_of(v))
+                << dtype_name(dt) << " " << rows << "x" << cols << " [" << r << "," << c << "]";
+          }
+          const uint16_t want = dt == DType::kBF16 ? b[in] : f32_to_bf16(v);
+          ASSERT_EQ(g16[at], want)
+              << dtype_name(dt) << " -> bf16 " << rows << "x" << cols << " [" << r << "," << c << "]";
+        }
+      }
+    }
+  }
+}
+
 // The decompressions: the device's bf16 bits and its fp32 values (of those bits) against the CPU's.
 class CudaDecompress : public CudaOps {
  protected:
