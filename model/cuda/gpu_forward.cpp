@@ -63,11 +63,17 @@ class BlobBinder final : public model::Binder {
     const uint64_t esz = gemm_bf16_ ? 2 : 4;
     ops::Weight w{nullptr, shape, false};
     if (ckpt_.transposed_view(name)) {  // stored [in, out] (gpt-oss's bf16 experts)
+      const DType gemm = gemm_bf16_ ? DType::kBF16 : DType::kF32;
       void* dst = alloc(static_cast<uint64_t>(n) * esz);
+      // The device's weight quantization reads it in its stored dtype, as the CPU does.
+      void* q = it.dtype == gemm ? dst : alloc(dtype_bytes(it.dtype, n));
       if (!base_) return w;
-      ops::cuda::convert_transposed(base_ + it.offset, it.dtype, shape[1], shape[0], dst,
-                                    gemm_bf16_, stream_.handle());
-      record(name, dst, shape);
+      ops::cuda::convert_transposed(base_ + it.offset, it.dtype, shape[1], shape[0], dst, gemm,
+                                    stream_.handle());
+      if (q != dst)
+        ops::cuda::convert_transposed(base_ + it.offset, it.dtype, shape[1], shape[0], q, it.dtype,
+                                      stream_.handle());
+      record(name, q, it.dtype, shape);
       w.data = dst;
       return w;
     }
@@ -82,11 +88,16 @@ class BlobBinder final : public model::Binder {
                    shape_str(sc->second.shape), "; 128x128 blocks of ", shape_str(shape), " need ",
                    shape_str(want));
       void* dst = alloc(static_cast<uint64_t>(n) * esz);
+      void* q = bf16_copy(dst, n);
       if (!base_) return w;
-      ops::cuda::dequant_fp8_block(base_ + it.offset, shape[0], shape[1], kFp8Block,
-                                   base_ + sc->second.offset, sc->second.dtype, dst, gemm_bf16_,
-                                   stream_.handle());
-      record(name, dst, shape);
+      auto run = [&](void* d, bool to_bf16) {
+        ops::cuda::dequant_fp8_block(base_ + it.offset, shape[0], shape[1], kFp8Block,
+                                     base_ + sc->second.offset, sc->second.dtype, d, to_bf16,
+                                     stream_.handle());
+      };
+      run(dst, gemm_bf16_);
+      if (q != dst) run(q, true);
+      record(name, q, DType::kBF16, shape);
       w.data = dst;
       return w;
     }
@@ -141,26 +152,36 @@ class BlobBinder final : public model::Binder {
     STRATA_CHECK(sw.shape == shape, ckpt_.dir(), ": '", sw.stored, "' holds ", shape_str(sw.shape),
                  " but config.json implies ", shape_str(shape));
     ops::Weight w{nullptr, shape, false};
-    void* dst = alloc(static_cast<uint64_t>(shape_numel(shape)) * (gemm_bf16_ ? 2 : 4));
+    const int64_t n = shape_numel(shape);
+    void* dst = alloc(static_cast<uint64_t>(n) * (gemm_bf16_ ? 2 : 4));
+    void* q = bf16_copy(dst, n);
     if (!base_) return w;
     const LayerBlob::Item& v = blob_.items.at(sw.stored);
-    if (sw.compression == SourceCompression::kInt4Pack) {
-      const LayerBlob::Item& sc = blob_.items.at(sw.module + ".weight_scale");
-      ops::cuda::dequant_int4_pack(base_ + v.offset, shape[0], shape[1], sw.group,
-                                   base_ + sc.offset, sc.dtype, dst, gemm_bf16_, stream_.handle());
-    } else {
-      const LayerBlob::Item& sc = blob_.items.at(sw.module + ".weight_scales");
-      ops::cuda::dequant_mxfp4(base_ + v.offset, base_ + sc.offset, shape[0], v.shape[1], dst,
-                               gemm_bf16_, stream_.handle());
-    }
-    record(sw.module + ".weight", dst, shape);
+    auto run = [&](void* d, bool to_bf16) {
+      if (sw.compression == SourceCompression::kInt4Pack) {
+        const LayerBlob::Item& sc = blob_.items.at(sw.module + ".weight_scale");
+        ops::cuda::dequant_int4_pack(base_ + v.offset, shape[0], shape[1], sw.group,
+                                     base_ + sc.offset, sc.dtype, d, to_bf16, stream_.handle());
+      } else {
+        const LayerBlob::Item& sc = blob_.items.at(sw.module + ".weight_scales");
+        ops::cuda::dequant_mxfp4(base_ + v.offset, base_ + sc.offset, shape[0], v.shape[1], d,
+                                 to_bf16, stream_.handle());
+      }
+    };
+    run(dst, gemm_bf16_);
+    if (q != dst) run(q, true);
+    record(sw.module + ".weight", q, DType::kBF16, shape);
     w.data = dst;
     return w;
   }
-  void record(const std::string& name, const void* dst, const Shape& shape) {
-    if (decompressed_)
-      (*decompressed_)[name] =
-          ops::StoredWeight{dst, gemm_bf16_ ? DType::kBF16 : DType::kF32, shape[0], shape[1]};
+  // Where the device's weight quantization reads a decompressed weight: in bf16, as the CPU
+  // decompresses it (FP8's rounding follows the weight's dtype, quant/cuda/quant_cuda.h), so a
+  // second copy beside an fp32 GEMM's `dst`.
+  void* bf16_copy(void* dst, int64_t n) {
+    return gemm_bf16_ ? dst : alloc(static_cast<uint64_t>(n) * 2);
+  }
+  void record(const std::string& name, const void* q, DType dtype, const Shape& shape) {
+    if (decompressed_) (*decompressed_)[name] = ops::StoredWeight{q, dtype, shape[0], shape[1]};
   }
 
   const LayerBlob::Item& item(const std::string& name, const Shape& shape) const {

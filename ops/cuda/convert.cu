@@ -59,27 +59,43 @@ __global__ void k_to_bf16(const void* src, int dt, uint16_t* dst, int64_t n) {
   dst[i] = dt == 2 ? static_cast<const uint16_t*>(src)[i] : f32_bf16_bits(load_as_f32(src, dt, i));
 }
 // One 32 x 32 tile of src through shared memory, so that both the reads and the writes of a
-// warp are contiguous; blockDim (32, 8), each thread four rows of the tile.
+// warp are contiguous; blockDim (32, 8), each thread four rows of the tile. The tile holds each
+// element's bits; out_code: -1 the source's own dtype (bits copied), 0 fp32, 2 bf16.
 constexpr int kTile = 32;
+__device__ __forceinline__ uint32_t load_bits(const void* src, int dt, int64_t i) {
+  return dt == 0 ? static_cast<const uint32_t*>(src)[i] : static_cast<const uint16_t*>(src)[i];
+}
+__device__ __forceinline__ float bits_f32(uint32_t b, int dt) {
+  return dt == 0   ? __uint_as_float(b)
+         : dt == 1 ? __half2float(__ushort_as_half(static_cast<unsigned short>(b)))
+                   : bf16_bits_f32(static_cast<uint16_t>(b));
+}
 __global__ void k_transposed(const void* src, int dt, int64_t rows, int64_t cols, void* dst,
-                             bool to_bf16) {
-  __shared__ float tile[kTile][kTile + 1];
+                             int out_code) {
+  __shared__ uint32_t tile[kTile][kTile + 1];
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile;
   for (int k = threadIdx.y; k < kTile; k += blockDim.y) {
     const int64_t r = r0 + k, c = c0 + threadIdx.x;
-    if (r < rows && c < cols) tile[k][threadIdx.x] = load_as_f32(src, dt, r * cols + c);
+    if (r < rows && c < cols) tile[k][threadIdx.x] = load_bits(src, dt, r * cols + c);
   }
   __syncthreads();
+  const int code = out_code < 0 ? dt : out_code;
   for (int k = threadIdx.y; k < kTile; k += blockDim.y) {
     const int64_t c = c0 + k, r = r0 + threadIdx.x;  // dst row c, column r
     if (r >= rows || c >= cols) continue;
-    const float v = tile[threadIdx.x][k];
-    if (to_bf16)  // bf16 to bf16 keeps the bits (a signalling NaN too), as convert_to_bf16
-      static_cast<uint16_t*>(dst)[c * rows + r] =
-          dt == 2 ? static_cast<uint16_t>(__float_as_uint(v) >> 16) : f32_bf16_bits(v);
-    else
-      static_cast<float*>(dst)[c * rows + r] = v;
+    const uint32_t b = tile[threadIdx.x][k];
+    const int64_t at = c * rows + r;
+    if (code == dt) {  // the same dtype: the bits (a signalling NaN too)
+      if (dt == 0)
+        static_cast<uint32_t*>(dst)[at] = b;
+      else
+        static_cast<uint16_t*>(dst)[at] = static_cast<uint16_t>(b);
+    } else if (code == 0) {
+      static_cast<float*>(dst)[at] = bits_f32(b, dt);
+    } else {
+      static_cast<uint16_t*>(dst)[at] = f32_bf16_bits(bits_f32(b, dt));
+    }
   }
 }
 __global__ void k_cast_bf16(const float* x, uint16_t* y, int64_t n) {
@@ -189,14 +205,17 @@ void convert_to_bf16(const void* src, DType dtype, uint16_t* dst, int64_t n, voi
   launched("convert_to_bf16");
 }
 void convert_transposed(const void* src, DType dtype, int64_t rows, int64_t cols, void* dst,
-                        bool to_bf16, void* s) {
+                        DType out, void* s) {
+  const int dt = dtype_code(dtype);
+  STRATA_ASSERT(out == dtype || out == DType::kF32 || out == DType::kBF16,
+                "convert_transposed: to ", dtype_name(out), " from ", dtype_name(dtype));
+  const int out_code = out == dtype ? -1 : dtype_code(out);
   if (rows <= 0 || cols <= 0) return;
   STRATA_ASSERT((cols + kTile - 1) / kTile <= 0x7fffffff && (rows + kTile - 1) / kTile <= 65535,
                 "convert_transposed: ", rows, " x ", cols, " is too large for one launch");
   const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
                   static_cast<unsigned>((rows + kTile - 1) / kTile));
-  k_transposed<<<grid, dim3(kTile, 8), 0, st(s)>>>(src, dtype_code(dtype), rows, cols, dst,
-                                                   to_bf16);
+  k_transposed<<<grid, dim3(kTile, 8), 0, st(s)>>>(src, dt, rows, cols, dst, out_code);
   launched("convert_transposed");
 }
 void dequant_fp8_block(const uint8_t* w, int64_t out, int64_t in, int64_t block, const void* scale,

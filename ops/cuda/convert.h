@@ -14,12 +14,12 @@ namespace strata::ops::cuda {
 // (as cast_bf16); any other dtype throws strata::Error before the launch.
 void convert_to_f32(const void* src, DType dtype, float* dst, int64_t n, void* stream);
 void convert_to_bf16(const void* src, DType dtype, uint16_t* dst, int64_t n, void* stream);
-// dst[c, r] = src[r, c] converted as convert_to_f32 / convert_to_bf16: src [rows, cols] of a
-// floating dtype, dst [cols, rows] fp32 (to_bf16 false) or bf16 bits. For weights stored
-// transposed (gpt-oss's bf16 experts [E, in, out], io/checkpoint.h transposed views): the same
-// values as the CPU's transposed copy of the view.
+// dst[c, r] = src[r, c]: src [rows, cols] of a floating dtype (F32, F16, BF16), dst [cols, rows]
+// in `out`: the source's own dtype (its bits copied), or F32 / BF16 converted as convert_to_f32 /
+// convert_to_bf16. For weights stored transposed (gpt-oss's bf16 experts [E, in, out],
+// io/checkpoint.h transposed views): the values of the CPU's transposed copy of the view.
 void convert_transposed(const void* src, DType dtype, int64_t rows, int64_t cols, void* dst,
-                        bool to_bf16, void* stream);
+                        DType out, void* stream);
 // A DeepSeek FP8-block weight w8 F8_E4M3 [out, in] with scale_inv [ceil(out/block),
 // ceil(in/block)] (F32, F16 or BF16) decompressed as the CPU does (io/source_weights.h
 // decompress_fp8_block, bit-identical): one fp32 product rounded to bf16; dst is bf16 bits

@@ -146,14 +146,33 @@ def rename_kimi_linear(t):
     return out
 
 
-def rename_names(names):
+# exclude_modules / ignore entries of ModelOpt's Kimi-Linear export that name in-memory modules:
+# its summary "self_attn.forget_gate*" covers the forget gate's two projections (f_a_proj and
+# f_b_proj in the checkpoint, which strata lists one by one), and the fused in-memory
+# "self_attn.conv1d" (listed when the recipe leaves its Conv1d quantizer disabled) is no module of
+# the checkpoint: its q/k/v_conv1d are convolutions no server quantizes or looks up in the list.
+KIMI_LINEAR_EXCLUDE_RENAMES = [
+    (r"\.self_attn\.forget_gate\*$", [".self_attn.f_a_proj", ".self_attn.f_b_proj"]),
+    (r"\.self_attn\.conv1d$", []),
+]
+
+
+def rename_names(names, notes=None):
     import re
     out = []
     for n in names:
-        for pat, rep in KIMI_LINEAR_RENAMES:
-            n = re.sub(pat, rep, n + "." if not n.endswith("*") else n).rstrip(".")
-        out.append(n)
-    return sorted(out)
+        for pat, reps in KIMI_LINEAR_EXCLUDE_RENAMES:
+            if re.search(pat, n):
+                base = re.sub(pat, "", n)
+                if notes is not None:
+                    notes.add(f"{n} -> {[base + r for r in reps] or 'nothing (in-memory fused conv)'}")
+                out.extend(base + r for r in reps)
+                break
+        else:
+            for pat, rep in KIMI_LINEAR_RENAMES:
+                n = re.sub(pat, rep, n + "." if not n.endswith("*") else n).rstrip(".")
+            out.append(n)
+    return sorted(set(out))
 
 
 def module_of(n):
@@ -166,7 +185,7 @@ def module_of(n):
     return None
 
 
-def config_quant(d, rename=False):
+def config_quant(d, rename=False, notes=None):
     out = {}
     p = os.path.join(d, "hf_quant_config.json")
     if os.path.exists(p):
@@ -179,7 +198,7 @@ def config_quant(d, rename=False):
     if rename:
         for sec, key in (("hf_quant_config", "exclude_modules"), ("quantization_config", "ignore")):
             if isinstance(out.get(sec, {}).get(key), list):
-                out[sec][key] = rename_names(out[sec][key])
+                out[sec][key] = rename_names(out[sec][key], notes)
     return out
 
 
@@ -249,7 +268,10 @@ def compare(strata_dir, modelopt_dir, label, scale_tol, json_path=None, ulp=0):
             if ss == () and sd == "F32":
                 extra = f" ({f32(s, n):.9g} vs {f32(m, n):.9g})"
             lines.append(f"  bytes: {n} {sd} {list(ss)}{extra}")
-    cs, cm = config_quant(strata_dir), config_quant(modelopt_dir, renamed)
+    exclude_notes = set()
+    cs, cm = config_quant(strata_dir), config_quant(modelopt_dir, renamed, exclude_notes)
+    for note in sorted(exclude_notes)[:6]:
+        lines.append(f"  note: ModelOpt's exclude entry for an in-memory module mapped: {note}")
     cfg_diff = []
     for k in sorted(set(cs) | set(cm)):
         a, b = cs.get(k), cm.get(k)

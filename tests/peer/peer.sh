@@ -21,7 +21,8 @@ wheels=${2:-.whl}
 shift $(( $# >= 2 ? 2 : 1 ))
 families=("$@")
 [ ${#families[@]} -gt 0 ] || families=(llama qwen3 qwen3_moe deepseek_v3 kimi_linear glm4_moe minimax_m2
-                                        mixtral kimi_k25_int4)
+                                        mixtral qwen3_next qwen3_5_moe deepseek_v32 gpt_oss
+                                        kimi_k25_int4)
 recipes=(${PEER_RECIPES:-nvfp4-kv_fp8_cast fp8-kv_fp8_cast nvfp4_experts_only-kv_fp8_cast nvfp4-kv_fp8
          general/ptq/nvfp4_omlp_only-kv_fp8_cast
          general/ptq/nvfp4_experts_only_input_scale1-kv_fp8_cast
@@ -75,6 +76,11 @@ for family in "${families[@]}"; do
     if ! python3 "$here/modelopt_peer.py" export "$src" "$tokens" "$recipe" "$mo" > "$mo.log" 2>&1; then
       if grep -q "none of the targeted modules" "$mo.log"; then
         echo "PEER $family $recipe: SKIP (ModelOpt: the recipe targets no module of this model)"
+        continue
+      fi
+      if grep -q "transformers cannot load it" "$mo.log"; then
+        # kimi_k25 ships remote code only: ModelOpt has no model to quantize.
+        echo "PEER $family $recipe: SKIP (transformers $(python3 -c 'import transformers; print(transformers.__version__)') has no class for this model type; ModelOpt cannot run it)"
         continue
       fi
       echo "PEER $family $recipe: ERROR (ModelOpt: $(grep -v '^\s*$' "$mo.log" | tail -1))"

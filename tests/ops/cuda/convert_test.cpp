@@ -121,8 +121,9 @@ TEST_F(CudaOps, ConversionsFromEachFloatingDtype) {
 }
 
 // convert_transposed: element [c, r] of the output is element [r, c] of the input, converted
-// as convert_to_f32 / convert_to_bf16; shapes that are not multiples of the 32 x 32 tile, one row,
-// one column; a bf16 input's bits (a signalling NaN too) copied to a bf16 output.
+// as convert_to_f32 / convert_to_bf16, or its bits in the input's own dtype; shapes that are not
+// multiples of the 32 x 32 tile, one row, one column; a bf16 input's bits (a signalling NaN too)
+// copied to a bf16 output.
 TEST_F(CudaOps, TransposedConversionMovesEveryElementAndConvertsLikeTheFlatOne) {
   for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
            {1, 1}, {1, 70}, {70, 1}, {33, 31}, {64, 96}, {97, 130}}) {
@@ -138,17 +139,23 @@ TEST_F(CudaOps, TransposedConversionMovesEveryElementAndConvertsLikeTheFlatOne) 
     for (const DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
       gpu::DeviceBuffer src = dt == DType::kF32 ? up(f) : up(dt == DType::kF16 ? h : b);
       auto value = [&](size_t i) {  // the input's element i in fp32, as the CPU reads it
-        return dt == DType::kF32 ? f[i]
+        return dt == DType::kF32   ? f[i]
                : dt == DType::kF16 ? f16_to_f32(h[i])
                                    : strata::bf16_to_f32(b[i]);
       };
-      convert_transposed(src.data(), dt, rows, cols, out32.data(), false, st());
-      convert_transposed(src.data(), dt, rows, cols, out16.data(), true, st());
+      convert_transposed(src.data(), dt, rows, cols, out32.data(), DType::kF32, st());
+      convert_transposed(src.data(), dt, rows, cols, out16.data(), DType::kBF16, st());
       const auto g32 = down<float>(out32, n);
       const auto g16 = down<uint16_t>(out16, n);
+      // In its own dtype: the input's bits, moved.
+      gpu::DeviceBuffer same = buffer(n * (dt == DType::kF32 ? 4 : 2));
+      convert_transposed(src.data(), dt, rows, cols, same.data(), dt, st());
+      const auto g32s = down<uint32_t>(same, dt == DType::kF32 ? n : 0);
+      const auto g16s = down<uint16_t>(same, dt == DType::kF32 ? 0 : n);
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t c = 0; c < cols; ++c) {
-          const size_t in = static_cast<size_t>(r * cols + c), at = static_cast<size_t>(c * rows + r);
+          const size_t in = static_cast<size_t>(r * cols + c),
+                       at = static_cast<size_t>(c * rows + r);
           const float v = value(in);
           if (std::isnan(v)) {
             ASSERT_TRUE(std::isnan(g32[at]));
@@ -157,8 +164,13 @@ TEST_F(CudaOps, TransposedConversionMovesEveryElementAndConvertsLikeTheFlatOne) 
                 << dtype_name(dt) << " " << rows << "x" << cols << " [" << r << "," << c << "]";
           }
           const uint16_t want = dt == DType::kBF16 ? b[in] : f32_to_bf16(v);
-          ASSERT_EQ(g16[at], want)
-              << dtype_name(dt) << " -> bf16 " << rows << "x" << cols << " [" << r << "," << c << "]";
+          ASSERT_EQ(g16[at], want) << dtype_name(dt) << " -> bf16 " << rows << "x" << cols << " ["
+                                   << r << "," << c << "]";
+          if (dt == DType::kF32)
+            ASSERT_EQ(g32s[at], bits_of(f[in])) << "F32 as is [" << r << "," << c << "]";
+          else
+            ASSERT_EQ(g16s[at], dt == DType::kF16 ? h[in] : b[in])
+                << dtype_name(dt) << " as is [" << r << "," << c << "]";
         }
       }
     }
