@@ -299,6 +299,14 @@ constexpr MissingRecipe kMissingRecipes[] = {
     {"general/ptq/nvfp4_mlp_only_mse-kv_fp8_cast",
      "MSE weight-scale search is not implemented (strata's weight scales come from max)"},
     {"general/ptq/nvfp4_default-kv_none-gptq", "GPTQ is not implemented"},
+    {"general/ptq/nvfp4_experts_only-kv_fp8_layerwise",
+     "ModelOpt 0.47's layerwise max calibration gives the routed experts other input scales "
+     "than its non-layerwise run (up to 19% on the qwen3_moe fixture; weights and KV scales "
+     "equal), which strata does not reproduce"},
+    {"general/ptq/nvfp4_experts_only-kv_fp8_layerwise_offload",
+     "ModelOpt 0.47's layerwise max calibration gives the routed experts other input scales "
+     "than its non-layerwise run (up to 19% on the qwen3_moe fixture; weights and KV scales "
+     "equal), which strata does not reproduce"},
     {"general/ptq/int4_blockwise_weight_only", "INT4 weights are not a format strata writes"},
     {"models/moonshotai/Kimi-K3/ptq/nvfp4_experts-fp8_pb_attention",
      "FP8 128x128 block weights (fp8_pb_wo) are not a format strata writes yet"},

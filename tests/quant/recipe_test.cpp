@@ -325,10 +325,6 @@ const std::vector<General>& generals() {
       {"general/ptq/mxfp4_mlp_weight_only", Scope::kMlpOnly, QFormat::kMxfp4, KvCacheFormat::kNone},
       {"general/ptq/nvfp4_mlp_weight_only", Scope::kMlpOnly, QFormat::kW4A16Nvfp4Bs32,
        KvCacheFormat::kNone},
-      {"general/ptq/nvfp4_experts_only-kv_fp8_layerwise", Scope::kExpertsOnly, QFormat::kNvfp4,
-       KvCacheFormat::kFp8},
-      {"general/ptq/nvfp4_experts_only-kv_fp8_layerwise_offload", Scope::kExpertsOnly,
-       QFormat::kNvfp4, KvCacheFormat::kFp8},
   };
   return g;
 }
@@ -452,6 +448,8 @@ TEST(BuiltinRecipes, ModelOptRecipesStrataLacksNameWhatIsMissing) {
            {"general/ptq/nvfp4_experts_only_mse-kv_fp8_cast", "MSE weight-scale search"},
            {"general/ptq/nvfp4_mlp_only_mse-kv_fp8_cast", "MSE weight-scale search"},
            {"general/ptq/nvfp4_default-kv_none-gptq", "GPTQ"},
+           {"general/ptq/nvfp4_experts_only-kv_fp8_layerwise", "layerwise max calibration"},
+           {"general/ptq/nvfp4_experts_only-kv_fp8_layerwise_offload", "layerwise max calibration"},
            {"general/ptq/int4_blockwise_weight_only", "INT4"},
            {"models/moonshotai/Kimi-K3/ptq/nvfp4_experts-fp8_pb_attention",
             "FP8 128x128 block weights"}}) {
