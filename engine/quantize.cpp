@@ -46,6 +46,10 @@ uint64_t quantized_bytes(const PlannedModule& m) {
       return out * in + 8;
     case QFormat::kMxfp8:
       return out * in + out * in / 32;
+    case QFormat::kW4A16Nvfp4Bs32:
+      return out * in / 2 + out * in / 32 + 4;
+    case QFormat::kMxfp4:
+      return out * in / 2 + out * in / 32;
     case QFormat::kNone:
       return out * in * static_cast<uint64_t>(dtype_bits(m.dtype)) / 8;
   }

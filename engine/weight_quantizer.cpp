@@ -20,7 +20,10 @@ WeightQuantizer::WeightQuantizer(const QuantPlan& plan, int64_t first_layer,
       compressed_groups.insert(weight_group_key(plan, m.module));
   }
   for (const PlannedModule& m : plan.modules) {
+    // The weight-only block-32 formats (NVFP4 bs32, MXFP4) have no device encoder: the exporter
+    // quantizes them on the host, as it does any module no precomputed weight is given for.
     if (m.layer < first_layer || m.layer >= plan.num_layers || m.format == QFormat::kNone ||
+        m.format == QFormat::kW4A16Nvfp4Bs32 || m.format == QFormat::kMxfp4 ||
         compressed_groups.count(weight_group_key(plan, m.module)) || !take(m))
       continue;
     Layer& L = layers_[static_cast<size_t>(m.layer)];
@@ -54,6 +57,8 @@ WeightQuantizer::WeightQuantizer(const QuantPlan& plan, int64_t first_layer,
       case QFormat::kMxfp8:
         out = n + n / 32;
         break;
+      case QFormat::kW4A16Nvfp4Bs32:
+      case QFormat::kMxfp4:
       case QFormat::kNone:
         break;
     }

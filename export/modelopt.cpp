@@ -71,9 +71,12 @@ bool vllm_excludes(const std::string& entry, const std::string& module) {
 Json quant_scheme(QFormat f) {
   Json s = Json::object();
   s["dynamic"] = false;
-  s["num_bits"] = (f == QFormat::kNvfp4 || f == QFormat::kW4A16Nvfp4) ? 4 : 8;
+  s["num_bits"] = (f == QFormat::kNvfp4 || f == QFormat::kW4A16Nvfp4 ||
+                   f == QFormat::kW4A16Nvfp4Bs32 || f == QFormat::kMxfp4)
+                      ? 4
+                      : 8;
   s["type"] = "float";
-  if (qformat_block(f) > 1) s["group_size"] = qformat_block(f);
+  if (qformat_group_size(f) > 0) s["group_size"] = qformat_group_size(f);
   return s;
 }
 
@@ -243,6 +246,15 @@ std::vector<TensorSpec> ModeloptExporter::outputs_of(const std::vector<std::stri
         break;
       case QFormat::kMxfp8:
         out.push_back({M + ".weight", DType::kF8E4M3, {rows, cols}});
+        out.push_back({M + ".weight_scale", DType::kU8, {rows, cols / 32}});
+        break;
+      case QFormat::kW4A16Nvfp4Bs32:
+        out.push_back({M + ".weight", DType::kU8, {rows, cols / 2}});
+        out.push_back({M + ".weight_scale", DType::kF8E4M3, {rows, cols / 32}});
+        out.push_back({M + ".weight_scale_2", DType::kF32, {}});
+        break;
+      case QFormat::kMxfp4:
+        out.push_back({M + ".weight", DType::kU8, {rows, cols / 2}});
         out.push_back({M + ".weight_scale", DType::kU8, {rows, cols / 32}});
         break;
       case QFormat::kNone:
@@ -520,9 +532,8 @@ void ModeloptExporter::write_tensors(const std::vector<std::string>& names,
     if (is_compressed_aux(ckpt_, name) || !owns(name) || fused_member(name)) continue;
     const PlannedModule* m = module_of(name);
     if (!m || m->format == QFormat::kNone) continue;
-    STRATA_ASSERT(
-        calib != nullptr || m->format == QFormat::kW4A16Nvfp4 || m->format == QFormat::kMxfp8,
-        "quantized module outside a calibrated step: ", m->module);
+    STRATA_ASSERT(calib != nullptr || !qformat_has_input_scale(m->format),
+                  "quantized module outside a calibrated step: ", m->module);
     mods[i] = m;
   }
   const size_t workers = export_workers();
@@ -606,7 +617,9 @@ std::vector<TensorSpec> ModeloptExporter::fused_outputs(const FusedMember& f) co
               {P + "_weight_scale", DType::kF32, {}},
               {P + "_input_scale", DType::kF32, {}}};
     case QFormat::kMxfp8:
-      break;
+    case QFormat::kW4A16Nvfp4Bs32:
+    case QFormat::kMxfp4:
+      break;  // refused by make_plan
   }
   STRATA_ASSERT(false, "fused experts in format ", qformat_name(m.format), ": ", P);
   return {};
@@ -806,6 +819,24 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
       out.emplace_back(M + ".weight_scale", std::move(q.scale));
       break;
     }
+    case QFormat::kW4A16Nvfp4Bs32: {
+      // Quantized here only (engine/weight_quantizer.h leaves it to the exporter); weight-only,
+      // weight_scale_2 shared by the fused group as for 16-blocks.
+      STRATA_ASSERT(!have_pre, "precomputed weight of ", M, " in nvfp4_bs32");
+      Nvfp4Weight q =
+          *host_backend().quantize_weight(stored(w), m.format, group_weight_amax(), M).nvfp4;
+      out.emplace_back(M + ".weight", std::move(q.packed));
+      out.emplace_back(M + ".weight_scale", std::move(q.block_scale));
+      out.emplace_back(M + ".weight_scale_2", std::move(q.global_scale));
+      break;
+    }
+    case QFormat::kMxfp4: {
+      STRATA_ASSERT(!have_pre, "precomputed weight of ", M, " in mxfp4");
+      Mxfp4Weight q = *host_backend().quantize_weight(stored(w), m.format, 0.0f, M).mxfp4;
+      out.emplace_back(M + ".weight", std::move(q.packed));
+      out.emplace_back(M + ".weight_scale", std::move(q.scale));
+      break;
+    }
     case QFormat::kNone:
       STRATA_ASSERT(false, "quantize_module on an unquantized module");
   }
@@ -830,8 +861,8 @@ std::vector<std::string> ModeloptExporter::finish() {
   for (const PlannedModule& m : plan_.modules) {
     if (m.format != QFormat::kNone) formats.insert(m.format);
   }
-  if (formats.size() == 1 && qformat_block(*formats.begin()) > 1)
-    q["group_size"] = qformat_block(*formats.begin());
+  if (formats.size() == 1 && qformat_group_size(*formats.begin()) > 0)
+    q["group_size"] = qformat_group_size(*formats.begin());
   q["exclude_modules"] = exclude;
   if (algo == "MIXED_PRECISION") {
     Json layers = Json::object();
@@ -845,7 +876,7 @@ std::vector<std::string> ModeloptExporter::finish() {
       last = name;
       Json l = Json::object();
       l["quant_algo"] = std::string(qformat_quant_algo(m.format));
-      if (qformat_block(m.format) > 1) l["group_size"] = qformat_block(m.format);
+      if (qformat_group_size(m.format) > 0) l["group_size"] = qformat_group_size(m.format);
       json_append(layers, name, l);  // distinct: the plan's modules, experts once per layer
     }
     q["quantized_layers"] = layers;
@@ -871,13 +902,16 @@ std::vector<std::string> ModeloptExporter::finish() {
   Json groups = Json::object();
   int g = 0;
   for (QFormat f : formats) {
+    // ModelOpt 0.47's convert_hf_quant_config_format has no config group for MXFP4 (its
+    // quant_algo "mxfp4" falls through): an MXFP4 export's quantization_config has none.
+    if (f == QFormat::kMxfp4) continue;
     Json group = Json::object();
-    if (f == QFormat::kNvfp4 || f == QFormat::kFp8) group["input_activations"] = quant_scheme(f);
+    if (qformat_has_input_scale(f)) group["input_activations"] = quant_scheme(f);
     group["weights"] = quant_scheme(f);
     group["targets"] = Json::array({"Linear"});
     groups["group_" + std::to_string(g++)] = group;
   }
-  qc["config_groups"] = groups;
+  if (!groups.empty() || formats.empty()) qc["config_groups"] = groups;
   qc["ignore"] = exclude;
   qc["quant_algo"] = algo.empty() ? Json(nullptr) : Json(algo);
   if (kv_algo == "FP8") {

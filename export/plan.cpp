@@ -281,7 +281,8 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
                    ", but the weight is ", shape_str(m.shape),
                    "; exclude this module in the recipe or pick another format");
       STRATA_CHECK(!plan.fused_experts || m.kind != TensorKind::kRoutedExperts ||
-                       m.format != QFormat::kMxfp8,
+                       m.format == QFormat::kNvfp4 || m.format == QFormat::kW4A16Nvfp4 ||
+                       m.format == QFormat::kFp8,
                    rule, " gives '", m.module, "' format ", qformat_name(m.format),
                    "; gpt-oss's experts are written fused as ModelOpt writes them, in NVFP4, "
                    "W4A16 NVFP4 or FP8 only: exclude them or pick another format");

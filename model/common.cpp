@@ -9,6 +9,7 @@
 #include "io/source_weights.h"
 #include "model/arch.h"
 #include "quant/fp8.h"
+#include "quant/mxfp4.h"
 #include "quant/mxfp8.h"
 #include "quant/nvfp4.h"
 
@@ -32,9 +33,18 @@ Tensor dequantize_modelopt(const Checkpoint& ckpt, const std::string& name, cons
     STRATA_CHECK(ok, ckpt.dir(), ": '", m, "' looks ModelOpt-quantized but ", what,
                  "; the export is damaged");
   };
+  if (w.dtype() == DType::kU8 && scale.dtype() == DType::kU8) {  // MXFP4: E2M1 + E8M0 per 32
+    expect(w.shape() == Shape{shape[0], shape[1] / 2} &&
+               scale.shape() == Shape{shape[0], shape[1] / kMxfp4BlockSize},
+           "its MXFP4 tensors have unexpected shapes");
+    return mxfp4_dequantize(Mxfp4Weight{w, scale});
+  }
   if (w.dtype() == DType::kU8) {  // NVFP4: packed E2M1 + E4M3 block scales + fp32 global scale
+    // Blocks of 16, or of 32 (nvfp4_bs32, the nvfp4_mlp_weight_only recipe).
     expect(w.shape() == Shape{shape[0], shape[1] / 2} && scale.dtype() == DType::kF8E4M3 &&
-               scale.shape() == Shape{shape[0], shape[1] / 16} && ckpt.has(m + ".weight_scale_2"),
+               (scale.shape() == Shape{shape[0], shape[1] / 16} ||
+                scale.shape() == Shape{shape[0], shape[1] / 32}) &&
+               ckpt.has(m + ".weight_scale_2"),
            "its NVFP4 tensors have unexpected shapes or dtypes");
     Nvfp4Weight q{w, scale, ckpt.tensor(m + ".weight_scale_2")};
     return nvfp4_dequantize(q);

@@ -331,10 +331,12 @@ class Backend {
   // out[g] = max |w| over every weight of groups[g] (NaN when any element is NaN): an NVFP4
   // fused group's shared weight amax, or one FP8 module's own.
   virtual void weight_amaxes(const std::vector<std::vector<StoredWeight>>& groups, float* out) = 0;
-  // `w` encoded in `format` (kNvfp4 / kW4A16Nvfp4 with its group's amax, kFp8 with its own,
-  // kMxfp8 needs none) as host tensors; throws strata::Error naming `name` as the encoders do.
-  // Both are synchronous and safe to call from another thread than the forward's only on a
-  // backend of their own (the CUDA one then uses its own stream).
+  // `w` encoded in `format` (kNvfp4 / kW4A16Nvfp4 / kW4A16Nvfp4Bs32 with its group's amax, kFp8
+  // with its own, kMxfp8 and kMxfp4 need none; the CUDA backend has no encoder for the last two
+  // weight-only formats, which engine/weight_quantizer.h leaves to the CPU exporter) as host
+  // tensors; throws strata::Error naming `name` as the encoders do. Both are synchronous and safe
+  // to call from another thread than the forward's only on a backend of their own (the CUDA one
+  // then uses its own stream).
   virtual QuantizedWeight quantize_weight(const StoredWeight& w, QFormat format, float amax,
                                           std::string_view name) = 0;
 

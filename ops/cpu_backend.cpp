@@ -559,6 +559,12 @@ QuantizedWeight CpuBackend::quantize_weight(const StoredWeight& w, QFormat forma
     case QFormat::kMxfp8:
       q.mxfp8 = mxfp8_quantize(t, name);
       break;
+    case QFormat::kW4A16Nvfp4Bs32:
+      q.nvfp4 = nvfp4_quantize(t, amax, name, kNvfp4Bs32BlockSize);
+      break;
+    case QFormat::kMxfp4:
+      q.mxfp4 = mxfp4_quantize(t, name);
+      break;
     case QFormat::kNone:
       STRATA_ASSERT(false, "quantize_weight of ", name, " in no format");
   }

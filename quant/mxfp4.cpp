@@ -1,8 +1,11 @@
 #include "quant/mxfp4.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
+#include "quant/encode.h"
 
 namespace strata {
 
@@ -15,7 +18,70 @@ bool any_nonzero_code(const uint8_t* bytes, int64_t n) {
   return false;
 }
 
+// The block's E8M0 exponent: max(ceil(log2(a / 6)), -127), with log2 and ceil as torch's fp32 ops.
+int mxfp4_exponent(float block_amax) {
+  const float d = block_amax / 6.0f;
+  if (d == 0.0f) return -127;
+  return static_cast<int>(std::max(std::ceil(std::log2(d)), -127.0f));
+}
+
+// ModelOpt's cast_fp4: every tie rounds down; sign bit set unless x > 0.
+uint8_t mxfp4_code(float x) {
+  const float a = std::fabs(x);
+  const int code =
+      (a > 0.25f) + (a > 0.75f) + (a > 1.25f) + (a > 1.75f) + (a > 2.5f) + (a > 3.5f) + (a > 5.0f);
+  return static_cast<uint8_t>((x > 0.0f ? 0 : 0x8) | code);
+}
+
 }  // namespace
+
+Mxfp4Weight mxfp4_quantize(const Tensor& weight, std::string_view name) {
+  quant_detail::check_weight(weight, name, kMxfp4BlockSize, "mxfp4");
+  const int64_t width = weight.dim(-1), rows = weight.numel() / width;
+  const int64_t blocks = width / kMxfp4BlockSize;
+  Shape packed_shape = weight.shape(), scale_shape = weight.shape();
+  packed_shape.back() /= 2;               // [..., out, in/2]
+  scale_shape.back() /= kMxfp4BlockSize;  // [..., out, in/32]
+  Mxfp4Weight q{Tensor::zeros(DType::kU8, packed_shape), Tensor::zeros(DType::kU8, scale_shape)};
+  uint8_t* packed = q.packed.mutable_data<uint8_t>();
+  uint8_t* scales = q.scale.mutable_data<uint8_t>();
+  std::vector<float> row(static_cast<size_t>(width));
+  for (int64_t r = 0; r < rows; ++r) {
+    quant_detail::load_finite_f32(weight, r * width, width, row.data(), name);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* w = row.data() + b * kMxfp4BlockSize;
+      float block_amax = 0.0f;
+      for (int64_t i = 0; i < kMxfp4BlockSize; ++i)
+        block_amax = std::max(block_amax, std::fabs(w[i]));
+      const int e = mxfp4_exponent(block_amax);
+      scales[r * blocks + b] = static_cast<uint8_t>(e + 127);
+      const float pow2 = std::ldexp(1.0f, e);  // 2^-127 is an fp32 subnormal: exact
+      uint8_t* dst = packed + r * (width / 2) + b * (kMxfp4BlockSize / 2);
+      for (int64_t i = 0; i < kMxfp4BlockSize; i += 2) {
+        dst[i / 2] =
+            static_cast<uint8_t>(mxfp4_code(w[i] / pow2) | (mxfp4_code(w[i + 1] / pow2) << 4));
+      }
+    }
+  }
+  return q;
+}
+
+Tensor mxfp4_dequantize(const Mxfp4Weight& q) {
+  STRATA_ASSERT(q.packed.dtype() == DType::kU8 && q.scale.dtype() == DType::kU8);
+  Shape shape = q.packed.shape();
+  shape.back() *= 2;  // [..., out, in]
+  STRATA_ASSERT(q.scale.dim(-1) * kMxfp4BlockSize == shape.back(), "mxfp4 shapes");
+  Tensor out = Tensor::zeros(DType::kF32, shape);
+  float* dst = out.mutable_data<float>();
+  const uint8_t* packed = q.packed.data<uint8_t>();
+  const uint8_t* scales = q.scale.data<uint8_t>();
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    const uint8_t byte = packed[i / 2];
+    const uint8_t code = (i % 2 == 0) ? (byte & 0xF) : (byte >> 4);
+    dst[i] = std::ldexp(e2m1_to_f32(code), static_cast<int>(scales[i / kMxfp4BlockSize]) - 127);
+  }
+  return out;
+}
 
 int mxfp4_max_scale(const Tensor& blocks, const Tensor& scales) {
   STRATA_ASSERT(blocks.ndim() == 3 && blocks.dim(2) == 16 && scales.numel() * 16 == blocks.numel(),

@@ -17,11 +17,11 @@ constexpr float kMinBlockScale = 0x1p-9f;  // smallest e4m3 subnormal
 constexpr float kMaxBlockScale = 448.0f;   // largest e4m3
 
 template <quant_detail::Encoders kEncoders>
-void quantize_rows(const Tensor& weight, float global_scale, float weight_amax,
+void quantize_rows(const Tensor& weight, float global_scale, float weight_amax, int64_t block,
                    std::string_view name, Nvfp4Weight& out) {
   const int64_t width = weight.dim(-1);
   const int64_t rows = weight.numel() / width;
-  const int64_t blocks = width / kNvfp4BlockSize;
+  const int64_t blocks = width / block;
   uint8_t* packed = out.packed.mutable_data<uint8_t>();
   uint8_t* scales = out.block_scale.mutable_data<uint8_t>();
   // 6 * weight_scale_2 rounded to fp32 before it divides (format.md §1, 3).
@@ -30,9 +30,9 @@ void quantize_rows(const Tensor& weight, float global_scale, float weight_amax,
   for (int64_t r = 0; r < rows; ++r) {
     quant_detail::load_finite_f32(weight, r * width, width, row.data(), name);
     for (int64_t b = 0; b < blocks; ++b) {
-      const float* w = row.data() + b * kNvfp4BlockSize;
+      const float* w = row.data() + b * block;
       float block_amax = 0.0f;
-      for (int64_t i = 0; i < kNvfp4BlockSize; ++i)
+      for (int64_t i = 0; i < block; ++i)
         block_amax = std::max(block_amax, std::fabs(w[i]));
       STRATA_CHECK(block_amax <= weight_amax, "nvfp4: tensor ", name, " has |W| = ", block_amax,
                    " in row ", r, ", above the weight amax ", weight_amax,
@@ -49,8 +49,8 @@ void quantize_rows(const Tensor& weight, float global_scale, float weight_amax,
       scales[r * blocks + b] = scale_byte;
       // Product rounded to fp32, then a true fp32 division (format.md §1, 4).
       const float descale = e4m3_to_f32(scale_byte) * global_scale;
-      uint8_t* dst = packed + r * (width / 2) + b * (kNvfp4BlockSize / 2);
-      for (int64_t i = 0; i < kNvfp4BlockSize; i += 2) {
+      uint8_t* dst = packed + r * (width / 2) + b * (block / 2);
+      for (int64_t i = 0; i < block; i += 2) {
         uint8_t lo, hi;
         if constexpr (kEncoders == quant_detail::Encoders::kFast) {
           lo = quant_detail::fast_f32_to_e2m1(w[i] / descale);
@@ -82,8 +82,9 @@ float nvfp4_input_scale(float activation_amax, std::string_view name) {
 namespace quant_detail {
 
 Nvfp4Weight nvfp4_quantize_with(Encoders encoders, const Tensor& weight, float weight_amax,
-                                std::string_view name) {
-  check_weight(weight, name, kNvfp4BlockSize, "nvfp4");
+                                std::string_view name, int64_t block) {
+  STRATA_ASSERT(block == kNvfp4BlockSize || block == kNvfp4Bs32BlockSize, "nvfp4 block ", block);
+  check_weight(weight, name, block, "nvfp4");
   STRATA_CHECK(std::isfinite(weight_amax) && weight_amax > 0.0f, "nvfp4: weight amax ", weight_amax,
                " of ", name,
                " is not a positive finite number (an all-zero weight has no finite NVFP4 "
@@ -93,23 +94,24 @@ Nvfp4Weight nvfp4_quantize_with(Encoders encoders, const Tensor& weight, float w
                " is too small for an fp32 weight_scale_2");
   Shape packed_shape = weight.shape();
   Shape scale_shape = weight.shape();
-  packed_shape.back() /= 2;               // [..., out, in/2]
-  scale_shape.back() /= kNvfp4BlockSize;  // [..., out, in/16]
+  packed_shape.back() /= 2;     // [..., out, in/2]
+  scale_shape.back() /= block;  // [..., out, in/16] (in/32 for block 32)
   Nvfp4Weight out{Tensor::zeros(DType::kU8, packed_shape),
                   Tensor::zeros(DType::kF8E4M3, scale_shape), Tensor::scalar_f32(global_scale)};
   if (encoders == Encoders::kFast) {
-    quantize_rows<Encoders::kFast>(weight, global_scale, weight_amax, name, out);
+    quantize_rows<Encoders::kFast>(weight, global_scale, weight_amax, block, name, out);
   } else {
-    quantize_rows<Encoders::kReference>(weight, global_scale, weight_amax, name, out);
+    quantize_rows<Encoders::kReference>(weight, global_scale, weight_amax, block, name, out);
   }
   return out;
 }
 
 }  // namespace quant_detail
 
-Nvfp4Weight nvfp4_quantize(const Tensor& weight, float weight_amax, std::string_view name) {
-  return quant_detail::nvfp4_quantize_with(quant_detail::Encoders::kFast, weight, weight_amax,
-                                           name);
+Nvfp4Weight nvfp4_quantize(const Tensor& weight, float weight_amax, std::string_view name,
+                           int64_t block) {
+  return quant_detail::nvfp4_quantize_with(quant_detail::Encoders::kFast, weight, weight_amax, name,
+                                           block);
 }
 
 Tensor nvfp4_dequantize(const Nvfp4Weight& q) {
@@ -118,7 +120,8 @@ Tensor nvfp4_dequantize(const Nvfp4Weight& q) {
   Shape shape = q.packed.shape();
   shape.back() *= 2;  // [..., out, in]
   const int64_t width = shape.back();
-  STRATA_ASSERT(q.block_scale.dim(-1) * kNvfp4BlockSize == width);
+  const int64_t block = width / q.block_scale.dim(-1);  // 16, or 32 (nvfp4_bs32)
+  STRATA_ASSERT(q.block_scale.dim(-1) * block == width);
   Tensor out = Tensor::zeros(DType::kF32, shape);
   float* dst = out.mutable_data<float>();
   const uint8_t* packed = q.packed.data<uint8_t>();
@@ -128,8 +131,8 @@ Tensor nvfp4_dequantize(const Nvfp4Weight& q) {
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t byte = packed[i / 2];
     const uint8_t code = (i % 2 == 0) ? (byte & 0xF) : (byte >> 4);
-    const float block = e4m3_to_f32(scales[i / kNvfp4BlockSize]) * global_scale;
-    dst[i] = e2m1_to_f32(code) * block;
+    const float descale = e4m3_to_f32(scales[i / block]) * global_scale;
+    dst[i] = e2m1_to_f32(code) * descale;
   }
   return out;
 }

@@ -30,6 +30,10 @@
 namespace strata {
 
 inline constexpr int64_t kNvfp4BlockSize = 16;
+// ModelOpt's nvfp4_bs32 (configs/numerics/nvfp4_bs32.yaml, the nvfp4_mlp_weight_only recipe): the
+// same arithmetic on blocks of 32 inputs; weight_scale is then [..., out, in/32]. Weight-only:
+// exported as W4A16_NVFP4 with group_size 32.
+inline constexpr int64_t kNvfp4Bs32BlockSize = 32;
 
 // One NVFP4-quantized weight W[..., out, in] (any leading dimensions, blocks along the last):
 //   packed        U8       [..., out, in/2]   byte j of a row = code(W[2j]) | code(W[2j+1]) << 4
@@ -55,11 +59,14 @@ float nvfp4_input_scale(float activation_amax, std::string_view name);
 
 // Quantizes a BF16/F16/F32 weight with per-tensor amax `weight_amax` (>= max|W|; the group max
 // for fused groups). Throws strata::Error naming `name` for another dtype, an input dimension
-// not divisible by 16, a non-finite element, or an amax that is not a positive finite number at
-// least max|W| (an all-zero weight has no finite NVFP4 encoding in ModelOpt: exclude it).
-Nvfp4Weight nvfp4_quantize(const Tensor& weight, float weight_amax, std::string_view name);
+// not divisible by the block (16, or kNvfp4Bs32BlockSize), a non-finite element, or an amax that
+// is not a positive finite number at least max|W| (an all-zero weight has no finite NVFP4
+// encoding in ModelOpt: exclude it).
+Nvfp4Weight nvfp4_quantize(const Tensor& weight, float weight_amax, std::string_view name,
+                           int64_t block = kNvfp4BlockSize);
 
-// Inverse mapping to an F32 tensor of the original shape.
+// Inverse mapping to an F32 tensor of the original shape (the block size follows from the
+// shapes).
 Tensor nvfp4_dequantize(const Nvfp4Weight& q);
 
 // ---- activations: what a W4A4 server computes on (strata compare's simulation) --------------
@@ -82,7 +89,7 @@ void nvfp4_fake_quantize(float* x, int64_t rows, int64_t cols, float global_scal
 
 namespace quant_detail {
 Nvfp4Weight nvfp4_quantize_with(Encoders encoders, const Tensor& weight, float weight_amax,
-                                std::string_view name);
+                                std::string_view name, int64_t block = kNvfp4BlockSize);
 }  // namespace quant_detail
 
 }  // namespace strata

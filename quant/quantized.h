@@ -15,15 +15,17 @@
 #include <string_view>
 
 #include "quant/fp8.h"
+#include "quant/mxfp4.h"
 #include "quant/mxfp8.h"
 #include "quant/nvfp4.h"
 
 namespace strata {
 
 struct QuantizedWeight {
-  std::optional<Nvfp4Weight> nvfp4;  // kNvfp4, kW4A16Nvfp4
+  std::optional<Nvfp4Weight> nvfp4;  // kNvfp4, kW4A16Nvfp4, kW4A16Nvfp4Bs32
   std::optional<Fp8Weight> fp8;      // kFp8
   std::optional<Mxfp8Weight> mxfp8;  // kMxfp8
+  std::optional<Mxfp4Weight> mxfp4;  // kMxfp4
 };
 using PrecomputedWeights = std::map<std::string, QuantizedWeight>;  // per module name
 

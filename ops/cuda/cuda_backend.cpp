@@ -846,6 +846,12 @@ QuantizedWeight CudaBackend::quantize_weight(const StoredWeight& w, QFormat form
                             fetch(scales, DType::kU8, {rows, cols / 32})};
       break;
     }
+    case QFormat::kW4A16Nvfp4Bs32:
+    case QFormat::kMxfp4:
+      // No device encoder: engine/weight_quantizer.h leaves these to the CPU exporter.
+      STRATA_ASSERT(false, "quantize_weight of ", name, " in ", qformat_name(format),
+                    " on the device");
+      break;
     case QFormat::kNone:
       STRATA_ASSERT(false, "quantize_weight of ", name, " in no format");
   }

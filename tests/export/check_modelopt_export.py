@@ -210,11 +210,12 @@ def e2m1_codes(x):
     return c | ((x < 0).astype(np.uint8) << 3)
 
 
-def nvfp4_quantize(w32, g):
-    """Expected (packed U8 [out,in/2], block scale bytes [out,in/16]) given weight_scale_2 g."""
+def nvfp4_quantize(w32, g, bs=16):
+    """Expected (packed U8 [out,in/2], block scale bytes [out,in/bs]) given weight_scale_2 g; bs 32
+    is ModelOpt's nvfp4_bs32 (the same arithmetic on blocks of 32)."""
     g = F32(g)
     out, inn = w32.shape
-    blocks = w32.reshape(out, inn // 16, 16)
+    blocks = w32.reshape(out, inn // bs, bs)
     with np.errstate(all="ignore"):
         a_b = np.abs(blocks).max(axis=-1).astype(F32)
         s = (a_b / F32(F32(6.0) * g)).astype(F32)
@@ -225,7 +226,26 @@ def nvfp4_quantize(w32, g):
         x = (blocks / desc[..., None]).astype(F32)
     codes = e2m1_codes(x).reshape(out, inn)
     packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
-    return packed, sb.reshape(out, inn // 16)
+    return packed, sb.reshape(out, inn // bs)
+
+
+def mxfp4_quantize(w32):
+    """Expected (packed U8 [out,in/2], E8M0 scale bytes [out,in/32]) of ModelOpt 0.47's MXFP4
+    weight export (MXFP4QTensor.quantize): per 32-block e = max(ceil(log2(amax / 6)), -127),
+    x = w / 2^e, code = the number of {.25, .75, 1.25, 1.75, 2.5, 3.5, 5} strictly below |x|
+    (ties round down, unlike NVFP4), sign bit set unless x > 0 (a zero is 0x8)."""
+    out, inn = w32.shape
+    blocks = w32.reshape(out, inn // 32, 32)
+    d = (np.abs(blocks).max(axis=-1) / F32(6.0)).astype(F32)
+    mant, ex = np.frexp(d)
+    ceil_log2 = np.where(mant == 0.5, ex - 1, ex)
+    e = np.maximum(np.where(d > 0, ceil_log2, -127), -127).astype(np.int32)
+    x = np.ldexp(blocks, -e[..., None]).astype(F32)
+    ax = np.abs(x)
+    c = sum((ax > F32(t)).astype(np.uint8) for t in (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0))
+    codes = (c.astype(np.uint8) | ((~(x > 0)).astype(np.uint8) << 3)).reshape(out, inn)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+    return packed, (e + 127).astype(np.uint8)
 
 
 def fp8_quantize(w32, scale, kind):
@@ -584,6 +604,10 @@ def fmt_f32(v):
 SHARD_RE = re.compile(r"^model-(\d{5})-of-(\d{5})\.safetensors$")
 ALGOS = ("FP8", "NVFP4", "W4A16_NVFP4", "MXFP8", "MIXED_PRECISION",
          "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO")
+# ModelOpt 0.47 writes MXFP4 weights (mxfp4_mlp_weight_only) under its internal lower-case name:
+# process_layer_quant_config has no branch for it. TensorRT-LLM reads it; vLLM's ModelOpt path
+# does not (format.md §7).
+LOWER_CASE_ALGOS = ("mxfp4",)
 
 
 def check_files(C, src_dir, out_dir):
@@ -674,6 +698,9 @@ def detect_format(out_t, m):
         return None
     dt = sf.tensors[m + ".weight"][0]
     if dt == "U8":
+        ws = out_t.get(m + ".weight_scale")
+        if ws is not None and ws.tensors[m + ".weight_scale"][0] == "U8":
+            return "mxfp4"
         return "NVFP4" if (m + ".input_scale") in out_t else "W4A16_NVFP4"
     if dt == "F8_E4M3":
         ws = out_t.get(m + ".weight_scale")
@@ -690,7 +717,7 @@ def quant_tensor_names(m, fmt):
         return [m + s for s in (".weight", ".weight_scale", ".weight_scale_2")]
     if fmt == "FP8":
         return [m + s for s in (".weight", ".weight_scale", ".input_scale")]
-    if fmt == "MXFP8":
+    if fmt in ("MXFP8", "mxfp4"):
         return [m + s for s in (".weight", ".weight_scale")]
     return [m + ".weight"]
 
@@ -901,15 +928,23 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
             f"[config] producer must be {{'name': 'modelopt', 'version': str}}, got {prod}")
     algo = q.get("quant_algo")
     kv_algo = q.get("kv_cache_quant_algo", "absent")
-    C.check(isinstance(algo, str) and algo == algo.upper() and algo in ALGOS,
-            f"[config] quant_algo {algo!r} is not an upper-case algorithm vLLM accepts")
+    C.check(isinstance(algo, str) and ((algo == algo.upper() and algo in ALGOS)
+                                       or algo in LOWER_CASE_ALGOS),
+            f"[config] quant_algo {algo!r} is not an upper-case algorithm vLLM accepts "
+            f"(nor one of ModelOpt's lower-case {LOWER_CASE_ALGOS})")
     C.check(kv_algo in ("FP8", "NVFP4", None),
             f"[config] kv_cache_quant_algo {kv_algo!r} must be 'FP8', 'NVFP4' or null")
     keys = list(q.keys())
+    # NVFP4 W4A4 has blocks of 16; weight-only NVFP4 also 32 (nvfp4_bs32).
+    gs = q.get("group_size") if algo == "W4A16_NVFP4" and q.get("group_size") in (16, 32) else 16
     if algo == "NVFP4" or algo == "W4A16_NVFP4":
         want = ["quant_algo", "kv_cache_quant_algo", "group_size", "exclude_modules"]
         C.check(keys == want, f"[config] hf_quant_config quantization keys {keys}, want {want}")
-        C.check(q.get("group_size") == 16, f"[config] group_size {q.get('group_size')} != 16")
+        C.check(q.get("group_size") == gs, f"[config] group_size {q.get('group_size')} != {gs}")
+    elif algo == "mxfp4":
+        want = ["quant_algo", "kv_cache_quant_algo", "exclude_modules"]
+        C.check(keys == want, f"[config] hf_quant_config quantization keys {keys}, want {want} "
+                "(ModelOpt 0.47 writes no group_size for mxfp4)")
     elif algo == "MIXED_PRECISION":
         C.check(keys[:2] == ["quant_algo", "kv_cache_quant_algo"]
                 and set(keys) <= {"quant_algo", "kv_cache_quant_algo", "group_size",
@@ -972,6 +1007,12 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
         if algo == "NVFP4":
             want = {"group_0": {"input_activations": nv, "weights": nv, "targets": ["Linear"]}}
             C.check(groups == want, f"[config] config_groups {groups} != {want}")
+        elif algo == "W4A16_NVFP4":
+            want = {"group_0": {"weights": dict(nv, group_size=gs), "targets": ["Linear"]}}
+            C.check(groups == want, f"[config] config_groups {groups} != {want}")
+        elif algo == "mxfp4":
+            C.check(groups is None, f"[config] config_groups {groups} for mxfp4: ModelOpt 0.47's "
+                    "convert_hf_config writes none")
             # ModelOpt 0.47's convert_hf_config puts group_size in config_groups only.
             C.check("group_size" not in qc, "[config] quantization_config.group_size set at the top "
                     "level (ModelOpt 0.47 writes it in config_groups only)")
@@ -1008,17 +1049,21 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
             declared = entry.get("quant_algo") if isinstance(entry, dict) else None
             if declared in ("NVFP4", "W4A16_NVFP4"):
                 C.check(entry.get("group_size") == 16, f"[config] quantized_layers[{m}] group_size != 16")
+            if declared == "mxfp4":
+                C.check("group_size" not in entry, f"[config] quantized_layers[{m}] has a group_size")
         C.check(declared == f, f"[quant] {m}: tensors are {f} but the config declares {declared}")
         out_f, in_f = modules[m][1]
         shapes = {"NVFP4": {".weight": ("U8", (out_f, in_f // 2)), ".weight_scale": ("F8_E4M3", (out_f, in_f // 16)),
                             ".weight_scale_2": ("F32", ()), ".input_scale": ("F32", ())},
                   "FP8": {".weight": ("F8_E4M3", (out_f, in_f)), ".weight_scale": ("F32", ()),
                           ".input_scale": ("F32", ())},
-                  "MXFP8": {".weight": ("F8_E4M3", (out_f, in_f)), ".weight_scale": ("U8", (out_f, in_f // 32))}}
+                  "MXFP8": {".weight": ("F8_E4M3", (out_f, in_f)), ".weight_scale": ("U8", (out_f, in_f // 32))},
+                  "mxfp4": {".weight": ("U8", (out_f, in_f // 2)), ".weight_scale": ("U8", (out_f, in_f // 32))}}
         shapes["W4A16_NVFP4"] = {k: v for k, v in shapes["NVFP4"].items() if k != ".input_scale"}
+        shapes["W4A16_NVFP4"][".weight_scale"] = ("F8_E4M3", (out_f, in_f // gs))
         if f in ("NVFP4", "W4A16_NVFP4"):
             C.check(in_f % 16 == 0, f"[quant] {m}: in_features {in_f} not a multiple of 16")
-        if f == "MXFP8":
+        if f in ("MXFP8", "mxfp4") or (f == "W4A16_NVFP4" and gs == 32):
             C.check(in_f % 32 == 0, f"[quant] {m}: in_features {in_f} not a multiple of 32")
         for suf, (dt, shp) in shapes[f].items():
             n = m + suf
@@ -1040,9 +1085,12 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
         if f == "MXFP8" and (m + ".weight_scale") in out_t:
             C.check(not (out_t[m + ".weight_scale"].array(m + ".weight_scale") == 255).any(),
                     f"[quant] {m}.weight_scale has E8M0 NaN (0xFF)")
-        if f in ("W4A16_NVFP4", "MXFP8"):
-            C.check((m + ".input_scale") not in out_t or f != "MXFP8",
-                    f"[quant] {m}: MXFP8 carries an input_scale")
+        if f in ("W4A16_NVFP4", "MXFP8", "mxfp4"):
+            C.check((m + ".input_scale") not in out_t or f == "W4A16_NVFP4",
+                    f"[quant] {m}: {f} carries an input_scale")
+        if f == "mxfp4" and (m + ".weight_scale") in out_t:
+            C.check(not (out_t[m + ".weight_scale"].array(m + ".weight_scale") == 255).any(),
+                    f"[quant] {m}.weight_scale has E8M0 NaN (0xFF)")
 
     # ---------------------------------------------------------------- §3 fused groups, MoE
     groups = []  # (label, [modules], vLLM prefix or None)
@@ -1303,7 +1351,8 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
         amax = F32(np.abs(w).max()) if w.size else F32(0)
         if f in ("NVFP4", "W4A16_NVFP4"):
             g = scalar_f32(out_t, m + ".weight_scale_2")
-            if g is None or in_f % 16 or wq.shape != (out_f, in_f // 2):
+            bs = gs if f == "W4A16_NVFP4" else 16
+            if g is None or in_f % bs or wq.shape != (out_f, in_f // 2):
                 continue
             gam = amax
             for o in shared_in.get(m, group_of.get(m, [m])):
@@ -1327,7 +1376,7 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
                 continue
             C.check(f32_bits(g) == f32_bits(want_g), f"[numerics] {m}.weight_scale_2 {fmt_f32(g)} != "
                     f"group amax {float(gam):.9g} * fl32(1/2688) = {fmt_f32(want_g)}")
-            packed, sb = nvfp4_quantize(w, g)
+            packed, sb = nvfp4_quantize(w, g, bs)
             got_sb = out_t[m + ".weight_scale"].array(m + ".weight_scale")
             nbad = int((packed != wq).sum())
             C.check(nbad == 0, f"[numerics] {m}.weight: {nbad} of {packed.size} bytes differ from the "
@@ -1361,6 +1410,16 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True):
             q8, e8 = mxfp8_quantize(w)
             got = out_t[m + ".weight_scale"].array(m + ".weight_scale")
             C.check(int((q8 != wq).sum()) == 0, f"[numerics] {m}.weight: MXFP8 bytes differ")
+            C.check(got.shape == e8.shape and int((got != e8).sum()) == 0,
+                    f"[numerics] {m}.weight_scale: E8M0 exponents differ")
+        elif f == "mxfp4":
+            if in_f % 32 or wq.shape != (out_f, in_f // 2):
+                continue
+            q4, e8 = mxfp4_quantize(w)
+            got = out_t[m + ".weight_scale"].array(m + ".weight_scale")
+            nbad = int((q4 != wq).sum())
+            C.check(nbad == 0, f"[numerics] {m}.weight: {nbad} of {q4.size} MXFP4 bytes differ from "
+                    "the recomputation")
             C.check(got.shape == e8.shape and int((got != e8).sum()) == 0,
                     f"[numerics] {m}.weight_scale: E8M0 exponents differ")
 

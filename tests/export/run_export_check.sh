@@ -56,3 +56,23 @@ if [[ $model == gpt_oss* ]]; then
     echo "checker: $victim $how caught"
   done
 fi
+# The block-32 weight-only formats (MXFP4, NVFP4 bs32): the checker must catch a corrupted block
+# scale (a flipped bit of the first weight_scale byte of the first quantized MLP).
+if [[ $recipe == *mxfp4_mlp_weight_only* || $recipe == *nvfp4_mlp_weight_only* ]]; then
+  victim=$(python3 - "$work/out" <<'PY'
+import sys
+sys.path.insert(0, "tests/export")
+from check_modelopt_export import load_dir_tensors
+print(sorted(n for n in load_dir_tensors(sys.argv[1]) if ".mlp." in n and n.endswith(".weight_scale"))[0])
+PY
+)
+  rm -rf "$work/bad"
+  cp -r "$work/out" "$work/bad"
+  python3 tests/export/flip_byte.py "$work/bad" "$victim"
+  if python3 tests/export/check_modelopt_export.py "$src" "$work/bad" > "$work/check" 2>&1; then
+    echo "FAIL: the checker passed a corrupted $victim"; exit 1
+  fi
+  grep -q "FAIL \[numerics\].*weight_scale" "$work/check" \
+    || { cat "$work/check"; echo "FAIL: no [numerics] weight_scale failure for $victim"; exit 1; }
+  echo "checker: corrupted $victim caught"
+fi

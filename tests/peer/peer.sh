@@ -26,7 +26,8 @@ families=("$@")
 recipes=(${PEER_RECIPES:-nvfp4-kv_fp8_cast fp8-kv_fp8_cast nvfp4_experts_only-kv_fp8_cast nvfp4-kv_fp8
          general/ptq/nvfp4_omlp_only-kv_fp8_cast
          general/ptq/nvfp4_experts_only_input_scale1-kv_fp8_cast
-         general/ptq/nvfp4_default-kv_nvfp4_cast general/ptq/nvfp4_mlp_only-novit-kv_fp8})
+         general/ptq/nvfp4_default-kv_nvfp4_cast general/ptq/nvfp4_mlp_only-novit-kv_fp8
+         general/ptq/mxfp4_mlp_weight_only general/ptq/nvfp4_mlp_weight_only})
 work=${PEER_OUT:-$(mktemp -d)}
 mkdir -p "$work"
 site="$work/site"

@@ -322,6 +322,9 @@ const std::vector<General>& generals() {
        KvCacheFormat::kNone},
       {"general/ptq/nvfp4_weight_only-kv_fp8_cast", Scope::kAll, QFormat::kW4A16Nvfp4,
        KvCacheFormat::kFp8Cast},
+      {"general/ptq/mxfp4_mlp_weight_only", Scope::kMlpOnly, QFormat::kMxfp4, KvCacheFormat::kNone},
+      {"general/ptq/nvfp4_mlp_weight_only", Scope::kMlpOnly, QFormat::kW4A16Nvfp4Bs32,
+       KvCacheFormat::kNone},
   };
   return g;
 }
@@ -428,14 +431,39 @@ TEST(BuiltinRecipes, NameForHfPtqFlags) {
 
 TEST(BuiltinRecipes, UnknownGeneralRecipeListsTheOnesStrataHas) {
   try {
-    strata::load_recipe("general/ptq/nvfp4_act_headroom-kv_fp8_cast");
-    ADD_FAILURE() << "nvfp4_act_headroom should be refused";
+    strata::load_recipe("general/ptq/nvfp4_no_such_recipe");
+    ADD_FAILURE() << "an unknown general recipe should be refused";
   } catch (const strata::Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("unknown recipe 'general/ptq/nvfp4_act_headroom-kv_fp8_cast'"),
-              std::string::npos)
+    EXPECT_NE(msg.find("unknown recipe 'general/ptq/nvfp4_no_such_recipe'"), std::string::npos)
         << msg;
     EXPECT_NE(msg.find("nvfp4_experts_only_input_scale1-kv_fp8_cast"), std::string::npos) << msg;
+  }
+}
+
+TEST(BuiltinRecipes, ModelOptRecipesStrataLacksNameWhatIsMissing) {
+  // One line each, naming what is missing, never a substitute.
+  for (const auto& [name, what] : std::vector<std::pair<const char*, const char*>>{
+           {"general/ptq/nvfp4_act_headroom-kv_fp8_cast", "nvfp4_act_headroom calibrator"},
+           {"general/ptq/nvfp4_experts_only_mse-kv_fp8_cast", "MSE weight-scale search"},
+           {"general/ptq/nvfp4_mlp_only_mse-kv_fp8_cast", "MSE weight-scale search"},
+           {"general/ptq/nvfp4_default-kv_none-gptq", "GPTQ"},
+           {"general/ptq/nvfp4_experts_only-kv_fp8_layerwise", "layerwise max calibration"},
+           {"general/ptq/nvfp4_experts_only-kv_fp8_layerwise_offload", "layerwise max calibration"},
+           {"general/ptq/int4_blockwise_weight_only", "INT4"},
+           {"models/moonshotai/Kimi-K3/ptq/nvfp4_experts-fp8_pb_attention",
+            "FP8 128x128 block weights"}}) {
+    try {
+      strata::load_recipe(name);
+      ADD_FAILURE() << name << " should be refused";
+    } catch (const strata::Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(std::string("recipe '") + name + "' is ModelOpt 0.47's, not strata's"),
+                std::string::npos)
+          << msg;
+      EXPECT_NE(msg.find(what), std::string::npos) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
   }
 }
 
@@ -561,10 +589,27 @@ TEST(RecipeRules, UserRecipeFromAPath) {
 }
 
 TEST(RecipeFormats, NamesAndBlocks) {
-  for (QFormat f :
-       {QFormat::kNone, QFormat::kNvfp4, QFormat::kW4A16Nvfp4, QFormat::kFp8, QFormat::kMxfp8}) {
+  for (QFormat f : {QFormat::kNone, QFormat::kNvfp4, QFormat::kW4A16Nvfp4, QFormat::kFp8,
+                    QFormat::kMxfp8, QFormat::kW4A16Nvfp4Bs32, QFormat::kMxfp4}) {
     EXPECT_EQ(strata::qformat_from_name(strata::qformat_name(f)), f);
   }
+  // ModelOpt 0.47's names: nvfp4_bs32 weight-only is W4A16_NVFP4 with group_size 32; MXFP4 is
+  // its internal lower-case "mxfp4" with no group_size.
+  EXPECT_EQ(strata::qformat_name(QFormat::kW4A16Nvfp4Bs32), "w4a16_nvfp4_bs32");
+  EXPECT_EQ(strata::qformat_name(QFormat::kMxfp4), "mxfp4");
+  EXPECT_EQ(strata::qformat_quant_algo(QFormat::kW4A16Nvfp4Bs32), "W4A16_NVFP4");
+  EXPECT_EQ(strata::qformat_quant_algo(QFormat::kMxfp4), "mxfp4");
+  EXPECT_EQ(strata::qformat_block(QFormat::kW4A16Nvfp4Bs32), 32);
+  EXPECT_EQ(strata::qformat_block(QFormat::kMxfp4), 32);
+  EXPECT_EQ(strata::qformat_group_size(QFormat::kW4A16Nvfp4Bs32), 32);
+  EXPECT_EQ(strata::qformat_group_size(QFormat::kMxfp4), 0);
+  EXPECT_EQ(strata::qformat_group_size(QFormat::kNvfp4), 16);
+  EXPECT_EQ(strata::qformat_group_size(QFormat::kMxfp8), 32);
+  EXPECT_EQ(strata::qformat_group_size(QFormat::kFp8), 0);
+  EXPECT_TRUE(strata::qformat_has_input_scale(QFormat::kNvfp4));
+  EXPECT_TRUE(strata::qformat_has_input_scale(QFormat::kFp8));
+  EXPECT_FALSE(strata::qformat_has_input_scale(QFormat::kW4A16Nvfp4Bs32));
+  EXPECT_FALSE(strata::qformat_has_input_scale(QFormat::kMxfp4));
   EXPECT_EQ(strata::qformat_name(QFormat::kW4A16Nvfp4), "w4a16_nvfp4");
   EXPECT_EQ(strata::qformat_quant_algo(QFormat::kNvfp4), "NVFP4");
   EXPECT_EQ(strata::qformat_quant_algo(QFormat::kW4A16Nvfp4), "W4A16_NVFP4");
