@@ -295,8 +295,12 @@ std::string describe_plan(const QuantPlan& plan, const Checkpoint& ckpt, const C
   uint64_t linear_src = 0, linear_out = 0;
   for (const PlannedModule& m : plan.modules) {
     table[std::string(tensor_kind_name(m.kind))][std::string(qformat_name(m.format))]++;
-    linear_src += static_cast<uint64_t>(m.shape[0] * m.shape[1]) *
-                  static_cast<uint64_t>(dtype_bits(m.dtype)) / 8;
+    // What the checkpoint stores for the weight: a compressed source's values and companions.
+    for (const char* suffix : {".weight", ".weight_packed", ".weight_scale", ".weight_shape",
+                               ".weight_scale_inv", ".weight_blocks", ".weight_scales"}) {
+      const std::string t = m.module + suffix;
+      if (ckpt.has(t)) linear_src += ckpt.entry(t).end - ckpt.entry(t).begin;
+    }
     linear_out += quantized_bytes(m);
   }
   os << "\nlinear modules by kind and format\n";
@@ -312,7 +316,7 @@ std::string describe_plan(const QuantPlan& plan, const Checkpoint& ckpt, const C
     os << "\n";
   }
   const uint64_t total_src = ckpt.bytes_on_disk();
-  const uint64_t estimate = total_src - linear_src + linear_out;
+  const uint64_t estimate = total_src - std::min(linear_src, total_src) + linear_out;
   os << "\nsource      " << human_bytes(static_cast<double>(total_src)) << " on disk\n";
   os << "output      about " << human_bytes(static_cast<double>(estimate)) << " ("
      << str(static_cast<double>(estimate) / static_cast<double>(std::max<uint64_t>(total_src, 1)))
