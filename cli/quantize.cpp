@@ -347,12 +347,14 @@ RankStats gather_rank_stats(Comm& comm, const QuantizeResult& r, uint64_t peak_r
 // One MoE layer's line of the summary: its experts that fewer than `min_tokens` calibration tokens
 // reached, with their counts (at most 16 named; none for a layer from an older resume manifest,
 // which kept only how many got no token).
+// Empty when the layer has none.
 std::string scarce_experts_line(const LayerReport& l, int64_t min_tokens) {
   std::vector<std::pair<int64_t, int64_t>> scarce;  // (expert, tokens)
   for (size_t e = 0; e < l.expert_tokens.size(); ++e) {
     if (l.expert_tokens[e] >= 0 && l.expert_tokens[e] < min_tokens)
       scarce.emplace_back(static_cast<int64_t>(e), l.expert_tokens[e]);
   }
+  if (scarce.empty() && l.experts_without_tokens == 0) return "";
   std::string line = str("  layer ",
                          std::string(l.layer < 10    ? 2
                                      : l.layer < 100 ? 1
@@ -381,14 +383,24 @@ void print_summary(const QuantizeJob& job, const QuantizeResult& r, uint64_t pea
   bool any_experts = false;
   for (const LayerReport& l : r.layers)
     any_experts |= l.experts > 0;
-  if (any_experts) {
+  std::vector<std::string> scarce;  // the MoE layers with such experts
+  for (const LayerReport& l : r.layers) {
+    if (l.experts == 0) continue;
+    std::string line = scarce_experts_line(l, min_expert_tokens);
+    if (!line.empty()) scarce.push_back(std::move(line));
+  }
+  if (any_experts && scarce.empty()) {
     std::printf(
-        "experts that fewer than %lld calibration tokens reached, per MoE layer (expert "
-        "(tokens); --min_expert_tokens):\n",
+        "experts: every routed expert of every MoE layer reached at least %lld "
+        "calibration tokens (--min_expert_tokens)\n",
         static_cast<long long>(min_expert_tokens));
-    for (const LayerReport& l : r.layers) {
-      if (l.experts > 0) std::printf("%s\n", scarce_experts_line(l, min_expert_tokens).c_str());
-    }
+  } else if (any_experts) {
+    std::printf(
+        "experts that fewer than %lld calibration tokens reached, in the %zu MoE layers that have "
+        "any (expert (tokens); --min_expert_tokens):\n",
+        static_cast<long long>(min_expert_tokens), scarce.size());
+    for (const std::string& line : scarce)
+      std::printf("%s\n", line.c_str());
   }
   std::printf("wrote %zu files\n", r.files.size());
   // Wall time per phase (engine/run_times.h): where a slow run spent it.

@@ -74,6 +74,35 @@ TEST(Quantize, DryRunEstimatesACompressedSourcesOutput) {
   }
 }
 
+// A layer whose experts all reached the threshold gets no line; when none has such experts, one
+// line says so (a 61-layer run printed 60 lines of "0 of 384").
+TEST(Quantize, ExpertSummaryNamesOnlyLayersWithScarceExperts) {
+  TempDir tmp;
+  write_tokens(tmp.path() / "t.jsonl");
+  auto run = [&](int64_t min_tokens, const std::string& out) {
+    return run_strata(
+        "quantize --model '" + kFixtures + "qwen3_moe' --qformat nvfp4 --calib_data '" +
+            (tmp.path() / "t.jsonl").string() +
+            "' --calib_size 3 --calib_min_tokens 1 --min_expert_tokens " +
+            std::to_string(min_tokens) + " --export_path '" + (tmp.path() / out).string() + "'",
+        tmp.path());
+  };
+  // 16 tokens, top-2, 8 experts: some expert of each MoE layer gets at most 4 slots.
+  RunResult r = run(1, "a");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const bool any_idle = r.out.find("layer   0:") != std::string::npos ||
+                        r.out.find("layer   2:") != std::string::npos;
+  // Either some layer has an expert without tokens (and is listed), or the one line says none.
+  EXPECT_EQ(r.out.find("every routed expert of every MoE layer reached at least 1 calibration") ==
+                std::string::npos,
+            any_idle)
+      << r.out;
+  RunResult all = run(1000, "b");
+  ASSERT_EQ(all.rc, 0) << all.err;
+  EXPECT_NE(all.out.find("in the 2 MoE layers that have any"), std::string::npos) << all.out;
+  EXPECT_EQ(all.out.find("every routed expert"), std::string::npos) << all.out;
+}
+
 TEST(Quantize, MixtralDryRun) {
   TempDir tmp;
   // mixtral: 3 layers, all MoE, 8 experts of w1/w3/w2 under block_sparse_moe, no dense MLP.
@@ -101,7 +130,8 @@ TEST(Quantize, ReportsExpertsWithoutTokens) {
                  tmp.path());
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("calibration: 3 sequences, 16 tokens"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("experts that fewer than 16 calibration tokens reached, per MoE layer"),
+  EXPECT_NE(r.out.find("experts that fewer than 16 calibration tokens reached, in the 2 MoE "
+                       "layers that have any"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("layer   0:"), std::string::npos) << r.out;
