@@ -32,6 +32,7 @@ strata=${bin:+$bin/}strata
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN}  # NCCL's own account of a failure, in the output
 mkdir -p "$out"
 syn=$out/model
 [ -f "$syn/config.json" ] || python3 "$here/bench/gpu/make_synthetic_moe.py" "$syn" --layers "$layers" \
@@ -59,7 +60,7 @@ for run in one ep2 ep4; do
   wall=$((($(date +%s%N) - t0) / 1000000))
   echo "== $run: rc $rc, wall $wall ms"
   if [ $rc -ne 0 ]; then tail -20 "$out/$run.err"; echo "FAIL: $run"; status=1; continue; fi
-  grep -E "^GPU: |GPU: peak|GPU: waited" "$out/$run.err" | head -3
+  grep -E "GPU: " "$out/$run.err" | head -4
   if [ $run = one ]; then
     one_read=$(sed -n 's/^checkpoint bytes read: //p' "$out/$run.out")
     echo "bytes read: $one_read"

@@ -25,6 +25,7 @@ trap 'rm -rf "$work"' EXIT
 mkdir "$work/tmp" && export TMPDIR=$work/tmp  # one Open MPI session folder per test
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN}  # NCCL's own account of a failure, in the output
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 launch=(timeout 240 mpirun --oversubscribe --bind-to none)  # a hang fails
 mpi() {  # N, args...
@@ -84,12 +85,18 @@ for n in 2 3 4; do
 done
 
 # Killed with one rank count once a layer is committed, resumed with another.
-ranks_of() { pgrep -P "$(pgrep -f -P "$1" "^mpirun")" strata || true; }
+ranks_of() {  # the strata ranks under the launcher started as pid $1 (`timeout mpirun ...`)
+  local m
+  m=$(pgrep -f -P "$1" "^mpirun") || return 0
+  pgrep -P "$m" strata || true
+}
 next_step() { grep -o '"next_step": *[0-9]*' "$1.strata_resume/manifest.json" 2> /dev/null | grep -o '[0-9]*$' || echo 0; }
 for pair in "2 3" "4 2" "3 1"; do
   read -r from to <<< "$pair"
   out=$work/stop$from-$to
-  mpi "$from" "${args[@]}" --expert_parallel --test_slow_layer_ms 1000 -q --export_path "$out" > "$out.first" 2>&1 &
+  # (launched directly, not through mpi(): $! must be timeout's pid, whose child is mpirun)
+  "${launch[@]}" -np "$from" bash "$here/gpu_rank_env.sh" "$strata" "${args[@]}" --expert_parallel \
+    --test_slow_layer_ms 1000 -q --export_path "$out" > "$out.first" 2>&1 &
   pid=$!
   for _ in $(seq 1200); do [ "$(next_step "$out")" -ge 2 ] && break; sleep 0.05; done
   [ "$(next_step "$out")" -ge 2 ] || { cat "$out.first"; fail "-np $from: no layer committed"; }
