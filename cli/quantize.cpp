@@ -194,7 +194,8 @@ void declare_flags(Args& args) {
   args.flag("--expert_parallel",
             "under mpirun: split the routed experts of every MoE layer over the ranks (each "
             "reads, runs and writes its range; tokens are sent to their experts' ranks) instead "
-            "of every rank holding all of them; CPU ranks (see docs/SCALEOUT.md)");
+            "of every rank holding all of them; CPU ranks, or GPU ranks with the rows over NCCL "
+            "(see docs/SCALEOUT.md)");
   args.flag("--quiet,-q", "only warnings and errors");
 }
 

@@ -122,10 +122,10 @@ std::vector<uint8_t> CommExpertExchange::alltoallv_rows(const std::vector<uint8_
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t r = 0; r < send_counts.size(); ++r) {
     if (static_cast<int>(r) != comm_.rank())
-      bytes_sent += static_cast<uint64_t>(send_counts[r]) * row_bytes;
+      traffic.bytes_sent += static_cast<uint64_t>(send_counts[r]) * row_bytes;
   }
   std::vector<uint8_t> out = comm_.alltoallv_rows(send, send_counts, row_bytes, recv_counts);
-  seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  traffic.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
 

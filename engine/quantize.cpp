@@ -21,6 +21,7 @@
 #include "engine/activation_store.h"
 #include "engine/gpu_runner.h"
 #include "engine/layer_loop.h"
+#include "engine/nccl_comm.h"
 #include "engine/parallel.h"
 #include "engine/quantize_steps.h"
 #include "engine/resume.h"
@@ -465,8 +466,8 @@ void QuantizeRun::choose_device() {
   on_gpu = job.device == QuantizeJob::Device::kCuda && result.calibrated;
   if (on_gpu) {
     std::string why = gpu_unsupported(config, ckpt);
-    if (why.empty() && comm.size() > 1 && job.expert_parallel)
-      why = "expert parallelism runs on CPU ranks (docs/SCALEOUT.md)";
+    if (why.empty() && comm.size() > 1 && job.expert_parallel && !nccl_compiled())
+      why = "expert parallelism on GPU ranks needs a strata built with NCCL (docs/SCALEOUT.md)";
     STRATA_CHECK(why.empty() || !job.device_explicit, "--device cuda: ", why, "; use --device cpu");
     if (!why.empty() && lead) log_warn("calibrating on the CPU: ", why);
     on_gpu = why.empty();
@@ -480,8 +481,8 @@ void QuantizeRun::check_output() const {
 void QuantizeRun::choose_expert_parallel() {
   // Only with ranks, a forward, and routed experts; the routed experts of each layer are then
   // read, run and written by their owner (expert_owner) alone.
-  expert_parallel = use_expert_parallel(job.expert_parallel, comm.size(), result.calibrated, on_gpu,
-                                        config.num_experts);
+  expert_parallel = use_expert_parallel(job.expert_parallel, comm.size(), result.calibrated,
+                                        on_gpu && !nccl_compiled(), config.num_experts);
   // A fused tensor holds every expert of a projection and is written by one rank
   // (export/modelopt.h).
   STRATA_CHECK(!expert_parallel || !plan.fused_experts,
@@ -763,6 +764,8 @@ std::unique_ptr<Placement> QuantizeRun::placement() {
                         first_layer, job.max_gpu_memory_bytes, !result.memory.spilled, resume_dir,
                         job.gpu, job.exact_mxfp4, &comm, mine_ids, &result.times, warm.get(),
                         early.get(), job.test, fopts.bf16_ops});
+    gpu->expert_parallel = expert_parallel;  // rows exchanged over NCCL (engine/gpu_runner.h)
+    gpu->expert_traffic = &exchange.traffic;
     return make_gpu_placement(*gpu);
   }
   return std::make_unique<HostPlacement>(HostPlacement::Inputs{*fwd, *exporter, ckpt, comm, *store,
@@ -823,8 +826,8 @@ void QuantizeRun::write_tail() {
 
 void QuantizeRun::finish() {
   result.bytes_read = ckpt.bytes_read();
-  result.expert_bytes_sent = exchange.bytes_sent;
-  result.expert_exchange_seconds = exchange.seconds;
+  result.expert_bytes_sent = exchange.traffic.bytes_sent;
+  result.expert_exchange_seconds = exchange.traffic.seconds;
   if (lead) {
     std::error_code ec;
     result.files = exporter->finish();

@@ -42,8 +42,9 @@ std::string resume_dir_of(const QuantizeJob& job) {
   return job.resume_dir.empty() ? job.export_path + ".strata_resume" : job.resume_dir;
 }
 
-bool use_expert_parallel(bool asked, int ranks, bool calibrated, bool on_gpu, int64_t experts) {
-  return asked && ranks > 1 && calibrated && !on_gpu && experts > 0;
+bool use_expert_parallel(bool asked, int ranks, bool calibrated, bool gpu_without_nccl,
+                         int64_t experts) {
+  return asked && ranks > 1 && calibrated && !gpu_without_nccl && experts > 0;
 }
 
 MicroBatches group_micro_batches(const std::vector<std::vector<int32_t>>& sequences,

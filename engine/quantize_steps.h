@@ -24,8 +24,10 @@ bool needs_activations(const QuantPlan& plan);
 std::string resume_dir_of(const QuantizeJob& job);
 
 // Whether the routed experts of each layer are split over the ranks (docs/SCALEOUT.md "Expert
-// parallel"): asked for, with ranks, a CPU calibration forward, and routed experts.
-bool use_expert_parallel(bool asked, int ranks, bool calibrated, bool on_gpu, int64_t experts);
+// parallel"): asked for, with ranks, a calibration forward (on the CPU, or on the GPU when
+// strata has NCCL to exchange the rows: gpu_without_nccl false), and routed experts.
+bool use_expert_parallel(bool asked, int ranks, bool calibrated, bool gpu_without_nccl,
+                         int64_t experts);
 
 // Consecutive sequences by index, batch_size (at least 1) at a time.
 struct MicroBatches {

@@ -74,6 +74,28 @@ class ExpertExchange {
                                               std::vector<int64_t>* recv_counts) = 0;
 };
 
+// Expert parallelism on GPU ranks (docs/SCALEOUT.md "Expert parallel on GPU ranks"): the same
+// split of the routed experts, with the rows exchanged between the ranks' GPUs (NCCL in the
+// engine, engine/nccl_comm.h) and the counts over the host communicator. Both calls are
+// collective: every rank makes them in the same order.
+class DeviceExpertExchange {
+ public:
+  virtual ~DeviceExpertExchange() = default;
+  virtual int rank() const = 0;
+  virtual int ranks() const = 0;
+  // Host values: send_counts[r] values of `send` (in rank order) go to rank r; returns the values
+  // received in rank order, recv_counts[r] of them from rank r.
+  virtual std::vector<int64_t> exchange_counts(const std::vector<int64_t>& send,
+                                               const std::vector<int64_t>& send_counts,
+                                               std::vector<int64_t>* recv_counts) = 0;
+  // Device rows of `row_bytes` bytes, queued on `stream` (a cudaStream_t): send_counts[r] rows
+  // of `send` (in rank order) go to rank r, recv_counts[r] rows from rank r land in `recv` in rank
+  // order. The counts must agree with the peers' (exchange_counts first).
+  virtual void alltoallv_rows(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                              const std::vector<int64_t>& recv_counts, size_t row_bytes,
+                              void* stream) = 0;
+};
+
 // The rank holding routed expert e of `experts` over `ranks` ranks: rank r holds the contiguous
 // range [experts·r / ranks, experts·(r+1) / ranks) (rounded down; empty when experts < ranks).
 int expert_owner(int64_t e, int64_t experts, int ranks);

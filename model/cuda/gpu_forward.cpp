@@ -52,6 +52,15 @@ class BlobBinder final : public model::Binder {
         decompressed_(decompressed) {}
 
   uint64_t used() const { return used_; }
+  // Expert parallelism: only the routed experts expert_owner gives rank `rank` of `ranks` are
+  // bound (the others are not in this rank's blob).
+  void hold_experts_of(int rank, int ranks) {
+    rank_ = rank;
+    ranks_ = ranks;
+  }
+  bool holds_expert(int64_t e, int64_t experts) const override {
+    return ranks_ <= 1 || expert_owner(e, experts, ranks_) == rank_;
+  }
 
   ops::Weight matrix(const std::string& name, const Shape& shape) override {
     if (!blob_.items.count(name)) {
@@ -208,6 +217,7 @@ class BlobBinder final : public model::Binder {
   const Stream& stream_;
   std::map<std::string, ops::StoredWeight>* decompressed_;
   uint64_t used_ = 0;
+  int rank_ = 0, ranks_ = 1;
 };
 
 // Shapes only, from the checkpoint's headers: for the sizing runs, which need no weights.
@@ -319,6 +329,7 @@ struct GpuForward::Impl {
     if (base) decompressed.clear();
     BlobBinder binder(ckpt, blob, base, &converted, opt.gemm_bf16, stream,
                       base ? &decompressed : nullptr);
+    binder.hold_experts_of(opt.expert_rank, opt.expert_ranks);
     layer->bind(binder);
     return binder.used();
   }
@@ -437,6 +448,10 @@ void GpuForward::forward(const GpuChunk& chunk, float* x, bool round_bf16) {
   im.layer->forward(*im.be, chunk, x);
   if (round_bf16) im.be->round_bf16(x, chunk.tokens * im.c.hidden_size);
   im.be->phase(ops::Phase::kNorms);
+}
+
+void GpuForward::set_expert_exchange(DeviceExpertExchange* exchange) {
+  impl_->be->set_expert_exchange(exchange);
 }
 
 std::vector<AmaxStat> GpuForward::take_stats() {

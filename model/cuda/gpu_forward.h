@@ -72,6 +72,9 @@ class GpuForward {
   const ops::StoredWeight* decompressed_weight(const std::string& name) const;
   // x [T, H] fp32 on the device, updated in place (rounded to bf16 at the end when round_bf16).
   void forward(const GpuChunk& chunk, float* x, bool round_bf16);
+  // Expert parallelism (GpuForwardOptions::expert_rank/expert_ranks): the exchange of the MoE
+  // layers' rows with the other ranks (ops::CudaBackend::set_expert_exchange); null: none.
+  void set_expert_exchange(DeviceExpertExchange* exchange);
   // The statistics of every forward since the last take (synchronizes the stream).
   std::vector<AmaxStat> take_stats();
 

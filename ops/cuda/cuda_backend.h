@@ -37,6 +37,12 @@ struct CudaBackendOptions {
   // Every op rounds as transformers' bf16 model (Backend::set_bf16_ops; --calib_precision
   // bf16_ops), the sizing runs included (a bf16_ops op may take scratch).
   bool bf16_ops = false;
+  // Expert parallelism (docs/SCALEOUT.md "Expert parallel on GPU ranks"): rank expert_rank of
+  // expert_ranks holds the routed experts expert_owner gives it (the forward's binder binds only
+  // those) and, with an exchange set (set_expert_exchange), runs them on the rows every rank
+  // sends it. The sizing runs count the exchange's buffers as if each rank received as many rows
+  // as it sends.
+  int expert_rank = 0, expert_ranks = 1;
 };
 
 struct AmaxStat {
@@ -130,6 +136,10 @@ class CudaBackend final : public Backend {
                      int32_t* chosen, float* weight) override;
   void moe(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
            const float* weight, std::span<const Mlp> experts, float* y) override;
+  // Expert parallelism: moe() dispatches each slot's row to its expert's rank through `x`
+  // (null: every expert here). Every rank must then run the same number of MoE layers' forwards
+  // (an empty chunk where it has none). The exchanges run on this backend's stream.
+  void set_expert_exchange(DeviceExpertExchange* x) { exchange_ = x; }
   // Weight quantization runs on a stream of its own (made by use_for_quantization, on the
   // thread that owns this backend), so that a backend of its own quantizes a layer's weights
   // beside the forward: the amax slots are the observers' (max_slots), the encoders' outputs go
@@ -149,7 +159,13 @@ class CudaBackend final : public Backend {
   const void* gin(const float* a, int64_t count);
   int slot(const std::vector<std::string>& names);
   int slot_range(std::span<const Mlp> experts, bool gate_up);
-  const void* const* expert_tables(std::span<const Mlp> experts, bool* aligned);
+  const void* const* expert_tables(std::span<const Mlp> experts, int64_t first, int64_t count,
+                                   int64_t repeat, bool* aligned);
+  void moe_exchanged(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
+                     const float* weight, std::span<const Mlp> experts, float* y);
+  // Device memory for the exchanged MoE's receiving side: from the scratch when it has room, else
+  // from a buffer of its own grown under the budget (the rows a rank receives vary).
+  uint8_t* take_received(uint64_t bytes);
   uint32_t* slot_ptr(int s);
   const float* rope_table(const std::vector<double>& inv_freq);
   void span(int part);
@@ -178,6 +194,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Profile> prof_;
   struct Experts;
   std::unique_ptr<Experts> experts_;
+  DeviceExpertExchange* exchange_ = nullptr;
+  gpu::DeviceBuffer received_;  // the exchanged MoE's receiving side, when the scratch is full
+  gpu::PinnedBuffer ep_host_;   // its counts on the host: offsets [E + 1], group counts
 };
 
 }  // namespace strata::ops

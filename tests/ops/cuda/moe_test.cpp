@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "ops/cuda/amax.h"
 #include "ops/cuda/moe.h"
 #include "tests/ops/cuda/cuda_test_util.h"
 
@@ -85,6 +86,50 @@ TEST_F(CudaOps, MoeScatterGatherCombine) {
       ASSERT_NEAR(y[t * H + c], want, 2.0 * K * 0x1p-24 * mag + 1e-30) << t << "," << c;
     }
   }
+}
+
+// Expert parallelism's meta (CudaBackend::moe_exchanged): each slot's row carries its expert and
+// its token's max |x| (bits, as amax_rows takes over n), and the owner's side unpacks the experts
+// and takes each row's amax into its expert's slot: the slots then equal amax_rows over n with
+// per_row = K, bit for bit (a NaN token included).
+TEST_F(CudaOps, MoeDispatchMetaCarriesExpertAndTokenAmax) {
+  const int64_t T = 29, K = 2, E = 7, H = 45, S = T * K;
+  std::vector<int32_t> chosen(S), counts(E, 0), offsets(E, 0);
+  for (int64_t t = 0; t < T; ++t) {
+    chosen[t * K] = static_cast<int32_t>(t % E);
+    chosen[t * K + 1] =
+        static_cast<int32_t>((t * 3 + 1) % E == t % E ? (t + 1) % E : (t * 3 + 1) % E);
+  }
+  for (int32_t e : chosen)
+    ++counts[e];
+  for (int64_t e = 1; e < E; ++e)
+    offsets[e] = offsets[e - 1] + counts[e - 1];
+  std::vector<float> n = normal(T * H);
+  n[5 * H + 7] = std::nanf("");
+  gpu::DeviceBuffer dc = up(chosen), doff = up(offsets), dcur = up(std::vector<int32_t>(E, 0));
+  gpu::DeviceBuffer dpos = buffer(S * 4), drow = buffer(S * 4), dn = up(n);
+  moe_scatter(dc.as<int32_t>(), S, doff.as<int32_t>(), dcur.as<int32_t>(), dpos.as<int32_t>(),
+              drow.as<int32_t>(), st());
+  gpu::DeviceBuffer dmeta = buffer(S * 8);
+  moe_dispatch_meta(dn.as<float>(), T, H, K, dc.as<int32_t>(), dpos.as<int32_t>(),
+                    dmeta.as<int32_t>(), st());
+  const auto pos = down<int32_t>(dpos, S);
+  const auto meta = down<int32_t>(dmeta, 2 * S);
+  for (int64_t s = 0; s < S; ++s) {
+    uint32_t m = 0;
+    for (int64_t c = 0; c < H; ++c)
+      m = std::max(m, bits_of(n[(s / K) * H + c]) & 0x7fffffffu);
+    ASSERT_EQ(meta[2 * pos[s]], chosen[s]) << "slot " << s;
+    ASSERT_EQ(static_cast<uint32_t>(meta[2 * pos[s] + 1]), m) << "slot " << s;
+  }
+  // The owner's side against amax_rows over n.
+  gpu::DeviceBuffer dslots = up(std::vector<uint32_t>(E, 0)),
+                    dref = up(std::vector<uint32_t>(E, 0));
+  gpu::DeviceBuffer dre = buffer(S * 4);
+  moe_receive_meta(dmeta.as<int32_t>(), S, dre.as<int32_t>(), dslots.as<uint32_t>(), st());
+  amax_rows(dn.as<float>(), T, H, dc.as<int32_t>(), dref.as<uint32_t>(), st(), K);
+  EXPECT_EQ(down<uint32_t>(dslots, E), down<uint32_t>(dref, E));
+  EXPECT_EQ(down<int32_t>(dre, S), down<int32_t>(drow, S));
 }
 
 // moe_add_bias: each row gets its own expert's bias (one fp32 addition, so exact against the
