@@ -309,6 +309,11 @@ const std::vector<General>& generals() {
        KvCacheFormat::kFp8Cast},
       {"general/ptq/nvfp4_experts_only_input_scale1-kv_fp8_cast", Scope::kExpertsOnly,
        QFormat::kNvfp4, KvCacheFormat::kFp8Cast, true},
+      // The mse recipes: the quantizers of their max twins (their algorithm: RecipeAlgorithm).
+      {"general/ptq/nvfp4_experts_only_mse-kv_fp8_cast", Scope::kExpertsOnly, QFormat::kNvfp4,
+       KvCacheFormat::kFp8Cast},
+      {"general/ptq/nvfp4_mlp_only_mse-kv_fp8_cast", Scope::kMlpOnly, QFormat::kNvfp4,
+       KvCacheFormat::kFp8Cast},
       {"general/ptq/nvfp4_mlp_only-kv_fp8", Scope::kMlpOnly, QFormat::kNvfp4, KvCacheFormat::kFp8},
       {"general/ptq/nvfp4_mlp_only-kv_fp8_cast", Scope::kMlpOnly, QFormat::kNvfp4,
        KvCacheFormat::kFp8Cast},
@@ -699,9 +704,13 @@ TEST(RecipeErrors, UnknownBuiltinAndMissingFile) {
   }
 }
 
-}  // namespace
-
 // ---- algorithm: ModelOpt's weight calibration, as its recipes spell it --------------------------
+
+using strata::load_recipe;
+using strata::mse_multipliers;
+using strata::parse_recipe;
+using strata::Recipe;
+using strata::WeightCalib;
 
 TEST(RecipeAlgorithm, DefaultsAndSpellings) {
   EXPECT_EQ(parse_recipe("rules:\n  - {pattern: \"*\", format: nvfp4}\n", "r.yaml").algorithm,
@@ -744,3 +753,4 @@ TEST(RecipeAlgorithm, Errors) {
              "step_size must be positive");
   EXPECT_HAS(error_of("algorithm: {fp8_scale_sweep: true}\n" + r), "give a method name");
 }
+}  // namespace
