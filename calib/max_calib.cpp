@@ -8,6 +8,17 @@ namespace strata {
 
 void MaxCalibrator::observe(std::string_view name, const float* x, int64_t rows, int64_t cols) {
   record(name, ops::amax(x, rows * cols), rows);
+  if (rows > 0 && hessian_names_.count(name)) {
+    auto it = hessians_.find(name);
+    if (it == hessians_.end())
+      it = hessians_.emplace(std::string(name), std::make_unique<BlockHessian>(cols)).first;
+    it->second->accumulate(x, rows);
+  }
+}
+
+const BlockHessian* MaxCalibrator::hessian(std::string_view name) const {
+  auto it = hessians_.find(name);
+  return it == hessians_.end() ? nullptr : it->second.get();
 }
 
 void MaxCalibrator::record(std::string_view name, float m, int64_t rows) {

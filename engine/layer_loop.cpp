@@ -136,6 +136,7 @@ void run_layer_loop(LayerLoop& loop, Placement& p) {
     bool durable = last || p.always_durable() || since_durable >= kResumeEvery * p.hidden_bytes();
     if (ranks) durable = any_rank(*ranks, durable);  // the ranks record the same steps
     auto calib = std::make_unique<MaxCalibrator>();
+    calib->track_hessians(local_hessian_modules(loop.plan, l));  // empty unless local_hessian
     p.forward(l, last, *calib);
     if (ranks) allreduce_calibration(*ranks, *calib);  // one process's statistics on every rank
     phase.lap(&times.compute);

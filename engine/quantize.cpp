@@ -457,6 +457,16 @@ void QuantizeRun::resolve_plan() {
                  "w4a16_nvfp4 or "
                  "exclude it");
   }
+  const WeightCalib& algo = plan.recipe.algorithm;
+  if (algo.searches()) {
+    STRATA_CHECK(!plan.fused_experts, plan.recipe.name, ": algorithm ",
+                 weight_calib_method_name(algo.method),
+                 " is not implemented for fused-experts exports (gpt-oss); use a max recipe");
+    STRATA_CHECK(algo.method != WeightCalib::Method::kLocalHessian || comm.size() == 1,
+                 plan.recipe.name,
+                 ": local_hessian runs in one process (its per-module input statistics are not "
+                 "merged across ranks yet); run without mpirun");
+  }
   result.calibrated = needs_activations(plan);
 }
 
@@ -465,7 +475,13 @@ void QuantizeRun::choose_device() {
   // durable steps); the hidden states live on the device or in pinned host memory.
   on_gpu = job.device == QuantizeJob::Device::kCuda && result.calibrated;
   if (on_gpu) {
-    std::string why = gpu_unsupported(config, ckpt);
+    // Checked first, so the refusal names the search whatever the machine has.
+    std::string why =
+        plan.recipe.algorithm.searches()
+            ? str("weight scale search (algorithm ",
+                  weight_calib_method_name(plan.recipe.algorithm.method),
+                  ") has a CPU implementation only (docs/QUANTIZE.md \"Scale search\")")
+            : gpu_unsupported(config, ckpt);
     if (why.empty() && comm.size() > 1 && job.expert_parallel && !nccl_compiled())
       why = "expert parallelism on GPU ranks needs a strata built with NCCL (docs/SCALEOUT.md)";
     STRATA_CHECK(why.empty() || !job.device_explicit, "--device cuda: ", why, "; use --device cpu");

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,10 @@ std::string human_bytes(double b);
 
 // Whether any module's format or the KV cache needs activation statistics (a calibration forward).
 bool needs_activations(const QuantPlan& plan);
+
+// The modules of decoder layer `layer` whose input statistics local_hessian needs (its NVFP4 and
+// W4A16 NVFP4 weights, the searched ones); empty unless the recipe's algorithm is local_hessian.
+std::set<std::string, std::less<>> local_hessian_modules(const QuantPlan& plan, int64_t layer);
 
 // The resume folder: --resume_dir, or "<export_path>.strata_resume".
 std::string resume_dir_of(const QuantizeJob& job);

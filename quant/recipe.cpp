@@ -294,10 +294,6 @@ constexpr MissingRecipe kMissingRecipes[] = {
      "the nvfp4_act_headroom calibrator (NVFP4 input amax = max(16384 x the 1st percentile, the "
      "99.99th percentile) of a log2 histogram of per-16-block activation amaxes) is not "
      "implemented: strata's calibrator keeps one max per input"},
-    {"general/ptq/nvfp4_experts_only_mse-kv_fp8_cast",
-     "MSE weight-scale search is not implemented (strata's weight scales come from max)"},
-    {"general/ptq/nvfp4_mlp_only_mse-kv_fp8_cast",
-     "MSE weight-scale search is not implemented (strata's weight scales come from max)"},
     {"general/ptq/nvfp4_default-kv_none-gptq", "GPTQ is not implemented"},
     {"general/ptq/nvfp4_experts_only-kv_fp8_layerwise",
      "ModelOpt 0.47's layerwise max calibration gives the routed experts other input scales "
@@ -410,6 +406,87 @@ void parse_rule(const ParseContext& ctx, const YAML::Node& node, int index,
   out.push_back(std::move(rule));
 }
 
+// A number (YAML scalar) of the algorithm mapping.
+double algorithm_number(const YAML::Node& n, const std::string& where, const char* key) {
+  const std::string v = scalar(n, where, key);
+  char* end = nullptr;
+  const double d = std::strtod(v.c_str(), &end);
+  STRATA_CHECK(end != v.c_str() && *end == '\0' && std::isfinite(d), where, ": algorithm ", key,
+               " must be a number, got '", v, "'");
+  return d;
+}
+
+bool algorithm_bool(const YAML::Node& n, const std::string& where, const char* key) {
+  const std::string v = scalar(n, where, key);
+  STRATA_CHECK(v == "true" || v == "false", where, ": algorithm ", key,
+               " must be true or false, got '", v, "'");
+  return v == "true";
+}
+
+// `algorithm:` as ModelOpt's recipes write it: a method name, or a mapping with `method` and the
+// options of ModelOpt 0.47's MaxCalibConfig / MseCalibConfig / LocalHessianCalibConfig that change
+// what strata writes; `layerwise` and `distributed_sync` are accepted where they change nothing.
+WeightCalib parse_algorithm(const YAML::Node& node, const std::string& what) {
+  const std::string where = str(what, " algorithm");
+  WeightCalib c;
+  auto set_method = [&](const std::string& m) {
+    if (m == "max") {
+      c.method = WeightCalib::Method::kMax;
+    } else if (m == "mse") {
+      c.method = WeightCalib::Method::kMse;
+    } else if (m == "local_hessian") {
+      c.method = WeightCalib::Method::kLocalHessian;
+      c.fp8_scale_sweep = true;  // LocalHessianCalibConfig's default
+    } else {
+      fail(where, ": unknown method '", m,
+           "' (strata has max, mse and local_hessian; ModelOpt's awq_*, smoothquant, gptq, "
+           "svdquant and the others are not implemented)");
+    }
+  };
+  if (node.IsScalar()) {
+    set_method(node.Scalar());
+    return c;
+  }
+  STRATA_CHECK(node.IsMap() && node["method"], where,
+               ": give a method name or a mapping such as {method: mse, fp8_scale_sweep: true}");
+  set_method(scalar(node["method"], where, "method"));
+  for (const auto& kv : node) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : std::string("?");
+    const bool search = c.searches();
+    if (key == "method") continue;
+    if (key == "fp8_scale_sweep" && search) {
+      c.fp8_scale_sweep = algorithm_bool(kv.second, where, "fp8_scale_sweep");
+    } else if (key == "step_size" && search) {
+      c.step_size = algorithm_number(kv.second, where, "step_size");
+    } else if (key == "start_multiplier" && search) {
+      c.start_multiplier = algorithm_number(kv.second, where, "start_multiplier");
+    } else if (key == "stop_multiplier" && search) {
+      c.stop_multiplier = algorithm_number(kv.second, where, "stop_multiplier");
+    } else if (key == "block_size" && c.method == WeightCalib::Method::kLocalHessian) {
+      STRATA_CHECK(algorithm_number(kv.second, where, "block_size") == 16, where,
+                   ": block_size must be 16 (the NVFP4 block); ModelOpt allows others but then "
+                   "its Hessian blocks do not align with the scale blocks");
+    } else if (key == "distributed_sync") {
+      algorithm_bool(kv.second, where, "distributed_sync");  // strata's ranks always merge
+    } else if (key == "layerwise") {
+      const YAML::Node& l = kv.second;
+      const bool off = l.IsMap() && l.size() == 1 && l["enable"] &&
+                       !algorithm_bool(l["enable"], where, "layerwise.enable");
+      STRATA_CHECK(off, where,
+                   ": only layerwise: {enable: false} is accepted (ModelOpt's layerwise "
+                   "calibration feeds each layer the quantized previous layers' outputs; strata "
+                   "calibrates on the unquantized ones)");
+    } else {
+      fail(where, ": unknown key '", key, "' for method ", weight_calib_method_name(c.method),
+           " (mse and local_hessian take fp8_scale_sweep, step_size, start_multiplier, "
+           "stop_multiplier; local_hessian also block_size; any method layerwise: {enable: "
+           "false} and distributed_sync)");
+    }
+  }
+  if (c.searches() && !c.fp8_scale_sweep) (void)mse_multipliers(c);  // checks the range
+  return c;
+}
+
 // Parses a recipe (or, with ctx.unit, a unit: description and rules only) from YAML text.
 Recipe parse_any(std::string_view yaml, const ParseContext& ctx) {
   YAML::Node root;
@@ -438,6 +515,8 @@ Recipe parse_any(std::string_view yaml, const ParseContext& ctx) {
       STRATA_CHECK(f.has_value(), ctx.what, ": unknown kv_cache '", v,
                    "' (none, fp8, fp8_cast, nvfp4 or nvfp4_cast; ", kKvRefused, ")");
       r.kv_cache = *f;
+    } else if (key == "algorithm" && !ctx.unit) {
+      r.algorithm = parse_algorithm(kv.second, ctx.what);
     } else if (key == "imports" && !ctx.unit) {
       STRATA_CHECK(kv.second.IsSequence(), ctx.what, ": 'imports' must be a list of unit names");
       int i = 0;
@@ -448,7 +527,9 @@ Recipe parse_any(std::string_view yaml, const ParseContext& ctx) {
       }
     } else {
       fail(ctx.what, ": unknown key '", key, "' (a ", ctx.unit ? "unit" : "recipe", " has ",
-           ctx.unit ? "description and rules" : "description, imports, kv_cache and rules", ")");
+           ctx.unit ? "description and rules"
+                    : "description, imports, kv_cache, algorithm and rules",
+           ")");
     }
   }
   STRATA_CHECK(rules_node != nullptr && rules_node->IsSequence() && rules_node->size() > 0,

@@ -14,6 +14,8 @@
 //   description: one line shown by `strata recipes`
 //   imports: [default_disabled]      # units from recipes/units/, their rules go first, in order
 //   kv_cache: fp8                    # none | fp8 | fp8_cast | nvfp4 | nvfp4_cast (default none)
+//   algorithm: {method: mse, fp8_scale_sweep: true}   # weight calibration (default max), as
+//                                    # ModelOpt's recipes spell it (quant/scale_search.h)
 //   rules:
 //     - {pattern: "*", format: nvfp4}
 //     - {pattern: "*.experts.*", enable: false}
@@ -33,6 +35,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "quant/scale_search.h"
 
 namespace strata {
 
@@ -88,6 +92,7 @@ struct Recipe {
   std::string name;  // built-in name, or the path it was read from
   std::string description;
   KvCacheFormat kv_cache = KvCacheFormat::kNone;
+  WeightCalib algorithm;          // how weight scales are chosen (max: from max|W|)
   std::vector<RecipeRule> rules;  // imports expanded, in order
 };
 
