@@ -845,8 +845,12 @@ void CudaBackend::moe_exchanged(const float* n, int64_t T, int64_t H, int64_t K,
            (opt_.gemm_bf16 ? align_up(static_cast<uint64_t>(R * Im) * 2) : 0) +
            align_up(static_cast<uint64_t>(R * H) * 4);
   };
-  if (dry()) {  // as many rows received as sent
-    take_received(received_bytes(S));
+  if (dry()) {
+    // The most rows this rank can receive: every token of every rank sends it one row per slot
+    // that chose an expert held here, at most min(K, Em) a token. Planned for, so that a chunk's
+    // exchange never outgrows the memory plan (a chunk of 16k tokens on 2 ranks needed 3.1 GiB
+    // more than the plan's "as many as sent" when routing sent one rank more rows than it sent).
+    take_received(received_bytes(static_cast<int64_t>(N) * T * std::min(K, Em)));
     release(top);
     return;
   }
