@@ -179,11 +179,12 @@ Canvas plot_kl_histogram(const KlHistogram& h) {
     const double x0 = 1.5 + static_cast<double>(i);
     ax.bar(x0 + kGap / 2, x0 + 1.0 - kGap / 2, static_cast<double>(h.counts[i]), kBlue);
   }
+  // A tick at every bin edge, labelled at the decades.
   std::vector<Tick> xt = {{0.5, "0"}};
-  for (size_t i = 0; i <= h.counts.size(); ++i) {
+  for (size_t i = 0; i <= h.counts.size() && !h.counts.empty(); ++i) {
     const int64_t b = h.first_bin + static_cast<int64_t>(i);
-    if (!h.counts.empty() && b % h.bins_per_decade == 0)
-      xt.push_back({1.5 + static_cast<double>(i), decade_label(b / h.bins_per_decade)});
+    xt.push_back({1.5 + static_cast<double>(i),
+                  b % h.bins_per_decade == 0 ? decade_label(b / h.bins_per_decade) : ""});
   }
   ax.x_ticks(xt);
   ax.frame();
@@ -270,7 +271,7 @@ Canvas plot_expert_coverage(const std::vector<ExpertStats>& experts) {
 namespace {
 
 struct Plot {
-  std::string file, alt, caption;
+  std::string file, alt, title, axes, caption;
   Canvas canvas;
 };
 
@@ -397,7 +398,9 @@ void write_compare_report(const CompareResult& r, const std::string& dir) {
   const KlHistogram h = kl_histogram(r.kl);
   std::vector<Plot> plots;
   plots.push_back(
-      {"layer_error.png", "per-layer relative error",
+      {"layer_error.png", "per-layer relative error", "Relative error per decoder layer",
+       "x: decoder layer index; y: |Q_l(h) - S_l(h)| / |S_l(h)| (Frobenius norms over every "
+       "token's hidden state)",
        "Relative error of each decoder layer's output vs layer index: " + swatch(kBlue) +
            "the error the layer adds, given the source's inputs (rel_error), and " +
            swatch(kOrange) +
@@ -413,11 +416,15 @@ void write_compare_report(const CompareResult& r, const std::string& dir) {
   if (h.clamped > 0)
     hist += str(" ", h.clamped, " positions below ", fmt("%.3g", h.lower_edge(0)),
                 " are counted in the first bin.");
-  plots.push_back({"kl_histogram.png", "histogram of the per-position KL divergence", hist,
-                   plot_kl_histogram(h)});
+  plots.push_back({"kl_histogram.png", "histogram of the per-position KL divergence",
+                   "KL divergence per position",
+                   "x: KL(source || quantized) in nats, log10 scale (a tick at every bin edge); "
+                   "y: positions",
+                   hist, plot_kl_histogram(h)});
   if (!r.experts.empty()) {
     plots.push_back(
-        {"expert_coverage.png", "expert coverage heat map",
+        {"expert_coverage.png", "expert coverage heat map", "Expert coverage",
+         "x: routed expert index; y: MoE layer (decoder layer index); colour: tokens routed",
          "Expert coverage: one row per MoE layer (labelled with its decoder layer index), one "
          "column per routed expert; colour = tokens the source routed to the expert on these "
          "positions (every top-k slot counts; the colour bar on the right gives the scale). " +
@@ -440,7 +447,8 @@ void write_compare_report(const CompareResult& r, const std::string& dir) {
   for (const Plot& p : plots) {
     const std::string png = p.canvas.png();
     write_file_atomic((fs::path(dir) / p.file).string(), png);
-    os << "<figure>\n<img class=\"plot\" alt=\"" << p.alt << "\" width=\"" << p.canvas.width()
+    os << "<h3>" << p.title << "</h3>\n<figure>\n<p>" << html_escape(p.axes)
+       << "</p>\n<img class=\"plot\" alt=\"" << p.alt << "\" width=\"" << p.canvas.width()
        << "\" height=\"" << p.canvas.height() << "\" src=\"data:image/png;base64,"
        << base64_encode(png) << "\">\n<figcaption>" << p.caption << " (" << p.file
        << ")</figcaption>\n</figure>\n";
