@@ -287,3 +287,72 @@ TEST(Quantize, UnmatchedRecipeRuleWarns) {
 }
 
 }  // namespace
+
+// --eval_data FILE: after the run, the comparison of `strata compare MODEL EXPORT --tokens FILE`,
+// its headline printed in the summary; the numbers equal those of strata compare run apart on
+// the same files (the same code path and data: exactly, and --eval_json byte for byte).
+TEST(Quantize, EvalDataPrintsWhatCompareFinds) {
+  TempDir tmp;
+  write_tokens(tmp.path() / "t.jsonl");
+  const fs::path out = tmp.path() / "out", tokens = tmp.path() / "t.jsonl";
+  RunResult r = run_strata("quantize -q --device cpu --model '" + kFixtures +
+                               "qwen3_moe' --recipe nvfp4-kv_fp8 --calib_data '" + tokens.string() +
+                               "' --calib_size 3 --export_path '" + out.string() +
+                               "' --eval_data '" + tokens.string() + "' --eval_json '" +
+                               (tmp.path() / "eval.json").string() + "'",
+                           tmp.path());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  RunResult c =
+      run_strata("compare -q '" + kFixtures + "qwen3_moe' '" + out.string() + "' --tokens '" +
+                     tokens.string() + "' --json '" + (tmp.path() / "compare.json").string() + "'",
+                 tmp.path());
+  ASSERT_EQ(c.rc, 0) << c.err;
+  // compare's headline: from "KL divergence" to the perplexity line.
+  const size_t from = c.out.find("KL divergence (source || quantized) per position\n");
+  const size_t to = c.out.find('\n', c.out.find("perplexity  source"));
+  ASSERT_NE(from, std::string::npos) << c.out;
+  ASSERT_NE(to, std::string::npos) << c.out;
+  const std::string headline = c.out.substr(from, to + 1 - from);
+  EXPECT_NE(r.out.find("--tokens " + tokens.string() + ", on the CPU): 3 sequences, 16 tokens\n" +
+                       headline),
+            std::string::npos)
+      << "quantize:\n"
+      << r.out << "\ncompare:\n"
+      << c.out;
+  EXPECT_EQ(read_file(tmp.path() / "eval.json"), read_file(tmp.path() / "compare.json"));
+}
+
+// A bad --eval_data fails with one line before any work: no export folder is made.
+TEST(Quantize, BadEvalDataFailsBeforeAnyWork) {
+  TempDir tmp;
+  write_tokens(tmp.path() / "t.jsonl");
+  write_file(tmp.path() / "bad.jsonl", "[1, 2, 3]\n[4, \"x\"]\n");
+  write_file(tmp.path() / "text.txt", "some text to compare on\n");
+  const std::string base = "quantize --device cpu --model '" + kFixtures +
+                           "qwen3_moe' --calib_data '" + (tmp.path() / "t.jsonl").string() +
+                           "' --calib_size 3 --export_path '" + (tmp.path() / "o").string() + "' ";
+  struct Case {
+    std::string args, needle;
+  } cases[] = {
+      {"--eval_data '" + (tmp.path() / "missing.jsonl").string() + "'",
+       "missing.jsonl: --eval_data does not exist"},
+      {"--eval_data '" + (tmp.path() / "bad.jsonl").string() + "'", "bad.jsonl"},
+      {"--eval_data '" + (tmp.path() / "text.txt").string() + "'",
+       "--eval_data is text, and " + kFixtures + "qwen3_moe has no tokenizer"},
+      {"--eval_json x.json", "--eval_json needs --eval_data"},
+      {"--eval_data '" + (tmp.path() / "t.jsonl").string() + "' --eval_json '" +
+           (tmp.path() / "no" / "e.json").string() + "'",
+       "--eval_json's folder"},
+  };
+  for (const Case& c : cases) {
+    RunResult r = run_strata(base + c.args, tmp.path());
+    EXPECT_EQ(r.rc, 1) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(fs::exists(tmp.path() / "o")) << c.args;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+  RunResult help = run_strata("quantize --help", tmp.path());
+  EXPECT_NE(help.out.find("--eval_data FILE"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("runs on the CPU"), std::string::npos) << help.out;
+}
