@@ -836,9 +836,12 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
           return fp8_search_amax(std::span<const Tensor>(&w, 1), weight_amax_of({w}), algo, M);
         }(), M);
       } else {
+        ops::StoredWeight sw = stored(w);
+        // ModelOpt exports gpt-oss's experts as one 3-D tensor, dividing in fp32 (backend.h).
+        sw.fp32_quotient = plan_.fused_experts && m.kind == TensorKind::kRoutedExperts;
         q = *host_backend()
-                 .quantize_weight(stored(w), m.format,
-                                  shared ? group_weight_amax() : weight_amax_of({w}), M)
+                 .quantize_weight(sw, m.format, shared ? group_weight_amax() : weight_amax_of({w}),
+                                  M)
                  .fp8;
       }
       out.emplace_back(M + ".weight", std::move(q.weight));

@@ -554,7 +554,8 @@ QuantizedWeight CpuBackend::quantize_weight(const StoredWeight& w, QFormat forma
       q.nvfp4 = nvfp4_quantize(t, amax, name);
       break;
     case QFormat::kFp8:
-      q.fp8 = fp8_quantize(t, amax, name);
+      // fp32_quotient: the same values in fp32, whose quotient nothing rounds (fp8.h).
+      q.fp8 = fp8_quantize(w.fp32_quotient ? t.to_f32() : t, amax, name);
       break;
     case QFormat::kMxfp8:
       q.mxfp8 = mxfp8_quantize(t, name);

@@ -1017,7 +1017,8 @@ QuantizedWeight CudaBackend::quantize_weight(const StoredWeight& w, QFormat form
     case QFormat::kFp8: {
       STRATA_ASSERT(static_cast<uint64_t>(rows * cols) <= scratch_.bytes(),
                     "quantize_weight scratch");
-      const float ws = qc::fp8_quantize(w.data, w.dtype, rows * cols, amax, arena, name, *qstream_);
+      const float ws = qc::fp8_quantize(w.data, w.dtype, rows * cols, amax, arena, name, *qstream_,
+                                        w.fp32_quotient);
       o.fp8 = Fp8Weight{fetch(arena, DType::kF8E4M3, {rows, cols}), Tensor::scalar_f32(ws)};
       break;
     }
