@@ -86,6 +86,10 @@ TestHooks test_hooks(const Args& args) {
   }
   t.gpu_host_store = args.flag_set("--test_gpu_host_store");
   t.gpu_split = args.flag_set("--test_gpu_split");
+  if (args.has("--test_gpu_expert_slice")) {
+    t.gpu_expert_slice = args.get_int("--test_gpu_expert_slice");
+    STRATA_CHECK(t.gpu_expert_slice > 0, "--test_gpu_expert_slice must be positive");
+  }
   if (args.has("--test_gpu_ranks_exchange"))
     t.gpu_exchange_on_main = choice(args, "--test_gpu_ranks_exchange", "thread|main") == 1;
   return t;
@@ -190,6 +194,9 @@ void declare_flags(Args& args) {
   args.hidden_flag("--test_gpu_split",
                    "the GPU path runs chunks of sequences of one micro-batch, as when one "
                    "micro-batch does not fit beside a layer");
+  args.hidden_option("--test_gpu_expert_slice", "N",
+                     "the GPU path decompresses a compressed source's routed experts N at a "
+                     "time, as when a layer's decompressed experts do not fit");
   args.hidden_option("--test_gpu_ranks_exchange", "thread|main",
                      "where GPU ranks exchange a layer's shares");
   args.option("--eval_data", "FILE",

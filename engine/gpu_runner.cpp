@@ -171,6 +171,7 @@ class DevicePlacement : public Placement {
   size_t rounds_ = 0;
   LayerBlob tail_;
   uint64_t max_blob_ = 0, max_conv_ = 0, attention_cap_ = 0, attention_ = 0;
+  uint64_t max_conv_deferred_ = 0, largest_deferred_ = 0;
   int64_t longest_seq_ = 0;
   // Weight quantization on the device (the default; --gpu_quantize off leaves it to the CPU
   // exporter), on a backend and stream of its own beside the forward (both only read the weights).
@@ -243,6 +244,9 @@ DevicePlacement::DevicePlacement(GpuLoop& loop)
                            " tokens does not fit beside a layer)")
                      : std::string(),
            "; layer weights up to ", format_gib(max_blob_),
+           mp_.expert_slice > 0
+               ? str(", routed experts decompressed ", mp_.expert_slice, " at a time")
+               : std::string(),
            mp_.buffers == 2 ? " in two device buffers" : " in one device buffer",
            attention_ ? "; attention through batched GEMMs" : "",
            dq_ ? "; weights quantized on the device" : "; weights quantized by the CPU exporter");
@@ -289,6 +293,10 @@ void DevicePlacement::plan_layers() {
     }
     max_blob_ = std::max(max_blob_, blobs_[l].bytes);
     max_conv_ = std::max(max_conv_, f_->converted_bytes(l, blobs_[l]));
+    uint64_t largest = 0;  // with the routed experts deferred (memory_plan.h "Slices")
+    max_conv_deferred_ =
+        std::max(max_conv_deferred_, f_->converted_bytes(l, blobs_[l], true, &largest));
+    largest_deferred_ = std::max(largest_deferred_, largest);
   }
   tail_ = reader_->plan(loop_.exporter.step_sources(L_ + 1));
 }
@@ -340,12 +348,23 @@ void DevicePlacement::plan_memory() {
   // large run.
   mi.force_host = loop_.test.gpu_host_store;
   mi.force_split = loop_.test.gpu_split;
+  // Routed experts decompressed in slices when a layer's do not fit at once (not with expert
+  // parallelism, whose ranks hold a part of them each).
+  if (!ep_) {
+    mi.max_conv_deferred = max_conv_deferred_;
+    mi.expert_slot = f_->expert_slot_bytes();
+    mi.experts = loop_.config.num_experts;
+    mi.quantizer_deferred = dq_ ? largest_deferred_ : 0;
+    // Test hook (--test_gpu_expert_slice N): N experts a slice whatever the budget.
+    mi.force_expert_slice = loop_.test.gpu_expert_slice;
+  }
   mi.weight_buffers = loop_.gpu.weight_buffers;
   mp_ = plan_gpu_memory(mi);
 }
 
 void DevicePlacement::allocate() {
   gpu::DeviceBudget& budget = *budget_;
+  f_->set_expert_slice(mp_.expert_slice);
   weights_[0] = gpu::DeviceBuffer(budget, max_blob_, "a layer's weights");
   if (mp_.buffers == 2)
     weights_[1] = gpu::DeviceBuffer(budget, max_blob_, "the next layer's weights");
@@ -367,6 +386,7 @@ void DevicePlacement::allocate() {
     quant_ = std::make_unique<ops::CudaBackend>(budget, quant_stream_, ops::CudaBackendOptions{},
                                                 std::max<int64_t>(dq_->max_groups(), 1), 0);
     quant_->reserve_scratch(std::max<uint64_t>(dq_->encoded_bytes(), 1));
+    if (mp_.expert_slice > 0) quant_->reserve_decompression(largest_deferred_);
     quant_->use_for_quantization(device_);
   }
   const uint64_t chunk_bf16 = static_cast<uint64_t>(mp_.chunk_max * H_) * 2;

@@ -129,22 +129,6 @@ std::vector<uint8_t> CommExpertExchange::alltoallv_rows(const std::vector<uint8_
   return out;
 }
 
-int64_t routed_expert_of(std::string_view name) {
-  static constexpr std::string_view kMark = "experts.";
-  for (size_t at = name.find(kMark); at != std::string_view::npos; at = name.find(kMark, at + 1)) {
-    if (at > 0 && name[at - 1] != '.') continue;  // "shared_experts." is not routed
-    size_t i = at + kMark.size(), digits = 0;
-    int64_t e = 0;
-    while (i < name.size() && name[i] >= '0' && name[i] <= '9' && digits < 9) {
-      e = e * 10 + (name[i] - '0');
-      ++i;
-      ++digits;
-    }
-    if (digits > 0 && i < name.size() && name[i] == '.') return e;
-  }
-  return -1;
-}
-
 void test_fail_hook(const Comm& comm, int64_t layer, const TestHooks& hooks) {
   if (hooks.fail_rank != comm.rank() || hooks.fail_layer != layer) return;
   fail("test hook: rank ", comm.rank(), " fails at layer ", layer,

@@ -72,11 +72,6 @@ class CommExpertExchange final : public ExpertExchange {
   Comm& comm_;
 };
 
-// The routed expert a decoder-layer tensor belongs to: e for "...experts.<e>.<rest>" (per-expert
-// modules and their compressed scales), -1 for any other tensor (shared experts, the router,
-// transformers v5's fused [E, ...] expert tensors).
-int64_t routed_expert_of(std::string_view name);
-
 // Test hook (tests/engine/mpi_test.sh): --test_fail_rank r --test_fail_layer l (TestHooks) make
 // rank r throw a strata::Error when it starts decoder layer l.
 void test_fail_hook(const Comm& comm, int64_t layer, const TestHooks& hooks);

@@ -185,6 +185,48 @@ uint64_t CudaBackend::attention_bytes(int64_t n_heads, int64_t longest, uint64_t
          kPtrSlots * seqs * static_cast<uint64_t>(n_heads) * kPtrArrays * sizeof(void*);
 }
 
+void decompress_weight(const Compressed& c, int64_t rows, int64_t cols, void* dst, bool to_bf16,
+                       void* stream) {
+  const auto* values = static_cast<const uint8_t*>(c.values);
+  switch (c.kind) {
+    case Compressed::Kind::kInt4Pack:
+      cuda::dequant_int4_pack(values, rows, cols, c.group, c.scales, c.scale_dtype, dst, to_bf16,
+                              stream);
+      return;
+    case Compressed::Kind::kMxfp4:
+      cuda::dequant_mxfp4(values, static_cast<const uint8_t*>(c.scales), rows, c.stored_cols, dst,
+                          to_bf16, stream);
+      return;
+    case Compressed::Kind::kFp8Block:
+      cuda::dequant_fp8_block(values, rows, cols, c.group, c.scales, c.scale_dtype, dst, to_bf16,
+                              stream);
+      return;
+    case Compressed::Kind::kNone:
+      break;
+  }
+  STRATA_ASSERT(false, "decompress_weight: not a compressed weight");
+}
+
+uint64_t CudaBackend::expert_slot_bytes(const Mlp& m, bool gemm_bf16) {
+  const uint64_t one = align_up(static_cast<uint64_t>(m.inter * m.hidden) * (gemm_bf16 ? 2 : 4));
+  // gate and up, or gate_up [2I, H]; down [H, I] reuses the slot.
+  return m.interleaved
+             ? align_up(2 * static_cast<uint64_t>(m.inter * m.hidden) * (gemm_bf16 ? 2 : 4))
+             : 2 * one;
+}
+
+void CudaBackend::reserve_expert_slice(int64_t experts, uint64_t slot_bytes) {
+  slot_bytes = align_up(slot_bytes);
+  if (experts == slice_experts_ && slot_bytes == slot_bytes_) return;
+  if (stream_) stream_->synchronize();  // the last layer's slices may still be read
+  slice_ = DeviceBuffer();
+  slice_experts_ = experts;
+  slot_bytes_ = slot_bytes;
+  if (experts > 0)
+    slice_ = DeviceBuffer(*budget_, static_cast<uint64_t>(experts) * slot_bytes,
+                          "a slice of routed experts' decompressed weights");
+}
+
 void CudaBackend::reserve_attention(int64_t n_heads, int64_t longest, uint64_t cap) {
   Attention& a = *att_;
   const uint64_t bytes = attention_bytes(n_heads, longest, cap);
@@ -350,6 +392,9 @@ void CudaBackend::linears(const float* x, int64_t m, std::initializer_list<Out> 
   for (const Out& o : outs) {
     const Weight& w = *o.w;
     refuse_input_quant(w);
+    // Only routed experts are deferred (moe() decompresses them); linears and mlp() (dense MLPs,
+    // shared experts) get their weights decompressed at set_layer.
+    STRATA_ASSERT(!w.deferred(), "a linear's weight with deferred decompression");
     if (w.f32) {  // routers and gates: fp32 GEMMs on the fp32 input
       if (!dry()) mm(x, w.data, o.y, m, w.rows(), w.cols(), false);
     } else {
@@ -660,13 +705,22 @@ const void* const* CudaBackend::expert_tables(std::span<const Mlp> experts, int6
   const size_t E = static_cast<size_t>(count * repeat);
   x.next.assign(5 * E, nullptr);
   for (size_t e = 0; e < E; ++e) {
-    const Mlp& m = experts[static_cast<size_t>(first) + e % static_cast<size_t>(count)];
-    auto ptr = [](const Weight& w) { return w.defined() ? w.data : nullptr; };
-    x.next[e] = m.interleaved ? ptr(m.gate_up) : ptr(m.gate);
-    x.next[E + e] = ptr(m.up);
-    x.next[2 * E + e] = ptr(m.down);
-    x.next[3 * E + e] = ptr(m.gate_up_bias);
-    x.next[4 * E + e] = ptr(m.down_bias);
+    const int64_t ex = first + static_cast<int64_t>(e % static_cast<size_t>(count));
+    const Mlp& m = experts[static_cast<size_t>(ex)];
+    // A deferred weight: where decompress_experts puts it (gate or gate_up, and down, at the
+    // slot's start; up after gate).
+    auto ptr = [&](const Weight& w, uint64_t at) -> const void* {
+      if (!w.defined()) return nullptr;
+      if (!w.deferred()) return w.data;
+      return static_cast<const uint8_t*>(expert_slot(ex)) + at;
+    };
+    const uint64_t up_at =
+        align_up(static_cast<uint64_t>(m.inter * m.hidden) * static_cast<uint64_t>(esz()));
+    x.next[e] = m.interleaved ? ptr(m.gate_up, 0) : ptr(m.gate, 0);
+    x.next[E + e] = ptr(m.up, up_at);
+    x.next[2 * E + e] = ptr(m.down, 0);
+    x.next[3 * E + e] = ptr(m.gate_up_bias, 0);
+    x.next[4 * E + e] = ptr(m.down_bias, 0);
   }
   if (x.next != x.last) {
     const uint64_t bytes = x.next.size() * sizeof(void*);
@@ -682,6 +736,33 @@ const void* const* CudaBackend::expert_tables(std::span<const Mlp> experts, int6
   }
   *aligned = x.aligned;
   return static_cast<const void* const*>(x.dev.data());
+}
+
+const void* CudaBackend::expert_slot(int64_t e) const {
+  STRATA_ASSERT(slice_experts_ > 0, "deferred experts without a slice buffer");
+  return slice_.as<uint8_t>() + static_cast<uint64_t>(e % slice_experts_) * slot_bytes_;
+}
+
+void CudaBackend::decompress_experts(std::span<const Mlp> experts, int64_t e0, int64_t e1,
+                                     bool gate_up) {
+  void* s = stream_->handle();
+  for (int64_t e = e0; e < e1; ++e) {
+    const Mlp& m = experts[static_cast<size_t>(e)];
+    if (!m.held()) continue;
+    auto* slot = static_cast<uint8_t*>(const_cast<void*>(expert_slot(e)));
+    auto run = [&](const Weight& w, uint64_t at) {
+      STRATA_ASSERT(w.deferred(), "routed experts partly deferred");
+      decompress_weight(w.compressed, w.rows(), w.cols(), slot + at, opt_.gemm_bf16, s);
+    };
+    if (!gate_up) {
+      run(m.down, 0);
+    } else if (m.interleaved) {
+      run(m.gate_up, 0);
+    } else {
+      run(m.gate, 0);
+      run(m.up, align_up(static_cast<uint64_t>(m.inter * m.hidden) * static_cast<uint64_t>(esz())));
+    }
+  }
 }
 
 void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
@@ -720,9 +801,21 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
     release(at);
     gin(act, S * Im);  // the down GEMMs' input
     release(top);
+    expert_slot_high_ = std::max(expert_slot_high_, expert_slot_bytes(experts[0], opt_.gemm_bf16));
     return;
   }
   void* s = stream_->handle();
+  // Deferred experts (reserve_expert_slice): the GEMMs run a slice of experts at a time, each
+  // slice's weights decompressed just before, into the same slots. Every row's output has the
+  // bits of the whole launch (expert_gemm.h: the same row tile for S and E, the same k order).
+  const bool deferred =
+      experts[0].interleaved ? experts[0].gate_up.deferred() : experts[0].gate.deferred();
+  const int64_t slice = deferred ? slice_experts_ : E;
+  if (deferred) {
+    STRATA_ASSERT(slice > 0 && slot_bytes_ >= expert_slot_bytes(experts[0], opt_.gemm_bf16),
+                  "deferred experts: the slice buffer holds ", slice, " slots of ", slot_bytes_,
+                  " bytes");
+  }
   int32_t* counts = moe_ints_.as<int32_t>();  // from the router
   int32_t* offsets = counts + E;              // [E + 1]
   int32_t* cursor = offsets + E + 1;          // [E]
@@ -762,9 +855,24 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
     gu.y[1] = u;
     gu.n_out = 2;
   }
-  cuda::expert_gemm(xin, S, H, offsets, tile_first, E, tile, gu, gw, opt_.gemm_bf16, aligned, s);
-  ++prof_->gemms;
-  span(kExpertGateUp);
+  auto gemms = [&](const cuda::ExpertGemmOutputs& out, const void* x, int64_t k, int64_t width,
+                   bool gate_up) {
+    for (int64_t e0 = 0; e0 < E; e0 += slice) {
+      const int64_t e1 = std::min(E, e0 + slice);
+      if (deferred) {
+        decompress_experts(experts, e0, e1, gate_up);
+        span(kExpertOther);
+      }
+      cuda::ExpertGemmOutputs part = out;
+      for (int j = 0; j < out.n_out; ++j)
+        part.w[j] = out.w[j] + e0;
+      cuda::expert_gemm(x, S, k, offsets + e0, tile_first + e0, e1 - e0, tile, part, width,
+                        opt_.gemm_bf16, aligned, s);
+      ++prof_->gemms;
+      span(gate_up ? kExpertGateUp : kExpertDown);
+    }
+  };
+  gemms(gu, xin, H, gw, true);
   release(at);
   // Under bf16_ops every GEMM output, and gpt-oss's biased one again, rounded (as CpuBackend::mlp).
   round_ops(g, S * gw);
@@ -782,8 +890,7 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   cuda::ExpertGemmOutputs dn;
   dn.w[0] = tables + 2 * E;
   dn.y[0] = og;
-  cuda::expert_gemm(hin, S, Im, offsets, tile_first, E, tile, dn, H, opt_.gemm_bf16, aligned, s);
-  ++prof_->gemms;
+  gemms(dn, hin, Im, H, false);
   round_ops(og, S * H);
   if (interleaved) {
     cuda::moe_add_bias(og, S, H, row_expert, down_bias, s);
@@ -823,6 +930,8 @@ void CudaBackend::moe_exchanged(const float* n, int64_t T, int64_t H, int64_t K,
   STRATA_CHECK(!experts[0].interleaved,
                "expert parallelism on the GPU: gpt-oss's experts are written fused (run without "
                "--expert_parallel)");
+  for (const Mlp& m : experts)
+    STRATA_ASSERT(!m.gate.deferred(), "expert parallelism: deferred experts (never sliced)");
   const int N = exchange_ ? exchange_->ranks() : opt_.expert_ranks;
   const int me = exchange_ ? exchange_->rank() : 0;
   const int64_t e0 = E * me / N, e1 = E * (me + 1) / N, Em = e1 - e0;  // the experts held here
@@ -971,6 +1080,23 @@ void CudaBackend::use_for_quantization(int device) {
   qstream_ = std::make_unique<strata::cuda::Stream>(device);
 }
 
+void CudaBackend::reserve_decompression(uint64_t bytes) {
+  if (bytes <= decompressed_.bytes()) return;
+  decompressed_ = DeviceBuffer();
+  decompressed_ = DeviceBuffer(*budget_, bytes, "a compressed weight decompressed to quantize it");
+}
+
+StoredWeight CudaBackend::decompressed_for_quantization(const StoredWeight& w) {
+  if (!w.compressed.defined()) return w;
+  const uint64_t bytes = static_cast<uint64_t>(w.rows * w.cols) * 2;
+  STRATA_ASSERT(bytes <= decompressed_.bytes(), "a deferred weight of ", bytes,
+                " bytes to quantize; reserve_decompression reserved ", decompressed_.bytes());
+  // bf16, as the CPU decompresses it (FP8's rounding follows the weight's dtype); on the
+  // quantization stream, in order with its readers (the buffer is reused by the next weight).
+  decompress_weight(w.compressed, w.rows, w.cols, decompressed_.data(), true, qstream_->native());
+  return StoredWeight{decompressed_.data(), DType::kBF16, w.rows, w.cols};
+}
+
 void CudaBackend::weight_amaxes(const std::vector<std::vector<StoredWeight>>& groups, float* out) {
   namespace qc = strata::quant::cuda;
   if (groups.empty()) return;
@@ -981,17 +1107,20 @@ void CudaBackend::weight_amaxes(const std::vector<std::vector<StoredWeight>>& gr
   float* slots = slots_dev_.as<float>();
   strata::cuda::fill_zero(slots, groups.size() * 4, *qstream_);
   for (size_t g = 0; g < groups.size(); ++g) {
-    for (const StoredWeight& w : groups[g])
+    for (const StoredWeight& stored : groups[g]) {
+      const StoredWeight w = decompressed_for_quantization(stored);
       qc::weight_amax(w.data, w.dtype, w.rows * w.cols, slots + g, *qstream_);
+    }
   }
   strata::cuda::copy_to_host(out, slots, groups.size() * 4, *qstream_);
 }
 
-QuantizedWeight CudaBackend::quantize_weight(const StoredWeight& w, QFormat format, float amax,
+QuantizedWeight CudaBackend::quantize_weight(const StoredWeight& stored, QFormat format, float amax,
                                              std::string_view name) {
   namespace qc = strata::quant::cuda;
   STRATA_ASSERT(qstream_, "quantize_weight: use_for_quantization first");
   cudaSetDevice(qstream_->device());
+  const StoredWeight w = decompressed_for_quantization(stored);
   const int64_t rows = w.rows, cols = w.cols;
   uint8_t* arena = scratch_.as<uint8_t>();  // the encoders' outputs, then copied back
   auto fetch = [&](const uint8_t* src, DType dtype, Shape shape) {
