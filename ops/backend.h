@@ -201,12 +201,12 @@ struct StoredWeight {
   const void* data = nullptr;
   DType dtype = DType::kBF16;
   int64_t rows = 0, cols = 0;
+  Compressed compressed{};
   // FP8: quantized as ModelOpt 0.47 exports a 3-D stacked expert weight (gpt-oss's fused experts):
   // it divides by the scale unsqueezed to one dimension, which promotes a bf16 weight to fp32, so
   // the quotient is fp32 (not rounded to the weight's dtype) and the divisor the fp32 scale itself.
   // A 2-D weight divides by the 0-dim scale in its own dtype (the default, format.md §2).
   bool fp32_quotient = false;
-  Compressed compressed{};
 };
 
 // Names the part of a layer that the ops issued since the previous mark belong to (the CUDA

@@ -1094,7 +1094,9 @@ StoredWeight CudaBackend::decompressed_for_quantization(const StoredWeight& w) {
   // bf16, as the CPU decompresses it (FP8's rounding follows the weight's dtype); on the
   // quantization stream, in order with its readers (the buffer is reused by the next weight).
   decompress_weight(w.compressed, w.rows, w.cols, decompressed_.data(), true, qstream_->native());
-  return StoredWeight{decompressed_.data(), DType::kBF16, w.rows, w.cols};
+  StoredWeight d{decompressed_.data(), DType::kBF16, w.rows, w.cols};
+  d.fp32_quotient = w.fp32_quotient;
+  return d;
 }
 
 void CudaBackend::weight_amaxes(const std::vector<std::vector<StoredWeight>>& groups, float* out) {
