@@ -40,16 +40,7 @@ args=(quantize --model "$src" --calib_data "$work/tokens.jsonl" --calib_size "$c
       --device cuda --max_gpu_memory_gb 1 "$@")
 pass() { echo "PASS: $model: $*"; }
 fail() { echo "FAIL: $model: $*"; exit 1; }
-sums() { (cd "$1" && find . -type f | sort | xargs sha256sum); }
-same() {  # dir, what
-  if ! diff "$work/ref.sums" <(sums "$1") > /dev/null; then
-    diff "$work/ref.sums" <(sums "$1") || true
-    python3 tests/engine/compare_exports.py "$work/ref" "$1" --rel 1 || true
-    fail "$2: output differs from one process on the GPU"
-  fi
-  [ ! -e "$1.strata_resume" ] || fail "$2: resume folder left behind"
-  pass "$2: every file byte-identical to one process's"
-}
+source tests/engine/mpi_lib.sh  # sums, same, ranks_of, next_step, kill_and_resume
 on_gpu() {  # stderr file, what
   grep -q "GPU: " "$1" || { cat "$1"; fail "$2 did not run on the GPU"; }
   if grep -q "calibrating on the CPU" "$1"; then cat "$1"; fail "$2 fell back to the CPU"; fi
@@ -85,30 +76,7 @@ for n in 2 3 4; do
 done
 
 # Killed with one rank count once a layer is committed, resumed with another.
-ranks_of() {  # the strata ranks under the launcher started as pid $1 (`timeout mpirun ...`)
-  local m
-  m=$(pgrep -f -P "$1" "^mpirun") || return 0
-  pgrep -P "$m" strata || true
-}
-next_step() { grep -o '"next_step": *[0-9]*' "$1.strata_resume/manifest.json" 2> /dev/null | grep -o '[0-9]*$' || echo 0; }
-for pair in "2 3" "4 2" "3 1"; do
-  read -r from to <<< "$pair"
-  out=$work/stop$from-$to
-  # (launched directly, not through mpi(): $! must be timeout's pid, whose child is mpirun)
-  "${launch[@]}" -np "$from" bash "$here/gpu_rank_env.sh" "$strata" "${args[@]}" --expert_parallel \
-    --test_slow_layer_ms 1000 -q --export_path "$out" > "$out.first" 2>&1 &
-  pid=$!
-  for _ in $(seq 1200); do [ "$(next_step "$out")" -ge 2 ] && break; sleep 0.05; done
-  [ "$(next_step "$out")" -ge 2 ] || { cat "$out.first"; fail "-np $from: no layer committed"; }
-  kill -9 $(ranks_of "$pid") 2> /dev/null || true
-  wait "$pid" 2> /dev/null || true
-  [ -f "$out.strata_resume/manifest.json" ] || fail "-np $from stopped: no manifest left to resume"
-  if [ "$to" -eq 1 ]; then
-    "$strata" "${args[@]}" --export_path "$out" > "$out.log" 2>&1 || { cat "$out.log"; fail "resume by one process failed"; }
-  else
-    mpi "$to" "${args[@]}" --expert_parallel --export_path "$out" > "$out.log" 2>&1 || { cat "$out.log"; fail "resume with -np $to failed"; }
-  fi
-  grep -q "resuming at" "$out.log" || { cat "$out.log"; fail "-np $from -> $to did not resume"; }
-  same "$out" "killed with -np $from, resumed with -np $to"
-done
+extra=(--expert_parallel)
+rank_cmd=(bash "$here/gpu_rank_env.sh")
+kill_and_resume "2 3" "4 2" "3 1"
 pass "expert parallel on GPU ranks: -np 2, 3, 4 and kill/resume 2 -> 3, 4 -> 2, 3 -> 1 give one process's bytes"

@@ -38,15 +38,7 @@ args=(quantize --model "$src" --calib_data "$work/tokens.jsonl" --calib_size "$c
       --device cuda --max_gpu_memory_gb 1 "$@")
 extra=()
 fail() { echo "FAIL: $*"; exit 1; }
-same() {  # dir, what
-  if ! diff "$work/ref.sums" <(sums "$1") > /dev/null; then
-    diff "$work/ref.sums" <(sums "$1") || true
-    python3 tests/engine/compare_exports.py "$work/ref" "$1" --rel 1 || true
-    fail "$2: output differs from one process on the GPU"
-  fi
-  [ ! -e "$1.strata_resume" ] || fail "$2: resume folder left behind"
-}
-source tests/engine/mpi_lib.sh  # sums, ranks_of, next_step, kill_and_resume
+source tests/engine/mpi_lib.sh  # sums, same, ranks_of, next_step, kill_and_resume
 
 "$strata" "${args[@]}" --export_path "$work/ref" > "$work/ref.out" 2> "$work/ref.err" || { cat "$work/ref.err"; fail "one process failed"; }
 grep -q "GPU: " "$work/ref.err" || { cat "$work/ref.err"; fail "one process did not run on the GPU"; }
