@@ -50,6 +50,8 @@ uint64_t quantized_bytes(const PlannedModule& m) {
       return out * in / 2 + out * in / 32 + 4;
     case QFormat::kMxfp4:
       return out * in / 2 + out * in / 32;
+    case QFormat::kFp8PbWo:
+      return out * in + 4 * ((out + 127) / 128) * ((in + 127) / 128);
     case QFormat::kNone:
       return out * in * static_cast<uint64_t>(dtype_bits(m.dtype)) / 8;
   }

@@ -257,6 +257,15 @@ std::vector<TensorSpec> ModeloptExporter::outputs_of(const std::vector<std::stri
         out.push_back({M + ".weight", DType::kU8, {rows, cols / 2}});
         out.push_back({M + ".weight_scale", DType::kU8, {rows, cols / 32}});
         break;
+      case QFormat::kFp8PbWo: {
+        // quant/fp8.h: [ceil(out/128), 1, ceil(in/128), 1], or 0-d for a single block.
+        const int64_t nr = (rows + kFp8PbBlock - 1) / kFp8PbBlock;
+        const int64_t nc = (cols + kFp8PbBlock - 1) / kFp8PbBlock;
+        out.push_back({M + ".weight", DType::kF8E4M3, {rows, cols}});
+        out.push_back(
+            {M + ".weight_scale", DType::kF32, nr * nc == 1 ? Shape{} : Shape{nr, 1, nc, 1}});
+        break;
+      }
       case QFormat::kNone:
         break;
     }
@@ -619,6 +628,7 @@ std::vector<TensorSpec> ModeloptExporter::fused_outputs(const FusedMember& f) co
     case QFormat::kMxfp8:
     case QFormat::kW4A16Nvfp4Bs32:
     case QFormat::kMxfp4:
+    case QFormat::kFp8PbWo:
       break;  // refused by make_plan
   }
   STRATA_ASSERT(false, "fused experts in format ", qformat_name(m.format), ": ", P);
@@ -830,6 +840,15 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
       out.emplace_back(M + ".weight_scale_2", std::move(q.global_scale));
       break;
     }
+    case QFormat::kFp8PbWo: {
+      // Quantized here only (engine/weight_quantizer.h); weight-only, every module its own blocks
+      // (ModelOpt 0.47 fuses no amax of a block-scaled FP8 weight).
+      STRATA_ASSERT(!have_pre, "precomputed weight of ", M, " in fp8_pb_wo");
+      Fp8Weight q = *host_backend().quantize_weight(stored(w), m.format, 0.0f, M).fp8;
+      out.emplace_back(M + ".weight", std::move(q.weight));
+      out.emplace_back(M + ".weight_scale", std::move(q.scale));
+      break;
+    }
     case QFormat::kMxfp4: {
       STRATA_ASSERT(!have_pre, "precomputed weight of ", M, " in mxfp4");
       Mxfp4Weight q = *host_backend().quantize_weight(stored(w), m.format, 0.0f, M).mxfp4;
@@ -842,6 +861,57 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
   }
   return out;
 }
+
+namespace {
+
+// config.json's config_groups of a MIXED_PRECISION export, as ModelOpt 0.47's
+// convert_hf_quant_config_format writes them: one group per distinct quantized_layers entry
+// (quant_algo and group_size), numbered in the order the modules come in the model (ModelOpt walks
+// named_modules: layers in order, attention before the MLP; strata orders by layer, then by
+// TensorKind, which lists them so), each with its scheme (_quant_algo_to_group_config: MXFP8 also
+// names input_activations there; an algorithm it does not know, mxfp4 or fp8_pb_wo, is only
+// {"quant_algo": ...}) and the sorted names of its layers as targets.
+Json mixed_config_groups(const QuantPlan& plan) {
+  std::vector<const PlannedModule*> order;
+  for (const PlannedModule& m : plan.modules) {
+    if (m.format != QFormat::kNone) order.push_back(&m);
+  }
+  std::stable_sort(order.begin(), order.end(), [](const PlannedModule* a, const PlannedModule* b) {
+    const int64_t la = a->layer < 0 ? INT64_MAX : a->layer,
+                  lb = b->layer < 0 ? INT64_MAX : b->layer;
+    return la != lb ? la < lb : a->kind < b->kind;
+  });
+  std::vector<std::pair<QFormat, std::set<std::string>>> keyed;  // by (quant_algo, group_size)
+  for (const PlannedModule* m : order) {
+    auto same = [&](const auto& k) {
+      return qformat_quant_algo(k.first) == qformat_quant_algo(m->format) &&
+             qformat_group_size(k.first) == qformat_group_size(m->format);
+    };
+    auto it = std::find_if(keyed.begin(), keyed.end(), same);
+    if (it == keyed.end()) it = keyed.insert(keyed.end(), {m->format, {}});
+    it->second.insert(consumer_module(plan, m->module));
+  }
+  Json groups = Json::object();
+  int g = 0;
+  for (const auto& [f, names] : keyed) {
+    Json group = Json::object();
+    if (f == QFormat::kMxfp4 || f == QFormat::kFp8PbWo) {
+      group["quant_algo"] = std::string(qformat_quant_algo(f));
+    } else {
+      if (qformat_has_input_scale(f) || f == QFormat::kMxfp8)
+        group["input_activations"] = quant_scheme(f);
+      group["weights"] = quant_scheme(f);
+    }
+    Json targets = Json::array();
+    for (const std::string& n : names)
+      targets.push_back(n);
+    group["targets"] = targets;
+    groups["group_" + std::to_string(g++)] = group;
+  }
+  return groups;
+}
+
+}  // namespace
 
 std::vector<std::string> ModeloptExporter::finish() {
   std::vector<std::string> files = writer_->finish();
@@ -900,16 +970,21 @@ std::vector<std::string> ModeloptExporter::finish() {
   }
   Json qc = Json::object();
   Json groups = Json::object();
-  int g = 0;
-  for (QFormat f : formats) {
-    // ModelOpt 0.47's convert_hf_quant_config_format has no config group for MXFP4 (its
-    // quant_algo "mxfp4" falls through): an MXFP4 export's quantization_config has none.
-    if (f == QFormat::kMxfp4) continue;
-    Json group = Json::object();
-    if (qformat_has_input_scale(f)) group["input_activations"] = quant_scheme(f);
-    group["weights"] = quant_scheme(f);
-    group["targets"] = Json::array({"Linear"});
-    groups["group_" + std::to_string(g++)] = group;
+  if (algo == "MIXED_PRECISION") {
+    groups = mixed_config_groups(plan_);
+  } else {
+    int g = 0;
+    for (QFormat f : formats) {
+      // ModelOpt 0.47's convert_hf_quant_config_format has no config group for MXFP4 or FP8 per
+      // block (their quant_algo "mxfp4" / "fp8_pb_wo" falls through): such an export's
+      // quantization_config has none.
+      if (f == QFormat::kMxfp4 || f == QFormat::kFp8PbWo) continue;
+      Json group = Json::object();
+      if (qformat_has_input_scale(f)) group["input_activations"] = quant_scheme(f);
+      group["weights"] = quant_scheme(f);
+      group["targets"] = Json::array({"Linear"});
+      groups["group_" + std::to_string(g++)] = group;
+    }
   }
   if (!groups.empty() || formats.empty()) qc["config_groups"] = groups;
   qc["ignore"] = exclude;

@@ -41,14 +41,17 @@ std::string_view qformat_name(QFormat f) {
       return "w4a16_nvfp4_bs32";
     case QFormat::kMxfp4:
       return "mxfp4";
+    case QFormat::kFp8PbWo:
+      return "fp8_pb_wo";
   }
   STRATA_ASSERT(false, "QFormat value ", static_cast<int>(f));
   return {};
 }
 
 std::optional<QFormat> qformat_from_name(std::string_view s) {
-  for (QFormat f : {QFormat::kNone, QFormat::kNvfp4, QFormat::kW4A16Nvfp4, QFormat::kFp8,
-                    QFormat::kMxfp8, QFormat::kW4A16Nvfp4Bs32, QFormat::kMxfp4}) {
+  for (QFormat f :
+       {QFormat::kNone, QFormat::kNvfp4, QFormat::kW4A16Nvfp4, QFormat::kFp8, QFormat::kMxfp8,
+        QFormat::kW4A16Nvfp4Bs32, QFormat::kMxfp4, QFormat::kFp8PbWo}) {
     if (qformat_name(f) == s) return f;
   }
   return std::nullopt;
@@ -142,6 +145,8 @@ std::string_view qformat_quant_algo(QFormat f) {
       return "MXFP8";
     case QFormat::kMxfp4:
       return "mxfp4";
+    case QFormat::kFp8PbWo:
+      return "fp8_pb_wo";
   }
   STRATA_ASSERT(false, "QFormat value ", static_cast<int>(f));
   return {};
@@ -151,6 +156,7 @@ int64_t qformat_block(QFormat f) {
   switch (f) {
     case QFormat::kNone:
     case QFormat::kFp8:
+    case QFormat::kFp8PbWo:
       return 1;
     case QFormat::kNvfp4:
     case QFormat::kW4A16Nvfp4:
@@ -166,7 +172,7 @@ int64_t qformat_block(QFormat f) {
 
 int64_t qformat_group_size(QFormat f) {
   // ModelOpt 0.47's process_layer_quant_config names a group_size for every block format it
-  // knows; MXFP4 falls through to its bare {"quant_algo": "mxfp4"}.
+  // knows; MXFP4 and FP8 per-block fall through to a bare {"quant_algo": ...}.
   return f == QFormat::kMxfp4 || qformat_block(f) == 1 ? 0 : qformat_block(f);
 }
 
@@ -277,6 +283,10 @@ namespace {
 constexpr std::string_view kQformatDir = "recipes/qformat/";
 constexpr std::string_view kGeneralDir = "recipes/general/ptq/";
 constexpr std::string_view kGeneralPrefix = "general/ptq/";
+// ModelOpt 0.47's per-model recipes (modelopt_recipes/models/<org>/<model>/ptq/<name>.yaml), by
+// the same name: "models/<org>/<model>/ptq/<name>" is recipes/models/<org>/<model>/ptq/<name>.yaml.
+constexpr std::string_view kModelsDir = "recipes/models/";
+constexpr std::string_view kModelsPrefix = "models/";
 constexpr std::string_view kUnitDir = "recipes/units/";
 // What ModelOpt 0.47's --kv_cache_qformat offers that strata does not write, and why.
 constexpr std::string_view kKvRefused =
@@ -308,8 +318,6 @@ constexpr MissingRecipe kMissingRecipes[] = {
      "than its non-layerwise run (up to 19% on the qwen3_moe fixture; weights and KV scales "
      "equal), which strata does not reproduce"},
     {"general/ptq/int4_blockwise_weight_only", "INT4 weights are not a format strata writes"},
-    {"models/moonshotai/Kimi-K3/ptq/nvfp4_experts-fp8_pb_attention",
-     "FP8 128x128 block weights (fp8_pb_wo) are not a format strata writes yet"},
 };
 
 // The text of a compiled-in file by repository-relative path, or nullptr.
@@ -329,6 +337,20 @@ std::vector<std::string> builtin_names(std::string_view dir) {
     std::string_view rest = path.substr(dir.size(), path.size() - dir.size() - kYamlExt.size());
     if (rest.find('/') != std::string_view::npos) continue;
     names.emplace_back(rest);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// The built-in per-model recipes, "models/<org>/<model>/ptq/<name>", sorted.
+std::vector<std::string> builtin_model_names() {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < detail::kRecipeFileCount; ++i) {
+    std::string_view path = detail::kRecipeFilePaths[i];
+    if (!path.starts_with(kModelsDir) || !path.ends_with(kYamlExt)) continue;
+    names.push_back(
+        str(kModelsPrefix,
+            path.substr(kModelsDir.size(), path.size() - kModelsDir.size() - kYamlExt.size())));
   }
   std::sort(names.begin(), names.end());
   return names;
@@ -549,6 +571,17 @@ Recipe load_recipe(const std::string& name_or_path) {
                  "general/ptq recipes: ", join(builtin_names(kGeneralDir)),
                  " (docs/RECIPES.md says why the others are missing)");
   }
+  if (!yaml_file && name_or_path.starts_with(kModelsPrefix)) {
+    const std::string path = str(kModelsDir, name_or_path.substr(kModelsPrefix.size()), kYamlExt);
+    if (const char* text = builtin_text(path)) {
+      Recipe r = parse_recipe(text, path);
+      r.name = name_or_path;
+      return r;
+    }
+    STRATA_CHECK(std::filesystem::exists(name_or_path), "unknown recipe '", name_or_path,
+                 "': strata has these of ModelOpt 0.47's models/ recipes: ",
+                 join(builtin_model_names()), " (docs/RECIPES.md)");
+  }
   if (!yaml_file && name_or_path.find('/') == std::string::npos) {
     if (std::optional<Recipe> r = load_composed(name_or_path)) return *r;
     fail("unknown recipe '", name_or_path, "': give a YAML file path or a built-in name (",
@@ -572,6 +605,8 @@ std::vector<RecipeInfo> builtin_recipes() {
     const std::string name = str(kGeneralPrefix, g);
     out.push_back({name, load_recipe(name).description});
   }
+  for (const std::string& name : builtin_model_names())
+    out.push_back({name, load_recipe(name).description});
   std::sort(out.begin(), out.end(),
             [](const RecipeInfo& a, const RecipeInfo& b) { return a.name < b.name; });
   return out;
