@@ -844,7 +844,21 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
       // Quantized here only (engine/weight_quantizer.h); weight-only, every module its own blocks
       // (ModelOpt 0.47 fuses no amax of a block-scaled FP8 weight).
       STRATA_ASSERT(!have_pre, "precomputed weight of ", M, " in fp8_pb_wo");
-      Fp8Weight q = *host_backend().quantize_weight(stored(w), m.format, 0.0f, M).fp8;
+      // A fused group of single-block weights shares one amax (quant/fp8.h).
+      int singles = 0, members = 0;
+      const std::string key = weight_group_key(plan_, M);
+      for (const PlannedModule* o : layer_modules) {
+        if (weight_group_key(plan_, o->module) != key) continue;
+        ++members;
+        singles += fp8_pb_single_block(o->shape);
+      }
+      STRATA_CHECK(singles == 0 || singles == members, "fp8_pb_wo: '", M,
+                   "' is fused with modules of the same input whose weights are partly one "
+                   "128x128 block and partly more; ModelOpt 0.47 unifies such a group's amax only "
+                   "when its first module is one block, and then cannot export it; strata refuses "
+                   "(exclude some of these modules or pick another format)");
+      const float amax = singles > 0 && members > 1 ? group_weight_amax() : 0.0f;
+      Fp8Weight q = *host_backend().quantize_weight(stored(w), m.format, amax, M).fp8;
       out.emplace_back(M + ".weight", std::move(q.weight));
       out.emplace_back(M + ".weight_scale", std::move(q.scale));
       break;

@@ -110,7 +110,11 @@ Tensor fp8_dequantize(const Fp8Weight& q) {
   return out;
 }
 
-Fp8Weight fp8_pb_quantize(const Tensor& weight, std::string_view name) {
+bool fp8_pb_single_block(const Shape& shape) {
+  return shape.size() == 2 && shape[0] <= kFp8PbBlock && shape[1] <= kFp8PbBlock;
+}
+
+Fp8Weight fp8_pb_quantize(const Tensor& weight, std::string_view name, float group_amax) {
   quant_detail::check_weight(weight, name, 1, "fp8_pb_wo");
   STRATA_CHECK(weight.shape().size() == 2, "fp8_pb_wo: tensor ", name, " has shape ",
                shape_str(weight.shape()), "; 128x128 block FP8 needs a 2-D weight [out, in]");
@@ -125,6 +129,13 @@ Fp8Weight fp8_pb_quantize(const Tensor& weight, std::string_view name) {
     float* a = &scales[static_cast<size_t>((r / kFp8PbBlock) * nc)];
     for (int64_t c = 0; c < in; ++c)
       a[c / kFp8PbBlock] = std::max(a[c / kFp8PbBlock], std::fabs(row[c]));
+  }
+  STRATA_ASSERT(group_amax == 0.0f || nr * nc == 1, "fp8_pb_wo: a group amax for ", name,
+                ", which is not one block");
+  if (group_amax != 0.0f) {
+    STRATA_CHECK(group_amax >= scales[0], "fp8_pb_wo: tensor ", name, " has |W| = ", scales[0],
+                 ", above the group amax ", group_amax, " it was given");
+    scales[0] = group_amax;
   }
   for (float& s : scales) {
     const float a = s == 0.0f ? 448.0f : std::clamp(s, FLT_MIN, FLT_MAX);

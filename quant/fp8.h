@@ -97,9 +97,18 @@ void fp8_fake_quantize(float* x, int64_t n, float scale, std::string_view name);
 // is a single block. Dequantization: W ~= f32(weight[r, c]) * scale[r/128, c/128].
 inline constexpr int64_t kFp8PbBlock = 128;
 
-// The encoding above (Fp8Weight::scale holds the block scales). Throws strata::Error naming `name`
-// for a dtype other than bf16/f16/f32, a weight that is not 2-D, or a non-finite element.
-Fp8Weight fp8_pb_quantize(const Tensor& weight, std::string_view name);
+// Fused groups: ModelOpt's export unifies the weight amax of the modules reading one input
+// (q/k/v, gate/up, MLA q_a/kv_a: _fuse_shared_input_modules -> preprocess_linear_fusion) for
+// fp8_pb_wo as for per-tensor formats, but only where the amax has one element: a group of
+// single-block weights shares the group's max (one scale), multi-block weights keep their own.
+//
+// The encoding above (Fp8Weight::scale holds the block scales). `group_amax` > 0 replaces a single
+// block's a (the caller's group max, at least max|W|); 0 uses the weight's own; a multi-block
+// weight must be given 0. Throws strata::Error naming `name` for a dtype other than bf16/f16/f32,
+// a weight that is not 2-D, a non-finite element, or a group_amax below max|W|.
+Fp8Weight fp8_pb_quantize(const Tensor& weight, std::string_view name, float group_amax = 0.0f);
+// Whether a weight [out, in] is one 128x128 block (its fp8_pb_wo scale is 0-d).
+bool fp8_pb_single_block(const Shape& shape);
 // Inverse mapping to an F32 [out, in] tensor; the scale [] or [ceil(out/128), 1, ceil(in/128), 1].
 Tensor fp8_pb_dequantize(const Fp8Weight& q);
 

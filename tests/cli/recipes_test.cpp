@@ -13,7 +13,7 @@ namespace {
 using namespace strata_cli_test;
 
 // Every built-in recipe, sorted: each qformat (recipes/qformat) with each KV-cache mode, then
-// ModelOpt 0.47's general/ptq recipes strata has.
+// ModelOpt 0.47's general/ptq recipes strata has, and its models/ recipes.
 const std::vector<std::string> kBuiltins = {
     "fp8-kv_fp8",
     "fp8-kv_fp8_cast",
@@ -42,6 +42,7 @@ const std::vector<std::string> kBuiltins = {
     "general/ptq/nvfp4_omlp_only-kv_fp8_cast",
     "general/ptq/nvfp4_weight_only-kv_fp16",
     "general/ptq/nvfp4_weight_only-kv_fp8_cast",
+    "models/moonshotai/Kimi-K3/ptq/nvfp4_experts-fp8_pb_attention",
     "mxfp8-kv_fp8",
     "mxfp8-kv_fp8_cast",
     "mxfp8-kv_none",

@@ -450,9 +450,7 @@ TEST(BuiltinRecipes, ModelOptRecipesStrataLacksNameWhatIsMissing) {
            {"general/ptq/nvfp4_default-kv_none-gptq", "GPTQ"},
            {"general/ptq/nvfp4_experts_only-kv_fp8_layerwise", "layerwise max calibration"},
            {"general/ptq/nvfp4_experts_only-kv_fp8_layerwise_offload", "layerwise max calibration"},
-           {"general/ptq/int4_blockwise_weight_only", "INT4"},
-           {"models/moonshotai/Kimi-K3/ptq/nvfp4_experts-fp8_pb_attention",
-            "FP8 128x128 block weights"}}) {
+           {"general/ptq/int4_blockwise_weight_only", "INT4"}}) {
     try {
       strata::load_recipe(name);
       ADD_FAILURE() << name << " should be refused";
@@ -464,6 +462,44 @@ TEST(BuiltinRecipes, ModelOptRecipesStrataLacksNameWhatIsMissing) {
       EXPECT_NE(msg.find(what), std::string::npos) << msg;
       EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
     }
+  }
+}
+
+TEST(BuiltinRecipes, KimiK3ModelRecipe) {
+  // ModelOpt 0.47's models/moonshotai/Kimi-K3/ptq/nvfp4_experts-fp8_pb_attention, by its name.
+  const strata::Recipe r =
+      strata::load_recipe("models/moonshotai/Kimi-K3/ptq/nvfp4_experts-fp8_pb_attention");
+  EXPECT_EQ(r.kv_cache, strata::KvCacheFormat::kNone);
+  const auto expert = strata::recipe_decide(r, "model.layers.3.block_sparse_moe.experts.7.w1");
+  EXPECT_EQ(expert.format, strata::QFormat::kNvfp4);
+  EXPECT_EQ(expert.input_amax, 2688.0f);
+  for (const char* m :
+       {"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj",
+        "model.layers.0.self_attn.v_proj", "model.layers.0.self_attn.b_proj",
+        "model.layers.0.self_attn.f_a_proj", "model.layers.0.self_attn.f_b_proj",
+        "model.layers.0.self_attn.o_proj", "model.layers.0.self_attn.g_proj",
+        "model.layers.3.self_attn.q_a_proj", "model.layers.3.self_attn.q_b_proj",
+        "model.layers.3.self_attn.kv_a_proj_with_mqa", "model.layers.3.self_attn.kv_b_proj"}) {
+    EXPECT_EQ(strata::recipe_decide(r, m).format, strata::QFormat::kFp8PbWo) << m;
+  }
+  for (const char* m : {"model.layers.3.block_sparse_moe.shared_experts.down_proj",
+                        "model.layers.3.block_sparse_moe.gate", "model.layers.0.mlp.up_proj",
+                        "model.layers.0.self_attn.g_a_proj", "lm_head"}) {
+    EXPECT_EQ(strata::recipe_decide(r, m).format, strata::QFormat::kNone) << m;
+  }
+  EXPECT_EQ(strata::qformat_quant_algo(strata::QFormat::kFp8PbWo), "fp8_pb_wo");
+  EXPECT_EQ(strata::qformat_group_size(strata::QFormat::kFp8PbWo), 0);
+  EXPECT_FALSE(strata::qformat_has_input_scale(strata::QFormat::kFp8PbWo));
+  EXPECT_EQ(strata::qformat_from_name("fp8_pb_wo"), strata::QFormat::kFp8PbWo);
+}
+
+TEST(BuiltinRecipes, UnknownModelRecipeListsTheOnesStrataHas) {
+  try {
+    strata::load_recipe("models/moonshotai/Kimi-K3/ptq/no_such_recipe");
+    ADD_FAILURE() << "an unknown models/ recipe should be refused";
+  } catch (const strata::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("nvfp4_experts-fp8_pb_attention"), std::string::npos) << msg;
   }
 }
 
