@@ -248,6 +248,11 @@ void choose_device(const Args& args, QuantizeJob& job) {
     STRATA_CHECK(*dev == "cpu" || *dev == "cuda", "--device must be cpu or cuda, not '", *dev, "'");
     job.device_explicit = true;
     if (*dev == "cuda") {
+      // The recipe first: on any machine, a recipe the GPU path cannot run is named as such.
+      STRATA_CHECK(
+          job.recipe.calibration != CalibrationMethod::kNvfp4ActHeadroom,
+          "--device cuda: the recipe's nvfp4_act_headroom calibration needs per-16-block "
+          "amax histograms, which only the CPU forward's observers keep; use --device cpu");
       STRATA_CHECK(cuda_compiled(),
                    "--device cuda: this strata was built without CUDA; use --device cpu");
       STRATA_CHECK(cuda_device_count() > 0,

@@ -462,7 +462,12 @@ void QuantizeRun::choose_device() {
   // durable steps); the hidden states live on the device or in pinned host memory.
   on_gpu = job.device == QuantizeJob::Device::kCuda && result.calibrated;
   if (on_gpu) {
-    std::string why = gpu_unsupported(config, ckpt);
+    // Asked first, so that a recipe the GPU path cannot run is named as such on any machine.
+    std::string why = plan.recipe.calibration == CalibrationMethod::kNvfp4ActHeadroom
+                          ? "the recipe's nvfp4_act_headroom calibration needs per-16-block amax "
+                            "histograms, which only the CPU forward's observers keep "
+                            "(calib/max_calib.h)"
+                          : gpu_unsupported(config, ckpt);
     if (why.empty() && comm.size() > 1 && job.expert_parallel)
       why = "expert parallelism runs on CPU ranks (docs/SCALEOUT.md)";
     STRATA_CHECK(why.empty() || !job.device_explicit, "--device cuda: ", why, "; use --device cpu");

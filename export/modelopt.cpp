@@ -761,18 +761,48 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
       std::lock_guard<std::mutex> lock(memo_mu_);
       if (auto it = group_input_amax_.find(key); it != group_input_amax_.end()) return it->second;
     }
+    // nvfp4_act_headroom (calib/max_calib.h) for an NVFP4 input: ModelOpt 0.47 keeps one
+    // histogram per input quantizer, and transformers 5's fused experts have one input quantizer
+    // per projection for all experts of the layer, so a routed expert's histograms add up over
+    // the layer's experts (the pooled statistic); the modules of any other group read one input
+    // each with its own quantizer, and their amaxes are max-combined as for max calibration.
+    const bool headroom = plan_.recipe.calibration == CalibrationMethod::kNvfp4ActHeadroom &&
+                          m.format == QFormat::kNvfp4;
+    const bool pooled = headroom && routed_expert_index(m.module) >= 0;
+    std::vector<int64_t> hist;
     float a = 0.0f;
     bool seen = false;
     for (const PlannedModule* o : layer_modules) {
       if ((fused ? input_group_key(plan_, o->module) : o->module) != key) continue;
       const MaxCalibrator::Stat* s = calib->find(o->module);
       if (!s || s->rows == 0) continue;
+      float x = s->amax;
+      if (headroom && !std::isnan(x)) {
+        STRATA_ASSERT(s->hist.size() == static_cast<size_t>(kHeadroomBins),
+                      "no block histogram of ", o->module);
+        if (pooled) {
+          if (hist.empty()) hist.assign(kHeadroomBins, 0);
+          for (size_t i = 0; i < hist.size(); ++i)
+            hist[i] += s->hist[i];
+          seen = true;
+          continue;
+        }
+        const std::optional<float> h = headroom_amax(s->hist);
+        if (!h) continue;  // no non-zero block: no amax (ModelOpt's compute_amax gives None)
+        x = *h;
+      }
       seen = true;
-      a = std::isnan(s->amax) || std::isnan(a) ? NAN : std::max(a, s->amax);
+      a = std::isnan(x) || std::isnan(a) ? NAN : std::max(a, x);
+    }
+    if (pooled && seen && !std::isnan(a)) {
+      const std::optional<float> h = headroom_amax(hist);
+      seen = h.has_value();
+      if (h) a = *h;
     }
     STRATA_CHECK(seen, "no calibration token reached '", m.module,
-                 "' (nor any module sharing its input scale); ",
-                 "use more or different calibration data, or exclude it in the recipe");
+                 "' (nor any module sharing its input scale)",
+                 headroom ? ", or every block it saw was zero (nvfp4_act_headroom)" : "",
+                 "; use more or different calibration data, or exclude it in the recipe");
     std::lock_guard<std::mutex> lock(memo_mu_);
     group_input_amax_[key] = a;
     return a;

@@ -152,6 +152,17 @@ std::string_view qformat_quant_algo(QFormat f) {
   return {};
 }
 
+std::string_view calibration_method_name(CalibrationMethod m) {
+  switch (m) {
+    case CalibrationMethod::kMax:
+      return "max";
+    case CalibrationMethod::kNvfp4ActHeadroom:
+      return "nvfp4_act_headroom";
+  }
+  STRATA_ASSERT(false, "CalibrationMethod value ", static_cast<int>(m));
+  return {};
+}
+
 int64_t qformat_block(QFormat f) {
   switch (f) {
     case QFormat::kNone:
@@ -300,10 +311,6 @@ struct MissingRecipe {
   std::string_view missing;
 };
 constexpr MissingRecipe kMissingRecipes[] = {
-    {"general/ptq/nvfp4_act_headroom-kv_fp8_cast",
-     "the nvfp4_act_headroom calibrator (NVFP4 input amax = max(16384 x the 1st percentile, the "
-     "99.99th percentile) of a log2 histogram of per-16-block activation amaxes) is not "
-     "implemented: strata's calibrator keeps one max per input"},
     {"general/ptq/nvfp4_experts_only_mse-kv_fp8_cast",
      "MSE weight-scale search is not implemented (strata's weight scales come from max)"},
     {"general/ptq/nvfp4_mlp_only_mse-kv_fp8_cast",
@@ -460,6 +467,14 @@ Recipe parse_any(std::string_view yaml, const ParseContext& ctx) {
       STRATA_CHECK(f.has_value(), ctx.what, ": unknown kv_cache '", v,
                    "' (none, fp8, fp8_cast, nvfp4 or nvfp4_cast; ", kKvRefused, ")");
       r.kv_cache = *f;
+    } else if (key == "calibration" && !ctx.unit) {
+      const std::string v = scalar(kv.second, ctx.what, "calibration");
+      if (v == calibration_method_name(CalibrationMethod::kNvfp4ActHeadroom)) {
+        r.calibration = CalibrationMethod::kNvfp4ActHeadroom;
+      } else {
+        STRATA_CHECK(v == calibration_method_name(CalibrationMethod::kMax), ctx.what,
+                     ": unknown calibration '", v, "' (max or nvfp4_act_headroom)");
+      }
     } else if (key == "imports" && !ctx.unit) {
       STRATA_CHECK(kv.second.IsSequence(), ctx.what, ": 'imports' must be a list of unit names");
       int i = 0;
@@ -470,7 +485,9 @@ Recipe parse_any(std::string_view yaml, const ParseContext& ctx) {
       }
     } else {
       fail(ctx.what, ": unknown key '", key, "' (a ", ctx.unit ? "unit" : "recipe", " has ",
-           ctx.unit ? "description and rules" : "description, imports, kv_cache and rules", ")");
+           ctx.unit ? "description and rules"
+                    : "description, imports, kv_cache, calibration and rules",
+           ")");
     }
   }
   STRATA_CHECK(rules_node != nullptr && rules_node->IsSequence() && rules_node->size() > 0,

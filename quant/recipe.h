@@ -14,6 +14,7 @@
 //   description: one line shown by `strata recipes`
 //   imports: [default_disabled]      # units from recipes/units/, their rules go first, in order
 //   kv_cache: fp8                    # none | fp8 | fp8_cast | nvfp4 | nvfp4_cast (default none)
+//   calibration: max                 # max | nvfp4_act_headroom (default max)
 //   rules:
 //     - {pattern: "*", format: nvfp4}
 //     - {pattern: "*.experts.*", enable: false}
@@ -56,6 +57,13 @@ enum class QFormat : uint8_t {
 // the quantizers' amax to a constant (use_constant_amax), need no calibration and write no k/v
 // scale tensors, only kv_cache_quant_algo.
 enum class KvCacheFormat : uint8_t { kNone, kFp8, kFp8Cast, kNvfp4, kNvfp4Cast };
+// How calibrated input amaxes are made (ModelOpt's quantize.algorithm.method): kMax, the largest
+// |x|; kNvfp4ActHeadroom, ModelOpt 0.47's nvfp4_act_headroom for the inputs of NVFP4 modules
+// (max(16384 x the 1st percentile, the 99.99th percentile) of the per-16-block amaxes, from a log2
+// histogram: calib/max_calib.h), max for every other input. YAML key `calibration:`.
+enum class CalibrationMethod : uint8_t { kMax, kNvfp4ActHeadroom };
+// "max", "nvfp4_act_headroom"
+std::string_view calibration_method_name(CalibrationMethod m);
 
 // "nvfp4", "w4a16_nvfp4", "fp8", "mxfp8", "w4a16_nvfp4_bs32", "mxfp4", "fp8_pb_wo", "none"
 std::string_view qformat_name(QFormat f);
@@ -98,6 +106,7 @@ struct Recipe {
   std::string name;  // built-in name, or the path it was read from
   std::string description;
   KvCacheFormat kv_cache = KvCacheFormat::kNone;
+  CalibrationMethod calibration = CalibrationMethod::kMax;
   std::vector<RecipeRule> rules;  // imports expanded, in order
 };
 

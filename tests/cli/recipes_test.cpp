@@ -28,6 +28,7 @@ const std::vector<std::string> kBuiltins = {
     "general/ptq/fp8_default-kv_fp8",
     "general/ptq/fp8_default-kv_fp8_cast",
     "general/ptq/mxfp4_mlp_weight_only",
+    "general/ptq/nvfp4_act_headroom-kv_fp8_cast",
     "general/ptq/nvfp4_default-kv_fp8",
     "general/ptq/nvfp4_default-kv_fp8_cast",
     "general/ptq/nvfp4_default-kv_nvfp4_cast",

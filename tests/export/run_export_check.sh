@@ -36,6 +36,10 @@ bad = [n for n in names if t[n].array(n).reshape(-1).view(np.uint32)[0] != 0x3F8
 assert not bad, f"expert input_scale not exactly 1.0: {bad[:3]}"
 print(f"{len(names)} expert input scales are exactly 1.0")
 PY
+elif [[ $recipe == *act_headroom* ]]; then
+  # nvfp4_act_headroom input scales sit far above the calibrated max by design (headroom): the
+  # checker without --amax; calib/max_calib.h's tests and tests/peer check the statistic.
+  python3 tests/export/check_modelopt_export.py "$src" "$work/out"
 else
   python3 tests/export/check_modelopt_export.py "$src" "$work/out" --amax "$src/reference.safetensors"
 fi

@@ -325,6 +325,8 @@ const std::vector<General>& generals() {
       {"general/ptq/mxfp4_mlp_weight_only", Scope::kMlpOnly, QFormat::kMxfp4, KvCacheFormat::kNone},
       {"general/ptq/nvfp4_mlp_weight_only", Scope::kMlpOnly, QFormat::kW4A16Nvfp4Bs32,
        KvCacheFormat::kNone},
+      {"general/ptq/nvfp4_act_headroom-kv_fp8_cast", Scope::kAll, QFormat::kNvfp4,
+       KvCacheFormat::kFp8Cast},
   };
   return g;
 }
@@ -337,6 +339,7 @@ TEST(BuiltinRecipes, ListIsExactlyTheExpectedSet) {
   }
   for (const General& g : generals())
     want.push_back(g.name);
+  want.push_back("models/moonshotai/Kimi-K3/ptq/nvfp4_experts-fp8_pb_attention");
   std::sort(want.begin(), want.end());
   const std::vector<strata::RecipeInfo> all = strata::builtin_recipes();
   ASSERT_EQ(all.size(), want.size());
@@ -373,8 +376,26 @@ TEST(BuiltinRecipes, DecisionsOnEveryFamily) {
     const strata::Recipe r = strata::load_recipe(g.name);
     EXPECT_EQ(r.name, g.name);
     EXPECT_EQ(r.kv_cache, g.kv) << g.name;
+    EXPECT_EQ(r.calibration, std::string(g.name).find("act_headroom") != std::string::npos
+                                 ? strata::CalibrationMethod::kNvfp4ActHeadroom
+                                 : strata::CalibrationMethod::kMax)
+        << g.name;
     expect_decisions(r, g.scope, g.format, g.pinned);
   }
+}
+
+TEST(RecipeRules, CalibrationKey) {
+  EXPECT_EQ(strata::parse_recipe("calibration: nvfp4_act_headroom\nrules: [{pattern: \"*\", "
+                                 "format: nvfp4}]\n",
+                                 "t.yaml")
+                .calibration,
+            strata::CalibrationMethod::kNvfp4ActHeadroom);
+  EXPECT_EQ(
+      strata::parse_recipe("rules: [{pattern: \"*\", format: nvfp4}]\n", "t.yaml").calibration,
+      strata::CalibrationMethod::kMax);
+  EXPECT_THROW(strata::parse_recipe("calibration: mse\nrules: [{pattern: \"*\", format: nvfp4}]\n",
+                                    "t.yaml"),
+               strata::Error);
 }
 
 TEST(BuiltinRecipes, DecidingRuleAndOrigin) {
@@ -444,7 +465,6 @@ TEST(BuiltinRecipes, UnknownGeneralRecipeListsTheOnesStrataHas) {
 TEST(BuiltinRecipes, ModelOptRecipesStrataLacksNameWhatIsMissing) {
   // One line each, naming what is missing, never a substitute.
   for (const auto& [name, what] : std::vector<std::pair<const char*, const char*>>{
-           {"general/ptq/nvfp4_act_headroom-kv_fp8_cast", "nvfp4_act_headroom calibrator"},
            {"general/ptq/nvfp4_experts_only_mse-kv_fp8_cast", "MSE weight-scale search"},
            {"general/ptq/nvfp4_mlp_only_mse-kv_fp8_cast", "MSE weight-scale search"},
            {"general/ptq/nvfp4_default-kv_none-gptq", "GPTQ"},
