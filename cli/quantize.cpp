@@ -106,8 +106,8 @@ void declare_flags(Args& args) {
               "(calibrated k/v scales), nvfp4, nvfp4_cast or none (ignored with --recipe)",
               "fp8_cast");
   args.option("--recipe", "NAME|PATH",
-              "a built-in recipe (<qformat>-kv_<kv> or general/ptq/<name>; strata recipes lists "
-              "them) or a recipe YAML file");
+              "a built-in recipe (<qformat>-kv_<kv>, general/ptq/<name> or "
+              "models/<org>/<model>/ptq/<name>; strata recipes lists them) or a recipe YAML file");
   args.option(
       "--calib_data", "A[,B...]",
       "calibration data: token-id JSONL, JSONL with a text field, or text files; default: the "

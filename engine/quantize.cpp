@@ -28,6 +28,7 @@
 #include "io/safetensors_writer.h"
 #include "model/forward.h"
 #include "ops/ops.h"
+#include "quant/fp8.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -453,6 +454,22 @@ void QuantizeRun::resolve_plan() {
                  ", which needs activation statistics; strata calibrates decoder layers only: use "
                  "w4a16_nvfp4 or "
                  "exclude it");
+  }
+  // fp8_pb_wo (quant/fp8.h): a fused group of one-block weights shares one amax; a group mixing
+  // one-block and larger weights is refused here, before any work (the exporter checks it too).
+  std::map<std::string, std::pair<int, int>> pb_groups;  // key -> (members, one-block members)
+  for (const PlannedModule& m : plan.modules) {
+    if (m.format != QFormat::kFp8PbWo) continue;
+    auto& [members, singles] = pb_groups[weight_group_key(plan, m.module)];
+    ++members;
+    singles += fp8_pb_single_block(m.shape);
+  }
+  for (const auto& [key, counts] : pb_groups) {
+    STRATA_CHECK(counts.second == 0 || counts.second == counts.first, "fp8_pb_wo: the modules of ",
+                 key,
+                 " read one input and are partly one 128x128 block and partly more; ModelOpt 0.47 "
+                 "unifies such a group's amax only when its first module is one block, and then "
+                 "cannot export it; strata refuses (exclude some of them or pick another format)");
   }
   result.calibrated = needs_activations(plan);
 }

@@ -8,7 +8,8 @@ transformers (and nvidia-modelopt 0.47.0 importable, e.g. from the wheels peer.s
 
 RECIPE is strata's recipe name: "<qformat>-kv_<kv>" (hf_ptq --qformat <qformat>
 --kv_cache_qformat <kv>: ModelOpt's QUANT_CFG_CHOICES preset with its KV_QUANT_CFG_CHOICES entry)
-or "general/ptq/<name>" (hf_ptq --recipe general/ptq/<name>). hf_ptq.py's VLM handling and MTP
+or "general/ptq/<name>" (hf_ptq --recipe general/ptq/<name>) or "models/<org>/<model>/ptq/<name>"
+(ModelOpt's per-model recipe, by the same load_recipe). hf_ptq.py's VLM handling and MTP
 exclusions are not applied (0.47 has no per-family disables left): the peer runs the recipe as
 written, which is what strata's recipes mirror.
 
