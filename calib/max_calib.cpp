@@ -19,10 +19,21 @@ constexpr double kAnchorFloorRatio = 1e6;
 
 void MaxCalibrator::observe(std::string_view name, const float* x, int64_t rows, int64_t cols) {
   record(name, ops::amax(x, rows * cols), rows);
+  if (rows > 0 && hessian_names_.count(name)) {
+    auto it = hessians_.find(name);
+    if (it == hessians_.end())
+      it = hessians_.emplace(std::string(name), std::make_unique<BlockHessian>(cols)).first;
+    it->second->accumulate(x, rows);
+  }
   if (!block_histograms_) return;
   Stat& s = stats_.find(name)->second;
   if (s.hist.empty()) s.hist.assign(kHeadroomBins, 0);
   add_block_histogram(x, rows, cols, s.hist);
+}
+
+const BlockHessian* MaxCalibrator::hessian(std::string_view name) const {
+  auto it = hessians_.find(name);
+  return it == hessians_.end() ? nullptr : it->second.get();
 }
 
 void MaxCalibrator::record(std::string_view name, float m, int64_t rows) {

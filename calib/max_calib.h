@@ -1,10 +1,12 @@
 // Max calibration (docs/DESIGN.md "Calibration semantics"): every observed input keeps the
 // largest |x| over every calibration token that reached it, and how many rows (tokens) did.
+// For local_hessian (quant/scale_search.h), the inputs of the modules named by track_hessians()
+// also accumulate their per-16-block second moment (BlockHessian), in observation order.
 // The result does not depend on the order of observations, the batch composition or the thread
 // count: max is exact and order-free. A NaN in an activation is recorded as NaN (and refused
 // when a scale is made from it).
 //
-// With block histograms on (a recipe's `calibration: nvfp4_act_headroom`) every input also keeps
+// With block histograms on (a recipe's `algorithm: nvfp4_act_headroom`) every input also keeps
 // ModelOpt 0.47's nvfp4_act_headroom statistic (modelopt/torch/quantization/calib/
 // nvfp4_act_headroom.py, NVFP4ActHeadroomCalibrator with its defaults), a histogram that is as
 // order-free as the max: counts add, across micro-batches and ranks alike.
@@ -30,12 +32,15 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "model/forward.h"
+#include "quant/scale_search.h"
 
 namespace strata {
 
@@ -60,6 +65,13 @@ class MaxCalibrator : public Observer {
   };
   // nullptr when `name` was never observed.
   const Stat* find(std::string_view name) const;
+  // From now on, the inputs observed under these names also accumulate a BlockHessian (their
+  // width must be a multiple of 16; 16 * width doubles each).
+  void track_hessians(std::set<std::string, std::less<>> names) {
+    hessian_names_ = std::move(names);
+  }
+  // nullptr when `name` is not tracked or no token reached it.
+  const BlockHessian* hessian(std::string_view name) const;
   const std::map<std::string, Stat, std::less<>>& stats() const { return stats_; }
   void clear() { stats_.clear(); }
   bool block_histograms() const { return block_histograms_; }
@@ -70,6 +82,8 @@ class MaxCalibrator : public Observer {
  private:
   bool block_histograms_ = false;
   std::map<std::string, Stat, std::less<>> stats_;
+  std::set<std::string, std::less<>> hessian_names_;
+  std::map<std::string, std::unique_ptr<BlockHessian>, std::less<>> hessians_;
 };
 
 // ---- nvfp4_act_headroom (header comment) ----------------------------------------------------

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/compare.h"
+#include "engine/compare_report.h"
 #include "io/safetensors_writer.h"
 
 namespace strata::cli {
@@ -44,6 +45,12 @@ int cmd_compare(const std::vector<std::string>& argv) {
               "512");
   args.option("--seed", "N", "seed of the text windows' sampling", "1234");
   args.option("--json", "FILE", "also write every number as JSON (docs/COMPARE.md)");
+  args.option("--report", "DIR",
+              "also write DIR/report.html, a self-contained page (plots embedded) with the "
+              "numbers, the per-layer and per-MoE-layer tables and three plots, also written as "
+              "DIR/*.png: each layer's relative error, a histogram of the per-position KL, and "
+              "the tokens each expert received per MoE layer with the experts the calibration "
+              "left without tokens marked (docs/COMPARE.md \"The report\")");
   args.flag("--no_act_sim",
             "do not quantize the linears' inputs (with --no_kv_sim: the weights' error alone)");
   args.flag("--no_kv_sim", "do not quantize the KV cache");
@@ -72,9 +79,12 @@ int cmd_compare(const std::vector<std::string>& argv) {
   job.bf16_between_layers = !args.flag_set("--fp32");
   job.progress = !args.flag_set("--quiet");
 
+  const auto report = args.get_optional("--report");
+  if (report) prepare_report_dir(*report);  // a bad DIR fails before the comparison runs
   const CompareResult r = run_compare(job);
   if (auto out = args.get_optional("--json"))
     write_file_atomic(*out, compare_json(r).dump(2) + "\n");
+  if (report) write_compare_report(r, *report);
   std::fputs(compare_table(r).c_str(), stdout);
   return 0;
 }

@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "calib/dataset.h"
@@ -16,11 +19,13 @@
 #include "core/log.h"
 #include "core/rss.h"
 #include "engine/comm.h"
+#include "engine/compare.h"
 #include "engine/quantize.h"
 #include "engine/quantize_steps.h"
 #include "export/modelopt.h"
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
+#include "io/safetensors_writer.h"
 #include "ops/ops.h"
 
 namespace strata::cli {
@@ -81,6 +86,10 @@ TestHooks test_hooks(const Args& args) {
   }
   t.gpu_host_store = args.flag_set("--test_gpu_host_store");
   t.gpu_split = args.flag_set("--test_gpu_split");
+  if (args.has("--test_gpu_expert_slice")) {
+    t.gpu_expert_slice = args.get_int("--test_gpu_expert_slice");
+    STRATA_CHECK(t.gpu_expert_slice > 0, "--test_gpu_expert_slice must be positive");
+  }
   if (args.has("--test_gpu_ranks_exchange"))
     t.gpu_exchange_on_main = choice(args, "--test_gpu_ranks_exchange", "thread|main") == 1;
   return t;
@@ -185,8 +194,20 @@ void declare_flags(Args& args) {
   args.hidden_flag("--test_gpu_split",
                    "the GPU path runs chunks of sequences of one micro-batch, as when one "
                    "micro-batch does not fit beside a layer");
+  args.hidden_option("--test_gpu_expert_slice", "N",
+                     "the GPU path decompresses a compressed source's routed experts N at a "
+                     "time, as when a layer's decompressed experts do not fit");
   args.hidden_option("--test_gpu_ranks_exchange", "thread|main",
                      "where GPU ranks exchange a layer's shares");
+  args.option("--eval_data", "FILE",
+              "after the run, compare the export with the source on FILE as `strata compare "
+              "MODEL EXPORT` does (--tokens FILE for JSONL of token-id lists, else --text FILE: "
+              "8 windows of 512 tokens, seed 1234) and print its KL divergence (mean, median, "
+              "p99, max), top-1 agreement and both perplexities; runs on the CPU, each layer "
+              "three times (docs/COMPARE.md), whatever --device; rank 0 alone under mpirun");
+  args.option("--eval_json", "FILE",
+              "with --eval_data: also write every number of the comparison as JSON (strata "
+              "compare --json's fields)");
   args.flag("--dry-run", "print the plan (formats per module kind, output size, memory) and stop");
   args.option("--log_dir", "DIR",
               "under mpirun: every rank also writes its log to DIR/rank-<r>.log (rank 0 alone "
@@ -194,7 +215,8 @@ void declare_flags(Args& args) {
   args.flag("--expert_parallel",
             "under mpirun: split the routed experts of every MoE layer over the ranks (each "
             "reads, runs and writes its range; tokens are sent to their experts' ranks) instead "
-            "of every rank holding all of them; CPU ranks (see docs/SCALEOUT.md)");
+            "of every rank holding all of them; CPU ranks, or GPU ranks with the rows over NCCL "
+            "(see docs/SCALEOUT.md)");
   args.flag("--quiet,-q", "only warnings and errors");
 }
 
@@ -352,12 +374,14 @@ RankStats gather_rank_stats(Comm& comm, const QuantizeResult& r, uint64_t peak_r
 // One MoE layer's line of the summary: its experts that fewer than `min_tokens` calibration tokens
 // reached, with their counts (at most 16 named; none for a layer from an older resume manifest,
 // which kept only how many got no token).
+// Empty when the layer has none.
 std::string scarce_experts_line(const LayerReport& l, int64_t min_tokens) {
   std::vector<std::pair<int64_t, int64_t>> scarce;  // (expert, tokens)
   for (size_t e = 0; e < l.expert_tokens.size(); ++e) {
     if (l.expert_tokens[e] >= 0 && l.expert_tokens[e] < min_tokens)
       scarce.emplace_back(static_cast<int64_t>(e), l.expert_tokens[e]);
   }
+  if (scarce.empty() && l.experts_without_tokens == 0) return "";
   std::string line = str("  layer ",
                          std::string(l.layer < 10    ? 2
                                      : l.layer < 100 ? 1
@@ -386,14 +410,24 @@ void print_summary(const QuantizeJob& job, const QuantizeResult& r, uint64_t pea
   bool any_experts = false;
   for (const LayerReport& l : r.layers)
     any_experts |= l.experts > 0;
-  if (any_experts) {
+  std::vector<std::string> scarce;  // the MoE layers with such experts
+  for (const LayerReport& l : r.layers) {
+    if (l.experts == 0) continue;
+    std::string line = scarce_experts_line(l, min_expert_tokens);
+    if (!line.empty()) scarce.push_back(std::move(line));
+  }
+  if (any_experts && scarce.empty()) {
     std::printf(
-        "experts that fewer than %lld calibration tokens reached, per MoE layer (expert "
-        "(tokens); --min_expert_tokens):\n",
+        "experts: every routed expert of every MoE layer reached at least %lld "
+        "calibration tokens (--min_expert_tokens)\n",
         static_cast<long long>(min_expert_tokens));
-    for (const LayerReport& l : r.layers) {
-      if (l.experts > 0) std::printf("%s\n", scarce_experts_line(l, min_expert_tokens).c_str());
-    }
+  } else if (any_experts) {
+    std::printf(
+        "experts that fewer than %lld calibration tokens reached, in the %zu MoE layers that have "
+        "any (expert (tokens); --min_expert_tokens):\n",
+        static_cast<long long>(min_expert_tokens), scarce.size());
+    for (const std::string& line : scarce)
+      std::printf("%s\n", line.c_str());
   }
   std::printf("wrote %zu files\n", r.files.size());
   // Wall time per phase (engine/run_times.h): where a slow run spent it.
@@ -438,6 +472,68 @@ void print_summary(const QuantizeJob& job, const QuantizeResult& r, uint64_t pea
   }
 }
 
+// --eval_data: the comparison `strata compare MODEL EXPORT --tokens FILE` (a .jsonl file whose
+// first record is a list of ids) or `--text FILE` (anything else) runs after the quantization,
+// with compare's defaults. Checked here, before any work: the file exists, token ids parse, text
+// has the model's tokenizer to read it, and --eval_json's folder exists.
+std::optional<CompareJob> eval_job(const Args& args, const QuantizeJob& q) {
+  const auto data = args.get_optional("--eval_data");
+  const auto json = args.get_optional("--eval_json");
+  STRATA_CHECK(data || !json, "--eval_json needs --eval_data");
+  if (!data) return std::nullopt;
+  namespace fs = std::filesystem;
+  STRATA_CHECK(fs::exists(*data), *data,
+               ": --eval_data does not exist; give token-id JSONL or text to compare on");
+  CompareJob job;
+  job.source_dir = q.model_dir;
+  bool token_ids = false;
+  if (fs::is_regular_file(*data) && data->size() >= 6 &&
+      data->compare(data->size() - 6, 6, ".jsonl") == 0) {
+    std::ifstream f(*data);
+    std::string line;
+    while (std::getline(f, line) && line.find_first_not_of(" \t\r") == std::string::npos) {
+    }
+    const size_t first = line.find_first_not_of(" \t\r");
+    token_ids = first != std::string::npos && line[first] == '[';
+  }
+  if (token_ids) {
+    read_token_file(*data);  // its errors now, not after the quantization
+    job.token_file = *data;
+  } else {
+    STRATA_CHECK(fs::exists(fs::path(q.model_dir) / "tokenizer.json") ||
+                     fs::exists(fs::path(q.model_dir) / "tiktoken.model"),
+                 *data, ": --eval_data is text, and ", q.model_dir,
+                 " has no tokenizer (tokenizer.json or tiktoken.model) to read it with; give "
+                 "token-id JSONL (one list of ids per line)");
+    // strata compare's defaults: --num_seqs 8 --max_tokens 512 --seed 1234.
+    job.text.default_count = 8;
+    job.text.seq_len = 512;
+    job.text.seed = 1234;
+    job.text.sources.push_back({*data, job.text.default_count});
+  }
+  if (json) {
+    const fs::path dir = fs::absolute(*json).parent_path();
+    STRATA_CHECK(fs::is_directory(dir), *json, ": --eval_json's folder ", dir.string(),
+                 " does not exist");
+  }
+  return job;
+}
+
+// Rank 0, after the run: the comparison and its headline numbers in the summary.
+void run_eval(CompareJob job, const QuantizeJob& q, const Args& args) {
+  job.quantized_dir = q.export_path;
+  job.progress = !args.flag_set("--quiet");
+  const CompareResult r = run_compare(job);
+  if (auto json = args.get_optional("--eval_json"))
+    write_file_atomic(*json, compare_json(r).dump(2) + "\n");
+  std::printf(
+      "evaluation (strata compare %s %s --%s %s, on the CPU): %lld sequences, %lld "
+      "tokens\n%s",
+      q.model_dir.c_str(), q.export_path.c_str(), job.token_file.empty() ? "text" : "tokens",
+      args.get("--eval_data").c_str(), static_cast<long long>(r.sequences),
+      static_cast<long long>(r.tokens), compare_headline(r).c_str());
+}
+
 }  // namespace
 
 int cmd_quantize(const std::vector<std::string>& argv) {
@@ -459,6 +555,7 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   QuantizeJob job = job_inputs(args);
   const int64_t min_expert_tokens = args.get_int("--min_expert_tokens");
   STRATA_CHECK(min_expert_tokens >= 1, "--min_expert_tokens must be at least 1");
+  const std::optional<CompareJob> eval = eval_job(args, job);
   if (args.flag_set("--dry-run")) {
     print_plan(job);
     return 0;
@@ -483,9 +580,11 @@ int cmd_quantize(const std::vector<std::string>& argv) {
         "%s: already complete (the same command finished it before; its %s matches this "
         "run); nothing to do\n",
         job.export_path.c_str(), kRunRecordName);
-    return 0;
+  } else {
+    print_summary(job, r, peak_rss, ranks, stats, min_expert_tokens);
   }
-  print_summary(job, r, peak_rss, ranks, stats, min_expert_tokens);
+  std::fflush(stdout);
+  if (eval) run_eval(*eval, job, args);
   return 0;
 }
 

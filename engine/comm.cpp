@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "engine/nccl_comm.h"
 
 namespace strata {
 
@@ -32,6 +33,13 @@ bool mpi_compiled() {
   return false;
 #endif
 }
+
+#ifndef STRATA_WITH_NCCL
+// engine/nccl_comm.h; built with NCCL, nccl_comm.cpp says so.
+bool nccl_compiled() {
+  return false;
+}
+#endif
 
 Comm& world(const Launcher& launcher) {
   std::unique_ptr<Comm>& w = world_slot();

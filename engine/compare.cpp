@@ -376,6 +376,7 @@ CompareResult run_compare(const CompareJob& job) {
   const double n = static_cast<double>(ts.predicted);
   r.ppl_source = ts.predicted ? std::exp(ts.nll_source / n) : NAN;
   r.ppl_quantized = ts.predicted ? std::exp(ts.nll_quantized / n) : NAN;
+  r.kl = std::move(ts.kl);
   return r;
 }
 
@@ -425,6 +426,17 @@ Json compare_json(const CompareResult& r) {
   return j;
 }
 
+std::string compare_headline(const CompareResult& r) {
+  std::ostringstream os;
+  os << "KL divergence (source || quantized) per position\n";
+  os << "  mean " << fmt("%.6g", r.mean_kl) << "  median " << fmt("%.6g", r.median_kl) << "  p99 "
+     << fmt("%.6g", r.p99_kl) << "  max " << fmt("%.6g", r.max_kl) << "\n";
+  os << "top-1 agreement " << fmt("%.4f", r.top1_agreement) << "\n";
+  os << "perplexity  source " << fmt("%.4f", r.ppl_source) << "  quantized "
+     << fmt("%.4f", r.ppl_quantized) << "\n";
+  return os.str();
+}
+
 std::string compare_table(const CompareResult& r) {
   std::ostringstream os;
   os << "source     " << r.source_dir << "\n";
@@ -439,12 +451,7 @@ std::string compare_table(const CompareResult& r) {
      << (r.kv_cache_simulated ? "yes" : "no") << "\n";
   os << "sequences " << r.sequences << "  tokens " << r.tokens << "  positions " << r.positions
      << "  predicted " << r.predicted << "\n\n";
-  os << "KL divergence (source || quantized) per position\n";
-  os << "  mean " << fmt("%.6g", r.mean_kl) << "  median " << fmt("%.6g", r.median_kl) << "  p99 "
-     << fmt("%.6g", r.p99_kl) << "  max " << fmt("%.6g", r.max_kl) << "\n";
-  os << "top-1 agreement " << fmt("%.4f", r.top1_agreement) << "\n";
-  os << "perplexity  source " << fmt("%.4f", r.ppl_source) << "  quantized "
-     << fmt("%.4f", r.ppl_quantized) << "\n\n";
+  os << compare_headline(r) << "\n";
   os << "layer   rel_error  end_to_end\n";
   for (const LayerError& e : r.layers)
     os << fmt("%5.0f", static_cast<double>(e.index)) << "  " << fmt("%10.4g", e.rel_error) << "  "

@@ -77,6 +77,7 @@ struct CompareResult {
   double mean_kl = 0, median_kl = 0, p99_kl = 0, max_kl = 0;
   double top1_agreement = 0;
   double ppl_source = 0, ppl_quantized = 0;  // NaN when no position has a next token
+  std::vector<double> kl;  // KL at each position, sequence by sequence (the report's histogram)
   std::vector<LayerError> layers;
   std::vector<ExpertStats> experts;  // one per MoE layer
 };
@@ -90,6 +91,9 @@ CompareResult run_compare(const CompareJob& job);
 Json compare_json(const CompareResult& r);
 // The human-readable report printed on stdout.
 std::string compare_table(const CompareResult& r);
+// Its headline: the lines of the KL divergence (mean, median, p99, max), the top-1 agreement and
+// both perplexities (also `strata quantize --eval_data`'s summary).
+std::string compare_headline(const CompareResult& r);
 
 // The p-quantile (p in [0, 1]) of `v` with linear interpolation between order statistics
 // (numpy.percentile's default); NaN for an empty `v`.

@@ -18,6 +18,9 @@
 #include "engine/weight_quantizer.h"
 #include "io/layer_reader.h"
 
+#if STRATA_WITH_NCCL
+#include "engine/nccl_comm.h"
+#endif
 #if STRATA_WITH_CUDA
 #include "model/cuda/gpu_forward.h"
 #include "ops/cuda/convert.h"
@@ -92,6 +95,20 @@ std::unique_ptr<GpuEarlySetup> gpu_early_setup(const ModelConfig& config, const 
 
 namespace {
 
+// `b` after `a` in one buffer: b's items and ranges shifted to a 4096-aligned offset past a's.
+void append_blob(LayerBlob& a, const LayerBlob& b) {
+  const uint64_t shift = (a.bytes + 4095) / 4096 * 4096;
+  for (auto [name, item] : b.items) {
+    item.offset += shift;
+    a.items.emplace(name, item);
+  }
+  for (LayerBlob::Range r : b.ranges) {
+    r.buffer_offset += shift;
+    a.ranges.push_back(r);
+  }
+  a.bytes = shift + b.bytes;
+}
+
 // The device's placement of the layer loop (engine/layer_loop.h): layer weights in one or two
 // device buffers, read through pinned memory on a helper thread; hidden states on the device, in
 // pinned host memory or in the store's files (engine/memory_plan.h), run chunk by chunk.
@@ -129,6 +146,10 @@ class DevicePlacement : public Placement {
   uint16_t* host_at(int64_t tok) { return reinterpret_cast<uint16_t*>(hstore_.data()) + tok * H_; }
   gpu::GpuChunk chunk(size_t i);
   void write_store(int64_t next);
+  // Expert parallelism: the chunk counts of all ranks agreed (rounds_), and the exchanges'
+  // traffic of a layer logged and added to the run's.
+  void agree_rounds();
+  void log_exchanges(int64_t l);
 
   GpuLoop& loop_;
   const int64_t L_, H_;
@@ -141,8 +162,16 @@ class DevicePlacement : public Placement {
   std::unique_ptr<LayerReader> reader_;
   std::vector<LayerBlob> blobs_;
   std::vector<BlobShare> shares_;
+  // Expert parallelism: the rows exchanged over NCCL; per layer this rank's own routed experts'
+  // runs (read by it alone, after the shared part of the blob); every rank runs rounds_ chunks a
+  // layer, empty ones past its own.
+  bool ep_ = false;
+  std::unique_ptr<DeviceExpertExchange> xchg_;
+  std::vector<BlobShare> own_;
+  size_t rounds_ = 0;
   LayerBlob tail_;
   uint64_t max_blob_ = 0, max_conv_ = 0, attention_cap_ = 0, attention_ = 0;
+  uint64_t max_conv_deferred_ = 0, largest_deferred_ = 0;
   int64_t longest_seq_ = 0;
   // Weight quantization on the device (the default; --gpu_quantize off leaves it to the CPU
   // exporter), on a backend and stream of its own beside the forward (both only read the weights).
@@ -166,6 +195,7 @@ DevicePlacement::DevicePlacement(GpuLoop& loop)
   double parts[4] = {0, 0, 0, 0};  // device and forward, plans, buffers, hidden states in
   // Ranks (engine/gpu_ranks.h): this rank's GPU; ranks sharing one split its memory by default.
   comm_ = loop.comm && loop.comm->size() > 1 ? loop.comm : nullptr;
+  ep_ = comm_ && loop.expert_parallel;
   device_ = comm_ ? gpu_rank_device(*comm_, cuda_device_count()) : 0;
   set_cuda_device(device_);
   uint64_t gpu_limit = loop.max_gpu_memory_bytes;
@@ -181,11 +211,25 @@ DevicePlacement::DevicePlacement(GpuLoop& loop)
   fo.profile = loop.gpu.profile;
   fo.warp_attention = loop.gpu.warp_attention;
   fo.bf16_ops = loop.bf16_ops;
+  if (ep_) {
+    fo.expert_rank = comm_->rank();
+    fo.expert_ranks = comm_->size();
+  }
   f_ = std::make_unique<gpu::GpuForward>(loop.config, loop.ckpt, *budget_, compute_, fo);
+  if (ep_) {
+#if STRATA_WITH_NCCL
+    auto x = std::make_unique<NcclExpertExchange>(*comm_, device_);  // collective
+    f_->set_expert_exchange(x.get());
+    xchg_ = std::move(x);
+#else
+    fail("--expert_parallel on GPU ranks: this strata was built without NCCL; use --device cpu");
+#endif
+  }
   reader_ = std::make_unique<LayerReader>(loop.ckpt);
   parts[0] = setup.lap(nullptr);
   plan_layers();
   plan_memory();
+  agree_rounds();
   parts[1] = setup.lap(nullptr);
   allocate();
   upload_positions();
@@ -200,6 +244,9 @@ DevicePlacement::DevicePlacement(GpuLoop& loop)
                            " tokens does not fit beside a layer)")
                      : std::string(),
            "; layer weights up to ", format_gib(max_blob_),
+           mp_.expert_slice > 0
+               ? str(", routed experts decompressed ", mp_.expert_slice, " at a time")
+               : std::string(),
            mp_.buffers == 2 ? " in two device buffers" : " in one device buffer",
            attention_ ? "; attention through batched GEMMs" : "",
            dq_ ? "; weights quantized on the device" : "; weights quantized by the CPU exporter");
@@ -213,8 +260,21 @@ DevicePlacement::DevicePlacement(GpuLoop& loop)
 void DevicePlacement::plan_layers() {
   blobs_.resize(static_cast<size_t>(L_));
   shares_.resize(static_cast<size_t>(L_));
+  own_.resize(static_cast<size_t>(L_));
+  const int64_t E = loop_.config.num_experts;
   for (int64_t l = loop_.first_layer; l < L_; ++l) {
-    blobs_[l] = reader_->plan(f_->layer_tensors(l));
+    // Expert parallelism: the routed experts of other ranks are not in this rank's blob, and
+    // its own come after the part every rank holds.
+    std::vector<std::string> names, own;
+    for (const std::string& n : f_->layer_tensors(l)) {
+      const int64_t e = ep_ ? routed_expert_of(n) : -1;
+      if (e < 0 || e >= E) {
+        names.push_back(n);
+      } else if (expert_owner(e, E, comm_->size()) == comm_->rank()) {
+        own.push_back(n);
+      }
+    }
+    blobs_[l] = reader_->plan(names);
     if (comm_) {
       // Each tensor read by the rank that writes it (rank 0 for one no step names).
       std::set<std::string> sources(loop_.exporter.step_sources(l + 1).begin(),
@@ -223,8 +283,20 @@ void DevicePlacement::plan_layers() {
         return sources.count(n) ? loop_.exporter.owner_of(n) : 0;
       });
     }
+    if (ep_) {
+      append_blob(blobs_[l], reader_->plan(own));
+      LayerBlob placed;  // the own items at their offsets in the blob, for their runs
+      for (const std::string& n : own)
+        placed.items.emplace(n, blobs_[l].items.at(n));
+      const int me = comm_->rank();
+      own_[l] = plan_share(loop_.ckpt, placed, [me](const std::string&) { return me; });
+    }
     max_blob_ = std::max(max_blob_, blobs_[l].bytes);
     max_conv_ = std::max(max_conv_, f_->converted_bytes(l, blobs_[l]));
+    uint64_t largest = 0;  // with the routed experts deferred (memory_plan.h "Slices")
+    max_conv_deferred_ =
+        std::max(max_conv_deferred_, f_->converted_bytes(l, blobs_[l], true, &largest));
+    largest_deferred_ = std::max(largest_deferred_, largest);
   }
   tail_ = reader_->plan(loop_.exporter.step_sources(L_ + 1));
 }
@@ -276,12 +348,23 @@ void DevicePlacement::plan_memory() {
   // large run.
   mi.force_host = loop_.test.gpu_host_store;
   mi.force_split = loop_.test.gpu_split;
+  // Routed experts decompressed in slices when a layer's do not fit at once (not with expert
+  // parallelism, whose ranks hold a part of them each).
+  if (!ep_) {
+    mi.max_conv_deferred = max_conv_deferred_;
+    mi.expert_slot = f_->expert_slot_bytes();
+    mi.experts = loop_.config.num_experts;
+    mi.quantizer_deferred = dq_ ? largest_deferred_ : 0;
+    // Test hook (--test_gpu_expert_slice N): N experts a slice whatever the budget.
+    mi.force_expert_slice = loop_.test.gpu_expert_slice;
+  }
   mi.weight_buffers = loop_.gpu.weight_buffers;
   mp_ = plan_gpu_memory(mi);
 }
 
 void DevicePlacement::allocate() {
   gpu::DeviceBudget& budget = *budget_;
+  f_->set_expert_slice(mp_.expert_slice);
   weights_[0] = gpu::DeviceBuffer(budget, max_blob_, "a layer's weights");
   if (mp_.buffers == 2)
     weights_[1] = gpu::DeviceBuffer(budget, max_blob_, "the next layer's weights");
@@ -303,6 +386,7 @@ void DevicePlacement::allocate() {
     quant_ = std::make_unique<ops::CudaBackend>(budget, quant_stream_, ops::CudaBackendOptions{},
                                                 std::max<int64_t>(dq_->max_groups(), 1), 0);
     quant_->reserve_scratch(std::max<uint64_t>(dq_->encoded_bytes(), 1));
+    if (mp_.expert_slice > 0) quant_->reserve_decompression(largest_deferred_);
     quant_->use_for_quantization(device_);
   }
   const uint64_t chunk_bf16 = static_cast<uint64_t>(mp_.chunk_max * H_) * 2;
@@ -396,6 +480,7 @@ void DevicePlacement::prefetch(int64_t l) {
     uint8_t* host = host_weights_[l % 2].data();
     if (comm_) {  // this rank's share, then every rank's over the channel, then the copy
       read_share(loop_.ckpt, shares_[l], comm_->rank(), host);
+      if (ep_) read_share(loop_.ckpt, own_[l], comm_->rank(), host);  // never broadcast
       if (!channel_) return;  // the exchange and the copy follow on the main thread
       set_cuda_device(device_);
       exchange_share(*channel_, shares_[l], host);
@@ -458,12 +543,20 @@ void DevicePlacement::forward(int64_t l, bool last, MaxCalibrator& calib) {
     h2d_.copy_to_device(io_[j].data(), host_at(c.token0), static_cast<uint64_t>(c.tokens * H_) * 2);
     in_ready_[j].record(h2d_);
   };
-  if (tier == HiddenTier::kPinned) {
+  if (tier == HiddenTier::kPinned && !chunks.empty()) {
     for (int j = 0; j < 2; ++j)
       io_free_[j].record(d2h_);
     copy_in(0);
   }
-  for (size_t i = 0; i < chunks.size(); ++i) {
+  // Expert parallelism: every rank runs rounds_ chunks (the MoE exchanges are collective), an
+  // empty one past its own.
+  for (size_t i = 0; i < std::max(chunks.size(), rounds_); ++i) {
+    if (i >= chunks.size()) {
+      gpu::GpuChunk none;
+      none.seq_bounds = {0};
+      f_->forward(none, xf, true);
+      continue;
+    }
     const PlannedChunk& c = chunks[i];
     const gpu::GpuChunk g = chunk(i);
     const int64_t n = c.tokens * H_;
@@ -529,6 +622,32 @@ void DevicePlacement::forward(int64_t l, bool last, MaxCalibrator& calib) {
   if (tier == HiddenTier::kPinned) d2h_.synchronize();
   for (const gpu::AmaxStat& s : f_->take_stats())
     calib.record(s.name, s.amax, s.rows);
+  if (ep_) log_exchanges(l);
+}
+
+void DevicePlacement::agree_rounds() {
+  rounds_ = mp_.chunks.size();
+  if (!ep_) return;
+  std::vector<uint64_t> n(static_cast<size_t>(comm_->size()), 0);
+  n[static_cast<size_t>(comm_->rank())] = mp_.chunks.size();
+  comm_->allreduce_sum(n.data(), n.size());
+  rounds_ = static_cast<size_t>(*std::max_element(n.begin(), n.end()));
+}
+
+void DevicePlacement::log_exchanges(int64_t l) {
+#if STRATA_WITH_NCCL
+  const NcclExpertExchange::Layer t = static_cast<NcclExpertExchange&>(*xchg_).take_layer();
+  log_info("expert all-to-all: layer ", l, ": sent ", t.bytes_sent, " bytes, received ",
+           t.bytes_received, " bytes (other ranks), ", t.exchanges, " exchanges in ",
+           str(t.device_ms).substr(0, 7), " ms on the device (NCCL), counts ",
+           str(t.counts_ms).substr(0, 7), " ms on the host");
+  if (loop_.expert_traffic) {
+    loop_.expert_traffic->bytes_sent += t.bytes_sent;
+    loop_.expert_traffic->seconds += (t.device_ms + t.counts_ms) / 1000.0;
+  }
+#else
+  (void)l;
+#endif
 }
 
 void DevicePlacement::write_store(int64_t next) {

@@ -17,7 +17,10 @@
 // Ranks (engine/gpu_ranks.h): with GpuLoop::comm of several ranks, each runs its own
 // micro-batches on GPU local_rank mod devices; a layer is read once in total (each tensor by its
 // writer, then broadcast, on the reader thread) and the statistics are combined over the ranks
-// by the loop.
+// by the loop. With expert parallelism a rank's blob is the layer's shared tensors (read and
+// broadcast as above) followed by its own routed experts (read by it alone, never broadcast):
+//
+//   blob buffer:   | attention, norms, router, shared experts (every rank) | my experts |
 #pragma once
 
 #include <cstdint>
@@ -41,6 +44,8 @@
 #include "model/forward.h"
 
 namespace strata {
+
+struct ExpertTraffic;  // engine/parallel.h
 
 // The part of the GPU setup that needs only the checkpoint's headers, started before the export
 // head and the embedding (single process) so that it overlaps them: on a helper thread, the
@@ -87,6 +92,12 @@ struct GpuLoop {
   GpuEarlySetup* early = nullptr;   // gpu_early_setup's, taken over
   TestHooks test;                   // QuantizeJob::test: host store, exchange thread
   bool bf16_ops = false;            // QuantizeJob::precision is kBf16Ops
+  // Expert parallelism over the ranks (docs/SCALEOUT.md "Expert parallel on GPU ranks"): each
+  // rank holds and reads only its range of every layer's routed experts, the MoE rows go to the
+  // experts' ranks and back over NCCL, and the ranks run their chunks in lockstep rounds.
+  // expert_traffic: where the exchanges' bytes and seconds are added (the run's summary).
+  bool expert_parallel = false;
+  ExpertTraffic* expert_traffic = nullptr;
 };
 
 // "" when the GPU path can run this model; else why not.

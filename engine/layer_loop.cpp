@@ -137,6 +137,7 @@ void run_layer_loop(LayerLoop& loop, Placement& p) {
     if (ranks) durable = any_rank(*ranks, durable);  // the ranks record the same steps
     auto calib = std::make_unique<MaxCalibrator>(loop.plan.recipe.calibration ==
                                                  CalibrationMethod::kNvfp4ActHeadroom);
+    calib->track_hessians(local_hessian_modules(loop.plan, l));  // empty unless local_hessian
     p.forward(l, last, *calib);
     if (ranks) allreduce_calibration(*ranks, *calib);  // one process's statistics on every rank
     phase.lap(&times.compute);

@@ -80,9 +80,8 @@ Layout layout(const GpuMemoryInputs& in, const GpuMemoryPlan& p, int buffers, bo
   return o;
 }
 
-}  // namespace
-
-GpuMemoryPlan plan_gpu_memory(const GpuMemoryInputs& in) {
+// The micro-batches' tokens (token0, total, largest, longest_seq, store and meta bytes).
+GpuMemoryPlan tokens_of(const GpuMemoryInputs& in) {
   GpuMemoryPlan p;
   const std::vector<int64_t>& n = in.batch_tokens;
   const int64_t H = in.hidden_size;
@@ -105,7 +104,28 @@ GpuMemoryPlan plan_gpu_memory(const GpuMemoryInputs& in) {
   }
   p.store_bytes = static_cast<uint64_t>(p.total * H) * 2;
   p.meta_bytes = meta_bytes(p.total, {}) + static_cast<uint64_t>(n.size()) * 8;
+  return p;
+}
 
+// One weight buffer and one micro-batch, or (when that does not fit and the sequences are given)
+// one sequence: the least the plan needs.
+Layout least_layout(const GpuMemoryInputs& in, const GpuMemoryPlan& p) {
+  Layout one = layout(in, p, 1, false);
+  if (!one.fits && !in.seq_tokens.empty()) one = layout(in, p, 1, true);
+  return one;
+}
+
+// The inputs with the routed experts decompressed `slice` at a time (memory_plan.h "Slices").
+GpuMemoryInputs sliced(const GpuMemoryInputs& in, int64_t slice) {
+  GpuMemoryInputs s = in;
+  s.max_conv = in.max_conv_deferred + static_cast<uint64_t>(slice) * in.expert_slot;
+  s.quantizer += in.quantizer_deferred;
+  return s;
+}
+
+// The plan for fixed converted weights (the rules in memory_plan.h, slices aside).
+GpuMemoryPlan plan_fixed(const GpuMemoryInputs& in) {
+  GpuMemoryPlan p = tokens_of(in);
   Layout two = layout(in, p, 2, false), one = layout(in, p, 1, false);
   if ((!one.fits || in.force_split) &&
       !in.seq_tokens.empty()) {  // sequences of a micro-batch in separate chunks
@@ -141,6 +161,40 @@ GpuMemoryPlan plan_gpu_memory(const GpuMemoryInputs& in) {
   for (const PlannedChunk& c : p.chunks)
     p.chunk_max = std::max(p.chunk_max, c.tokens);
   return p;
+}
+
+}  // namespace
+
+GpuMemoryPlan plan_gpu_memory(const GpuMemoryInputs& in) {
+  const int64_t E = in.experts;
+  const bool can_slice = in.expert_slot > 0 && E > 1 && in.max_conv_deferred < in.max_conv;
+  auto with_slice = [&](int64_t slice) {
+    GpuMemoryPlan p = plan_fixed(sliced(in, slice));
+    p.expert_slice = slice;
+    return p;
+  };
+  if (can_slice && in.force_expert_slice > 0 && in.force_expert_slice < E)
+    return with_slice(in.force_expert_slice);
+  if (!can_slice) return plan_fixed(in);
+  const GpuMemoryPlan tokens = tokens_of(in);
+  if (least_layout(in, tokens).fits) return plan_fixed(in);
+  // The whole layer's experts decompressed at once do not fit: slices of them. One expert at a
+  // time is the least; half of what that leaves goes to more experts a slice, half to chunks.
+  const Layout one = least_layout(sliced(in, 1), tokens);
+  STRATA_CHECK(one.fits, "GPU memory: --max_gpu_memory_gb leaves ", format_gib(in.left),
+               " but a layer's weights (", format_gib(in.max_blob),
+               "), its converted weights with the routed experts decompressed one at a time (",
+               format_gib(in.max_conv_deferred + in.expert_slot), ") and ",
+               in.seq_tokens.empty()
+                   ? str("one micro-batch of ", tokens.largest, " tokens")
+                   : str("the longest calibration sequence (", tokens.longest_seq, " tokens)"),
+               " need ", format_gib(one.least), "; raise --max_gpu_memory_gb to at least ",
+               format_gib(in.limit - in.left + one.least),
+               in.seq_tokens.empty() ? " or lower --batch_size" : " or lower --calib_seq");
+  const uint64_t spare = in.left - one.least;
+  const int64_t slice =
+      std::min<int64_t>(E - 1, 1 + static_cast<int64_t>(spare / 2 / in.expert_slot));
+  return with_slice(slice);
 }
 
 }  // namespace strata

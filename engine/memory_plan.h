@@ -6,6 +6,7 @@
 //
 // The rules, for B weight buffers (B = 1 or 2):
 //   fixed(B)  = B * max_blob + max_conv + attention + meta_bytes + 16 MiB + quantizer
+//               (sliced: max_conv and quantizer as "Slices" below says)
 //   per_token = forward_per_token + 4 * H       (the chunk's fp32 hidden states)
 //   least(B)  = fixed(B) + (per_token + 4 * H) * largest      (off the device: two bf16 in/out
 //                                                               buffers of 2 * H bytes a token)
@@ -22,6 +23,15 @@
 // the cap (never across micro-batches). The GPU forward's bytes do not depend on how tokens are
 // chunked (docs/CUDA.md), so this changes no byte of the export. Refused only when one sequence
 // does not fit, with the --max_gpu_memory_gb that would.
+// Slices: when even that does not fit with max_conv and the routed experts' decompression can be
+// deferred (max_conv_deferred < max_conv, expert_slot > 0), the GPU decompresses the experts a
+// slice at a time (docs/CUDA.md "Memory"): max_conv becomes max_conv_deferred + slice *
+// expert_slot, slice = min(experts - 1, 1 + (left - least with a slice of one) / 2 /
+// expert_slot): half of what one expert at a time leaves goes to larger slices, half to chunks;
+// the quantizer adds quantizer_deferred (it decompresses each deferred weight it quantizes).
+// Refused only when a slice of one expert and one sequence (or micro-batch) do not fit, with the
+// --max_gpu_memory_gb that would. A layer that fits is never sliced (expert_slice 0: every expert
+// decompressed at set_layer, once per layer). Slicing changes no byte of the export either.
 #pragma once
 
 #include <cstddef>
@@ -47,6 +57,13 @@ struct GpuMemoryInputs {
   // Tokens of each micro-batch's sequences (empty: micro-batches are never split).
   std::vector<std::vector<int64_t>> seq_tokens;
   uint64_t limit = 0;  // the whole budget (--max_gpu_memory_gb), for the refusal's advice
+  // Slices (above): the largest layer's converted weights when its routed experts' compressed
+  // weights are deferred, one expert's bytes in the slice buffer, the routed experts of a layer.
+  uint64_t max_conv_deferred = 0;
+  uint64_t expert_slot = 0;
+  uint64_t quantizer_deferred = 0;  // and the device quantizer's buffer for one of them (0: off)
+  int64_t experts = 0;
+  int64_t force_expert_slice = 0;  // test hook: this many experts a slice (0: the planner's)
 };
 
 // Where the hidden states of every micro-batch live between layers.
@@ -76,6 +93,7 @@ struct GpuMemoryPlan {
   // Token metadata on the device: positions [total], chunk-relative sequence starts [total], and
   // each chunk's sequence bounds (at most tokens + 1 per chunk; chunks <= micro-batches).
   uint64_t meta_bytes = 0;
+  int64_t expert_slice = 0;  // routed experts decompressed at a time (0: all, at set_layer)
 };
 
 // Throws strata::Error when one buffer and one micro-batch (split: one sequence) do not fit in

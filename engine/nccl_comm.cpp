@@ -3,6 +3,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
+#include <cstring>
+
 #include "core/error.h"
 
 namespace strata {
@@ -84,6 +87,76 @@ void NcclComm::alltoallv_rows(const void* send, const std::vector<int64_t>& send
     ro += rb;
   }
   nccl_check(ncclGroupEnd(), rank_, "ncclGroupEnd");
+}
+
+// Timing events around each exchange on the stream, reused from layer to layer.
+struct NcclExpertExchange::Events {
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> pairs;
+  size_t used = 0;
+  ~Events() {
+    for (auto& [a, b] : pairs) {
+      cudaEventDestroy(a);
+      cudaEventDestroy(b);
+    }
+  }
+};
+
+NcclExpertExchange::NcclExpertExchange(Comm& host, int device)
+    : host_(host), nccl_(host, device), events_(std::make_unique<Events>()) {}
+
+NcclExpertExchange::~NcclExpertExchange() = default;
+
+std::vector<int64_t> NcclExpertExchange::exchange_counts(const std::vector<int64_t>& send,
+                                                         const std::vector<int64_t>& send_counts,
+                                                         std::vector<int64_t>* recv_counts) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<uint8_t> bytes(send.size() * sizeof(int64_t));
+  std::memcpy(bytes.data(), send.data(), bytes.size());
+  const std::vector<uint8_t> got =
+      host_.alltoallv_rows(bytes, send_counts, sizeof(int64_t), recv_counts);
+  std::vector<int64_t> out(got.size() / sizeof(int64_t));
+  std::memcpy(out.data(), got.data(), got.size());
+  layer_.counts_ms +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+void NcclExpertExchange::alltoallv_rows(const void* send, const std::vector<int64_t>& send_counts,
+                                        void* recv, const std::vector<int64_t>& recv_counts,
+                                        size_t row_bytes, void* stream) {
+  const int me = host_.rank();
+  for (int p = 0; p < host_.size(); ++p) {
+    if (p == me) continue;
+    layer_.bytes_sent += static_cast<uint64_t>(send_counts[static_cast<size_t>(p)]) * row_bytes;
+    layer_.bytes_received += static_cast<uint64_t>(recv_counts[static_cast<size_t>(p)]) * row_bytes;
+  }
+  Events& ev = *events_;
+  if (ev.used == ev.pairs.size()) {
+    cudaEvent_t a = nullptr, b = nullptr;
+    cuda_check(cudaEventCreate(&a), me, "cudaEventCreate");
+    cuda_check(cudaEventCreate(&b), me, "cudaEventCreate");
+    ev.pairs.emplace_back(a, b);
+  }
+  const auto [start, stop] = ev.pairs[ev.used++];
+  cuda_check(cudaEventRecord(start, as_stream(stream)), me, "cudaEventRecord");
+  nccl_.alltoallv_rows(send, send_counts, recv, recv_counts, row_bytes, stream);
+  cuda_check(cudaEventRecord(stop, as_stream(stream)), me, "cudaEventRecord");
+  ++layer_.exchanges;
+}
+
+NcclExpertExchange::Layer NcclExpertExchange::take_layer() {
+  Events& ev = *events_;
+  for (size_t i = 0; i < ev.used; ++i) {
+    float ms = 0.0f;
+    cuda_check(cudaEventSynchronize(ev.pairs[i].second), host_.rank(), "cudaEventSynchronize");
+    cuda_check(cudaEventElapsedTime(&ms, ev.pairs[i].first, ev.pairs[i].second), host_.rank(),
+               "cudaEventElapsedTime");
+    layer_.device_ms += ms;
+  }
+  ev.used = 0;
+  Layer out = layer_;
+  layer_ = Layer{};
+  return out;
 }
 
 void NcclComm::synchronize(void* stream) {

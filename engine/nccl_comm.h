@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/comm.h"
+#include "ops/backend.h"
 
 namespace strata {
 
@@ -46,6 +47,43 @@ class NcclComm {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int rank_ = 0, size_ = 1;
+};
+
+// Expert parallelism on GPU ranks (docs/SCALEOUT.md "Expert parallel on GPU ranks"): the MoE
+// layers' counts over the host communicator (control, a few bytes per expert), their rows over
+// NCCL between the GPUs. Counts what this rank sent to the others and the time the exchanges
+// took, per layer (take_layer) and in total.
+class NcclExpertExchange final : public DeviceExpertExchange {
+ public:
+  // Collective over `host` (makes the NCCL communicator); `device` is this rank's GPU.
+  NcclExpertExchange(Comm& host, int device);
+  ~NcclExpertExchange() override;
+  int rank() const override { return host_.rank(); }
+  int ranks() const override { return host_.size(); }
+  std::vector<int64_t> exchange_counts(const std::vector<int64_t>& send,
+                                       const std::vector<int64_t>& send_counts,
+                                       std::vector<int64_t>* recv_counts) override;
+  void alltoallv_rows(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                      const std::vector<int64_t>& recv_counts, size_t row_bytes,
+                      void* stream) override;
+
+  // What one layer's exchanges moved and took: bytes of rows sent to and received from other
+  // ranks (a rank's own rows stay on its GPU), the device time of the NCCL exchanges (from
+  // before each to after it on the stream, waiting for the peers included) and the host time of
+  // the counts' exchanges. take_layer() waits for the stream's exchanges and starts a new layer.
+  struct Layer {
+    uint64_t bytes_sent = 0, bytes_received = 0;
+    int64_t exchanges = 0;
+    double device_ms = 0.0, counts_ms = 0.0;
+  };
+  Layer take_layer();
+
+ private:
+  Comm& host_;
+  NcclComm nccl_;
+  Layer layer_;
+  struct Events;
+  std::unique_ptr<Events> events_;
 };
 
 }  // namespace strata

@@ -44,6 +44,10 @@ struct TestHooks {
   // --test_gpu_split: the GPU path runs chunks of sequences of one micro-batch, as a budget that
   // cannot hold one micro-batch beside a layer would (engine/memory_plan.h "Split").
   bool gpu_split = false;
+  // --test_gpu_expert_slice N: the GPU path decompresses a compressed source's routed experts N
+  // at a time, as a budget that cannot hold a layer's decompressed experts would
+  // (engine/memory_plan.h "Slices"); 0: as the planner decides.
+  int64_t gpu_expert_slice = 0;
   // --test_gpu_ranks_exchange main: GPU ranks exchange each layer's shares on the main thread
   // instead of the reader thread's own communicator.
   bool gpu_exchange_on_main = false;

@@ -131,27 +131,11 @@ std::vector<uint8_t> CommExpertExchange::alltoallv_rows(const std::vector<uint8_
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t r = 0; r < send_counts.size(); ++r) {
     if (static_cast<int>(r) != comm_.rank())
-      bytes_sent += static_cast<uint64_t>(send_counts[r]) * row_bytes;
+      traffic.bytes_sent += static_cast<uint64_t>(send_counts[r]) * row_bytes;
   }
   std::vector<uint8_t> out = comm_.alltoallv_rows(send, send_counts, row_bytes, recv_counts);
-  seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  traffic.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
-}
-
-int64_t routed_expert_of(std::string_view name) {
-  static constexpr std::string_view kMark = "experts.";
-  for (size_t at = name.find(kMark); at != std::string_view::npos; at = name.find(kMark, at + 1)) {
-    if (at > 0 && name[at - 1] != '.') continue;  // "shared_experts." is not routed
-    size_t i = at + kMark.size(), digits = 0;
-    int64_t e = 0;
-    while (i < name.size() && name[i] >= '0' && name[i] <= '9' && digits < 9) {
-      e = e * 10 + (name[i] - '0');
-      ++i;
-      ++digits;
-    }
-    if (digits > 0 && i < name.size() && name[i] == '.') return e;
-  }
-  return -1;
 }
 
 void test_fail_hook(const Comm& comm, int64_t layer, const TestHooks& hooks) {

@@ -46,6 +46,15 @@ void check_same_step(Comm& comm, int64_t next_step);
 void share_tensors(Comm& comm, const Checkpoint& ckpt, const std::vector<std::string>& names,
                    const std::function<int(const std::string&)>& owner);
 
+// What a rank's expert-parallel exchanges moved, for the run's summary: bytes of expert rows
+// sent to other ranks (dispatch and results) and the seconds spent in the exchanges (waiting for
+// the slowest rank included). CPU ranks count in CommExpertExchange, GPU ranks in the device
+// placement (engine/gpu_runner.h).
+struct ExpertTraffic {
+  uint64_t bytes_sent = 0;
+  double seconds = 0.0;
+};
+
 // Expert parallelism (--expert_parallel) over the ranks of a Comm: the forward's exchanges of
 // expert rows are Comm::alltoallv_rows, counted for the run's summary.
 class CommExpertExchange final : public ExpertExchange {
@@ -57,17 +66,11 @@ class CommExpertExchange final : public ExpertExchange {
                                       const std::vector<int64_t>& send_counts, size_t row_bytes,
                                       std::vector<int64_t>* recv_counts) override;
 
-  uint64_t bytes_sent = 0;  // rows sent to other ranks
-  double seconds = 0.0;     // in the exchanges (waiting for the slowest rank included)
+  ExpertTraffic traffic;
 
  private:
   Comm& comm_;
 };
-
-// The routed expert a decoder-layer tensor belongs to: e for "...experts.<e>.<rest>" (per-expert
-// modules and their compressed scales), -1 for any other tensor (shared experts, the router,
-// transformers v5's fused [E, ...] expert tensors).
-int64_t routed_expert_of(std::string_view name);
 
 // Test hook (tests/engine/mpi_test.sh): --test_fail_rank r --test_fail_layer l (TestHooks) make
 // rank r throw a strata::Error when it starts decoder layer l.

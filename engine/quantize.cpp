@@ -21,6 +21,7 @@
 #include "engine/activation_store.h"
 #include "engine/gpu_runner.h"
 #include "engine/layer_loop.h"
+#include "engine/nccl_comm.h"
 #include "engine/parallel.h"
 #include "engine/quantize_steps.h"
 #include "engine/resume.h"
@@ -298,8 +299,12 @@ std::string describe_plan(const QuantPlan& plan, const Checkpoint& ckpt, const C
   uint64_t linear_src = 0, linear_out = 0;
   for (const PlannedModule& m : plan.modules) {
     table[std::string(tensor_kind_name(m.kind))][std::string(qformat_name(m.format))]++;
-    linear_src += static_cast<uint64_t>(m.shape[0] * m.shape[1]) *
-                  static_cast<uint64_t>(dtype_bits(m.dtype)) / 8;
+    // What the checkpoint stores for the weight: a compressed source's values and companions.
+    for (const char* suffix : {".weight", ".weight_packed", ".weight_scale", ".weight_shape",
+                               ".weight_scale_inv", ".weight_blocks", ".weight_scales"}) {
+      const std::string t = m.module + suffix;
+      if (ckpt.has(t)) linear_src += ckpt.entry(t).end - ckpt.entry(t).begin;
+    }
     linear_out += quantized_bytes(m);
   }
   os << "\nlinear modules by kind and format\n";
@@ -315,7 +320,7 @@ std::string describe_plan(const QuantPlan& plan, const Checkpoint& ckpt, const C
     os << "\n";
   }
   const uint64_t total_src = ckpt.bytes_on_disk();
-  const uint64_t estimate = total_src - linear_src + linear_out;
+  const uint64_t estimate = total_src - std::min(linear_src, total_src) + linear_out;
   os << "\nsource      " << human_bytes(static_cast<double>(total_src)) << " on disk\n";
   os << "output      about " << human_bytes(static_cast<double>(estimate)) << " ("
      << str(static_cast<double>(estimate) / static_cast<double>(std::max<uint64_t>(total_src, 1)))
@@ -471,6 +476,16 @@ void QuantizeRun::resolve_plan() {
                  "unifies such a group's amax only when its first module is one block, and then "
                  "cannot export it; strata refuses (exclude some of them or pick another format)");
   }
+  const WeightCalib& algo = plan.recipe.algorithm;
+  if (algo.searches()) {
+    STRATA_CHECK(!plan.fused_experts, plan.recipe.name, ": algorithm ",
+                 weight_calib_method_name(algo.method),
+                 " is not implemented for fused-experts exports (gpt-oss); use a max recipe");
+    STRATA_CHECK(algo.method != WeightCalib::Method::kLocalHessian || comm.size() == 1,
+                 plan.recipe.name,
+                 ": local_hessian runs in one process (its per-module input statistics are not "
+                 "merged across ranks yet); run without mpirun");
+  }
   result.calibrated = needs_activations(plan);
 }
 
@@ -479,14 +494,18 @@ void QuantizeRun::choose_device() {
   // durable steps); the hidden states live on the device or in pinned host memory.
   on_gpu = job.device == QuantizeJob::Device::kCuda && result.calibrated;
   if (on_gpu) {
-    // Asked first, so that a recipe the GPU path cannot run is named as such on any machine.
-    std::string why = plan.recipe.calibration == CalibrationMethod::kNvfp4ActHeadroom
-                          ? "the recipe's nvfp4_act_headroom calibration needs per-16-block amax "
-                            "histograms, which only the CPU forward's observers keep "
-                            "(calib/max_calib.h)"
-                          : gpu_unsupported(config, ckpt);
-    if (why.empty() && comm.size() > 1 && job.expert_parallel)
-      why = "expert parallelism runs on CPU ranks (docs/SCALEOUT.md)";
+    // Checked first, so the refusal names the recipe's CPU-only algorithm whatever the machine has.
+    std::string why =
+        plan.recipe.algorithm.searches()
+            ? str("weight scale search (algorithm ",
+                  weight_calib_method_name(plan.recipe.algorithm.method),
+                  ") has a CPU implementation only (docs/QUANTIZE.md \"Scale search\")")
+        : plan.recipe.calibration == CalibrationMethod::kNvfp4ActHeadroom
+            ? "the recipe's nvfp4_act_headroom calibration needs per-16-block amax histograms, "
+              "which only the CPU forward's observers keep (calib/max_calib.h)"
+            : gpu_unsupported(config, ckpt);
+    if (why.empty() && comm.size() > 1 && job.expert_parallel && !nccl_compiled())
+      why = "expert parallelism on GPU ranks needs a strata built with NCCL (docs/SCALEOUT.md)";
     STRATA_CHECK(why.empty() || !job.device_explicit, "--device cuda: ", why, "; use --device cpu");
     if (!why.empty() && lead) log_warn("calibrating on the CPU: ", why);
     on_gpu = why.empty();
@@ -500,8 +519,8 @@ void QuantizeRun::check_output() const {
 void QuantizeRun::choose_expert_parallel() {
   // Only with ranks, a forward, and routed experts; the routed experts of each layer are then
   // read, run and written by their owner (expert_owner) alone.
-  expert_parallel = use_expert_parallel(job.expert_parallel, comm.size(), result.calibrated, on_gpu,
-                                        config.num_experts);
+  expert_parallel = use_expert_parallel(job.expert_parallel, comm.size(), result.calibrated,
+                                        on_gpu && !nccl_compiled(), config.num_experts);
   // A fused tensor holds every expert of a projection and is written by one rank
   // (export/modelopt.h).
   STRATA_CHECK(!expert_parallel || !plan.fused_experts,
@@ -783,6 +802,8 @@ std::unique_ptr<Placement> QuantizeRun::placement() {
                         first_layer, job.max_gpu_memory_bytes, !result.memory.spilled, resume_dir,
                         job.gpu, job.exact_mxfp4, &comm, mine_ids, &result.times, warm.get(),
                         early.get(), job.test, fopts.bf16_ops});
+    gpu->expert_parallel = expert_parallel;  // rows exchanged over NCCL (engine/gpu_runner.h)
+    gpu->expert_traffic = &exchange.traffic;
     return make_gpu_placement(*gpu);
   }
   return std::make_unique<HostPlacement>(HostPlacement::Inputs{*fwd, *exporter, ckpt, comm, *store,
@@ -843,8 +864,8 @@ void QuantizeRun::write_tail() {
 
 void QuantizeRun::finish() {
   result.bytes_read = ckpt.bytes_read();
-  result.expert_bytes_sent = exchange.bytes_sent;
-  result.expert_exchange_seconds = exchange.seconds;
+  result.expert_bytes_sent = exchange.traffic.bytes_sent;
+  result.expert_exchange_seconds = exchange.traffic.seconds;
   if (lead) {
     std::error_code ec;
     result.files = exporter->finish();

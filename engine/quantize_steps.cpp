@@ -32,18 +32,33 @@ std::string human_bytes(double b) {
 
 bool needs_activations(const QuantPlan& plan) {
   if (kv_cache_calibrated(plan.recipe.kv_cache)) return true;
+  // local_hessian weighs the weight error by the module's inputs: W4A16 needs them too.
+  for (int64_t l = 0; l < plan.num_layers; ++l) {
+    if (!local_hessian_modules(plan, l).empty()) return true;
+  }
   for (const PlannedModule& m : plan.modules) {
     if ((m.format == QFormat::kNvfp4 || m.format == QFormat::kFp8) && !m.input_amax) return true;
   }
   return false;
 }
 
+std::set<std::string, std::less<>> local_hessian_modules(const QuantPlan& plan, int64_t layer) {
+  std::set<std::string, std::less<>> out;
+  if (plan.recipe.algorithm.method != WeightCalib::Method::kLocalHessian) return out;
+  for (const PlannedModule& m : plan.modules) {
+    if (m.layer == layer && (m.format == QFormat::kNvfp4 || m.format == QFormat::kW4A16Nvfp4))
+      out.insert(m.module);
+  }
+  return out;
+}
+
 std::string resume_dir_of(const QuantizeJob& job) {
   return job.resume_dir.empty() ? job.export_path + ".strata_resume" : job.resume_dir;
 }
 
-bool use_expert_parallel(bool asked, int ranks, bool calibrated, bool on_gpu, int64_t experts) {
-  return asked && ranks > 1 && calibrated && !on_gpu && experts > 0;
+bool use_expert_parallel(bool asked, int ranks, bool calibrated, bool gpu_without_nccl,
+                         int64_t experts) {
+  return asked && ranks > 1 && calibrated && !gpu_without_nccl && experts > 0;
 }
 
 MicroBatches group_micro_batches(const std::vector<std::vector<int32_t>>& sequences,

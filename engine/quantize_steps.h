@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,12 +21,18 @@ std::string human_bytes(double b);
 // Whether any module's format or the KV cache needs activation statistics (a calibration forward).
 bool needs_activations(const QuantPlan& plan);
 
+// The modules of decoder layer `layer` whose input statistics local_hessian needs (its NVFP4 and
+// W4A16 NVFP4 weights, the searched ones); empty unless the recipe's algorithm is local_hessian.
+std::set<std::string, std::less<>> local_hessian_modules(const QuantPlan& plan, int64_t layer);
+
 // The resume folder: --resume_dir, or "<export_path>.strata_resume".
 std::string resume_dir_of(const QuantizeJob& job);
 
 // Whether the routed experts of each layer are split over the ranks (docs/SCALEOUT.md "Expert
-// parallel"): asked for, with ranks, a CPU calibration forward, and routed experts.
-bool use_expert_parallel(bool asked, int ranks, bool calibrated, bool on_gpu, int64_t experts);
+// parallel"): asked for, with ranks, a calibration forward (on the CPU, or on the GPU when
+// strata has NCCL to exchange the rows: gpu_without_nccl false), and routed experts.
+bool use_expert_parallel(bool asked, int ranks, bool calibrated, bool gpu_without_nccl,
+                         int64_t experts);
 
 // Consecutive sequences by index, batch_size (at least 1) at a time.
 struct MicroBatches {

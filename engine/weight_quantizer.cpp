@@ -65,7 +65,7 @@ WeightQuantizer::WeightQuantizer(const QuantPlan& plan, int64_t first_layer,
       case QFormat::kNone:
         break;
     }
-    L.jobs.push_back({&m, group});
+    L.jobs.push_back({&m, group, plan.fused_experts && m.kind == TensorKind::kRoutedExperts});
     encoded_bytes_ = std::max(encoded_bytes_, out);
     max_groups_ = std::max(max_groups_, L.groups.size());
   }
@@ -95,9 +95,10 @@ PrecomputedWeights WeightQuantizer::quantize(
   backend.weight_amaxes(groups, amax.data());
   for (const Job& j : L.jobs) {
     const PlannedModule& m = *j.module;
-    out[m.module] =
-        backend.quantize_weight(weight(m.module), m.format,
-                                j.group < 0 ? 0.0f : amax[static_cast<size_t>(j.group)], m.module);
+    ops::StoredWeight w = weight(m.module);
+    w.fp32_quotient = j.fp32_quotient;
+    out[m.module] = backend.quantize_weight(
+        w, m.format, j.group < 0 ? 0.0f : amax[static_cast<size_t>(j.group)], m.module);
   }
   return out;
 }

@@ -41,7 +41,8 @@ class WeightQuantizer {
  private:
   struct Job {
     const PlannedModule* module;
-    int group;  // its amax group; -1 for MXFP8 (no amax)
+    int group;                   // its amax group; -1 for MXFP8 (no amax)
+    bool fp32_quotient = false;  // ops::StoredWeight::fp32_quotient (gpt-oss's fused experts)
   };
   struct Layer {
     std::vector<Job> jobs;                                   // plan order

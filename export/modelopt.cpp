@@ -22,6 +22,7 @@
 #include "quant/mxfp4.h"
 #include "quant/mxfp8.h"
 #include "quant/nvfp4.h"
+#include "quant/scale_search.h"
 
 namespace fs = std::filesystem;
 
@@ -753,6 +754,24 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
     group_weight_amax_[key] = a;
     return a;
   };
+  const WeightCalib& algo = plan_.recipe.algorithm;
+  // A shared FP8 weight amax searched over every member of the group (memoized as the max one).
+  auto searched_fp8_amax = [&]() {
+    const std::string key = weight_group_key(plan_, m.module) + "#searched";
+    {
+      std::lock_guard<std::mutex> lock(memo_mu_);
+      if (auto it = group_weight_amax_.find(key); it != group_weight_amax_.end()) return it->second;
+    }
+    std::vector<Tensor> members;
+    for (const PlannedModule* o : layer_modules) {
+      if (weight_group_key(plan_, o->module) != weight_group_key(plan_, m.module)) continue;
+      members.push_back(o->module == m.module ? w : source_weight(o->module));
+    }
+    const float a = fp8_search_amax(members, group_weight_amax(), algo, M);
+    std::lock_guard<std::mutex> lock(memo_mu_);
+    group_weight_amax_[key] = a;
+    return a;
+  };
   // Activation amax shared by the input-scale group (fused group, or all experts of the layer).
   auto group_input_amax = [&](bool fused) {
     if (m.input_amax) return *m.input_amax;  // the recipe's constant (RecipeRule::input_amax)
@@ -814,6 +833,16 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
       if (have_pre) {
         STRATA_ASSERT(pre->nvfp4, "precomputed weight of ", M, " is not NVFP4");
         q = *pre->nvfp4;
+      } else if (algo.searches()) {
+        // Static NVFP4 block scales chosen by the recipe's search (quant/scale_search.h) under
+        // the group's weight_scale_2; local_hessian weighs the error by the module's inputs, and
+        // without any (an expert no token reached, a module outside the decoder layers) it is
+        // the plain search, as in ModelOpt.
+        const BlockHessian* h = calib ? calib->hessian(M) : nullptr;
+        const std::vector<double> hessian = h ? h->normalized() : std::vector<double>{};
+        const float a = group_weight_amax();
+        const std::vector<uint8_t> scales = nvfp4_search_block_scales(w, a, algo, hessian, M);
+        q = nvfp4_quantize_with_scales(w, a, scales, M);
       } else {
         const int mx_max = exact_mxfp4_group_max(m);
         q = mx_max >= 0 ? *mxfp4_to_nvfp4_exact(ckpt_.tensor(M + ".weight_blocks"),
@@ -837,12 +866,24 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
       // scale (export/plan.h fp8_shares_weight_amax).
       STRATA_ASSERT(!have_pre || pre->fp8, "precomputed weight of ", M, " is not FP8");
       const bool shared = fp8_shares_weight_amax(M);
-      Fp8Weight q =
-          have_pre ? *pre->fp8
-                   : *host_backend()
-                          .quantize_weight(stored(w), m.format,
-                                           shared ? group_weight_amax() : weight_amax_of({w}), M)
-                          .fp8;
+      Fp8Weight q;
+      if (have_pre) {
+        q = *pre->fp8;
+      } else if (algo.searches() && !algo.fp8_scale_sweep) {
+        // Plain mse searches FP8 weights too (fp8_scale_sweep leaves them at max): the amax of
+        // the module, or of its shared-amax group searched over all members together.
+        q = fp8_quantize_clipped(w, shared ? searched_fp8_amax() : [&] {
+          return fp8_search_amax(std::span<const Tensor>(&w, 1), weight_amax_of({w}), algo, M);
+        }(), M);
+      } else {
+        ops::StoredWeight sw = stored(w);
+        // ModelOpt exports gpt-oss's experts as one 3-D tensor, dividing in fp32 (backend.h).
+        sw.fp32_quotient = plan_.fused_experts && m.kind == TensorKind::kRoutedExperts;
+        q = *host_backend()
+                 .quantize_weight(sw, m.format, shared ? group_weight_amax() : weight_amax_of({w}),
+                                  M)
+                 .fp8;
+      }
       out.emplace_back(M + ".weight", std::move(q.weight));
       out.emplace_back(M + ".weight_scale", std::move(q.scale));
       const bool expert = routed_expert_index(M) >= 0;

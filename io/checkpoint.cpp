@@ -323,4 +323,20 @@ uint64_t Checkpoint::bytes_on_disk() const {
   return total;
 }
 
+int64_t routed_expert_of(std::string_view name) {
+  static constexpr std::string_view kMark = "experts.";
+  for (size_t at = name.find(kMark); at != std::string_view::npos; at = name.find(kMark, at + 1)) {
+    if (at > 0 && name[at - 1] != '.') continue;  // "shared_experts." is not routed
+    size_t i = at + kMark.size(), digits = 0;
+    int64_t e = 0;
+    while (i < name.size() && name[i] >= '0' && name[i] <= '9' && digits < 9) {
+      e = e * 10 + (name[i] - '0');
+      ++i;
+      ++digits;
+    }
+    if (digits > 0 && i < name.size() && name[i] == '.') return e;
+  }
+  return -1;
+}
+
 }  // namespace strata

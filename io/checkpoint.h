@@ -101,4 +101,9 @@ class Checkpoint {
   std::shared_ptr<Held> held_;  // object and guarded by a mutex (the prefetch thread reads)
 };
 
+// The routed expert a decoder-layer tensor belongs to: e for "...experts.<e>.<rest>" (per-expert
+// modules and their compressed scales), -1 for any other tensor (shared experts, the router,
+// transformers v5's fused [E, ...] expert tensors).
+int64_t routed_expert_of(std::string_view name);
+
 }  // namespace strata

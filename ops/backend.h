@@ -74,6 +74,28 @@ class ExpertExchange {
                                               std::vector<int64_t>* recv_counts) = 0;
 };
 
+// Expert parallelism on GPU ranks (docs/SCALEOUT.md "Expert parallel on GPU ranks"): the same
+// split of the routed experts, with the rows exchanged between the ranks' GPUs (NCCL in the
+// engine, engine/nccl_comm.h) and the counts over the host communicator. Both calls are
+// collective: every rank makes them in the same order.
+class DeviceExpertExchange {
+ public:
+  virtual ~DeviceExpertExchange() = default;
+  virtual int rank() const = 0;
+  virtual int ranks() const = 0;
+  // Host values: send_counts[r] values of `send` (in rank order) go to rank r; returns the values
+  // received in rank order, recv_counts[r] of them from rank r.
+  virtual std::vector<int64_t> exchange_counts(const std::vector<int64_t>& send,
+                                               const std::vector<int64_t>& send_counts,
+                                               std::vector<int64_t>* recv_counts) = 0;
+  // Device rows of `row_bytes` bytes, queued on `stream` (a cudaStream_t): send_counts[r] rows
+  // of `send` (in rank order) go to rank r, recv_counts[r] rows from rank r land in `recv` in rank
+  // order. The counts must agree with the peers' (exchange_counts first).
+  virtual void alltoallv_rows(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                              const std::vector<int64_t>& recv_counts, size_t row_bytes,
+                              void* stream) = 0;
+};
+
 // The rank holding routed expert e of `experts` over `ranks` ranks: rank r holds the contiguous
 // range [experts·r / ranks, experts·(r+1) / ranks) (rounded down; empty when experts < ranks).
 int expert_owner(int64_t e, int64_t experts, int ranks);
@@ -82,7 +104,28 @@ int expert_owner(int64_t e, int64_t experts, int ranks);
 
 namespace strata::ops {
 
-// A weight as the backend holds it. `data` is backend memory (null while only sizing).
+// A compressed weight whose decompression the backend defers to where it is used: its stored
+// bytes in backend memory and what the decompression needs (ops/cuda/convert.h dequant_*, the
+// same bits as io/source_weights.h decompresses). Only the CUDA backend holds one: the routed
+// experts of a compressed source when the memory plan slices them (docs/CUDA.md "Memory"); the
+// CPU backend's binder decompresses on load and the CPU backend asserts it never gets one.
+struct Compressed {
+  enum class Kind : uint8_t { kNone, kInt4Pack, kMxfp4, kFp8Block };
+  Kind kind = Kind::kNone;
+  // kInt4Pack: int32 words [out, ceil(in / 8)], 8 nibbles each; kMxfp4: blocks U8 [out, groups,
+  // 16]; kFp8Block: F8_E4M3 [out, in].
+  const void* values = nullptr;
+  // kInt4Pack: [out, ceil(in / group)]; kMxfp4: E8M0 [out, groups]; kFp8Block: scale_inv
+  // [ceil(out / group), ceil(in / group)].
+  const void* scales = nullptr;
+  DType scale_dtype = DType::kBF16;  // kInt4Pack, kFp8Block: F32, F16 or BF16
+  int64_t group = 0;                 // kInt4Pack: the group size; kFp8Block: the block edge
+  int64_t stored_cols = 0;           // kMxfp4: groups a row (the blocks' second dimension)
+  bool defined() const { return kind != Kind::kNone; }
+};
+
+// A weight as the backend holds it. `data` is backend memory (null while only sizing, or when
+// `compressed` defers its decompression).
 struct Weight {
   const void* data = nullptr;
   Shape shape;       // the checkpoint's shape, e.g. [out, in]
@@ -98,7 +141,10 @@ struct Weight {
   // with an offset), instead of rounding x / rms(x) to bf16 first and then its product with the
   // bf16 weight (LlamaRMSNorm and most others). Only rms_norm reads it; the family sets it.
   bool norm_fp32 = false;
+  // The CUDA backend's deferred decompression (Compressed); data is then null.
+  Compressed compressed{};
   bool defined() const { return !shape.empty(); }
+  bool deferred() const { return compressed.defined(); }
   int64_t rows() const { return shape.empty() ? 0 : shape[0]; }
   int64_t cols() const { return shape.size() < 2 ? 0 : shape.back(); }
 };
@@ -147,11 +193,20 @@ struct Tokens {
 };
 
 // A weight as the checkpoint stores it (BF16, F16 or F32, row-major [rows, cols]), where the
-// backend's memory is: the input of weight quantization.
+// backend's memory is: the input of weight quantization. Or, with `compressed` defined (data
+// null, dtype BF16), a compressed weight that the CUDA backend decompresses to bf16 into a buffer
+// of its own before it quantizes it (CudaBackend::reserve_decompression), as the CPU
+// decompresses it to bf16.
 struct StoredWeight {
   const void* data = nullptr;
   DType dtype = DType::kBF16;
   int64_t rows = 0, cols = 0;
+  Compressed compressed{};
+  // FP8: quantized as ModelOpt 0.47 exports a 3-D stacked expert weight (gpt-oss's fused experts):
+  // it divides by the scale unsqueezed to one dimension, which promotes a bf16 weight to fp32, so
+  // the quotient is fp32 (not rounded to the weight's dtype) and the divisor the fp32 scale itself.
+  // A 2-D weight divides by the 0-dim scale in its own dtype (the default, format.md §2).
+  bool fp32_quotient = false;
 };
 
 // Names the part of a layer that the ops issued since the previous mark belong to (the CUDA

@@ -28,6 +28,8 @@ namespace strata::ops {
 namespace {
 
 const float* f32(const Weight& w) {
+  // The CPU's binder decompresses on load: a deferred decompression is the CUDA backend's alone.
+  STRATA_ASSERT(!w.deferred(), "the CPU backend got a weight with deferred decompression");
   return static_cast<const float*>(w.data);
 }
 
@@ -519,6 +521,7 @@ void CpuBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int3
 
 // The weight as a tensor the encoders take (a view: the caller keeps the memory).
 static Tensor stored_tensor(const StoredWeight& w) {
+  STRATA_ASSERT(!w.compressed.defined(), "the CPU backend got a compressed weight to quantize");
   const size_t bytes = static_cast<size_t>(w.rows * w.cols * dtype_bits(w.dtype) / 8);
   return Tensor::view(w.dtype, {w.rows, w.cols}, w.data, bytes,
                       std::shared_ptr<const void>(w.data, [](const void*) {}));
@@ -554,7 +557,8 @@ QuantizedWeight CpuBackend::quantize_weight(const StoredWeight& w, QFormat forma
       q.nvfp4 = nvfp4_quantize(t, amax, name);
       break;
     case QFormat::kFp8:
-      q.fp8 = fp8_quantize(t, amax, name);
+      // fp32_quotient: the same values in fp32, whose quotient nothing rounds (fp8.h).
+      q.fp8 = fp8_quantize(w.fp32_quotient ? t.to_f32() : t, amax, name);
       break;
     case QFormat::kMxfp8:
       q.mxfp8 = mxfp8_quantize(t, name);

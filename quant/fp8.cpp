@@ -71,7 +71,7 @@ float fp8_kv_cache_scale(float amax, std::string_view name) {
 namespace quant_detail {
 
 Fp8Weight fp8_quantize_with(Encoders encoders, const Tensor& weight, float weight_amax,
-                            std::string_view name) {
+                            std::string_view name, bool clip) {
   check_weight(weight, name, 1, "fp8");
   STRATA_CHECK(std::isfinite(weight_amax) && weight_amax > 0.0f, "fp8: weight amax ", weight_amax,
                " of ", name,
@@ -84,10 +84,11 @@ Fp8Weight fp8_quantize_with(Encoders encoders, const Tensor& weight, float weigh
                name, " gives a scale that is 0 or infinite in ", dtype_name(weight.dtype()));
   Fp8Weight out{Tensor::zeros(DType::kF8E4M3, weight.shape()), Tensor::scalar_f32(scale)};
   uint8_t* dst = out.weight.mutable_data<uint8_t>();
+  const float bound = clip ? INFINITY : weight_amax;  // the |W| <= amax check, off when clipping
   if (encoders == Encoders::kFast) {
-    quantize_elements<Encoders::kFast>(weight, divisor, weight_amax, name, dst);
+    quantize_elements<Encoders::kFast>(weight, divisor, bound, name, dst);
   } else {
-    quantize_elements<Encoders::kReference>(weight, divisor, weight_amax, name, dst);
+    quantize_elements<Encoders::kReference>(weight, divisor, bound, name, dst);
   }
   return out;
 }
@@ -96,6 +97,11 @@ Fp8Weight fp8_quantize_with(Encoders encoders, const Tensor& weight, float weigh
 
 Fp8Weight fp8_quantize(const Tensor& weight, float weight_amax, std::string_view name) {
   return quant_detail::fp8_quantize_with(quant_detail::Encoders::kFast, weight, weight_amax, name);
+}
+
+Fp8Weight fp8_quantize_clipped(const Tensor& weight, float weight_amax, std::string_view name) {
+  return quant_detail::fp8_quantize_with(quant_detail::Encoders::kFast, weight, weight_amax, name,
+                                         true);
 }
 
 Tensor fp8_dequantize(const Fp8Weight& q) {

@@ -61,6 +61,10 @@ float fp8_kv_cache_scale(float amax, std::string_view name);
 // element, or an amax that is not a positive finite number at least max|W|.
 Fp8Weight fp8_quantize(const Tensor& weight, float weight_amax, std::string_view name);
 
+// As fp8_quantize, for an amax that may be below max|W| (a searched amax, quant/scale_search.h):
+// elements beyond it saturate to ±448 (ModelOpt's export would cast them to NaN, see above).
+Fp8Weight fp8_quantize_clipped(const Tensor& weight, float weight_amax, std::string_view name);
+
 // Inverse mapping to an F32 tensor of the original shape.
 Tensor fp8_dequantize(const Fp8Weight& q);
 
@@ -114,7 +118,7 @@ Tensor fp8_pb_dequantize(const Fp8Weight& q);
 
 namespace quant_detail {
 Fp8Weight fp8_quantize_with(Encoders encoders, const Tensor& weight, float weight_amax,
-                            std::string_view name);
+                            std::string_view name, bool clip = false);
 }  // namespace quant_detail
 
 }  // namespace strata

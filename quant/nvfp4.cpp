@@ -16,9 +16,11 @@ constexpr float kInv2688 = 1.0f / 2688.0f;
 constexpr float kMinBlockScale = 0x1p-9f;  // smallest e4m3 subnormal
 constexpr float kMaxBlockScale = 448.0f;   // largest e4m3
 
+// With `given` (one byte per block, row-major), those block scales are written and used instead of
+// the ones computed from each block's amax (a searched scale, quant/scale_search.h).
 template <quant_detail::Encoders kEncoders>
 void quantize_rows(const Tensor& weight, float global_scale, float weight_amax, int64_t block,
-                   std::string_view name, Nvfp4Weight& out) {
+                   std::string_view name, const uint8_t* given, Nvfp4Weight& out) {
   const int64_t width = weight.dim(-1);
   const int64_t rows = weight.numel() / width;
   const int64_t blocks = width / block;
@@ -41,7 +43,9 @@ void quantize_rows(const Tensor& weight, float global_scale, float weight_amax, 
       if (s == 0.0f) s = 1.0f;
       s = std::clamp(s, kMinBlockScale, kMaxBlockScale);
       uint8_t scale_byte;
-      if constexpr (kEncoders == quant_detail::Encoders::kFast) {
+      if (given != nullptr) {
+        scale_byte = given[r * blocks + b];
+      } else if constexpr (kEncoders == quant_detail::Encoders::kFast) {
         scale_byte = quant_detail::fast_f32_to_e4m3(s);
       } else {
         scale_byte = f32_to_e4m3(s);
@@ -82,8 +86,11 @@ float nvfp4_input_scale(float activation_amax, std::string_view name) {
 namespace quant_detail {
 
 Nvfp4Weight nvfp4_quantize_with(Encoders encoders, const Tensor& weight, float weight_amax,
-                                std::string_view name, int64_t block) {
+                                std::string_view name, int64_t block,
+                                std::span<const uint8_t> block_scales) {
   STRATA_ASSERT(block == kNvfp4BlockSize || block == kNvfp4Bs32BlockSize, "nvfp4 block ", block);
+  STRATA_ASSERT(block_scales.empty() || block == kNvfp4BlockSize, "nvfp4: given block scales with ",
+                "blocks of ", block);
   check_weight(weight, name, block, "nvfp4");
   STRATA_CHECK(std::isfinite(weight_amax) && weight_amax > 0.0f, "nvfp4: weight amax ", weight_amax,
                " of ", name,
@@ -98,10 +105,20 @@ Nvfp4Weight nvfp4_quantize_with(Encoders encoders, const Tensor& weight, float w
   scale_shape.back() /= block;  // [..., out, in/16] (in/32 for block 32)
   Nvfp4Weight out{Tensor::zeros(DType::kU8, packed_shape),
                   Tensor::zeros(DType::kF8E4M3, scale_shape), Tensor::scalar_f32(global_scale)};
+  const uint8_t* given = nullptr;
+  if (!block_scales.empty()) {
+    STRATA_CHECK(static_cast<int64_t>(block_scales.size()) == out.block_scale.numel(),
+                 "nvfp4: ", block_scales.size(), " block scales given for ", name, ", which has ",
+                 out.block_scale.numel(), " blocks");
+    for (uint8_t b : block_scales)
+      STRATA_CHECK(b != 0 && (b & 0x7F) != 0x7F && (b & 0x80) == 0, "nvfp4: block scale byte ",
+                   int(b), " given for ", name, " is not a positive finite e4m3 value");
+    given = block_scales.data();
+  }
   if (encoders == Encoders::kFast) {
-    quantize_rows<Encoders::kFast>(weight, global_scale, weight_amax, block, name, out);
+    quantize_rows<Encoders::kFast>(weight, global_scale, weight_amax, block, name, given, out);
   } else {
-    quantize_rows<Encoders::kReference>(weight, global_scale, weight_amax, block, name, out);
+    quantize_rows<Encoders::kReference>(weight, global_scale, weight_amax, block, name, given, out);
   }
   return out;
 }
@@ -112,6 +129,14 @@ Nvfp4Weight nvfp4_quantize(const Tensor& weight, float weight_amax, std::string_
                            int64_t block) {
   return quant_detail::nvfp4_quantize_with(quant_detail::Encoders::kFast, weight, weight_amax, name,
                                            block);
+}
+
+Nvfp4Weight nvfp4_quantize_with_scales(const Tensor& weight, float weight_amax,
+                                       std::span<const uint8_t> block_scales,
+                                       std::string_view name) {
+  STRATA_CHECK(!block_scales.empty(), "nvfp4: no block scales given for ", name);
+  return quant_detail::nvfp4_quantize_with(quant_detail::Encoders::kFast, weight, weight_amax, name,
+                                           kNvfp4BlockSize, block_scales);
 }
 
 Tensor nvfp4_dequantize(const Nvfp4Weight& q) {

@@ -22,6 +22,7 @@
 // step above is fp32 arithmetic on exact values: what this file computes.
 #pragma once
 
+#include <span>
 #include <string_view>
 
 #include "core/tensor.h"
@@ -65,6 +66,14 @@ float nvfp4_input_scale(float activation_amax, std::string_view name);
 Nvfp4Weight nvfp4_quantize(const Tensor& weight, float weight_amax, std::string_view name,
                            int64_t block = kNvfp4BlockSize);
 
+// As nvfp4_quantize (blocks of 16), with the block scale bytes given (one per block, row-major
+// [..., out, in/16], each a positive finite e4m3 value) instead of computed from the block amaxes:
+// a searched scale (quant/scale_search.h). Codes are e2m1(W / fl32(f32(scale) * weight_scale_2))
+// as above; a value beyond 6 times its block's scale saturates to ±6.
+Nvfp4Weight nvfp4_quantize_with_scales(const Tensor& weight, float weight_amax,
+                                       std::span<const uint8_t> block_scales,
+                                       std::string_view name);
+
 // Inverse mapping to an F32 tensor of the original shape (the block size follows from the
 // shapes).
 Tensor nvfp4_dequantize(const Nvfp4Weight& q);
@@ -89,7 +98,8 @@ void nvfp4_fake_quantize(float* x, int64_t rows, int64_t cols, float global_scal
 
 namespace quant_detail {
 Nvfp4Weight nvfp4_quantize_with(Encoders encoders, const Tensor& weight, float weight_amax,
-                                std::string_view name, int64_t block = kNvfp4BlockSize);
+                                std::string_view name, int64_t block = kNvfp4BlockSize,
+                                std::span<const uint8_t> block_scales = {});
 }  // namespace quant_detail
 
 }  // namespace strata

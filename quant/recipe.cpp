@@ -311,10 +311,6 @@ struct MissingRecipe {
   std::string_view missing;
 };
 constexpr MissingRecipe kMissingRecipes[] = {
-    {"general/ptq/nvfp4_experts_only_mse-kv_fp8_cast",
-     "MSE weight-scale search is not implemented (strata's weight scales come from max)"},
-    {"general/ptq/nvfp4_mlp_only_mse-kv_fp8_cast",
-     "MSE weight-scale search is not implemented (strata's weight scales come from max)"},
     {"general/ptq/nvfp4_default-kv_none-gptq", "GPTQ is not implemented"},
     {"general/ptq/nvfp4_experts_only-kv_fp8_layerwise",
      "ModelOpt 0.47's layerwise max calibration gives the routed experts other input scales "
@@ -439,6 +435,129 @@ void parse_rule(const ParseContext& ctx, const YAML::Node& node, int index,
   out.push_back(std::move(rule));
 }
 
+// A number (YAML scalar) of the algorithm mapping.
+double algorithm_number(const YAML::Node& n, const std::string& where, const char* key) {
+  const std::string v = scalar(n, where, key);
+  char* end = nullptr;
+  const double d = std::strtod(v.c_str(), &end);
+  STRATA_CHECK(end != v.c_str() && *end == '\0' && std::isfinite(d), where, ": algorithm ", key,
+               " must be a number, got '", v, "'");
+  return d;
+}
+
+bool algorithm_bool(const YAML::Node& n, const std::string& where, const char* key) {
+  const std::string v = scalar(n, where, key);
+  STRATA_CHECK(v == "true" || v == "false", where, ": algorithm ", key,
+               " must be true or false, got '", v, "'");
+  return v == "true";
+}
+
+// `algorithm:` as ModelOpt's recipes write it: a method name, or a mapping with `method` and the
+// options of ModelOpt 0.47's MaxCalibConfig / MseCalibConfig / LocalHessianCalibConfig that change
+// what strata writes; `layerwise` and `distributed_sync` are accepted where they change nothing.
+WeightCalib parse_algorithm(const YAML::Node& node, const std::string& what) {
+  const std::string where = str(what, " algorithm");
+  WeightCalib c;
+  auto set_method = [&](const std::string& m) {
+    if (m == "max") {
+      c.method = WeightCalib::Method::kMax;
+    } else if (m == "mse") {
+      c.method = WeightCalib::Method::kMse;
+    } else if (m == "local_hessian") {
+      c.method = WeightCalib::Method::kLocalHessian;
+      c.fp8_scale_sweep = true;  // LocalHessianCalibConfig's default
+    } else {
+      fail(where, ": unknown method '", m,
+           "' (strata has max, mse and local_hessian for weights, nvfp4_act_headroom for NVFP4 "
+           "inputs; ModelOpt's awq_*, smoothquant, gptq, svdquant and the others are not "
+           "implemented)");
+    }
+  };
+  if (node.IsScalar()) {
+    set_method(node.Scalar());
+    return c;
+  }
+  STRATA_CHECK(node.IsMap() && node["method"], where,
+               ": give a method name or a mapping such as {method: mse, fp8_scale_sweep: true}");
+  set_method(scalar(node["method"], where, "method"));
+  for (const auto& kv : node) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : std::string("?");
+    const bool search = c.searches();
+    if (key == "method") continue;
+    if (key == "fp8_scale_sweep" && search) {
+      c.fp8_scale_sweep = algorithm_bool(kv.second, where, "fp8_scale_sweep");
+    } else if (key == "step_size" && search) {
+      c.step_size = algorithm_number(kv.second, where, "step_size");
+    } else if (key == "start_multiplier" && search) {
+      c.start_multiplier = algorithm_number(kv.second, where, "start_multiplier");
+    } else if (key == "stop_multiplier" && search) {
+      c.stop_multiplier = algorithm_number(kv.second, where, "stop_multiplier");
+    } else if (key == "block_size" && c.method == WeightCalib::Method::kLocalHessian) {
+      STRATA_CHECK(algorithm_number(kv.second, where, "block_size") == 16, where,
+                   ": block_size must be 16 (the NVFP4 block); ModelOpt allows others but then "
+                   "its Hessian blocks do not align with the scale blocks");
+    } else if (key == "distributed_sync") {
+      algorithm_bool(kv.second, where, "distributed_sync");  // strata's ranks always merge
+    } else if (key == "layerwise") {
+      const YAML::Node& l = kv.second;
+      const bool off = l.IsMap() && l.size() == 1 && l["enable"] &&
+                       !algorithm_bool(l["enable"], where, "layerwise.enable");
+      STRATA_CHECK(off, where,
+                   ": only layerwise: {enable: false} is accepted (ModelOpt's layerwise "
+                   "calibration feeds each layer the quantized previous layers' outputs; strata "
+                   "calibrates on the unquantized ones)");
+    } else {
+      fail(where, ": unknown key '", key, "' for method ", weight_calib_method_name(c.method),
+           " (mse and local_hessian take fp8_scale_sweep, step_size, start_multiplier, "
+           "stop_multiplier; local_hessian also block_size; any method layerwise: {enable: "
+           "false} and distributed_sync)");
+    }
+  }
+  if (c.searches() && !c.fp8_scale_sweep) (void)mse_multipliers(c);  // checks the range
+  return c;
+}
+
+// A recipe's `algorithm:`. ModelOpt 0.47's nvfp4_act_headroom (NVFP4ActHeadroomCalibConfig) sets
+// the NVFP4 input amaxes and delegates the weights to its weight_scale_algorithm (default max);
+// strata implements its default anchor_percentile 1, upper_percentile 99.99 and rho 16384
+// (calib/max_calib.h), which its general/ptq recipe spells out. Any other method is a weight
+// algorithm (parse_algorithm).
+void parse_recipe_algorithm(const YAML::Node& node, const std::string& what, Recipe& r) {
+  const std::string headroom(calibration_method_name(CalibrationMethod::kNvfp4ActHeadroom));
+  const bool is_headroom = (node.IsScalar() && node.Scalar() == headroom) ||
+                           (node.IsMap() && node["method"] && node["method"].IsScalar() &&
+                            node["method"].Scalar() == headroom);
+  if (!is_headroom) {
+    r.algorithm = parse_algorithm(node, what);
+    return;
+  }
+  r.calibration = CalibrationMethod::kNvfp4ActHeadroom;
+  if (node.IsScalar()) return;
+  const std::string where = str(what, " algorithm");
+  for (const auto& kv : node) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : std::string("?");
+    if (key == "method") continue;
+    if (key == "weight_scale_algorithm") {
+      r.algorithm = parse_algorithm(kv.second, what);
+      continue;
+    }
+    double want = 0.0;
+    if (key == "anchor_percentile") {
+      want = 1.0;
+    } else if (key == "upper_percentile") {
+      want = 99.99;
+    } else if (key == "rho") {
+      want = 16384.0;
+    } else {
+      fail(where, ": unknown key '", key,
+           "' for method nvfp4_act_headroom (anchor_percentile, upper_percentile, rho, "
+           "weight_scale_algorithm)");
+    }
+    STRATA_CHECK(algorithm_number(kv.second, where, key.c_str()) == want, where, ": ", key,
+                 " must be ", want, " (ModelOpt's default, the only setting strata implements)");
+  }
+}
+
 // Parses a recipe (or, with ctx.unit, a unit: description and rules only) from YAML text.
 Recipe parse_any(std::string_view yaml, const ParseContext& ctx) {
   YAML::Node root;
@@ -467,14 +586,8 @@ Recipe parse_any(std::string_view yaml, const ParseContext& ctx) {
       STRATA_CHECK(f.has_value(), ctx.what, ": unknown kv_cache '", v,
                    "' (none, fp8, fp8_cast, nvfp4 or nvfp4_cast; ", kKvRefused, ")");
       r.kv_cache = *f;
-    } else if (key == "calibration" && !ctx.unit) {
-      const std::string v = scalar(kv.second, ctx.what, "calibration");
-      if (v == calibration_method_name(CalibrationMethod::kNvfp4ActHeadroom)) {
-        r.calibration = CalibrationMethod::kNvfp4ActHeadroom;
-      } else {
-        STRATA_CHECK(v == calibration_method_name(CalibrationMethod::kMax), ctx.what,
-                     ": unknown calibration '", v, "' (max or nvfp4_act_headroom)");
-      }
+    } else if (key == "algorithm" && !ctx.unit) {
+      parse_recipe_algorithm(kv.second, ctx.what, r);
     } else if (key == "imports" && !ctx.unit) {
       STRATA_CHECK(kv.second.IsSequence(), ctx.what, ": 'imports' must be a list of unit names");
       int i = 0;
@@ -486,7 +599,7 @@ Recipe parse_any(std::string_view yaml, const ParseContext& ctx) {
     } else {
       fail(ctx.what, ": unknown key '", key, "' (a ", ctx.unit ? "unit" : "recipe", " has ",
            ctx.unit ? "description and rules"
-                    : "description, imports, kv_cache, calibration and rules",
+                    : "description, imports, kv_cache, algorithm and rules",
            ")");
     }
   }

@@ -14,7 +14,10 @@
 //   description: one line shown by `strata recipes`
 //   imports: [default_disabled]      # units from recipes/units/, their rules go first, in order
 //   kv_cache: fp8                    # none | fp8 | fp8_cast | nvfp4 | nvfp4_cast (default none)
-//   calibration: max                 # max | nvfp4_act_headroom (default max)
+//   algorithm: {method: mse, fp8_scale_sweep: true}   # weight calibration (default max), as
+//                                    # ModelOpt's recipes spell it (quant/scale_search.h); or
+//                                    # {method: nvfp4_act_headroom, weight_scale_algorithm: ...}
+//                                    # for NVFP4 input amaxes (calib/max_calib.h)
 //   rules:
 //     - {pattern: "*", format: nvfp4}
 //     - {pattern: "*.experts.*", enable: false}
@@ -34,6 +37,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "quant/scale_search.h"
 
 namespace strata {
 
@@ -60,7 +65,8 @@ enum class KvCacheFormat : uint8_t { kNone, kFp8, kFp8Cast, kNvfp4, kNvfp4Cast }
 // How calibrated input amaxes are made (ModelOpt's quantize.algorithm.method): kMax, the largest
 // |x|; kNvfp4ActHeadroom, ModelOpt 0.47's nvfp4_act_headroom for the inputs of NVFP4 modules
 // (max(16384 x the 1st percentile, the 99.99th percentile) of the per-16-block amaxes, from a log2
-// histogram: calib/max_calib.h), max for every other input. YAML key `calibration:`.
+// histogram: calib/max_calib.h), max for every other input. YAML: `algorithm: {method:
+// nvfp4_act_headroom, weight_scale_algorithm: {method: max}}`, as ModelOpt's recipe spells it.
 enum class CalibrationMethod : uint8_t { kMax, kNvfp4ActHeadroom };
 // "max", "nvfp4_act_headroom"
 std::string_view calibration_method_name(CalibrationMethod m);
@@ -106,6 +112,9 @@ struct Recipe {
   std::string name;  // built-in name, or the path it was read from
   std::string description;
   KvCacheFormat kv_cache = KvCacheFormat::kNone;
+  WeightCalib algorithm;  // how weight scales are chosen (max: from max|W|)
+  // How NVFP4 input amaxes are calibrated: `algorithm: {method: nvfp4_act_headroom, ...}` sets
+  // kNvfp4ActHeadroom and takes the weights' method from its weight_scale_algorithm.
   CalibrationMethod calibration = CalibrationMethod::kMax;
   std::vector<RecipeRule> rules;  // imports expanded, in order
 };

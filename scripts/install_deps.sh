@@ -3,6 +3,8 @@
 # already present are skipped, so a machine that has them all needs no network.
 # The CUDA toolkit is not a Debian package here; when nvcc is on PATH the CUDA backend builds too.
 # The export tests run an independent checker written in Python with numpy (from PyPI).
+# tests/cli/report_browser_test.sh opens `strata compare --report`'s page in a headless browser
+# (Debian 12: chromium-headless-shell, from bookworm-security).
 set -euo pipefail
 
 packages=(
@@ -13,6 +15,7 @@ packages=(
   python3
   libicu-dev
   libopenmpi-dev openmpi-bin
+  chromium-headless-shell
 )
 
 missing=()

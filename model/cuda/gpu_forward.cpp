@@ -52,6 +52,20 @@ class BlobBinder final : public model::Binder {
         decompressed_(decompressed) {}
 
   uint64_t used() const { return used_; }
+  // Routed experts' compressed weights are deferred (ops::Weight::compressed): the backend's moe()
+  // decompresses them in slices (docs/CUDA.md "Memory"); nothing is converted for them here.
+  void defer_routed_experts(bool on) { defer_ = on; }
+  // The largest deferred weight's bf16 bytes (the device quantizer decompresses one at a time).
+  uint64_t largest_deferred() const { return largest_deferred_; }
+  // Expert parallelism: only the routed experts expert_owner gives rank `rank` of `ranks` are
+  // bound (the others are not in this rank's blob).
+  void hold_experts_of(int rank, int ranks) {
+    rank_ = rank;
+    ranks_ = ranks;
+  }
+  bool holds_expert(int64_t e, int64_t experts) const override {
+    return ranks_ <= 1 || expert_owner(e, experts, ranks_) == rank_;
+  }
 
   ops::Weight matrix(const std::string& name, const Shape& shape) override {
     if (!blob_.items.count(name)) {
@@ -87,19 +101,15 @@ class BlobBinder final : public model::Binder {
       STRATA_CHECK(sc->second.shape == want, ckpt_.dir(), ": '", sname, "' has shape ",
                    shape_str(sc->second.shape), "; 128x128 blocks of ", shape_str(shape), " need ",
                    shape_str(want));
-      void* dst = alloc(static_cast<uint64_t>(n) * esz);
-      void* q = bf16_copy(dst, n);
-      if (!base_) return w;
-      auto run = [&](void* d, bool to_bf16) {
-        ops::cuda::dequant_fp8_block(base_ + it.offset, shape[0], shape[1], kFp8Block,
-                                     base_ + sc->second.offset, sc->second.dtype, d, to_bf16,
-                                     stream_.handle());
-      };
-      run(dst, gemm_bf16_);
-      if (q != dst) run(q, true);
-      record(name, q, DType::kBF16, shape);
-      w.data = dst;
-      return w;
+      ops::Compressed c;
+      c.kind = ops::Compressed::Kind::kFp8Block;
+      c.group = kFp8Block;
+      c.scale_dtype = sc->second.dtype;
+      if (base_) {
+        c.values = base_ + it.offset;
+        c.scales = base_ + sc->second.offset;
+      }
+      return decompressed(name, c, shape);
     }
     const bool as_is = gemm_bf16_ ? it.dtype == DType::kBF16 : it.dtype == DType::kF32;
     if (as_is && it.offset % 16 == 0) {
@@ -146,31 +156,45 @@ class BlobBinder final : public model::Binder {
   }
 
  private:
-  // An INT4 pack-quantized or MXFP4 weight, decompressed into the converted weights as the CPU
-  // decompresses it (io/source_weights.h).
+  // An INT4 pack-quantized or MXFP4 weight, decompressed as the CPU decompresses it
+  // (io/source_weights.h).
   ops::Weight compressed(const SourceWeight& sw, const Shape& shape) {
     STRATA_CHECK(sw.shape == shape, ckpt_.dir(), ": '", sw.stored, "' holds ", shape_str(sw.shape),
                  " but config.json implies ", shape_str(shape));
+    const LayerBlob::Item& v = blob_.items.at(sw.stored);
+    ops::Compressed c;
+    const bool int4 = sw.compression == SourceCompression::kInt4Pack;
+    const LayerBlob::Item& sc =
+        blob_.items.at(sw.module + (int4 ? ".weight_scale" : ".weight_scales"));
+    c.kind = int4 ? ops::Compressed::Kind::kInt4Pack : ops::Compressed::Kind::kMxfp4;
+    c.group = sw.group;
+    c.stored_cols = v.shape[1];
+    c.scale_dtype = sc.dtype;
+    if (base_) {
+      c.values = base_ + v.offset;
+      c.scales = base_ + sc.offset;
+    }
+    return decompressed(sw.module + ".weight", c, shape);
+  }
+  // A compressed weight: deferred (a routed expert's, with defer_routed_experts), else
+  // decompressed into the converted weights in the GEMM dtype, and in bf16 for the device's
+  // weight quantization.
+  ops::Weight decompressed(const std::string& name, const ops::Compressed& c, const Shape& shape) {
     ops::Weight w{nullptr, shape, false};
     const int64_t n = shape_numel(shape);
+    if (defer_ && routed_expert_of(name) >= 0) {
+      largest_deferred_ = std::max(largest_deferred_, static_cast<uint64_t>(n) * 2);
+      w.compressed = c;
+      if (decompressed_)
+        (*decompressed_)[name] = ops::StoredWeight{nullptr, DType::kBF16, shape[0], shape[1], c};
+      return w;
+    }
     void* dst = alloc(static_cast<uint64_t>(n) * (gemm_bf16_ ? 2 : 4));
     void* q = bf16_copy(dst, n);
     if (!base_) return w;
-    const LayerBlob::Item& v = blob_.items.at(sw.stored);
-    auto run = [&](void* d, bool to_bf16) {
-      if (sw.compression == SourceCompression::kInt4Pack) {
-        const LayerBlob::Item& sc = blob_.items.at(sw.module + ".weight_scale");
-        ops::cuda::dequant_int4_pack(base_ + v.offset, shape[0], shape[1], sw.group,
-                                     base_ + sc.offset, sc.dtype, d, to_bf16, stream_.handle());
-      } else {
-        const LayerBlob::Item& sc = blob_.items.at(sw.module + ".weight_scales");
-        ops::cuda::dequant_mxfp4(base_ + v.offset, base_ + sc.offset, shape[0], v.shape[1], d,
-                                 to_bf16, stream_.handle());
-      }
-    };
-    run(dst, gemm_bf16_);
-    if (q != dst) run(q, true);
-    record(sw.module + ".weight", q, DType::kBF16, shape);
+    ops::decompress_weight(c, shape[0], shape[1], dst, gemm_bf16_, stream_.handle());
+    if (q != dst) ops::decompress_weight(c, shape[0], shape[1], q, true, stream_.handle());
+    record(name, q, DType::kBF16, shape);
     w.data = dst;
     return w;
   }
@@ -207,7 +231,9 @@ class BlobBinder final : public model::Binder {
   bool gemm_bf16_;
   const Stream& stream_;
   std::map<std::string, ops::StoredWeight>* decompressed_;
-  uint64_t used_ = 0;
+  uint64_t used_ = 0, largest_deferred_ = 0;
+  bool defer_ = false;
+  int rank_ = 0, ranks_ = 1;
 };
 
 // Shapes only, from the checkpoint's headers: for the sizing runs, which need no weights.
@@ -264,6 +290,7 @@ ops::Tokens sizing_tokens(int64_t n) {
 struct Survey {
   uint64_t bytes_per_token = 0;
   int64_t max_slots = 0;
+  uint64_t expert_slot = 0;  // CudaBackend::expert_slot_bytes of the largest routed expert
 };
 Survey survey_layers(const ModelConfig& c, const Checkpoint& ckpt, const model::Family& family,
                      const std::string& model_prefix, GpuForwardOptions options) {
@@ -281,6 +308,7 @@ Survey survey_layers(const ModelConfig& c, const Checkpoint& ckpt, const model::
         std::max(s.bytes_per_token, (be->high_water() + kSizingTokens - 1) / kSizingTokens);
     s.max_slots = std::max<int64_t>(s.max_slots, static_cast<int64_t>(be->slot_count()));
   }
+  s.expert_slot = be->expert_slot_high();
   return s;
 }
 
@@ -300,6 +328,7 @@ struct GpuForward::Impl {
   std::map<std::string, ops::StoredWeight> decompressed;  // the current layer's, in `converted`
   std::unique_ptr<model::Layer> layer;
   int64_t max_tokens = 0, max_longest = 0;
+  bool defer_experts = false;  // set_expert_slice
 
   Impl(const ModelConfig& config, const Checkpoint& ck, DeviceBudget& b, const Stream& s,
        GpuForwardOptions o)
@@ -314,12 +343,16 @@ struct GpuForward::Impl {
     be = std::make_unique<ops::CudaBackend>(budget, stream, opt, survey.max_slots,
                                             std::max<int64_t>(c.num_experts, 0));
   }
-  uint64_t bind(int64_t l, const LayerBlob& blob, const uint8_t* base) {
+  uint64_t bind(int64_t l, const LayerBlob& blob, const uint8_t* base, bool defer,
+                uint64_t* largest_deferred = nullptr) {
     layer = family.make_layer(c, l, layer_prefix(model_prefix, l));
     if (base) decompressed.clear();
     BlobBinder binder(ckpt, blob, base, &converted, opt.gemm_bf16, stream,
                       base ? &decompressed : nullptr);
+    binder.hold_experts_of(opt.expert_rank, opt.expert_ranks);
+    binder.defer_routed_experts(defer);
     layer->bind(binder);
+    if (largest_deferred) *largest_deferred = binder.largest_deferred();
     return binder.used();
   }
 };
@@ -388,8 +421,20 @@ uint64_t GpuForward::bytes_per_token(int64_t longest) const {
   return impl_->survey.bytes_per_token + keep;
 }
 
-uint64_t GpuForward::converted_bytes(int64_t l, const LayerBlob& blob) const {
-  return impl_->bind(l, blob, nullptr);
+uint64_t GpuForward::converted_bytes(int64_t l, const LayerBlob& blob, bool defer_experts,
+                                     uint64_t* largest_deferred) const {
+  return impl_->bind(l, blob, nullptr, defer_experts && impl_->opt.expert_ranks <= 1,
+                     largest_deferred);
+}
+
+uint64_t GpuForward::expert_slot_bytes() const {
+  return impl_->survey.expert_slot;
+}
+
+void GpuForward::set_expert_slice(int64_t experts) {
+  Impl& im = *impl_;
+  im.defer_experts = experts > 0 && experts < im.c.num_experts && im.opt.expert_ranks <= 1;
+  im.be->reserve_expert_slice(im.defer_experts ? experts : 0, im.survey.expert_slot);
 }
 
 uint64_t GpuForward::attention_bytes(int64_t longest, uint64_t cap) const {
@@ -416,13 +461,13 @@ const ops::StoredWeight* GpuForward::decompressed_weight(const std::string& name
 
 void GpuForward::set_layer(int64_t l, const LayerBlob& blob, const void* weights) {
   Impl& im = *impl_;
-  const uint64_t need = im.bind(l, blob, nullptr);
+  const uint64_t need = im.bind(l, blob, nullptr, im.defer_experts);
   if (need > im.converted.bytes()) {
     im.stream.synchronize();
     im.converted = DeviceBuffer();
     im.converted = DeviceBuffer(im.budget, need, "converted layer weights");
   }
-  im.bind(l, blob, static_cast<const uint8_t*>(weights));
+  im.bind(l, blob, static_cast<const uint8_t*>(weights), im.defer_experts);
   // The layer's observers, every one of them (an expert no token reaches is reported too).
   im.be->clear_slots();
   im.be->begin_sizing();
@@ -437,6 +482,10 @@ void GpuForward::forward(const GpuChunk& chunk, float* x, bool round_bf16) {
   im.layer->forward(*im.be, chunk, x);
   if (round_bf16) im.be->round_bf16(x, chunk.tokens * im.c.hidden_size);
   im.be->phase(ops::Phase::kNorms);
+}
+
+void GpuForward::set_expert_exchange(DeviceExpertExchange* exchange) {
+  impl_->be->set_expert_exchange(exchange);
 }
 
 std::vector<AmaxStat> GpuForward::take_stats() {

@@ -54,8 +54,20 @@ class GpuForward {
   // Device bytes of scratch per token of a chunk whose longest sequence has `longest` tokens (the
   // largest of the layers' working sets, found by running each layer on the sizing backend, plus
   // the keep mask of a family with one), and of converted weights for layer l.
+  // With defer_experts, the converted bytes when the routed experts' compressed weights are
+  // deferred (set_expert_slice), and the largest deferred weight's bf16 bytes.
   uint64_t bytes_per_token(int64_t longest) const;
-  uint64_t converted_bytes(int64_t l, const LayerBlob& blob) const;
+  uint64_t converted_bytes(int64_t l, const LayerBlob& blob, bool defer_experts = false,
+                           uint64_t* largest_deferred = nullptr) const;
+  // Routed experts in slices (docs/CUDA.md "Memory"): the device bytes one expert takes in the
+  // slice buffer (ops::CudaBackend::expert_slot_bytes of the largest, 0 without routed experts),
+  // and the slice: with 0 < experts < num_experts, set_layer defers the routed experts'
+  // compressed weights (INT4 pack, MXFP4, FP8 blocks) and the MoE decompresses `experts` of them
+  // at a time into a buffer of experts x expert_slot_bytes() (reserved here); 0 or num_experts:
+  // everything decompressed at set_layer. Not with expert parallelism (never sliced). Before the
+  // first set_layer.
+  uint64_t expert_slot_bytes() const;
+  void set_expert_slice(int64_t experts);
   // Device bytes of the attention score buffer for sequences of up to `longest` tokens
   // (S = QK^T per sequence and head, fp32, through batched GEMMs); 0 when even one sequence's
   // scores would take more than `cap` bytes, and attention then runs in the warp-per-query
@@ -67,11 +79,15 @@ class GpuForward {
   // blob), which must stay alive until the next set_layer. Converts what the GEMMs need.
   void set_layer(int64_t l, const LayerBlob& blob, const void* weights);
   // Where the current layer's compressed weight `name` ("<M>.weight": FP8 blocks, INT4, MXFP4)
-  // was decompressed to (the converted weights, valid until the next set_layer); null when it is
-  // not a decompressed weight.
+  // was decompressed to (the converted weights, valid until the next set_layer), or for a
+  // deferred routed expert's the compressed bytes (StoredWeight::compressed: the quantizer's
+  // backend decompresses it); null when it is not a compressed weight.
   const ops::StoredWeight* decompressed_weight(const std::string& name) const;
   // x [T, H] fp32 on the device, updated in place (rounded to bf16 at the end when round_bf16).
   void forward(const GpuChunk& chunk, float* x, bool round_bf16);
+  // Expert parallelism (GpuForwardOptions::expert_rank/expert_ranks): the exchange of the MoE
+  // layers' rows with the other ranks (ops::CudaBackend::set_expert_exchange); null: none.
+  void set_expert_exchange(DeviceExpertExchange* exchange);
   // The statistics of every forward since the last take (synchronizes the stream).
   std::vector<AmaxStat> take_stats();
 

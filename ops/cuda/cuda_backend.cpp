@@ -133,10 +133,15 @@ CudaBackend::CudaBackend(DeviceBudget& budget, const Stream& stream, CudaBackend
   rows_dev_ = DeviceBuffer(budget, static_cast<uint64_t>(max_slots) * 8, "observed rows");
   stream.zero(rows_dev_.data(), rows_dev_.bytes());
   if (max_experts > 0) {
-    // counts [E], offsets [E + 1], cursor [E], tile_first [E + 1]
-    moe_ints_ =
-        DeviceBuffer(budget, static_cast<uint64_t>(4 * max_experts + 2) * 4, "expert counts");
-    const uint64_t tables = static_cast<uint64_t>(5 * max_experts) * sizeof(void*);
+    // counts [E], offsets [E + 1], cursor [E], tile_first [E + 1]; with expert parallelism also
+    // the receiving side's groups (one per source rank and expert held, at most E + ranks):
+    // counts [G], offsets [G + 1], tile_first [G + 1].
+    const int64_t groups = options.expert_ranks > 1 ? max_experts + options.expert_ranks : 0;
+    moe_ints_ = DeviceBuffer(
+        budget, static_cast<uint64_t>(4 * max_experts + 2 + 3 * groups + 2) * 4, "expert counts");
+    if (groups > 0) ep_host_.reserve(static_cast<uint64_t>(max_experts + 1 + groups) * 4);
+    const uint64_t tables =
+        static_cast<uint64_t>(5 * std::max(max_experts, groups)) * sizeof(void*);
     experts_ = std::make_unique<Experts>();  // (its event needs a device: not in sizing)
     experts_->dev = DeviceBuffer(budget, tables, "expert pointers");
     experts_->host.reserve(tables);
@@ -178,6 +183,48 @@ uint64_t CudaBackend::attention_bytes(int64_t n_heads, int64_t longest, uint64_t
   const uint64_t seqs = std::max<uint64_t>(1, (64ull << 20) / one);
   return seqs * one +
          kPtrSlots * seqs * static_cast<uint64_t>(n_heads) * kPtrArrays * sizeof(void*);
+}
+
+void decompress_weight(const Compressed& c, int64_t rows, int64_t cols, void* dst, bool to_bf16,
+                       void* stream) {
+  const auto* values = static_cast<const uint8_t*>(c.values);
+  switch (c.kind) {
+    case Compressed::Kind::kInt4Pack:
+      cuda::dequant_int4_pack(values, rows, cols, c.group, c.scales, c.scale_dtype, dst, to_bf16,
+                              stream);
+      return;
+    case Compressed::Kind::kMxfp4:
+      cuda::dequant_mxfp4(values, static_cast<const uint8_t*>(c.scales), rows, c.stored_cols, dst,
+                          to_bf16, stream);
+      return;
+    case Compressed::Kind::kFp8Block:
+      cuda::dequant_fp8_block(values, rows, cols, c.group, c.scales, c.scale_dtype, dst, to_bf16,
+                              stream);
+      return;
+    case Compressed::Kind::kNone:
+      break;
+  }
+  STRATA_ASSERT(false, "decompress_weight: not a compressed weight");
+}
+
+uint64_t CudaBackend::expert_slot_bytes(const Mlp& m, bool gemm_bf16) {
+  const uint64_t one = align_up(static_cast<uint64_t>(m.inter * m.hidden) * (gemm_bf16 ? 2 : 4));
+  // gate and up, or gate_up [2I, H]; down [H, I] reuses the slot.
+  return m.interleaved
+             ? align_up(2 * static_cast<uint64_t>(m.inter * m.hidden) * (gemm_bf16 ? 2 : 4))
+             : 2 * one;
+}
+
+void CudaBackend::reserve_expert_slice(int64_t experts, uint64_t slot_bytes) {
+  slot_bytes = align_up(slot_bytes);
+  if (experts == slice_experts_ && slot_bytes == slot_bytes_) return;
+  if (stream_) stream_->synchronize();  // the last layer's slices may still be read
+  slice_ = DeviceBuffer();
+  slice_experts_ = experts;
+  slot_bytes_ = slot_bytes;
+  if (experts > 0)
+    slice_ = DeviceBuffer(*budget_, static_cast<uint64_t>(experts) * slot_bytes,
+                          "a slice of routed experts' decompressed weights");
 }
 
 void CudaBackend::reserve_attention(int64_t n_heads, int64_t longest, uint64_t cap) {
@@ -345,6 +392,9 @@ void CudaBackend::linears(const float* x, int64_t m, std::initializer_list<Out> 
   for (const Out& o : outs) {
     const Weight& w = *o.w;
     refuse_input_quant(w);
+    // Only routed experts are deferred (moe() decompresses them); linears and mlp() (dense MLPs,
+    // shared experts) get their weights decompressed at set_layer.
+    STRATA_ASSERT(!w.deferred(), "a linear's weight with deferred decompression");
     if (w.f32) {  // routers and gates: fp32 GEMMs on the fp32 input
       if (!dry()) mm(x, w.data, o.y, m, w.rows(), w.cols(), false);
     } else {
@@ -644,21 +694,33 @@ void CudaBackend::route_sigmoid(float* logits, int64_t T, int64_t E, int64_t K,
       r.topk_group, r.renormalize, r.scaling, chosen, weight, counts, stream_->handle());
 }
 
-// The device arrays of the experts' pointers (CudaBackend::Experts); aligned: every weight at a
-// 16-byte boundary (expert_gemm's vector loads).
-const void* const* CudaBackend::expert_tables(std::span<const Mlp> experts, bool* aligned) {
+// The device arrays of the experts' pointers (CudaBackend::Experts) for G = count x repeat
+// groups, group g being expert first + g mod count (one process: every expert once; expert
+// parallelism: the experts held, once per source rank); aligned: every weight at a 16-byte
+// boundary (expert_gemm's vector loads).
+const void* const* CudaBackend::expert_tables(std::span<const Mlp> experts, int64_t first,
+                                              int64_t count, int64_t repeat, bool* aligned) {
   STRATA_ASSERT(experts_, "expert pointers: the backend was made for no experts");
   Experts& x = *experts_;
-  const size_t E = experts.size();
+  const size_t E = static_cast<size_t>(count * repeat);
   x.next.assign(5 * E, nullptr);
   for (size_t e = 0; e < E; ++e) {
-    const Mlp& m = experts[e];
-    auto ptr = [](const Weight& w) { return w.defined() ? w.data : nullptr; };
-    x.next[e] = m.interleaved ? ptr(m.gate_up) : ptr(m.gate);
-    x.next[E + e] = ptr(m.up);
-    x.next[2 * E + e] = ptr(m.down);
-    x.next[3 * E + e] = ptr(m.gate_up_bias);
-    x.next[4 * E + e] = ptr(m.down_bias);
+    const int64_t ex = first + static_cast<int64_t>(e % static_cast<size_t>(count));
+    const Mlp& m = experts[static_cast<size_t>(ex)];
+    // A deferred weight: where decompress_experts puts it (gate or gate_up, and down, at the
+    // slot's start; up after gate).
+    auto ptr = [&](const Weight& w, uint64_t at) -> const void* {
+      if (!w.defined()) return nullptr;
+      if (!w.deferred()) return w.data;
+      return static_cast<const uint8_t*>(expert_slot(ex)) + at;
+    };
+    const uint64_t up_at =
+        align_up(static_cast<uint64_t>(m.inter * m.hidden) * static_cast<uint64_t>(esz()));
+    x.next[e] = m.interleaved ? ptr(m.gate_up, 0) : ptr(m.gate, 0);
+    x.next[E + e] = ptr(m.up, up_at);
+    x.next[2 * E + e] = ptr(m.down, 0);
+    x.next[3 * E + e] = ptr(m.gate_up_bias, 0);
+    x.next[4 * E + e] = ptr(m.down_bias, 0);
   }
   if (x.next != x.last) {
     const uint64_t bytes = x.next.size() * sizeof(void*);
@@ -676,11 +738,42 @@ const void* const* CudaBackend::expert_tables(std::span<const Mlp> experts, bool
   return static_cast<const void* const*>(x.dev.data());
 }
 
+const void* CudaBackend::expert_slot(int64_t e) const {
+  STRATA_ASSERT(slice_experts_ > 0, "deferred experts without a slice buffer");
+  return slice_.as<uint8_t>() + static_cast<uint64_t>(e % slice_experts_) * slot_bytes_;
+}
+
+void CudaBackend::decompress_experts(std::span<const Mlp> experts, int64_t e0, int64_t e1,
+                                     bool gate_up) {
+  void* s = stream_->handle();
+  for (int64_t e = e0; e < e1; ++e) {
+    const Mlp& m = experts[static_cast<size_t>(e)];
+    if (!m.held()) continue;
+    auto* slot = static_cast<uint8_t*>(const_cast<void*>(expert_slot(e)));
+    auto run = [&](const Weight& w, uint64_t at) {
+      STRATA_ASSERT(w.deferred(), "routed experts partly deferred");
+      decompress_weight(w.compressed, w.rows(), w.cols(), slot + at, opt_.gemm_bf16, s);
+    };
+    if (!gate_up) {
+      run(m.down, 0);
+    } else if (m.interleaved) {
+      run(m.gate_up, 0);
+    } else {
+      run(m.gate, 0);
+      run(m.up, align_up(static_cast<uint64_t>(m.inter * m.hidden) * static_cast<uint64_t>(esz())));
+    }
+  }
+}
+
 void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
                       const float* weight, std::span<const Mlp> experts, float* y) {
   for (const Mlp& e : experts) {
     for (const Weight* w : {&e.gate, &e.up, &e.down, &e.gate_up})
       refuse_input_quant(*w);
+  }
+  if (exchange_ ? exchange_->ranks() > 1 : dry() && opt_.expert_ranks > 1) {
+    moe_exchanged(n, T, H, K, chosen, weight, experts, y);
+    return;
   }
   const int64_t E = static_cast<int64_t>(experts.size()), S = T * K, Im = experts[0].inter;
   // gpt-oss: one [2Im, H] GEMM per expert into g [S, 2Im] (gate/up interleaved), its bias, then
@@ -708,9 +801,21 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
     release(at);
     gin(act, S * Im);  // the down GEMMs' input
     release(top);
+    expert_slot_high_ = std::max(expert_slot_high_, expert_slot_bytes(experts[0], opt_.gemm_bf16));
     return;
   }
   void* s = stream_->handle();
+  // Deferred experts (reserve_expert_slice): the GEMMs run a slice of experts at a time, each
+  // slice's weights decompressed just before, into the same slots. Every row's output has the
+  // bits of the whole launch (expert_gemm.h: the same row tile for S and E, the same k order).
+  const bool deferred =
+      experts[0].interleaved ? experts[0].gate_up.deferred() : experts[0].gate.deferred();
+  const int64_t slice = deferred ? slice_experts_ : E;
+  if (deferred) {
+    STRATA_ASSERT(slice > 0 && slot_bytes_ >= expert_slot_bytes(experts[0], opt_.gemm_bf16),
+                  "deferred experts: the slice buffer holds ", slice, " slots of ", slot_bytes_,
+                  " bytes");
+  }
   int32_t* counts = moe_ints_.as<int32_t>();  // from the router
   int32_t* offsets = counts + E;              // [E + 1]
   int32_t* cursor = offsets + E + 1;          // [E]
@@ -718,7 +823,7 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   STRATA_ASSERT(moe_ints_.bytes() >= static_cast<uint64_t>(4 * E + 2) * 4, "expert counts: ", E,
                 " experts");
   bool aligned = false;
-  const void* const* tables = expert_tables(experts, &aligned);
+  const void* const* tables = expert_tables(experts, 0, E, 1, &aligned);
   const float* const* gate_up_bias = reinterpret_cast<const float* const*>(tables + 3 * E);
   const float* const* down_bias = reinterpret_cast<const float* const*>(tables + 4 * E);
   // Offsets and tiles from the counts on the device; each expert's rows are added to its
@@ -750,9 +855,24 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
     gu.y[1] = u;
     gu.n_out = 2;
   }
-  cuda::expert_gemm(xin, S, H, offsets, tile_first, E, tile, gu, gw, opt_.gemm_bf16, aligned, s);
-  ++prof_->gemms;
-  span(kExpertGateUp);
+  auto gemms = [&](const cuda::ExpertGemmOutputs& out, const void* x, int64_t k, int64_t width,
+                   bool gate_up) {
+    for (int64_t e0 = 0; e0 < E; e0 += slice) {
+      const int64_t e1 = std::min(E, e0 + slice);
+      if (deferred) {
+        decompress_experts(experts, e0, e1, gate_up);
+        span(kExpertOther);
+      }
+      cuda::ExpertGemmOutputs part = out;
+      for (int j = 0; j < out.n_out; ++j)
+        part.w[j] = out.w[j] + e0;
+      cuda::expert_gemm(x, S, k, offsets + e0, tile_first + e0, e1 - e0, tile, part, width,
+                        opt_.gemm_bf16, aligned, s);
+      ++prof_->gemms;
+      span(gate_up ? kExpertGateUp : kExpertDown);
+    }
+  };
+  gemms(gu, xin, H, gw, true);
   release(at);
   // Under bf16_ops every GEMM output, and gpt-oss's biased one again, rounded (as CpuBackend::mlp).
   round_ops(g, S * gw);
@@ -770,8 +890,7 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   cuda::ExpertGemmOutputs dn;
   dn.w[0] = tables + 2 * E;
   dn.y[0] = og;
-  cuda::expert_gemm(hin, S, Im, offsets, tile_first, E, tile, dn, H, opt_.gemm_bf16, aligned, s);
-  ++prof_->gemms;
+  gemms(dn, hin, Im, H, false);
   round_ops(og, S * H);
   if (interleaved) {
     cuda::moe_add_bias(og, S, H, row_expert, down_bias, s);
@@ -783,8 +902,201 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   release(top);
 }
 
+uint8_t* CudaBackend::take_received(uint64_t bytes) {
+  if (dry() || arena_at_ + align_up(bytes) <= scratch_.bytes())
+    return take_bytes<uint8_t>(static_cast<int64_t>(bytes));
+  if (received_.bytes() < bytes) {
+    stream_->synchronize();  // the last chunk's rows may still be read
+    received_ = DeviceBuffer();
+    received_ = DeviceBuffer(*budget_, bytes + bytes / 4, "expert rows received from other ranks");
+  }
+  return received_.as<uint8_t>();
+}
+
+// Expert parallelism (docs/SCALEOUT.md "Expert parallel on GPU ranks"). The sender groups its
+// slots by expert as moe() does (rows of expert e at [offsets[e], offsets[e + 1]); the experts of
+// a rank are contiguous, so are its rows), sends each rank its rows (bf16 GEMM inputs, or fp32)
+// with their meta (expert, the token's amax), and counts each expert's rows into its observers'
+// row counts. The owner runs its experts on what it received: group g = (source rank q, expert
+// e0 + j) holds q's rows of that expert, G = ranks x experts held groups in one grouped GEMM per
+// projection, and observes the gate/up amax from the meta and the down amax from its rows. Each
+// row's output depends on that row alone (expert_gemm: one fixed order over k whatever the tile
+// or the rows beside it), so it has the bits one process computes. The outputs go back in the
+// order received and are combined where the token lives, in slot order, as in moe().
+void CudaBackend::moe_exchanged(const float* n, int64_t T, int64_t H, int64_t K,
+                                const int32_t* chosen, const float* weight,
+                                std::span<const Mlp> experts, float* y) {
+  const int64_t E = static_cast<int64_t>(experts.size()), S = T * K, Im = experts[0].inter;
+  STRATA_CHECK(!experts[0].interleaved,
+               "expert parallelism on the GPU: gpt-oss's experts are written fused (run without "
+               "--expert_parallel)");
+  for (const Mlp& m : experts)
+    STRATA_ASSERT(!m.gate.deferred(), "expert parallelism: deferred experts (never sliced)");
+  const int N = exchange_ ? exchange_->ranks() : opt_.expert_ranks;
+  const int me = exchange_ ? exchange_->rank() : 0;
+  const int64_t e0 = E * me / N, e1 = E * (me + 1) / N, Em = e1 - e0;  // the experts held here
+  const int64_t G = N * Em;
+  const uint64_t es = static_cast<uint64_t>(esz());
+  const int gu0 = slot_range(experts, true), dn0 = slot_range(experts, false);
+  const uint64_t top = mark();
+  int32_t* pos = take_i32(S);
+  int32_t* row_expert = take_i32(S);
+  int32_t* meta = take_i32(2 * S);  // [S, 2]: expert, the token's amax bits
+  float* og = take(S * H);          // [S, H] the experts' outputs, back from their ranks
+  void* xs = take_bytes<uint8_t>(static_cast<int64_t>(static_cast<uint64_t>(S * H) * es));
+  uint16_t* n16 = opt_.gemm_bf16 ? take_bytes<uint16_t>(T * H) : nullptr;
+  // The receiving side for R rows: [R, H] inputs, [R, 2] meta, [R] experts, [R, Im] gate and up,
+  // [R, Im] the down GEMMs' bf16 input, [R, H] outputs.
+  auto received_bytes = [&](int64_t R) {
+    return align_up(static_cast<uint64_t>(R * H) * es) + align_up(static_cast<uint64_t>(R) * 8) +
+           align_up(static_cast<uint64_t>(R) * 4) +
+           2 * align_up(static_cast<uint64_t>(R * Im) * 4) +
+           (opt_.gemm_bf16 ? align_up(static_cast<uint64_t>(R * Im) * 2) : 0) +
+           align_up(static_cast<uint64_t>(R * H) * 4);
+  };
+  if (dry()) {
+    // The most rows this rank can receive: every token of every rank sends it one row per slot
+    // that chose an expert held here, at most min(K, Em) a token. Planned for, so that a chunk's
+    // exchange never outgrows the memory plan (a chunk of 16k tokens on 2 ranks needed 3.1 GiB
+    // more than the plan's "as many as sent" when routing sent one rank more rows than it sent).
+    take_received(received_bytes(static_cast<int64_t>(N) * T * std::min(K, Em)));
+    release(top);
+    return;
+  }
+  void* s = stream_->handle();
+  int32_t* counts = moe_ints_.as<int32_t>();  // from the router
+  int32_t* offsets = counts + E;              // [E + 1]
+  int32_t* cursor = offsets + E + 1;          // [E]
+  int32_t* tile_first = cursor + E;           // [E + 1]
+  int32_t* g_counts = tile_first + E + 1;     // [G]
+  int32_t* g_offsets = g_counts + G;          // [G + 1]
+  int32_t* g_tiles = g_offsets + G + 1;       // [G + 1]
+  STRATA_ASSERT(moe_ints_.bytes() >= static_cast<uint64_t>(4 * E + 2 + 3 * G + 2) * 4,
+                "expert counts: ", E, " experts over ", N, " ranks");
+  // Sender: slots grouped by expert, each expert's rows counted for its observers here (the
+  // ranks' counts add up to one process's), the rows and their meta in expert order.
+  uint64_t* rows = rows_dev_.as<uint64_t>();
+  cuda::expert_plan(counts, E, cuda::expert_row_tile(S, E, opt_.gemm_bf16), offsets, tile_first,
+                    rows + gu0, rows + dn0, s);
+  stream_->zero(cursor, static_cast<uint64_t>(E) * 4);
+  cuda::moe_scatter(chosen, S, offsets, cursor, pos, row_expert, s);
+  cuda::moe_dispatch_meta(n, T, H, K, chosen, pos, meta, s);
+  if (opt_.gemm_bf16) {
+    cuda::cast_bf16(n, n16, T * H, s);
+    cuda::moe_gather(n16, T, H, K, pos, static_cast<uint16_t*>(xs), s);
+  } else {
+    cuda::moe_gather(n, T, H, K, pos, static_cast<float*>(xs), s);
+  }
+  span(kRouter);
+  // The counts, exchanged on the host: each rank gets every rank's rows per expert it holds.
+  auto* host = reinterpret_cast<int32_t*>(ep_host_.data());
+  stream_->copy_to_host(host, offsets, static_cast<uint64_t>(E + 1) * 4);
+  stream_->synchronize();
+  std::vector<int64_t> per_expert(static_cast<size_t>(E)), expert_counts(static_cast<size_t>(N));
+  std::vector<int64_t> send_rows(static_cast<size_t>(N), 0);
+  for (int64_t e = 0; e < E; ++e)
+    per_expert[e] = host[e + 1] - host[e];
+  for (int q = 0; q < N; ++q) {
+    const int64_t a = E * q / N, b = E * (q + 1) / N;
+    expert_counts[q] = b - a;
+    send_rows[q] = host[b] - host[a];
+  }
+  std::vector<int64_t> got;  // [N][Em]: each source rank's rows per expert held here
+  const std::vector<int64_t> group_counts =
+      exchange_->exchange_counts(per_expert, expert_counts, &got);
+  STRATA_ASSERT(static_cast<int64_t>(group_counts.size()) == G, "expert counts from the ranks");
+  std::vector<int64_t> recv_rows(static_cast<size_t>(N), 0);
+  int64_t R = 0;
+  for (int q = 0; q < N; ++q) {
+    for (int64_t j = 0; j < Em; ++j)
+      recv_rows[q] += group_counts[q * Em + j];
+    R += recv_rows[q];
+  }
+  // The receiving side.
+  uint8_t* at = take_received(received_bytes(R));
+  auto carve = [&at](uint64_t bytes) {
+    uint8_t* p = at;
+    at += align_up(bytes);
+    return p;
+  };
+  void* xr = carve(static_cast<uint64_t>(R * H) * es);
+  auto* meta_r = reinterpret_cast<int32_t*>(carve(static_cast<uint64_t>(R) * 8));
+  auto* expert_r = reinterpret_cast<int32_t*>(carve(static_cast<uint64_t>(R) * 4));
+  auto* g = reinterpret_cast<float*>(carve(static_cast<uint64_t>(R * Im) * 4));
+  auto* u = reinterpret_cast<float*>(carve(static_cast<uint64_t>(R * Im) * 4));
+  auto* h16 = opt_.gemm_bf16 ? reinterpret_cast<uint16_t*>(carve(static_cast<uint64_t>(R * Im) * 2))
+                             : nullptr;
+  auto* og_r = reinterpret_cast<float*>(carve(static_cast<uint64_t>(R * H) * 4));
+  exchange_->alltoallv_rows(xs, send_rows, xr, recv_rows, static_cast<size_t>(H) * es, s);
+  exchange_->alltoallv_rows(meta, send_rows, meta_r, recv_rows, 8, s);
+  span(kExpertOther);
+  if (G > 0) {
+    // Owner: the gate/up amax from the meta, the groups' plan, the GEMMs as moe() runs them.
+    cuda::moe_receive_meta(meta_r, R, expert_r, slot_ptr(gu0), s);
+    int32_t* hg = host + E + 1;
+    for (int64_t i = 0; i < G; ++i)
+      hg[i] = static_cast<int32_t>(group_counts[i]);
+    stream_->copy_to_device(g_counts, hg, static_cast<uint64_t>(G) * 4);
+    const int64_t tile = cuda::expert_row_tile(R, G, opt_.gemm_bf16);
+    cuda::expert_plan(g_counts, G, tile, g_offsets, g_tiles, nullptr, nullptr, s);
+    bool aligned = false;
+    const void* const* tables = expert_tables(experts, e0, Em, N, &aligned);
+    cuda::ExpertGemmOutputs gu;
+    gu.w[0] = tables;
+    gu.y[0] = g;
+    gu.w[1] = tables + G;
+    gu.y[1] = u;
+    gu.n_out = 2;
+    cuda::expert_gemm(xr, R, H, g_offsets, g_tiles, G, tile, gu, Im, opt_.gemm_bf16, aligned, s);
+    ++prof_->gemms;
+    span(kExpertGateUp);
+    round_ops(g, R * Im);
+    round_ops(u, R * Im);
+    cuda::swiglu(g, u, R * Im, g, s, bf16_ops_);
+    cuda::amax_rows(g, R, Im, expert_r, slot_ptr(dn0), s);
+    const void* hin = g;
+    if (opt_.gemm_bf16) {
+      cuda::cast_bf16(g, h16, R * Im, s);
+      hin = h16;
+    }
+    span(kExpertOther);
+    cuda::ExpertGemmOutputs dn;
+    dn.w[0] = tables + 2 * G;
+    dn.y[0] = og_r;
+    cuda::expert_gemm(hin, R, Im, g_offsets, g_tiles, G, tile, dn, H, opt_.gemm_bf16, aligned, s);
+    ++prof_->gemms;
+    round_ops(og_r, R * H);
+    span(kExpertDown);
+  }
+  // The outputs back to the ranks their rows came from, in the order sent.
+  exchange_->alltoallv_rows(og_r, recv_rows, og, send_rows, static_cast<size_t>(H) * 4, s);
+  span(kExpertOther);
+  cuda::moe_combine(og, pos, weight, T, K, H, y, s, bf16_ops_);
+  span(kCombine);
+  release(top);
+}
+
 void CudaBackend::use_for_quantization(int device) {
   qstream_ = std::make_unique<strata::cuda::Stream>(device);
+}
+
+void CudaBackend::reserve_decompression(uint64_t bytes) {
+  if (bytes <= decompressed_.bytes()) return;
+  decompressed_ = DeviceBuffer();
+  decompressed_ = DeviceBuffer(*budget_, bytes, "a compressed weight decompressed to quantize it");
+}
+
+StoredWeight CudaBackend::decompressed_for_quantization(const StoredWeight& w) {
+  if (!w.compressed.defined()) return w;
+  const uint64_t bytes = static_cast<uint64_t>(w.rows * w.cols) * 2;
+  STRATA_ASSERT(bytes <= decompressed_.bytes(), "a deferred weight of ", bytes,
+                " bytes to quantize; reserve_decompression reserved ", decompressed_.bytes());
+  // bf16, as the CPU decompresses it (FP8's rounding follows the weight's dtype); on the
+  // quantization stream, in order with its readers (the buffer is reused by the next weight).
+  decompress_weight(w.compressed, w.rows, w.cols, decompressed_.data(), true, qstream_->native());
+  StoredWeight d{decompressed_.data(), DType::kBF16, w.rows, w.cols};
+  d.fp32_quotient = w.fp32_quotient;
+  return d;
 }
 
 void CudaBackend::weight_amaxes(const std::vector<std::vector<StoredWeight>>& groups, float* out) {
@@ -797,17 +1109,20 @@ void CudaBackend::weight_amaxes(const std::vector<std::vector<StoredWeight>>& gr
   float* slots = slots_dev_.as<float>();
   strata::cuda::fill_zero(slots, groups.size() * 4, *qstream_);
   for (size_t g = 0; g < groups.size(); ++g) {
-    for (const StoredWeight& w : groups[g])
+    for (const StoredWeight& stored : groups[g]) {
+      const StoredWeight w = decompressed_for_quantization(stored);
       qc::weight_amax(w.data, w.dtype, w.rows * w.cols, slots + g, *qstream_);
+    }
   }
   strata::cuda::copy_to_host(out, slots, groups.size() * 4, *qstream_);
 }
 
-QuantizedWeight CudaBackend::quantize_weight(const StoredWeight& w, QFormat format, float amax,
+QuantizedWeight CudaBackend::quantize_weight(const StoredWeight& stored, QFormat format, float amax,
                                              std::string_view name) {
   namespace qc = strata::quant::cuda;
   STRATA_ASSERT(qstream_, "quantize_weight: use_for_quantization first");
   cudaSetDevice(qstream_->device());
+  const StoredWeight w = decompressed_for_quantization(stored);
   const int64_t rows = w.rows, cols = w.cols;
   uint8_t* arena = scratch_.as<uint8_t>();  // the encoders' outputs, then copied back
   auto fetch = [&](const uint8_t* src, DType dtype, Shape shape) {
@@ -833,7 +1148,8 @@ QuantizedWeight CudaBackend::quantize_weight(const StoredWeight& w, QFormat form
     case QFormat::kFp8: {
       STRATA_ASSERT(static_cast<uint64_t>(rows * cols) <= scratch_.bytes(),
                     "quantize_weight scratch");
-      const float ws = qc::fp8_quantize(w.data, w.dtype, rows * cols, amax, arena, name, *qstream_);
+      const float ws = qc::fp8_quantize(w.data, w.dtype, rows * cols, amax, arena, name, *qstream_,
+                                        w.fp32_quotient);
       o.fp8 = Fp8Weight{fetch(arena, DType::kF8E4M3, {rows, cols}), Tensor::scalar_f32(ws)};
       break;
     }

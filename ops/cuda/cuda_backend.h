@@ -37,6 +37,12 @@ struct CudaBackendOptions {
   // Every op rounds as transformers' bf16 model (Backend::set_bf16_ops; --calib_precision
   // bf16_ops), the sizing runs included (a bf16_ops op may take scratch).
   bool bf16_ops = false;
+  // Expert parallelism (docs/SCALEOUT.md "Expert parallel on GPU ranks"): rank expert_rank of
+  // expert_ranks holds the routed experts expert_owner gives it (the forward's binder binds only
+  // those) and, with an exchange set (set_expert_exchange), runs them on the rows every rank
+  // sends it. The sizing runs count the exchange's buffers as if each rank received as many rows
+  // as it sends.
+  int expert_rank = 0, expert_ranks = 1;
 };
 
 struct AmaxStat {
@@ -44,6 +50,12 @@ struct AmaxStat {
   float amax = 0.0f;
   int64_t rows = 0;
 };
+
+// A deferred weight's decompression (Weight::compressed) of [rows, cols] into dst, bf16 bits
+// (to_bf16) or fp32 values of bf16, on `stream` (a cudaStream_t): ops/cuda/convert.h's dequant_*
+// for its kind, the bits io/source_weights.h gives.
+void decompress_weight(const Compressed& c, int64_t rows, int64_t cols, void* dst, bool to_bf16,
+                       void* stream);
 
 class CudaBackend final : public Backend {
  public:
@@ -68,6 +80,15 @@ class CudaBackend final : public Backend {
   void reserve_scratch(uint64_t bytes);
   static uint64_t attention_bytes(int64_t n_heads, int64_t longest, uint64_t cap);
   void reserve_attention(int64_t n_heads, int64_t longest, uint64_t cap);
+  // Routed experts in slices (docs/CUDA.md "Memory"): when the experts' weights are deferred
+  // (Weight::compressed), moe() decompresses `experts` experts' gate/up weights at a time into
+  // one slot each of a buffer reserved here, runs their GEMMs, and after the activation the same
+  // for down. A slot holds one expert's gate and up (or gate_up) weights in the GEMM dtype, which
+  // down reuses: expert_slot_bytes. The sizing backend's moe() records the largest slot of the
+  // layers it ran (expert_slot_high).
+  void reserve_expert_slice(int64_t experts, uint64_t slot_bytes);
+  static uint64_t expert_slot_bytes(const Mlp& m, bool gemm_bf16);
+  uint64_t expert_slot_high() const { return expert_slot_high_; }
   uint64_t high_water() const { return high_water_; }
   void reset_high_water() { high_water_ = arena_at_; }
 
@@ -130,11 +151,18 @@ class CudaBackend final : public Backend {
                      int32_t* chosen, float* weight) override;
   void moe(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
            const float* weight, std::span<const Mlp> experts, float* y) override;
+  // Expert parallelism: moe() dispatches each slot's row to its expert's rank through `x`
+  // (null: every expert here). Every rank must then run the same number of MoE layers' forwards
+  // (an empty chunk where it has none). The exchanges run on this backend's stream.
+  void set_expert_exchange(DeviceExpertExchange* x) { exchange_ = x; }
   // Weight quantization runs on a stream of its own (made by use_for_quantization, on the
   // thread that owns this backend), so that a backend of its own quantizes a layer's weights
   // beside the forward: the amax slots are the observers' (max_slots), the encoders' outputs go
   // to the scratch (reserve_scratch: the largest module's).
   void use_for_quantization(int device);
+  // The buffer a deferred weight (StoredWeight::compressed) is decompressed into, in bf16, before
+  // weight_amaxes and quantize_weight read it: `bytes` for the largest such module.
+  void reserve_decompression(uint64_t bytes);
   void weight_amaxes(const std::vector<std::vector<StoredWeight>>& groups, float* out) override;
   QuantizedWeight quantize_weight(const StoredWeight& w, QFormat format, float amax,
                                   std::string_view name) override;
@@ -149,7 +177,19 @@ class CudaBackend final : public Backend {
   const void* gin(const float* a, int64_t count);
   int slot(const std::vector<std::string>& names);
   int slot_range(std::span<const Mlp> experts, bool gate_up);
-  const void* const* expert_tables(std::span<const Mlp> experts, bool* aligned);
+  const void* const* expert_tables(std::span<const Mlp> experts, int64_t first, int64_t count,
+                                   int64_t repeat, bool* aligned);
+  // Deferred experts [e0, e1) decompressed into their slots of the slice buffer: gate and up
+  // (or gate_up), or down.
+  void decompress_experts(std::span<const Mlp> experts, int64_t e0, int64_t e1, bool gate_up);
+  const void* expert_slot(int64_t e) const;
+  // A deferred weight for the device's weight quantization: decompressed into decompressed_.
+  StoredWeight decompressed_for_quantization(const StoredWeight& w);
+  void moe_exchanged(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
+                     const float* weight, std::span<const Mlp> experts, float* y);
+  // Device memory for the exchanged MoE's receiving side: from the scratch when it has room, else
+  // from a buffer of its own grown under the budget (the rows a rank receives vary).
+  uint8_t* take_received(uint64_t bytes);
   uint32_t* slot_ptr(int s);
   const float* rope_table(const std::vector<double>& inv_freq);
   void span(int part);
@@ -178,6 +218,13 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Profile> prof_;
   struct Experts;
   std::unique_ptr<Experts> experts_;
+  DeviceExpertExchange* exchange_ = nullptr;
+  gpu::DeviceBuffer received_;  // the exchanged MoE's receiving side, when the scratch is full
+  gpu::DeviceBuffer slice_;     // deferred experts' slots (reserve_expert_slice)
+  int64_t slice_experts_ = 0;
+  uint64_t slot_bytes_ = 0, expert_slot_high_ = 0;
+  gpu::DeviceBuffer decompressed_;  // weight quantization's (reserve_decompression)
+  gpu::PinnedBuffer ep_host_;       // its counts on the host: offsets [E + 1], group counts
 };
 
 }  // namespace strata::ops

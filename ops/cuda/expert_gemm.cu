@@ -102,9 +102,11 @@ struct Tile {
   int expert, row0, rows;
 };
 
-// Tile `b` of `bm` rows (blocks past the last tile get rows 0).
+// Block `b`'s tile of `bm` rows: tile tile_first[0] + b (a slice of experts starts at its first
+// expert's first tile; the whole plan at 0); blocks past the last tile get rows 0.
 __device__ Tile tile_of(int b, int bm, const int32_t* offsets, const int32_t* tile_first, int E) {
   Tile t{0, 0, 0};
+  b += tile_first[0];
   if (b >= tile_first[E]) return t;
   // The last expert whose first tile is <= b: the one owning b (an expert without tiles shares
   // its tile_first with the next expert, which is then chosen).

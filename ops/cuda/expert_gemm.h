@@ -38,6 +38,10 @@ int64_t expert_gemm_max_tiles(int64_t S, int64_t E, int64_t row_tile);
 
 // Up to two outputs sharing x: w[j] a device array of E weight pointers ([N, K] each, bf16 bits
 // or fp32 as x), y[j] the [S, N] output (row stride N). S: rows of x (the sum of the counts).
+// A slice of experts [e0, e1) of a plan runs alone with offsets + e0, tile_first + e0, E = e1 - e0
+// and w[j] + e0 (its tiles numbered from tile_first[e0]): the other experts' rows are left as they
+// are, and each row's output has the bits the whole plan's launch gives it (the same tile, the
+// same k order).
 // bf16 needs K a multiple of 8 and 16-byte aligned x and weights (`aligned`: the weights are) for
 // its vector loads, or it loads element by element.
 struct ExpertGemmOutputs {

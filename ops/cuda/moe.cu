@@ -78,8 +78,51 @@ __global__ void k_moe_add_bias(float* y, int64_t S, int64_t width, const int32_t
   }
 }
 
+// One warp per slot: the token's max |x| (bits, NaN winning as in k_amax_rows), written with the
+// slot's expert at the slot's row.
+__global__ void k_dispatch_meta(const float* n, int64_t S, int64_t H, int64_t K,
+                                const int32_t* chosen, const int32_t* pos, int32_t* meta) {
+  const int64_t s = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
+  if (s >= S) return;
+  const float* x = n + (s / K) * H;
+  uint32_t m = 0;
+  for (int64_t c = threadIdx.x & 31; c < H; c += 32)
+    m = max(m, __float_as_uint(x[c]) & 0x7fffffffu);
+  for (int o = 16; o > 0; o >>= 1)
+    m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((threadIdx.x & 31) != 0) return;
+  const int64_t r = pos[s];
+  meta[2 * r] = chosen[s];
+  meta[2 * r + 1] = static_cast<int32_t>(m);
+}
+
+__global__ void k_receive_meta(const int32_t* meta, int64_t rows, int32_t* row_expert,
+                               uint32_t* slots) {
+  FOR_N(r, rows) {
+    const int32_t e = meta[2 * r];
+    row_expert[r] = e;
+    const uint32_t m = static_cast<uint32_t>(meta[2 * r + 1]);
+    if (m != 0) atomicMax(&slots[e], m);
+  }
+}
+
 }  // namespace
 
+void moe_dispatch_meta(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
+                       const int32_t* pos, int32_t* meta, void* s) {
+  const int64_t S = T * K;
+  if (S == 0) return;
+  const int64_t blocks = (S * 32 + kThreads - 1) / kThreads;
+  k_dispatch_meta<<<static_cast<unsigned>(blocks), kThreads, 0, st(s)>>>(n, S, H, K, chosen, pos,
+                                                                         meta);
+  launched("moe_dispatch_meta");
+}
+void moe_receive_meta(const int32_t* meta, int64_t rows, int32_t* row_expert, uint32_t* slots,
+                      void* s) {
+  if (rows == 0) return;
+  k_receive_meta<<<blocks_for(rows), kThreads, 0, st(s)>>>(meta, rows, row_expert, slots);
+  launched("moe_receive_meta");
+}
 void moe_add_bias(float* y, int64_t S, int64_t width, const int32_t* row_expert,
                   const float* const* bias, void* s) {
   if (S * width == 0) return;

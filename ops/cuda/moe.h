@@ -30,4 +30,16 @@ void moe_add_bias(float* y, int64_t S, int64_t width, const int32_t* row_expert,
 void moe_combine(const float* outg, const int32_t* pos, const float* weight, int64_t T, int64_t K,
                  int64_t H, float* y, void* stream, bool bf16 = false);
 
+// Expert parallelism (CudaBackend's exchanged MoE, docs/SCALEOUT.md "Expert parallel on GPU
+// ranks"): what travels with each dispatched row besides its values. meta[pos[s]] = {chosen[s],
+// the bits of max |n[s / K, :]|} for every slot (int32 pairs [T*K, 2]): the row's expert and the
+// amax its expert's gate/up observer takes from it (the fp32 hidden state's, as amax_rows over n;
+// bits as ops/cuda/amax.h's slots, NaN winning).
+void moe_dispatch_meta(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
+                       const int32_t* pos, int32_t* meta, void* stream);
+// The owner's side of the rows received, meta [rows, 2]: row_expert[r] = meta[r, 0], and
+// slots[meta[r, 0]] = max(slots[meta[r, 0]], meta[r, 1]) (atomicMax on the bits).
+void moe_receive_meta(const int32_t* meta, int64_t rows, int32_t* row_expert, uint32_t* slots,
+                      void* stream);
+
 }  // namespace strata::ops::cuda

@@ -1,9 +1,9 @@
-// MoE routing on the device (ops/cuda/routing.cu); conventions: ops/cuda/convert.h. One thread
-// per token, in fp32 as the CPU backend routes (ops/cpu_backend.cpp CpuBackend::route_softmax,
-// CpuBackend::route_sigmoid). Top-k is ops::top_k's: largest first, ties to the lower expert. expf
-// is within 2 ulp of the host's exp, so a choice differs from the CPU's only where two candidates
-// are within an ulp or two. chosen and weight are [T, K]; counts[E] += tokens per expert (zero it
-// first). K <= 32 (else strata::Error).
+// MoE routing on the device (ops/cuda/routing.cu); conventions: ops/cuda/convert.h. One warp
+// per token (E <= 1024), in fp32 as the CPU backend routes (ops/cpu_backend.cpp
+// CpuBackend::route_softmax, CpuBackend::route_sigmoid). Top-k is ops::top_k's: largest first, ties
+// to the lower expert. expf is within 2 ulp of the host's exp, so a choice differs from the CPU's
+// only where two candidates are within an ulp or two. chosen and weight are [T, K]; counts[E] +=
+// tokens per expert (zero it first). K <= 32 (else strata::Error).
 #pragma once
 
 #include <cstdint>

@@ -164,7 +164,7 @@ __global__ void nvfp4_kernel(const void* w, int64_t n_blocks, float weight_amax,
 
 template <int kSrc>
 __global__ void fp8_kernel(const void* w, int64_t n, float weight_amax, float divisor, uint8_t* out,
-                           Err* err) {
+                           Err* err, bool fp32_quotient) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float x = load<kSrc>(w, i);
@@ -174,7 +174,8 @@ __global__ void fp8_kernel(const void* w, int64_t n, float weight_amax, float di
       continue;
     }
     if (fabsf(x) > weight_amax) atomicMin(&err[1], static_cast<Err>(i));
-    float q = round_src<kSrc>(__fdiv_rn(x, divisor));
+    float q = __fdiv_rn(x, divisor);
+    if (!fp32_quotient) q = round_src<kSrc>(q);
     q = fminf(fmaxf(q, -448.0f), 448.0f);
     out[i] = to_e4m3(q);
   }
@@ -317,7 +318,7 @@ float nvfp4_quantize(const void* w, DType dtype, int64_t rows, int64_t cols, flo
 }
 
 float fp8_quantize(const void* w, DType dtype, int64_t n, float weight_amax, uint8_t* out,
-                   std::string_view name, Stream& stream) {
+                   std::string_view name, Stream& stream, bool fp32_quotient) {
   const Src src = src_of(dtype, name, "fp8");
   check_shape(1, n, 1, name, "fp8");
   STRATA_CHECK(std::isfinite(weight_amax) && weight_amax > 0.0f, "fp8: weight amax ", weight_amax,
@@ -325,14 +326,15 @@ float fp8_quantize(const void* w, DType dtype, int64_t n, float weight_amax, uin
                " is not a positive finite number (an all-zero weight has no finite FP8 scale; "
                "exclude the module)");
   const float scale = fp8_weight_scale(weight_amax);
-  // The divisor as PyTorch's kernel sees it: the scale loaded in the weight's dtype.
-  const float divisor = round_to(dtype, scale);
+  // The divisor as PyTorch's kernel sees it: the scale loaded in the weight's dtype (fp32 for an
+  // fp32 quotient).
+  const float divisor = fp32_quotient ? scale : round_to(dtype, scale);
   STRATA_CHECK(divisor > 0.0f && std::isfinite(divisor), "fp8: weight amax ", weight_amax, " of ",
                name, " gives a scale that is 0 or infinite in ", dtype_name(dtype));
   Err* err = error_slots(stream);
   dispatch(src, [&](auto s) {
-    fp8_kernel<decltype(s)::value>
-        <<<blocks_for(n), kThreads, 0, native(stream)>>>(w, n, weight_amax, divisor, out, err);
+    fp8_kernel<decltype(s)::value><<<blocks_for(n), kThreads, 0, native(stream)>>>(
+        w, n, weight_amax, divisor, out, err, fp32_quotient);
   });
   Err host[2];
   read_errors(err, host, stream);

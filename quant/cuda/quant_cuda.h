@@ -32,8 +32,10 @@ float nvfp4_quantize(const void* w, DType dtype, int64_t rows, int64_t cols, flo
                      uint8_t* packed, uint8_t* block_scale, std::string_view name, Stream& stream);
 
 // FP8 per tensor: out F8_E4M3 bytes [n]. Returns weight_scale = fp8_weight_scale(weight_amax).
+// fp32_quotient: divide in fp32 by the fp32 scale whatever the dtype, as for an F32 copy of the
+// weight (ops::StoredWeight::fp32_quotient).
 float fp8_quantize(const void* w, DType dtype, int64_t n, float weight_amax, uint8_t* out,
-                   std::string_view name, Stream& stream);
+                   std::string_view name, Stream& stream, bool fp32_quotient = false);
 
 // MXFP8: out F8_E4M3 bytes [rows, cols], scale E8M0 bytes [rows, cols/32].
 void mxfp8_quantize(const void* w, DType dtype, int64_t rows, int64_t cols, uint8_t* out,

@@ -175,6 +175,46 @@ TEST(Compare, ListsExpertsWithoutCalibrationTokens) {
   EXPECT_NE(table.find("experts without calibration tokens:"), std::string::npos) << table;
 }
 
+// --report DIR: the page and its three plots (tests/cli/report_browser_test.sh opens it in a
+// browser); the histogram's table counts every position once; the experts without calibration
+// tokens are listed; a DIR that cannot be made fails before the comparison runs.
+TEST(Compare, ReportOfAnExport) {
+  TempDir tmp;
+  const Json& c = reference()["idle_experts"];
+  const fs::path out = quantize(tmp, c["fixture"], c["recipe"], c["calib_tokens"], "idle");
+  write_file(tmp.path() / "tokens.jsonl", jsonl(c["calib_tokens"]));
+  const fs::path report = tmp.path() / "report";
+  Json j = compare(tmp, kFixtures + c["fixture"].get<std::string>(), out,
+                   "--tokens " + q(tmp.path() / "tokens.jsonl") + " --report " + q(report));
+  ASSERT_FALSE(j.empty());
+  const std::string html = read_file(report / "report.html");
+  for (const char* png : {"layer_error.png", "kl_histogram.png", "expert_coverage.png"}) {
+    EXPECT_EQ(read_file(report / png).substr(0, 4), "\x89PNG") << png;
+    EXPECT_NE(html.find(std::string("(") + png + ")"), std::string::npos) << png;
+  }
+  EXPECT_EQ(html.find("not recorded by the export"), std::string::npos);
+  // The histogram's table: the rows' counts add up to the positions.
+  const size_t table = html.find("<table id=\"kl-histogram\">");
+  ASSERT_NE(table, std::string::npos);
+  int64_t sum = 0;
+  for (size_t at = html.find("<tr><td>", table);
+       at != std::string::npos && at < html.find("</table>", table);
+       at = html.find("<tr><td>", at + 1)) {
+    const size_t last = html.rfind("<td>", html.find("</tr>", at)) + 4;
+    sum += std::stoll(html.substr(last));
+  }
+  EXPECT_EQ(sum, j["positions"].get<int64_t>());
+  write_file(tmp.path() / "file", "x");
+  RunResult r = run_strata("compare " + q(kFixtures + c["fixture"].get<std::string>()) + " " +
+                               q(out) + " --tokens " + q(tmp.path() / "tokens.jsonl") +
+                               " --report " + q(tmp.path() / "file" / "sub"),
+                           tmp.path());
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("cannot create the report directory"), std::string::npos) << r.err;
+  // One line: no progress of a comparison before it.
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
+}
+
 TEST(Compare, HeldOutCorpusByDefault) {
   // demo/tiny-moe has a tokenizer: the default data is data/calib/heldout through it.
   TempDir tmp;

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <sstream>
 #include <string>
 
 #include "io/safetensors.h"
@@ -37,6 +39,70 @@ TEST(Quantize, DryRunCountsModulesPerKindAndFormat) {
   EXPECT_FALSE(fs::exists(tmp.path() / "out"));
 }
 
+// The dry run's output estimate against the export's real size, for compressed sources (INT4
+// pack-quantized, MXFP4), whose stored weights are smaller than their bf16 shape: the estimate
+// subtracts what the checkpoint stores, not the bf16 size (it once underflowed to 16 million TiB
+// on a Kimi-K2 INT4 checkpoint).
+TEST(Quantize, DryRunEstimatesACompressedSourcesOutput) {
+  for (const std::string model : {"kimi_k25_int4", "gpt_oss_mxfp4", "deepseek_v3_fp8"}) {
+    TempDir tmp;
+    write_tokens(tmp.path() / "t.jsonl");
+    const std::string cmd = "quantize --model '" + kFixtures + model +
+                            "' --recipe nvfp4_experts_only-kv_fp8 --calib_data '" +
+                            (tmp.path() / "t.jsonl").string() + "' --calib_min_tokens 1 -q";
+    const std::string out = (tmp.path() / "out").string();
+    RunResult dry = run_strata(cmd + " --export_path '" + out + "' --dry-run", tmp.path());
+    ASSERT_EQ(dry.rc, 0) << model << ": " << dry.err;
+    const size_t at = dry.out.find("output      about ");
+    ASSERT_NE(at, std::string::npos) << dry.out;
+    std::istringstream line(dry.out.substr(at + 18));
+    double value = 0;
+    std::string unit;
+    line >> value >> unit;
+    const std::vector<std::string> units = {"B", "KiB", "MiB", "GiB", "TiB"};
+    const auto u = std::find(units.begin(), units.end(), unit);
+    ASSERT_NE(u, units.end()) << "unit '" << unit << "' in " << dry.out;
+    const double estimate = value * std::pow(1024.0, static_cast<double>(u - units.begin()));
+    RunResult run = run_strata(cmd + " --export_path '" + out + "'", tmp.path());
+    ASSERT_EQ(run.rc, 0) << model << ": " << run.err;
+    double real = 0;
+    for (const auto& e : fs::directory_iterator(out))
+      if (e.path().extension() == ".safetensors") real += static_cast<double>(fs::file_size(e));
+    // Headers, the KV scales and rounding of the printed value apart: within a tenth.
+    EXPECT_GT(estimate, 0.9 * real) << model << ": " << dry.out;
+    EXPECT_LT(estimate, 1.1 * real) << model << ": " << dry.out;
+  }
+}
+
+// A layer whose experts all reached the threshold gets no line; when none has such experts, one
+// line says so (a 61-layer run printed 60 lines of "0 of 384").
+TEST(Quantize, ExpertSummaryNamesOnlyLayersWithScarceExperts) {
+  TempDir tmp;
+  write_tokens(tmp.path() / "t.jsonl");
+  auto run = [&](int64_t min_tokens, const std::string& out) {
+    return run_strata(
+        "quantize --model '" + kFixtures + "qwen3_moe' --qformat nvfp4 --calib_data '" +
+            (tmp.path() / "t.jsonl").string() +
+            "' --calib_size 3 --calib_min_tokens 1 --min_expert_tokens " +
+            std::to_string(min_tokens) + " --export_path '" + (tmp.path() / out).string() + "'",
+        tmp.path());
+  };
+  // 16 tokens, top-2, 8 experts: some expert of each MoE layer gets at most 4 slots.
+  RunResult r = run(1, "a");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const bool any_idle = r.out.find("layer   0:") != std::string::npos ||
+                        r.out.find("layer   2:") != std::string::npos;
+  // Either some layer has an expert without tokens (and is listed), or the one line says none.
+  EXPECT_EQ(r.out.find("every routed expert of every MoE layer reached at least 1 calibration") ==
+                std::string::npos,
+            any_idle)
+      << r.out;
+  RunResult all = run(1000, "b");
+  ASSERT_EQ(all.rc, 0) << all.err;
+  EXPECT_NE(all.out.find("in the 2 MoE layers that have any"), std::string::npos) << all.out;
+  EXPECT_EQ(all.out.find("every routed expert"), std::string::npos) << all.out;
+}
+
 TEST(Quantize, MixtralDryRun) {
   TempDir tmp;
   // mixtral: 3 layers, all MoE, 8 experts of w1/w3/w2 under block_sparse_moe, no dense MLP.
@@ -64,7 +130,8 @@ TEST(Quantize, ReportsExpertsWithoutTokens) {
                  tmp.path());
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("calibration: 3 sequences, 16 tokens"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("experts that fewer than 16 calibration tokens reached, per MoE layer"),
+  EXPECT_NE(r.out.find("experts that fewer than 16 calibration tokens reached, in the 2 MoE "
+                       "layers that have any"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("layer   0:"), std::string::npos) << r.out;
@@ -224,3 +291,72 @@ TEST(Quantize, UnmatchedRecipeRuleWarns) {
 }
 
 }  // namespace
+
+// --eval_data FILE: after the run, the comparison of `strata compare MODEL EXPORT --tokens FILE`,
+// its headline printed in the summary; the numbers equal those of strata compare run apart on
+// the same files (the same code path and data: exactly, and --eval_json byte for byte).
+TEST(Quantize, EvalDataPrintsWhatCompareFinds) {
+  TempDir tmp;
+  write_tokens(tmp.path() / "t.jsonl");
+  const fs::path out = tmp.path() / "out", tokens = tmp.path() / "t.jsonl";
+  RunResult r = run_strata("quantize -q --device cpu --model '" + kFixtures +
+                               "qwen3_moe' --recipe nvfp4-kv_fp8 --calib_data '" + tokens.string() +
+                               "' --calib_size 3 --export_path '" + out.string() +
+                               "' --eval_data '" + tokens.string() + "' --eval_json '" +
+                               (tmp.path() / "eval.json").string() + "'",
+                           tmp.path());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  RunResult c =
+      run_strata("compare -q '" + kFixtures + "qwen3_moe' '" + out.string() + "' --tokens '" +
+                     tokens.string() + "' --json '" + (tmp.path() / "compare.json").string() + "'",
+                 tmp.path());
+  ASSERT_EQ(c.rc, 0) << c.err;
+  // compare's headline: from "KL divergence" to the perplexity line.
+  const size_t from = c.out.find("KL divergence (source || quantized) per position\n");
+  const size_t to = c.out.find('\n', c.out.find("perplexity  source"));
+  ASSERT_NE(from, std::string::npos) << c.out;
+  ASSERT_NE(to, std::string::npos) << c.out;
+  const std::string headline = c.out.substr(from, to + 1 - from);
+  EXPECT_NE(r.out.find("--tokens " + tokens.string() + ", on the CPU): 3 sequences, 16 tokens\n" +
+                       headline),
+            std::string::npos)
+      << "quantize:\n"
+      << r.out << "\ncompare:\n"
+      << c.out;
+  EXPECT_EQ(read_file(tmp.path() / "eval.json"), read_file(tmp.path() / "compare.json"));
+}
+
+// A bad --eval_data fails with one line before any work: no export folder is made.
+TEST(Quantize, BadEvalDataFailsBeforeAnyWork) {
+  TempDir tmp;
+  write_tokens(tmp.path() / "t.jsonl");
+  write_file(tmp.path() / "bad.jsonl", "[1, 2, 3]\n[4, \"x\"]\n");
+  write_file(tmp.path() / "text.txt", "some text to compare on\n");
+  const std::string base = "quantize --device cpu --model '" + kFixtures +
+                           "qwen3_moe' --calib_data '" + (tmp.path() / "t.jsonl").string() +
+                           "' --calib_size 3 --export_path '" + (tmp.path() / "o").string() + "' ";
+  struct Case {
+    std::string args, needle;
+  } cases[] = {
+      {"--eval_data '" + (tmp.path() / "missing.jsonl").string() + "'",
+       "missing.jsonl: --eval_data does not exist"},
+      {"--eval_data '" + (tmp.path() / "bad.jsonl").string() + "'", "bad.jsonl"},
+      {"--eval_data '" + (tmp.path() / "text.txt").string() + "'",
+       "--eval_data is text, and " + kFixtures + "qwen3_moe has no tokenizer"},
+      {"--eval_json x.json", "--eval_json needs --eval_data"},
+      {"--eval_data '" + (tmp.path() / "t.jsonl").string() + "' --eval_json '" +
+           (tmp.path() / "no" / "e.json").string() + "'",
+       "--eval_json's folder"},
+  };
+  for (const Case& c : cases) {
+    RunResult r = run_strata(base + c.args, tmp.path());
+    EXPECT_EQ(r.rc, 1) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(fs::exists(tmp.path() / "o")) << c.args;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+  RunResult help = run_strata("quantize --help", tmp.path());
+  EXPECT_NE(help.out.find("--eval_data FILE"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("runs on the CPU"), std::string::npos) << help.out;
+}

@@ -35,9 +35,11 @@ const std::vector<std::string> kBuiltins = {
     "general/ptq/nvfp4_experts_only-kv_fp8",
     "general/ptq/nvfp4_experts_only-kv_fp8_cast",
     "general/ptq/nvfp4_experts_only_input_scale1-kv_fp8_cast",
+    "general/ptq/nvfp4_experts_only_mse-kv_fp8_cast",
     "general/ptq/nvfp4_mlp_only-kv_fp8",
     "general/ptq/nvfp4_mlp_only-kv_fp8_cast",
     "general/ptq/nvfp4_mlp_only-novit-kv_fp8",
+    "general/ptq/nvfp4_mlp_only_mse-kv_fp8_cast",
     "general/ptq/nvfp4_mlp_weight_only",
     "general/ptq/nvfp4_omlp_only-kv_fp8",
     "general/ptq/nvfp4_omlp_only-kv_fp8_cast",
@@ -116,10 +118,11 @@ TEST(RecipesCli, ShowsTheExpandedRulesOfABuiltin) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("recipe: nvfp4_experts_only-kv_fp8\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("kv_cache: fp8\n"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("calibration: max\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("algorithm: max\n"), std::string::npos) << r.out;
   const RunResult h = run_strata("recipes general/ptq/nvfp4_act_headroom-kv_fp8_cast", tmp.path());
   ASSERT_EQ(h.rc, 0) << h.err;
-  EXPECT_NE(h.out.find("calibration: nvfp4_act_headroom\n"), std::string::npos) << h.out;
+  EXPECT_NE(h.out.find("algorithm: nvfp4_act_headroom (weights: max)\n"), std::string::npos)
+      << h.out;
   const std::vector<std::string> lines = lines_of(r.out);
   // The recipe's own rule first, then default_disabled's, with their origins.
   bool experts = false, lm_head = false;

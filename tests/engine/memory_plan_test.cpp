@@ -159,6 +159,68 @@ TEST(GpuMemoryPlan, RefusedOnlyWhenOneSequenceDoesNotFit) {
             "--max_gpu_memory_gb to at least 0.1767 GiB or lower --calib_seq");
 }
 
+// Slices (memory_plan.h "Slices"): split_batches with a layer whose decompressed routed experts
+// (256 MiB converted) cannot fit, deferred: 1 MiB still converted at set_layer and 4 MiB an
+// expert in the slice buffer, 64 experts.
+//   a slice of one: max_conv = 1 MiB + 4 MiB = 5242880
+//     unsplit least(1) = 85943712 + 5242880 = 91186592; split least(1) = 84919776 + 5242880
+//     = 90162656
+GpuMemoryInputs sliced_experts(uint64_t left) {
+  GpuMemoryInputs in = split_batches(left);
+  in.max_conv = 256 * kMiB;
+  in.max_conv_deferred = 1 * kMiB;
+  in.expert_slot = 4 * kMiB;
+  in.experts = 64;
+  return in;
+}
+
+TEST(GpuMemoryPlan, ExpertsInSlicesWhenALayersDecompressedExpertsDoNotFit) {
+  // left 120 MiB = 125829120: the unsplit least with a slice of one fits (91186592); spare =
+  //   125829120 - 91186592 = 34642528, half of it 17321264 = 4.13 slots: slice = 1 + 4 = 5,
+  //   max_conv = 1 MiB + 20 MiB = 22020096:
+  //   fixed(1) = 67108864 + 22020096 + 9632 + 16777216 = 105915808; least(1) = + 2048000 fits
+  //   device: 105915808 + 819200 + 1638400 = 108373408 <= left; room = 125829120 - 105915808
+  //   - 819200 = 19094112 = 1165 tokens of 16384: one chunk; two buffers: 64 MiB more, no.
+  const GpuMemoryPlan p = plan_gpu_memory(sliced_experts(120 * kMiB));
+  EXPECT_EQ(p.expert_slice, 5);
+  EXPECT_FALSE(p.split);
+  EXPECT_EQ(p.buffers, 1);
+  EXPECT_EQ(p.tier, HiddenTier::kDevice);
+  expect_chunks(p, {{0, 4, 0, 400}});
+  // Without a deferrable part (everything converted at set_layer either way) it is refused as
+  // before.
+  GpuMemoryInputs fixed = sliced_experts(120 * kMiB);
+  fixed.max_conv_deferred = fixed.max_conv;
+  EXPECT_NE(refusal(fixed), "");
+}
+
+TEST(GpuMemoryPlan, ExpertsUnslicedWhereTheLayerFits) {
+  // 32 MiB converted at set_layer fits beside four micro-batches in 256 MiB: no slices.
+  GpuMemoryInputs in = sliced_experts(256 * kMiB);
+  in.max_conv = 32 * kMiB;
+  EXPECT_EQ(plan_gpu_memory(in).expert_slice, 0);
+  // The test hook forces a slice (below all the experts) whatever the budget.
+  in.force_expert_slice = 2;
+  EXPECT_EQ(plan_gpu_memory(in).expert_slice, 2);
+  in.force_expert_slice = 64;
+  EXPECT_EQ(plan_gpu_memory(in).expert_slice, 0);
+}
+
+TEST(GpuMemoryPlan, ExpertSlicesRefusedOnlyWhenOneExpertAndOneSequenceDoNotFit) {
+  // At the split least with a slice of one (90162656): one expert at a time, sequences apart.
+  const GpuMemoryPlan p = plan_gpu_memory(sliced_experts(90162656));
+  EXPECT_EQ(p.expert_slice, 1);
+  EXPECT_TRUE(p.split);
+  EXPECT_EQ(p.chunk_max, 50);
+  // One byte below: refused, with the cap that would do: limit - left + least = 100 MiB +
+  // 90162656 = 195020256 = 0.1816 GiB.
+  EXPECT_EQ(refusal(sliced_experts(90162655)),
+            "GPU memory: --max_gpu_memory_gb leaves 0.0839 GiB but a layer's weights (0.0625 "
+            "GiB), its converted weights with the routed experts decompressed one at a time "
+            "(0.0048 GiB) and the longest calibration sequence (50 tokens) need 0.0839 GiB; raise "
+            "--max_gpu_memory_gb to at least 0.1816 GiB or lower --calib_seq");
+}
+
 TEST(GpuMemoryPlan, EveryFixedTermCountsTowardTheLeast) {
   // least(1) = 64 MiB blob + 1 MiB converted + 2 MiB attention + 3 MiB quantizer + 9632 meta
   //   + 16 MiB + 2048000 = 86 MiB + 2057632 = 90177536 + 2057632 = 92235168: fits at exactly

@@ -49,7 +49,7 @@ TEST(UseExpertParallel, OnlyWithRanksAForwardOnTheCpuAndExperts) {
   EXPECT_FALSE(use_expert_parallel(false, 2, true, false, 8));  // not asked
   EXPECT_FALSE(use_expert_parallel(true, 1, true, false, 8));   // one process
   EXPECT_FALSE(use_expert_parallel(true, 2, false, false, 8));  // weight-only
-  EXPECT_FALSE(use_expert_parallel(true, 2, true, true, 8));    // GPU forward
+  EXPECT_FALSE(use_expert_parallel(true, 2, true, true, 8));    // GPU forward without NCCL
   EXPECT_FALSE(use_expert_parallel(true, 2, true, false, 0));   // dense model
 }
 

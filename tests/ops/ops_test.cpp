@@ -8,6 +8,8 @@
 #include <random>
 #include <vector>
 
+#include "core/dtype.h"
+#include "ops/cpu_backend.h"
 #include "ops/ops.h"
 
 namespace strata::ops {
@@ -439,6 +441,31 @@ TEST(Ops, RoundBf16AndAmax) {
   round_bf16(x, 3);
   EXPECT_EQ(x[0], 1.0f);
   EXPECT_EQ(amax(x, 3), 3.0f);
+}
+
+// StoredWeight::fp32_quotient, worked by hand: W = {450, 1.0703125} in bf16 (both exact), amax
+// 450, so scale = fl32(450 * fl32(1/448)) = 1.00446...
+//   2-D (default): divisor bf16(scale) = 1.0078125; 1.0703125 / 1.0078125 = 1.06202 rounds to
+//   bf16 1.0625, an e4m3 tie between 1.0 and 1.125, to even: 1.0 (0x38).
+//   fp32 quotient (ModelOpt's stacked experts): 1.0703125 / 1.00446 = 1.06556, nearer 1.125 than
+//   1.0: 0x39.
+// 450 / divisor is 446.5 (2-D) or 448 (fp32): e4m3 448 (0x7E) both ways.
+TEST(Ops, Fp8QuotientInTheWeightsDtypeOrInFp32) {
+  const std::vector<uint16_t> w = {f32_to_bf16(450.0f), f32_to_bf16(1.0703125f)};
+  ASSERT_EQ(bf16_to_f32(w[0]), 450.0f);
+  ASSERT_EQ(bf16_to_f32(w[1]), 1.0703125f);
+  CpuBackend be(nullptr, nullptr);
+  StoredWeight sw{w.data(), DType::kBF16, 1, 2};
+  const QuantizedWeight two_d = be.quantize_weight(sw, QFormat::kFp8, 450.0f, "w");
+  sw.fp32_quotient = true;
+  const QuantizedWeight stacked = be.quantize_weight(sw, QFormat::kFp8, 450.0f, "w");
+  const uint8_t* a = two_d.fp8->weight.data<uint8_t>();
+  const uint8_t* b = stacked.fp8->weight.data<uint8_t>();
+  EXPECT_EQ(a[0], 0x7E);
+  EXPECT_EQ(b[0], 0x7E);
+  EXPECT_EQ(a[1], 0x38);
+  EXPECT_EQ(b[1], 0x39);
+  EXPECT_EQ(two_d.fp8->scale.item_f32(0), stacked.fp8->scale.item_f32(0));
 }
 
 }  // namespace

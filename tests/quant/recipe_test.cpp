@@ -309,6 +309,11 @@ const std::vector<General>& generals() {
        KvCacheFormat::kFp8Cast},
       {"general/ptq/nvfp4_experts_only_input_scale1-kv_fp8_cast", Scope::kExpertsOnly,
        QFormat::kNvfp4, KvCacheFormat::kFp8Cast, true},
+      // The mse recipes: the quantizers of their max twins (their algorithm: RecipeAlgorithm).
+      {"general/ptq/nvfp4_experts_only_mse-kv_fp8_cast", Scope::kExpertsOnly, QFormat::kNvfp4,
+       KvCacheFormat::kFp8Cast},
+      {"general/ptq/nvfp4_mlp_only_mse-kv_fp8_cast", Scope::kMlpOnly, QFormat::kNvfp4,
+       KvCacheFormat::kFp8Cast},
       {"general/ptq/nvfp4_mlp_only-kv_fp8", Scope::kMlpOnly, QFormat::kNvfp4, KvCacheFormat::kFp8},
       {"general/ptq/nvfp4_mlp_only-kv_fp8_cast", Scope::kMlpOnly, QFormat::kNvfp4,
        KvCacheFormat::kFp8Cast},
@@ -384,18 +389,32 @@ TEST(BuiltinRecipes, DecisionsOnEveryFamily) {
   }
 }
 
-TEST(RecipeRules, CalibrationKey) {
-  EXPECT_EQ(strata::parse_recipe("calibration: nvfp4_act_headroom\nrules: [{pattern: \"*\", "
-                                 "format: nvfp4}]\n",
-                                 "t.yaml")
-                .calibration,
-            strata::CalibrationMethod::kNvfp4ActHeadroom);
+TEST(RecipeRules, HeadroomAlgorithm) {
+  // ModelOpt's spelling: the activation method with the weights' own algorithm inside it.
+  const strata::Recipe r = strata::parse_recipe(
+      "algorithm: {method: nvfp4_act_headroom, anchor_percentile: 1, upper_percentile: 99.99, "
+      "rho: 16384, weight_scale_algorithm: {method: mse}}\nrules: [{pattern: \"*\", format: "
+      "nvfp4}]\n",
+      "t.yaml");
+  EXPECT_EQ(r.calibration, strata::CalibrationMethod::kNvfp4ActHeadroom);
+  EXPECT_EQ(r.algorithm.method, strata::WeightCalib::Method::kMse);
+  const strata::Recipe plain = strata::parse_recipe(
+      "algorithm: nvfp4_act_headroom\nrules: [{pattern: \"*\", format: "
+      "nvfp4}]\n",
+      "t.yaml");
+  EXPECT_EQ(plain.calibration, strata::CalibrationMethod::kNvfp4ActHeadroom);
+  EXPECT_EQ(plain.algorithm.method, strata::WeightCalib::Method::kMax);
   EXPECT_EQ(
       strata::parse_recipe("rules: [{pattern: \"*\", format: nvfp4}]\n", "t.yaml").calibration,
       strata::CalibrationMethod::kMax);
-  EXPECT_THROW(strata::parse_recipe("calibration: mse\nrules: [{pattern: \"*\", format: nvfp4}]\n",
-                                    "t.yaml"),
-               strata::Error);
+  for (const char* bad :
+       {"{method: nvfp4_act_headroom, rho: 8192}", "{method: nvfp4_act_headroom, num_bins: 256}"}) {
+    EXPECT_THROW(strata::parse_recipe(std::string("algorithm: ") + bad +
+                                          "\nrules: [{pattern: \"*\", format: nvfp4}]\n",
+                                      "t.yaml"),
+                 strata::Error)
+        << bad;
+  }
 }
 
 TEST(BuiltinRecipes, DecidingRuleAndOrigin) {
@@ -465,8 +484,6 @@ TEST(BuiltinRecipes, UnknownGeneralRecipeListsTheOnesStrataHas) {
 TEST(BuiltinRecipes, ModelOptRecipesStrataLacksNameWhatIsMissing) {
   // One line each, naming what is missing, never a substitute.
   for (const auto& [name, what] : std::vector<std::pair<const char*, const char*>>{
-           {"general/ptq/nvfp4_experts_only_mse-kv_fp8_cast", "MSE weight-scale search"},
-           {"general/ptq/nvfp4_mlp_only_mse-kv_fp8_cast", "MSE weight-scale search"},
            {"general/ptq/nvfp4_default-kv_none-gptq", "GPTQ"},
            {"general/ptq/nvfp4_experts_only-kv_fp8_layerwise", "layerwise max calibration"},
            {"general/ptq/nvfp4_experts_only-kv_fp8_layerwise_offload", "layerwise max calibration"},
@@ -800,4 +817,53 @@ TEST(RecipeErrors, UnknownBuiltinAndMissingFile) {
   }
 }
 
+// ---- algorithm: ModelOpt's weight calibration, as its recipes spell it --------------------------
+
+using strata::load_recipe;
+using strata::mse_multipliers;
+using strata::parse_recipe;
+using strata::Recipe;
+using strata::WeightCalib;
+
+TEST(RecipeAlgorithm, DefaultsAndSpellings) {
+  EXPECT_EQ(parse_recipe("rules:\n  - {pattern: \"*\", format: nvfp4}\n", "r.yaml").algorithm,
+            WeightCalib{});
+  const Recipe a = parse_recipe(
+      "algorithm: {method: mse, fp8_scale_sweep: true, layerwise: {enable: false}}\n"
+      "rules:\n  - {pattern: \"*\", format: nvfp4}\n",
+      "r.yaml");
+  EXPECT_EQ(a.algorithm.method, WeightCalib::Method::kMse);
+  EXPECT_TRUE(a.algorithm.fp8_scale_sweep);
+  // local_hessian sweeps by default (LocalHessianCalibConfig), mse does not (MseCalibConfig).
+  const Recipe h = parse_recipe(
+      "algorithm: local_hessian\nrules:\n  - {pattern: \"*\", format: nvfp4}\n", "r.yaml");
+  EXPECT_EQ(h.algorithm.method, WeightCalib::Method::kLocalHessian);
+  EXPECT_TRUE(h.algorithm.fp8_scale_sweep);
+  const Recipe m = parse_recipe(
+      "algorithm:\n  method: mse\n  step_size: 0.05\n  start_multiplier: 0.5\n"
+      "  stop_multiplier: 2\nrules:\n  - {pattern: \"*\", format: fp8}\n",
+      "r.yaml");
+  EXPECT_FALSE(m.algorithm.fp8_scale_sweep);
+  EXPECT_EQ(m.algorithm.step_size, 0.05);
+  EXPECT_EQ(mse_multipliers(m.algorithm).size(), 31u);
+  EXPECT_EQ(load_recipe("general/ptq/nvfp4_experts_only_mse-kv_fp8_cast").algorithm,
+            (WeightCalib{WeightCalib::Method::kMse, true}));
+  EXPECT_EQ(load_recipe("general/ptq/nvfp4_experts_only-kv_fp8_cast").algorithm, WeightCalib{});
+}
+
+TEST(RecipeAlgorithm, Errors) {
+  const std::string r = "rules:\n  - {pattern: \"*\", format: nvfp4}\n";
+  EXPECT_HAS(error_of("algorithm: gptq\n" + r), "bad.yaml algorithm: unknown method 'gptq'");
+  EXPECT_HAS(error_of("algorithm: {method: mse, fp8_sweep: true}\n" + r),
+             "bad.yaml algorithm: unknown key 'fp8_sweep' for method mse");
+  EXPECT_HAS(error_of("algorithm: {method: max, fp8_scale_sweep: true}\n" + r),
+             "unknown key 'fp8_scale_sweep' for method max");
+  EXPECT_HAS(error_of("algorithm: {method: mse, layerwise: {enable: true}}\n" + r),
+             "only layerwise: {enable: false} is accepted");
+  EXPECT_HAS(error_of("algorithm: {method: local_hessian, block_size: 32}\n" + r),
+             "block_size must be 16");
+  EXPECT_HAS(error_of("algorithm: {method: mse, step_size: -1}\n" + r),
+             "step_size must be positive");
+  EXPECT_HAS(error_of("algorithm: {fp8_scale_sweep: true}\n" + r), "give a method name");
+}
 }  // namespace

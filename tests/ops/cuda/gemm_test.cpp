@@ -156,6 +156,94 @@ TEST_F(CudaOps, ExpertGemmIsLinearPerExpert) {
   }
 }
 
+// Expert parallelism's premise (docs/SCALEOUT.md "Expert parallel on GPU ranks"): an expert's
+// row gives the same bits whichever tile size runs it (expert_row_tile follows the rows and groups
+// of the call, which differ between one process and a rank) and whatever rows share its call: the
+// same rows, run as one process's experts and as a rank's groups (the rows of each expert split
+// between two source ranks, in another order), give identical outputs, for every row tile.
+TEST_F(CudaOps, ExpertGemmRowBitsDoNotDependOnTileOrNeighbours) {
+  const std::vector<int32_t> counts = {37, 0, 5, 200, 1, 64};
+  const int64_t E = static_cast<int64_t>(counts.size()), K = 136, N = 72;
+  int64_t S = 0;
+  for (int32_t c : counts)
+    S += c;
+  for (bool bf16 : {true, false}) {
+    std::vector<float> x = normal(S * K);
+    if (bf16) x = f32_of(bf16_of(x));
+    std::vector<gpu::DeviceBuffer> dw;
+    std::vector<const void*> table(E);
+    for (int64_t e = 0; e < E; ++e) {
+      std::vector<float> w = normal(N * K, 0.1f);
+      dw.push_back(bf16 ? up(bf16_of(w)) : up(w));
+      table[e] = dw.back().data();
+    }
+    // Runs `rows` (indices into x) grouped as `group_counts`, group g using expert expert_of[g];
+    // returns each row's output in the order of `rows`.
+    auto run = [&](const std::vector<int64_t>& rows, const std::vector<int32_t>& group_counts,
+                   const std::vector<int64_t>& expert_of, int64_t tile) {
+      const int64_t G = static_cast<int64_t>(group_counts.size()),
+                    R = static_cast<int64_t>(rows.size());
+      std::vector<float> xr(R * K);
+      for (int64_t r = 0; r < R; ++r)
+        std::copy_n(&x[rows[r] * K], K, &xr[r * K]);
+      std::vector<const void*> tg(G);
+      for (int64_t g = 0; g < G; ++g)
+        tg[g] = table[expert_of[g]];
+      gpu::DeviceBuffer dx = bf16 ? up(bf16_of(xr)) : up(xr), dt = up(tg), dc = up(group_counts);
+      gpu::DeviceBuffer doff = buffer((G + 1) * 4), dtiles = buffer((G + 1) * 4);
+      gpu::DeviceBuffer dy = up(std::vector<float>(R * N, std::nanf("")));
+      expert_plan(dc.as<int32_t>(), G, tile, doff.as<int32_t>(), dtiles.as<int32_t>(), nullptr,
+                  nullptr, st());
+      ExpertGemmOutputs out;
+      out.w[0] = dt.as<const void*>();
+      out.y[0] = dy.as<float>();
+      expert_gemm(dx.data(), R, K, doff.as<int32_t>(), dtiles.as<int32_t>(), G, tile, out, N, bf16,
+                  true, st());
+      return down<float>(dy, R * N);
+    };
+    // One process: every expert's rows in order.
+    std::vector<int64_t> rows(S), experts(E);
+    for (int64_t r = 0; r < S; ++r)
+      rows[r] = r;
+    for (int64_t e = 0; e < E; ++e)
+      experts[e] = e;
+    const std::vector<float> ref = run(rows, counts, experts, bf16 ? 16 : 64);
+    // A rank's groups: source rank q in {0, 1} sends the odd (q = 0) or even rows of each expert,
+    // reversed; groups (q, e) in rank order.
+    std::vector<int64_t> rank_rows, group_experts;
+    std::vector<int32_t> group_counts;
+    for (int q = 0; q < 2; ++q) {
+      int64_t first = 0;
+      for (int64_t e = 0; e < E; ++e) {
+        int32_t n = 0;
+        for (int64_t r = first + counts[e] - 1; r >= first; --r) {
+          if ((r % 2 == 1) != (q == 0)) continue;
+          rank_rows.push_back(r);
+          ++n;
+        }
+        group_counts.push_back(n);
+        group_experts.push_back(e);
+        first += counts[e];
+      }
+    }
+    for (int64_t tile : {16, 32, 64, 128}) {
+      if (!bf16 && tile != 64) continue;  // fp32 takes 64-row tiles only
+      const std::vector<float> one = run(rows, counts, experts, tile);
+      const std::vector<float> ranked = run(rank_rows, group_counts, group_experts, tile);
+      for (int64_t i = 0; i < S; ++i) {
+        for (int64_t c = 0; c < N; ++c) {
+          ASSERT_EQ(bits_of(one[i * N + c]), bits_of(ref[i * N + c]))
+              << (bf16 ? "bf16" : "fp32") << " tile " << tile << " row " << i << " col " << c;
+          const int64_t r = rank_rows[i];
+          ASSERT_EQ(bits_of(ranked[i * N + c]), bits_of(ref[r * N + c]))
+              << (bf16 ? "bf16" : "fp32") << " tile " << tile << " (as a rank's groups) row " << r
+              << " col " << c;
+        }
+      }
+    }
+  }
+}
+
 // The forward's attention through GEMMs: per (sequence, head) S = Q K^T, causal_softmax(scale S),
 // O = P V, for a batch of sequences of one length and a GQA head layout, against
 // ops::attention_causal. Pedantic fp32: the steps differ from the CPU's in summation order and

@@ -65,10 +65,14 @@ TEST_F(CudaOps, WeightQuantizationIsTheCpuBackends) {
     EXPECT_TRUE(same_bytes(n4d.nvfp4->packed, n4h.nvfp4->packed)) << i;
     EXPECT_TRUE(same_bytes(n4d.nvfp4->block_scale, n4h.nvfp4->block_scale)) << i;
     EXPECT_EQ(n4d.nvfp4->global_scale.item_f32(0), n4h.nvfp4->global_scale.item_f32(0)) << i;
-    const QuantizedWeight f8d = gpu_be.quantize_weight(on(true, i), QFormat::kFp8, a, "w");
-    const QuantizedWeight f8h = cpu_be.quantize_weight(on(false, i), QFormat::kFp8, a, "w");
-    EXPECT_TRUE(same_bytes(f8d.fp8->weight, f8h.fp8->weight)) << i;
-    EXPECT_EQ(f8d.fp8->scale.item_f32(0), f8h.fp8->scale.item_f32(0)) << i;
+    for (const bool fp32_quotient : {false, true}) {  // 2-D, and a stacked (gpt-oss) expert
+      StoredWeight wd = on(true, i), wh = on(false, i);
+      wd.fp32_quotient = wh.fp32_quotient = fp32_quotient;
+      const QuantizedWeight f8d = gpu_be.quantize_weight(wd, QFormat::kFp8, a, "w");
+      const QuantizedWeight f8h = cpu_be.quantize_weight(wh, QFormat::kFp8, a, "w");
+      EXPECT_TRUE(same_bytes(f8d.fp8->weight, f8h.fp8->weight)) << i << " " << fp32_quotient;
+      EXPECT_EQ(f8d.fp8->scale.item_f32(0), f8h.fp8->scale.item_f32(0)) << i;
+    }
     const QuantizedWeight mxd = gpu_be.quantize_weight(on(true, i), QFormat::kMxfp8, 0.0f, "w");
     const QuantizedWeight mxh = cpu_be.quantize_weight(on(false, i), QFormat::kMxfp8, 0.0f, "w");
     EXPECT_TRUE(same_bytes(mxd.mxfp8->weight, mxh.mxfp8->weight)) << i;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -25,8 +26,9 @@ bool clear_cut(std::vector<float> v, int64_t k, float gap) {
 // the sum of the top K when norm); counts[e] = tokens routed to e. Tokens whose K-th and
 // (K+1)-th p are within 1e-5 are left out (expf may order them either way).
 TEST_F(CudaOps, SoftmaxRoutingFollowsTheFormula) {
-  const int64_t T = 50, E = 60, K = 4;
-  for (bool norm : {true, false}) {
+  const int64_t T = 50;
+  for (const auto& [E, K, norm] : std::vector<std::tuple<int64_t, int64_t, bool>>{
+           {60, 4, true}, {60, 4, false}, {512, 10, true}, {1024, 32, false}}) {
     const auto logits = normal(T * E, 2.0f);
     gpu::DeviceBuffer dl = up(logits), dc = buffer(T * K * 4), dw = buffer(T * K * 4);
     gpu::DeviceBuffer dn = up(std::vector<int32_t>(E, 0));
@@ -126,7 +128,9 @@ TEST_F(CudaOps, SigmoidGroupedRoutingFollowsTheFormula) {
   };
   for (Case c :
        {Case{8, 3, 4, 2, true, true}, Case{64, 6, 8, 3, true, true}, Case{16, 2, 1, 1, false, true},
-        Case{256, 8, 8, 4, true, true}, Case{12, 3, 4, 2, true, false}}) {
+        Case{256, 8, 8, 4, true, true}, Case{12, 3, 4, 2, true, false},
+        Case{384, 8, 1, 1, true, true},         // Kimi-K2's 384 experts, one group
+        Case{1024, 16, 64, 7, false, true}}) {  // the widest router and most groups taken
     const int64_t T = 97;
     std::vector<float> x(static_cast<size_t>(T * c.E)), bias(static_cast<size_t>(c.E));
     for (float& v : x)
@@ -163,6 +167,9 @@ TEST_F(CudaOps, SigmoidGroupedRoutingFollowsTheFormula) {
 TEST_F(CudaOps, RoutingRefusesUnsupportedShapes) {
   gpu::DeviceBuffer any = buffer(1 << 16);
   EXPECT_THROW(route_softmax_topk(any.as<float>(), 4, 64, 33, true, any.as<int32_t>(),
+                                  any.as<float>(), any.as<int32_t>(), st()),
+               Error);
+  EXPECT_THROW(route_softmax_topk(any.as<float>(), 4, 1025, 8, true, any.as<int32_t>(),
                                   any.as<float>(), any.as<int32_t>(), st()),
                Error);
   EXPECT_THROW(route_sigmoid_grouped(any.as<float>(), 4, 60, 4, nullptr, 7, 2, true, 1.0f,
