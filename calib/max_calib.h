@@ -5,30 +5,63 @@
 // The result does not depend on the order of observations, the batch composition or the thread
 // count: max is exact and order-free. A NaN in an activation is recorded as NaN (and refused
 // when a scale is made from it).
+//
+// With block histograms on (a recipe's `algorithm: nvfp4_act_headroom`) every input also keeps
+// ModelOpt 0.47's nvfp4_act_headroom statistic (modelopt/torch/quantization/calib/
+// nvfp4_act_headroom.py, NVFP4ActHeadroomCalibrator with its defaults), a histogram that is as
+// order-free as the max: counts add, across micro-batches and ranks alike.
+//   block amax  b = max |x| over 16 consecutive elements of a row (a ragged tail is zero-padded,
+//               which changes no block's amax), one per block of every observed row
+//   histogram   512 bins over log2(b) in [-40, 40): bin = clamp(floor(fl32(fl32(log2f(b) + 40)
+//               / 80) * 512), 0, 511), fp32 arithmetic as PyTorch's CPU kernels do it (true
+//               division); blocks with b == 0 (and non-finite b, which ModelOpt asserts on) are
+//               not counted
+//   percentile  P(p, floor): counts below the bin of `floor` zeroed (floor's bin computed alike
+//               from fl32(floor)); total = the sum, target = fl32(fl32(p / 100) * total); cdf the
+//               running sums, each rounded to fp32 (torch.cumsum on a CPU: double accumulation);
+//               the first bin i with cdf[i] >= target (searchsorted, left), at most 511; the value
+//               2^(-40 + (i + 0.5) * 80 / 512) in double (the bin centre)
+//   amax        upper = P(99.99), anchor = P(1, upper / 1e6); amax = fl32(16384 x anchor) when
+//               that exceeds upper, else fl32(upper): the input's scale leaves headroom above the
+//               calibrated range (ModelOpt warns when it cannot); no bin counted (no non-zero
+//               block): no amax at all (ModelOpt's compute_amax returns None)
+// The counts enter as fp32 (as ModelOpt's hist.float()): exact while a histogram holds fewer than
+// 2^24 blocks; above that fp32 sums of the counts depend on summation order and strata's (double,
+// rounded once) may differ from PyTorch's in the last place of `total`.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "model/forward.h"
 #include "quant/scale_search.h"
 
 namespace strata {
 
+inline constexpr int kHeadroomBins = 512;
+inline constexpr int kHeadroomBlock = 16;
+
 class MaxCalibrator : public Observer {
  public:
+  MaxCalibrator() = default;
+  // block_histograms: also keep the nvfp4_act_headroom histogram of every input (header comment).
+  explicit MaxCalibrator(bool block_histograms) : block_histograms_(block_histograms) {}
+
   void observe(std::string_view name, const float* x, int64_t rows, int64_t cols) override;
   // Merges an amax already reduced elsewhere (the GPU forward's observers) over `rows` rows,
-  // exactly as observe() merges its own.
+  // exactly as observe() merges its own (no histogram: the GPU forward keeps none).
   void record(std::string_view name, float amax, int64_t rows);
 
   struct Stat {
     float amax = 0.0f;
     int64_t rows = 0;
+    std::vector<int64_t> hist;  // kHeadroomBins counts with block histograms on, else empty
   };
   // nullptr when `name` was never observed.
   const Stat* find(std::string_view name) const;
@@ -41,13 +74,28 @@ class MaxCalibrator : public Observer {
   const BlockHessian* hessian(std::string_view name) const;
   const std::map<std::string, Stat, std::less<>>& stats() const { return stats_; }
   void clear() { stats_.clear(); }
-  // Adds statistics observed elsewhere (another rank): amax the max (NaN sticky), rows the sum.
+  bool block_histograms() const { return block_histograms_; }
+  // Adds statistics observed elsewhere (another rank): amax the max (NaN sticky), rows and
+  // histogram counts the sums.
   void merge(std::string_view name, const Stat& s);
 
  private:
+  bool block_histograms_ = false;
   std::map<std::string, Stat, std::less<>> stats_;
   std::set<std::string, std::less<>> hessian_names_;
   std::map<std::string, std::unique_ptr<BlockHessian>, std::less<>> hessians_;
 };
+
+// ---- nvfp4_act_headroom (header comment) ----------------------------------------------------
+// The histogram bin of a block amax b > 0.
+int headroom_bin(float block_amax);
+// Adds the per-16-block amaxes of x[rows, cols] to hist (kHeadroomBins counts).
+void add_block_histogram(const float* x, int64_t rows, int64_t cols, std::vector<int64_t>& hist);
+// P(p, floor) of a histogram (floor <= 0: none); std::nullopt when no count is left.
+std::optional<double> headroom_percentile(const std::vector<int64_t>& hist, double percentile,
+                                          double floor = 0.0);
+// The input amax of a histogram with ModelOpt's defaults (anchor 1st percentile, upper 99.99th,
+// rho 16384); std::nullopt when it holds no count.
+std::optional<float> headroom_amax(const std::vector<int64_t>& hist);
 
 }  // namespace strata

@@ -115,8 +115,8 @@ void declare_flags(Args& args) {
               "(calibrated k/v scales), nvfp4, nvfp4_cast or none (ignored with --recipe)",
               "fp8_cast");
   args.option("--recipe", "NAME|PATH",
-              "a built-in recipe (<qformat>-kv_<kv> or general/ptq/<name>; strata recipes lists "
-              "them) or a recipe YAML file");
+              "a built-in recipe (<qformat>-kv_<kv>, general/ptq/<name> or "
+              "models/<org>/<model>/ptq/<name>; strata recipes lists them) or a recipe YAML file");
   args.option(
       "--calib_data", "A[,B...]",
       "calibration data: token-id JSONL, JSONL with a text field, or text files; default: the "
@@ -270,6 +270,11 @@ void choose_device(const Args& args, QuantizeJob& job) {
     STRATA_CHECK(*dev == "cpu" || *dev == "cuda", "--device must be cpu or cuda, not '", *dev, "'");
     job.device_explicit = true;
     if (*dev == "cuda") {
+      // The recipe first: on any machine, a recipe the GPU path cannot run is named as such.
+      STRATA_CHECK(
+          job.recipe.calibration != CalibrationMethod::kNvfp4ActHeadroom,
+          "--device cuda: the recipe's nvfp4_act_headroom calibration needs per-16-block "
+          "amax histograms, which only the CPU forward's observers keep; use --device cpu");
       STRATA_CHECK(cuda_compiled(),
                    "--device cuda: this strata was built without CUDA; use --device cpu");
       STRATA_CHECK(cuda_device_count() > 0,

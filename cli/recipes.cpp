@@ -48,7 +48,14 @@ int cmd_recipes(const std::vector<std::string>& argv) {
   std::printf("recipe: %s\n", recipe.name.c_str());
   if (!recipe.description.empty()) std::printf("description: %s\n", recipe.description.c_str());
   std::printf("kv_cache: %s\n", std::string(kv_cache_format_name(recipe.kv_cache)).c_str());
-  std::printf("algorithm: %s\n", weight_calib_description(recipe.algorithm).c_str());
+  if (recipe.calibration == CalibrationMethod::kNvfp4ActHeadroom) {
+    // Input amaxes from nvfp4_act_headroom; the weights' own algorithm after it.
+    std::printf("algorithm: %s (weights: %s)\n",
+                std::string(calibration_method_name(recipe.calibration)).c_str(),
+                weight_calib_description(recipe.algorithm).c_str());
+  } else {
+    std::printf("algorithm: %s\n", weight_calib_description(recipe.algorithm).c_str());
+  }
   std::printf("rules (the last matching rule decides; no match: unquantized):\n");
   size_t width = 0;
   for (const RecipeRule& r : recipe.rules)

@@ -135,7 +135,8 @@ void run_layer_loop(LayerLoop& loop, Placement& p) {
     since_durable += loop.exporter.source_bytes(l + 1);
     bool durable = last || p.always_durable() || since_durable >= kResumeEvery * p.hidden_bytes();
     if (ranks) durable = any_rank(*ranks, durable);  // the ranks record the same steps
-    auto calib = std::make_unique<MaxCalibrator>();
+    auto calib = std::make_unique<MaxCalibrator>(loop.plan.recipe.calibration ==
+                                                 CalibrationMethod::kNvfp4ActHeadroom);
     calib->track_hessians(local_hessian_modules(loop.plan, l));  // empty unless local_hessian
     p.forward(l, last, *calib);
     if (ranks) allreduce_calibration(*ranks, *calib);  // one process's statistics on every rank

@@ -26,6 +26,9 @@ std::string encode_calibration(const MaxCalibrator& calib) {
     put(name.data(), name.size());
     put(&s.amax, 4);
     put(&s.rows, 8);
+    const uint32_t bins = static_cast<uint32_t>(s.hist.size());  // 0 or kHeadroomBins
+    put(&bins, 4);
+    put(s.hist.data(), s.hist.size() * sizeof(int64_t));
   }
   return out;
 }
@@ -45,14 +48,20 @@ void merge_calibration(const std::string& bytes, MaxCalibrator& calib) {
     MaxCalibrator::Stat s;
     get(&s.amax, 4);
     get(&s.rows, 8);
-    calib.merge(name, s);
+    uint32_t bins = 0;
+    get(&bins, 4);
+    STRATA_ASSERT(bins == 0 || bins == static_cast<uint32_t>(kHeadroomBins),
+                  "calibration histogram of ", bins, " bins");
+    s.hist.resize(bins);
+    get(s.hist.data(), bins * sizeof(int64_t));
+    calib.merge(name, s);  // histograms add: the pooled statistic of one process
   }
 }
 
 void allreduce_calibration(Comm& comm, MaxCalibrator& calib) {
   if (comm.size() == 1) return;
   const std::vector<std::string> all = comm.allgather(encode_calibration(calib));
-  MaxCalibrator merged;
+  MaxCalibrator merged(calib.block_histograms());
   for (const std::string& bytes : all)
     merge_calibration(bytes, merged);
   calib = std::move(merged);

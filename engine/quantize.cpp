@@ -29,6 +29,7 @@
 #include "io/safetensors_writer.h"
 #include "model/forward.h"
 #include "ops/ops.h"
+#include "quant/fp8.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -51,6 +52,8 @@ uint64_t quantized_bytes(const PlannedModule& m) {
       return out * in / 2 + out * in / 32 + 4;
     case QFormat::kMxfp4:
       return out * in / 2 + out * in / 32;
+    case QFormat::kFp8PbWo:
+      return out * in + 4 * ((out + 127) / 128) * ((in + 127) / 128);
     case QFormat::kNone:
       return out * in * static_cast<uint64_t>(dtype_bits(m.dtype)) / 8;
   }
@@ -457,6 +460,22 @@ void QuantizeRun::resolve_plan() {
                  "w4a16_nvfp4 or "
                  "exclude it");
   }
+  // fp8_pb_wo (quant/fp8.h): a fused group of one-block weights shares one amax; a group mixing
+  // one-block and larger weights is refused here, before any work (the exporter checks it too).
+  std::map<std::string, std::pair<int, int>> pb_groups;  // key -> (members, one-block members)
+  for (const PlannedModule& m : plan.modules) {
+    if (m.format != QFormat::kFp8PbWo) continue;
+    auto& [members, singles] = pb_groups[weight_group_key(plan, m.module)];
+    ++members;
+    singles += fp8_pb_single_block(m.shape);
+  }
+  for (const auto& [key, counts] : pb_groups) {
+    STRATA_CHECK(counts.second == 0 || counts.second == counts.first, "fp8_pb_wo: the modules of ",
+                 key,
+                 " read one input and are partly one 128x128 block and partly more; ModelOpt 0.47 "
+                 "unifies such a group's amax only when its first module is one block, and then "
+                 "cannot export it; strata refuses (exclude some of them or pick another format)");
+  }
   const WeightCalib& algo = plan.recipe.algorithm;
   if (algo.searches()) {
     STRATA_CHECK(!plan.fused_experts, plan.recipe.name, ": algorithm ",
@@ -475,12 +494,15 @@ void QuantizeRun::choose_device() {
   // durable steps); the hidden states live on the device or in pinned host memory.
   on_gpu = job.device == QuantizeJob::Device::kCuda && result.calibrated;
   if (on_gpu) {
-    // Checked first, so the refusal names the search whatever the machine has.
+    // Checked first, so the refusal names the recipe's CPU-only algorithm whatever the machine has.
     std::string why =
         plan.recipe.algorithm.searches()
             ? str("weight scale search (algorithm ",
                   weight_calib_method_name(plan.recipe.algorithm.method),
                   ") has a CPU implementation only (docs/QUANTIZE.md \"Scale search\")")
+        : plan.recipe.calibration == CalibrationMethod::kNvfp4ActHeadroom
+            ? "the recipe's nvfp4_act_headroom calibration needs per-16-block amax histograms, "
+              "which only the CPU forward's observers keep (calib/max_calib.h)"
             : gpu_unsupported(config, ckpt);
     if (why.empty() && comm.size() > 1 && job.expert_parallel && !nccl_compiled())
       why = "expert parallelism on GPU ranks needs a strata built with NCCL (docs/SCALEOUT.md)";

@@ -53,6 +53,9 @@ std::map<std::string, std::string> run_identity(const ModelConfig& config, const
     recipe.add(qformat_name(m.format));
   }
   recipe.add(kv_cache_format_name(plan.recipe.kv_cache));
+  // Only a method other than max is hashed, so that the identity of max-calibrated runs stays.
+  if (plan.recipe.calibration != CalibrationMethod::kMax)
+    recipe.add(calibration_method_name(plan.recipe.calibration));
   id["recipe"] = recipe.hex();
   Fnv64 calib;
   for (const std::vector<int32_t>& s : tokens) {

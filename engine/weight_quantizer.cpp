@@ -20,10 +20,12 @@ WeightQuantizer::WeightQuantizer(const QuantPlan& plan, int64_t first_layer,
       compressed_groups.insert(weight_group_key(plan, m.module));
   }
   for (const PlannedModule& m : plan.modules) {
-    // The weight-only block-32 formats (NVFP4 bs32, MXFP4) have no device encoder: the exporter
-    // quantizes them on the host, as it does any module no precomputed weight is given for.
+    // The weight-only block formats (NVFP4 bs32, MXFP4, FP8 per 128x128 block) have no device
+    // encoder: the exporter quantizes them on the host, as it does any module no precomputed
+    // weight is given for.
     if (m.layer < first_layer || m.layer >= plan.num_layers || m.format == QFormat::kNone ||
         m.format == QFormat::kW4A16Nvfp4Bs32 || m.format == QFormat::kMxfp4 ||
+        m.format == QFormat::kFp8PbWo ||
         compressed_groups.count(weight_group_key(plan, m.module)) || !take(m))
       continue;
     Layer& L = layers_[static_cast<size_t>(m.layer)];
@@ -59,6 +61,7 @@ WeightQuantizer::WeightQuantizer(const QuantPlan& plan, int64_t first_layer,
         break;
       case QFormat::kW4A16Nvfp4Bs32:
       case QFormat::kMxfp4:
+      case QFormat::kFp8PbWo:
       case QFormat::kNone:
         break;
     }

@@ -258,6 +258,15 @@ std::vector<TensorSpec> ModeloptExporter::outputs_of(const std::vector<std::stri
         out.push_back({M + ".weight", DType::kU8, {rows, cols / 2}});
         out.push_back({M + ".weight_scale", DType::kU8, {rows, cols / 32}});
         break;
+      case QFormat::kFp8PbWo: {
+        // quant/fp8.h: [ceil(out/128), 1, ceil(in/128), 1], or 0-d for a single block.
+        const int64_t nr = (rows + kFp8PbBlock - 1) / kFp8PbBlock;
+        const int64_t nc = (cols + kFp8PbBlock - 1) / kFp8PbBlock;
+        out.push_back({M + ".weight", DType::kF8E4M3, {rows, cols}});
+        out.push_back(
+            {M + ".weight_scale", DType::kF32, nr * nc == 1 ? Shape{} : Shape{nr, 1, nc, 1}});
+        break;
+      }
       case QFormat::kNone:
         break;
     }
@@ -620,6 +629,7 @@ std::vector<TensorSpec> ModeloptExporter::fused_outputs(const FusedMember& f) co
     case QFormat::kMxfp8:
     case QFormat::kW4A16Nvfp4Bs32:
     case QFormat::kMxfp4:
+    case QFormat::kFp8PbWo:
       break;  // refused by make_plan
   }
   STRATA_ASSERT(false, "fused experts in format ", qformat_name(m.format), ": ", P);
@@ -770,18 +780,48 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
       std::lock_guard<std::mutex> lock(memo_mu_);
       if (auto it = group_input_amax_.find(key); it != group_input_amax_.end()) return it->second;
     }
+    // nvfp4_act_headroom (calib/max_calib.h) for an NVFP4 input: ModelOpt 0.47 keeps one
+    // histogram per input quantizer, and transformers 5's fused experts have one input quantizer
+    // per projection for all experts of the layer, so a routed expert's histograms add up over
+    // the layer's experts (the pooled statistic); the modules of any other group read one input
+    // each with its own quantizer, and their amaxes are max-combined as for max calibration.
+    const bool headroom = plan_.recipe.calibration == CalibrationMethod::kNvfp4ActHeadroom &&
+                          m.format == QFormat::kNvfp4;
+    const bool pooled = headroom && routed_expert_index(m.module) >= 0;
+    std::vector<int64_t> hist;
     float a = 0.0f;
     bool seen = false;
     for (const PlannedModule* o : layer_modules) {
       if ((fused ? input_group_key(plan_, o->module) : o->module) != key) continue;
       const MaxCalibrator::Stat* s = calib->find(o->module);
       if (!s || s->rows == 0) continue;
+      float x = s->amax;
+      if (headroom && !std::isnan(x)) {
+        STRATA_ASSERT(s->hist.size() == static_cast<size_t>(kHeadroomBins),
+                      "no block histogram of ", o->module);
+        if (pooled) {
+          if (hist.empty()) hist.assign(kHeadroomBins, 0);
+          for (size_t i = 0; i < hist.size(); ++i)
+            hist[i] += s->hist[i];
+          seen = true;
+          continue;
+        }
+        const std::optional<float> h = headroom_amax(s->hist);
+        if (!h) continue;  // no non-zero block: no amax (ModelOpt's compute_amax gives None)
+        x = *h;
+      }
       seen = true;
-      a = std::isnan(s->amax) || std::isnan(a) ? NAN : std::max(a, s->amax);
+      a = std::isnan(x) || std::isnan(a) ? NAN : std::max(a, x);
+    }
+    if (pooled && seen && !std::isnan(a)) {
+      const std::optional<float> h = headroom_amax(hist);
+      seen = h.has_value();
+      if (h) a = *h;
     }
     STRATA_CHECK(seen, "no calibration token reached '", m.module,
-                 "' (nor any module sharing its input scale); ",
-                 "use more or different calibration data, or exclude it in the recipe");
+                 "' (nor any module sharing its input scale)",
+                 headroom ? ", or every block it saw was zero (nvfp4_act_headroom)" : "",
+                 "; use more or different calibration data, or exclude it in the recipe");
     std::lock_guard<std::mutex> lock(memo_mu_);
     group_input_amax_[key] = a;
     return a;
@@ -871,6 +911,29 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
       out.emplace_back(M + ".weight_scale_2", std::move(q.global_scale));
       break;
     }
+    case QFormat::kFp8PbWo: {
+      // Quantized here only (engine/weight_quantizer.h); weight-only, every module its own blocks
+      // (ModelOpt 0.47 fuses no amax of a block-scaled FP8 weight).
+      STRATA_ASSERT(!have_pre, "precomputed weight of ", M, " in fp8_pb_wo");
+      // A fused group of single-block weights shares one amax (quant/fp8.h).
+      int singles = 0, members = 0;
+      const std::string key = weight_group_key(plan_, M);
+      for (const PlannedModule* o : layer_modules) {
+        if (weight_group_key(plan_, o->module) != key) continue;
+        ++members;
+        singles += fp8_pb_single_block(o->shape);
+      }
+      STRATA_CHECK(singles == 0 || singles == members, "fp8_pb_wo: '", M,
+                   "' is fused with modules of the same input whose weights are partly one "
+                   "128x128 block and partly more; ModelOpt 0.47 unifies such a group's amax only "
+                   "when its first module is one block, and then cannot export it; strata refuses "
+                   "(exclude some of these modules or pick another format)");
+      const float amax = singles > 0 && members > 1 ? group_weight_amax() : 0.0f;
+      Fp8Weight q = *host_backend().quantize_weight(stored(w), m.format, amax, M).fp8;
+      out.emplace_back(M + ".weight", std::move(q.weight));
+      out.emplace_back(M + ".weight_scale", std::move(q.scale));
+      break;
+    }
     case QFormat::kMxfp4: {
       STRATA_ASSERT(!have_pre, "precomputed weight of ", M, " in mxfp4");
       Mxfp4Weight q = *host_backend().quantize_weight(stored(w), m.format, 0.0f, M).mxfp4;
@@ -883,6 +946,57 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
   }
   return out;
 }
+
+namespace {
+
+// config.json's config_groups of a MIXED_PRECISION export, as ModelOpt 0.47's
+// convert_hf_quant_config_format writes them: one group per distinct quantized_layers entry
+// (quant_algo and group_size), numbered in the order the modules come in the model (ModelOpt walks
+// named_modules: layers in order, attention before the MLP; strata orders by layer, then by
+// TensorKind, which lists them so), each with its scheme (_quant_algo_to_group_config: MXFP8 also
+// names input_activations there; an algorithm it does not know, mxfp4 or fp8_pb_wo, is only
+// {"quant_algo": ...}) and the sorted names of its layers as targets.
+Json mixed_config_groups(const QuantPlan& plan) {
+  std::vector<const PlannedModule*> order;
+  for (const PlannedModule& m : plan.modules) {
+    if (m.format != QFormat::kNone) order.push_back(&m);
+  }
+  std::stable_sort(order.begin(), order.end(), [](const PlannedModule* a, const PlannedModule* b) {
+    const int64_t la = a->layer < 0 ? INT64_MAX : a->layer,
+                  lb = b->layer < 0 ? INT64_MAX : b->layer;
+    return la != lb ? la < lb : a->kind < b->kind;
+  });
+  std::vector<std::pair<QFormat, std::set<std::string>>> keyed;  // by (quant_algo, group_size)
+  for (const PlannedModule* m : order) {
+    auto same = [&](const auto& k) {
+      return qformat_quant_algo(k.first) == qformat_quant_algo(m->format) &&
+             qformat_group_size(k.first) == qformat_group_size(m->format);
+    };
+    auto it = std::find_if(keyed.begin(), keyed.end(), same);
+    if (it == keyed.end()) it = keyed.insert(keyed.end(), {m->format, {}});
+    it->second.insert(consumer_module(plan, m->module));
+  }
+  Json groups = Json::object();
+  int g = 0;
+  for (const auto& [f, names] : keyed) {
+    Json group = Json::object();
+    if (f == QFormat::kMxfp4 || f == QFormat::kFp8PbWo) {
+      group["quant_algo"] = std::string(qformat_quant_algo(f));
+    } else {
+      if (qformat_has_input_scale(f) || f == QFormat::kMxfp8)
+        group["input_activations"] = quant_scheme(f);
+      group["weights"] = quant_scheme(f);
+    }
+    Json targets = Json::array();
+    for (const std::string& n : names)
+      targets.push_back(n);
+    group["targets"] = targets;
+    groups["group_" + std::to_string(g++)] = group;
+  }
+  return groups;
+}
+
+}  // namespace
 
 std::vector<std::string> ModeloptExporter::finish() {
   std::vector<std::string> files = writer_->finish();
@@ -941,16 +1055,21 @@ std::vector<std::string> ModeloptExporter::finish() {
   }
   Json qc = Json::object();
   Json groups = Json::object();
-  int g = 0;
-  for (QFormat f : formats) {
-    // ModelOpt 0.47's convert_hf_quant_config_format has no config group for MXFP4 (its
-    // quant_algo "mxfp4" falls through): an MXFP4 export's quantization_config has none.
-    if (f == QFormat::kMxfp4) continue;
-    Json group = Json::object();
-    if (qformat_has_input_scale(f)) group["input_activations"] = quant_scheme(f);
-    group["weights"] = quant_scheme(f);
-    group["targets"] = Json::array({"Linear"});
-    groups["group_" + std::to_string(g++)] = group;
+  if (algo == "MIXED_PRECISION") {
+    groups = mixed_config_groups(plan_);
+  } else {
+    int g = 0;
+    for (QFormat f : formats) {
+      // ModelOpt 0.47's convert_hf_quant_config_format has no config group for MXFP4 or FP8 per
+      // block (their quant_algo "mxfp4" / "fp8_pb_wo" falls through): such an export's
+      // quantization_config has none.
+      if (f == QFormat::kMxfp4 || f == QFormat::kFp8PbWo) continue;
+      Json group = Json::object();
+      if (qformat_has_input_scale(f)) group["input_activations"] = quant_scheme(f);
+      group["weights"] = quant_scheme(f);
+      group["targets"] = Json::array({"Linear"});
+      groups["group_" + std::to_string(g++)] = group;
+    }
   }
   if (!groups.empty() || formats.empty()) qc["config_groups"] = groups;
   qc["ignore"] = exclude;

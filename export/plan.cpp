@@ -286,6 +286,13 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
                    rule, " gives '", m.module, "' format ", qformat_name(m.format),
                    "; gpt-oss's experts are written fused as ModelOpt writes them, in NVFP4, "
                    "W4A16 NVFP4 or FP8 only: exclude them or pick another format");
+      // ModelOpt 0.47 quantizes transformers 5's fused experts (gate_up_proj [E, 2I, H]) with one
+      // weight quantizer per expert over gate and up, whose 128-row blocks would span both; how
+      // its export then splits the block scales was not compared, so strata does not guess.
+      STRATA_CHECK(m.kind != TensorKind::kRoutedExperts || m.format != QFormat::kFp8PbWo, rule,
+                   " gives the routed expert '", m.module,
+                   "' format fp8_pb_wo; 128x128 block FP8 is written for attention, dense MLP and "
+                   "shared-expert weights only: exclude the routed experts or pick another format");
     }
     plan.modules.push_back(std::move(m));
   }

@@ -49,9 +49,18 @@ Tensor dequantize_modelopt(const Checkpoint& ckpt, const std::string& name, cons
     Nvfp4Weight q{w, scale, ckpt.tensor(m + ".weight_scale_2")};
     return nvfp4_dequantize(q);
   }
-  if (w.dtype() == DType::kF8E4M3 && scale.dtype() == DType::kF32) {  // FP8 per tensor
-    expect(w.shape() == shape && scale.numel() == 1, "its FP8 tensors have unexpected shapes");
-    return fp8_dequantize(Fp8Weight{w, scale});
+  if (w.dtype() == DType::kF8E4M3 && scale.dtype() == DType::kF32) {
+    // FP8 per tensor, or per 128x128 block (fp8_pb_wo: [ceil(out/128), 1, ceil(in/128), 1];
+    // a single block's 0-d scale reads as per tensor, which dequantizes alike).
+    if (scale.numel() == 1) {
+      expect(w.shape() == shape, "its FP8 tensors have unexpected shapes");
+      return fp8_dequantize(Fp8Weight{w, scale});
+    }
+    const int64_t nr = (shape[0] + kFp8PbBlock - 1) / kFp8PbBlock;
+    const int64_t nc = (shape[1] + kFp8PbBlock - 1) / kFp8PbBlock;
+    expect(w.shape() == shape && scale.shape() == Shape{nr, 1, nc, 1},
+           "its FP8 block tensors have unexpected shapes");
+    return fp8_pb_dequantize(Fp8Weight{w, scale});
   }
   if (w.dtype() == DType::kF8E4M3 && scale.dtype() == DType::kU8) {  // MXFP8
     expect(w.shape() == shape && scale.shape() == Shape{shape[0], shape[1] / 32},

@@ -569,6 +569,9 @@ QuantizedWeight CpuBackend::quantize_weight(const StoredWeight& w, QFormat forma
     case QFormat::kMxfp4:
       q.mxfp4 = mxfp4_quantize(t, name);
       break;
+    case QFormat::kFp8PbWo:
+      q.fp8 = fp8_pb_quantize(t, name, amax);
+      break;
     case QFormat::kNone:
       STRATA_ASSERT(false, "quantize_weight of ", name, " in no format");
   }

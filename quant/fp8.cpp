@@ -116,6 +116,73 @@ Tensor fp8_dequantize(const Fp8Weight& q) {
   return out;
 }
 
+bool fp8_pb_single_block(const Shape& shape) {
+  return shape.size() == 2 && shape[0] <= kFp8PbBlock && shape[1] <= kFp8PbBlock;
+}
+
+Fp8Weight fp8_pb_quantize(const Tensor& weight, std::string_view name, float group_amax) {
+  quant_detail::check_weight(weight, name, 1, "fp8_pb_wo");
+  STRATA_CHECK(weight.shape().size() == 2, "fp8_pb_wo: tensor ", name, " has shape ",
+               shape_str(weight.shape()), "; 128x128 block FP8 needs a 2-D weight [out, in]");
+  const int64_t out = weight.shape()[0], in = weight.shape()[1];
+  const int64_t nr = (out + kFp8PbBlock - 1) / kFp8PbBlock,
+                nc = (in + kFp8PbBlock - 1) / kFp8PbBlock;
+  std::vector<float> row(static_cast<size_t>(in));
+  // Pass 1: block amaxes a[R, C].
+  std::vector<float> scales(static_cast<size_t>(nr * nc), 0.0f);
+  for (int64_t r = 0; r < out; ++r) {
+    quant_detail::load_finite_f32(weight, r * in, in, row.data(), name);
+    float* a = &scales[static_cast<size_t>((r / kFp8PbBlock) * nc)];
+    for (int64_t c = 0; c < in; ++c)
+      a[c / kFp8PbBlock] = std::max(a[c / kFp8PbBlock], std::fabs(row[c]));
+  }
+  STRATA_ASSERT(group_amax == 0.0f || nr * nc == 1, "fp8_pb_wo: a group amax for ", name,
+                ", which is not one block");
+  if (group_amax != 0.0f) {
+    STRATA_CHECK(group_amax >= scales[0], "fp8_pb_wo: tensor ", name, " has |W| = ", scales[0],
+                 ", above the group amax ", group_amax, " it was given");
+    scales[0] = group_amax;
+  }
+  for (float& s : scales) {
+    const float a = s == 0.0f ? 448.0f : std::clamp(s, FLT_MIN, FLT_MAX);
+    s = fp8_weight_scale(a);
+  }
+  // Pass 2: codes.
+  Fp8Weight q{
+      Tensor::zeros(DType::kF8E4M3, {out, in}),
+      nr * nc == 1 ? Tensor::scalar_f32(scales[0]) : Tensor::zeros(DType::kF32, {nr, 1, nc, 1})};
+  if (nr * nc > 1) std::copy(scales.begin(), scales.end(), q.scale.mutable_data<float>());
+  uint8_t* dst = q.weight.mutable_data<uint8_t>();
+  for (int64_t r = 0; r < out; ++r) {
+    quant_detail::load_finite_f32(weight, r * in, in, row.data(), name);
+    const float* s = &scales[static_cast<size_t>((r / kFp8PbBlock) * nc)];
+    for (int64_t c = 0; c < in; ++c) {
+      const float x = std::clamp(row[c] / s[c / kFp8PbBlock], -448.0f, 448.0f);
+      dst[r * in + c] = quant_detail::fast_f32_to_e4m3(x);
+    }
+  }
+  return q;
+}
+
+Tensor fp8_pb_dequantize(const Fp8Weight& q) {
+  STRATA_ASSERT(q.weight.dtype() == DType::kF8E4M3 && q.weight.shape().size() == 2 &&
+                q.scale.dtype() == DType::kF32);
+  const int64_t out = q.weight.shape()[0], in = q.weight.shape()[1];
+  const int64_t nr = (out + kFp8PbBlock - 1) / kFp8PbBlock,
+                nc = (in + kFp8PbBlock - 1) / kFp8PbBlock;
+  STRATA_ASSERT(q.scale.numel() == nr * nc &&
+                (q.scale.shape().empty() || q.scale.shape() == Shape{nr, 1, nc, 1}));
+  Tensor t = Tensor::zeros(DType::kF32, {out, in});
+  float* dst = t.mutable_data<float>();
+  const uint8_t* src = q.weight.data<uint8_t>();
+  const float* s = q.scale.data<float>();
+  for (int64_t r = 0; r < out; ++r) {
+    for (int64_t c = 0; c < in; ++c)
+      dst[r * in + c] = e4m3_to_f32(src[r * in + c]) * s[(r / kFp8PbBlock) * nc + c / kFp8PbBlock];
+  }
+  return t;
+}
+
 void fp8_fake_quantize(float* x, int64_t n, float scale, std::string_view name) {
   STRATA_CHECK(std::isfinite(scale) && scale > 0.0f, "fp8: the scale ", scale, " of ", name,
                " is not a positive finite number");

@@ -79,6 +79,43 @@ Tensor fp8_dequantize(const Fp8Weight& q);
 // strata::Error naming `name` when s is not a positive finite number.
 void fp8_fake_quantize(float* x, int64_t n, float scale, std::string_view name);
 
+// ---- FP8 per 128x128 block, weight-only (ModelOpt 0.47's fp8_pb_wo)
+// ------------------------------ What ModelOpt 0.47's unified HF export writes for an E4M3 weight
+// quantizer with block_sizes
+// {-1: 128, -2: 128} (its Kimi-K3 recipe's attention; hf_ptq's fake-quant path names the format
+// fp8_pb_wo, quant_algo "fp8_pb_wo" in lower case, no group_size, no input scale). For W[out, in],
+// blocks of 128 rows x 128 columns, the last row/column block partial when out or in is not a
+// multiple of 128 (ModelOpt pads with zeros, which changes no block max):
+//   a[R, C]     = max |W| over block (R, C)                      R < ceil(out/128), C <
+//   ceil(in/128) a'          = 448 where a == 0 (TensorQuantizer.export_amax: an all-zero block
+//   gets scale 1),
+//                 clamped to [FLT_MIN, FLT_MAX]
+//   scale[R, C] = fl32(a' * fl32(1/448))                         as fp8_weight_scale (GPU rule)
+//   weight[r,c] = e4m3(clamp(fl32(f32(W[r,c]) / scale[r/128, c/128]), -448, 448))
+// The quotient is an fp32 true division: FP8QTensor.quantize divides the weight by the scales
+// expanded to a full fp32 tensor (tensor / tensor, which promotes to fp32 and divides on CPU and
+// GPU alike; no rounding to the weight's dtype, unlike per-tensor FP8). ModelOpt on a CPU divides
+// the scale truly (fl32(a'/448)), one ulp off the GPU's product for some blocks.
+// Tensors: weight F8_E4M3 [out, in]; weight_scale F32 [ceil(out/128), 1, ceil(in/128), 1] (the
+// block-reduced amax as ModelOpt keeps it, dimensions of 1 included), or [] (0-d) when the weight
+// is a single block. Dequantization: W ~= f32(weight[r, c]) * scale[r/128, c/128].
+inline constexpr int64_t kFp8PbBlock = 128;
+
+// Fused groups: ModelOpt's export unifies the weight amax of the modules reading one input
+// (q/k/v, gate/up, MLA q_a/kv_a: _fuse_shared_input_modules -> preprocess_linear_fusion) for
+// fp8_pb_wo as for per-tensor formats, but only where the amax has one element: a group of
+// single-block weights shares the group's max (one scale), multi-block weights keep their own.
+//
+// The encoding above (Fp8Weight::scale holds the block scales). `group_amax` > 0 replaces a single
+// block's a (the caller's group max, at least max|W|); 0 uses the weight's own; a multi-block
+// weight must be given 0. Throws strata::Error naming `name` for a dtype other than bf16/f16/f32,
+// a weight that is not 2-D, a non-finite element, or a group_amax below max|W|.
+Fp8Weight fp8_pb_quantize(const Tensor& weight, std::string_view name, float group_amax = 0.0f);
+// Whether a weight [out, in] is one 128x128 block (its fp8_pb_wo scale is 0-d).
+bool fp8_pb_single_block(const Shape& shape);
+// Inverse mapping to an F32 [out, in] tensor; the scale [] or [ceil(out/128), 1, ceil(in/128), 1].
+Tensor fp8_pb_dequantize(const Fp8Weight& q);
+
 namespace quant_detail {
 Fp8Weight fp8_quantize_with(Encoders encoders, const Tensor& weight, float weight_amax,
                             std::string_view name, bool clip = false);

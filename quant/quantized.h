@@ -23,7 +23,7 @@ namespace strata {
 
 struct QuantizedWeight {
   std::optional<Nvfp4Weight> nvfp4;  // kNvfp4, kW4A16Nvfp4, kW4A16Nvfp4Bs32
-  std::optional<Fp8Weight> fp8;      // kFp8
+  std::optional<Fp8Weight> fp8;      // kFp8, kFp8PbWo (block scales)
   std::optional<Mxfp8Weight> mxfp8;  // kMxfp8
   std::optional<Mxfp4Weight> mxfp4;  // kMxfp4
 };

@@ -41,14 +41,17 @@ std::string_view qformat_name(QFormat f) {
       return "w4a16_nvfp4_bs32";
     case QFormat::kMxfp4:
       return "mxfp4";
+    case QFormat::kFp8PbWo:
+      return "fp8_pb_wo";
   }
   STRATA_ASSERT(false, "QFormat value ", static_cast<int>(f));
   return {};
 }
 
 std::optional<QFormat> qformat_from_name(std::string_view s) {
-  for (QFormat f : {QFormat::kNone, QFormat::kNvfp4, QFormat::kW4A16Nvfp4, QFormat::kFp8,
-                    QFormat::kMxfp8, QFormat::kW4A16Nvfp4Bs32, QFormat::kMxfp4}) {
+  for (QFormat f :
+       {QFormat::kNone, QFormat::kNvfp4, QFormat::kW4A16Nvfp4, QFormat::kFp8, QFormat::kMxfp8,
+        QFormat::kW4A16Nvfp4Bs32, QFormat::kMxfp4, QFormat::kFp8PbWo}) {
     if (qformat_name(f) == s) return f;
   }
   return std::nullopt;
@@ -142,8 +145,21 @@ std::string_view qformat_quant_algo(QFormat f) {
       return "MXFP8";
     case QFormat::kMxfp4:
       return "mxfp4";
+    case QFormat::kFp8PbWo:
+      return "fp8_pb_wo";
   }
   STRATA_ASSERT(false, "QFormat value ", static_cast<int>(f));
+  return {};
+}
+
+std::string_view calibration_method_name(CalibrationMethod m) {
+  switch (m) {
+    case CalibrationMethod::kMax:
+      return "max";
+    case CalibrationMethod::kNvfp4ActHeadroom:
+      return "nvfp4_act_headroom";
+  }
+  STRATA_ASSERT(false, "CalibrationMethod value ", static_cast<int>(m));
   return {};
 }
 
@@ -151,6 +167,7 @@ int64_t qformat_block(QFormat f) {
   switch (f) {
     case QFormat::kNone:
     case QFormat::kFp8:
+    case QFormat::kFp8PbWo:
       return 1;
     case QFormat::kNvfp4:
     case QFormat::kW4A16Nvfp4:
@@ -166,7 +183,7 @@ int64_t qformat_block(QFormat f) {
 
 int64_t qformat_group_size(QFormat f) {
   // ModelOpt 0.47's process_layer_quant_config names a group_size for every block format it
-  // knows; MXFP4 falls through to its bare {"quant_algo": "mxfp4"}.
+  // knows; MXFP4 and FP8 per-block fall through to a bare {"quant_algo": ...}.
   return f == QFormat::kMxfp4 || qformat_block(f) == 1 ? 0 : qformat_block(f);
 }
 
@@ -277,6 +294,10 @@ namespace {
 constexpr std::string_view kQformatDir = "recipes/qformat/";
 constexpr std::string_view kGeneralDir = "recipes/general/ptq/";
 constexpr std::string_view kGeneralPrefix = "general/ptq/";
+// ModelOpt 0.47's per-model recipes (modelopt_recipes/models/<org>/<model>/ptq/<name>.yaml), by
+// the same name: "models/<org>/<model>/ptq/<name>" is recipes/models/<org>/<model>/ptq/<name>.yaml.
+constexpr std::string_view kModelsDir = "recipes/models/";
+constexpr std::string_view kModelsPrefix = "models/";
 constexpr std::string_view kUnitDir = "recipes/units/";
 // What ModelOpt 0.47's --kv_cache_qformat offers that strata does not write, and why.
 constexpr std::string_view kKvRefused =
@@ -290,10 +311,6 @@ struct MissingRecipe {
   std::string_view missing;
 };
 constexpr MissingRecipe kMissingRecipes[] = {
-    {"general/ptq/nvfp4_act_headroom-kv_fp8_cast",
-     "the nvfp4_act_headroom calibrator (NVFP4 input amax = max(16384 x the 1st percentile, the "
-     "99.99th percentile) of a log2 histogram of per-16-block activation amaxes) is not "
-     "implemented: strata's calibrator keeps one max per input"},
     {"general/ptq/nvfp4_default-kv_none-gptq", "GPTQ is not implemented"},
     {"general/ptq/nvfp4_experts_only-kv_fp8_layerwise",
      "ModelOpt 0.47's layerwise max calibration gives the routed experts other input scales "
@@ -304,8 +321,6 @@ constexpr MissingRecipe kMissingRecipes[] = {
      "than its non-layerwise run (up to 19% on the qwen3_moe fixture; weights and KV scales "
      "equal), which strata does not reproduce"},
     {"general/ptq/int4_blockwise_weight_only", "INT4 weights are not a format strata writes"},
-    {"models/moonshotai/Kimi-K3/ptq/nvfp4_experts-fp8_pb_attention",
-     "FP8 128x128 block weights (fp8_pb_wo) are not a format strata writes yet"},
 };
 
 // The text of a compiled-in file by repository-relative path, or nullptr.
@@ -325,6 +340,20 @@ std::vector<std::string> builtin_names(std::string_view dir) {
     std::string_view rest = path.substr(dir.size(), path.size() - dir.size() - kYamlExt.size());
     if (rest.find('/') != std::string_view::npos) continue;
     names.emplace_back(rest);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// The built-in per-model recipes, "models/<org>/<model>/ptq/<name>", sorted.
+std::vector<std::string> builtin_model_names() {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < detail::kRecipeFileCount; ++i) {
+    std::string_view path = detail::kRecipeFilePaths[i];
+    if (!path.starts_with(kModelsDir) || !path.ends_with(kYamlExt)) continue;
+    names.push_back(
+        str(kModelsPrefix,
+            path.substr(kModelsDir.size(), path.size() - kModelsDir.size() - kYamlExt.size())));
   }
   std::sort(names.begin(), names.end());
   return names;
@@ -439,8 +468,9 @@ WeightCalib parse_algorithm(const YAML::Node& node, const std::string& what) {
       c.fp8_scale_sweep = true;  // LocalHessianCalibConfig's default
     } else {
       fail(where, ": unknown method '", m,
-           "' (strata has max, mse and local_hessian; ModelOpt's awq_*, smoothquant, gptq, "
-           "svdquant and the others are not implemented)");
+           "' (strata has max, mse and local_hessian for weights, nvfp4_act_headroom for NVFP4 "
+           "inputs; ModelOpt's awq_*, smoothquant, gptq, svdquant and the others are not "
+           "implemented)");
     }
   };
   if (node.IsScalar()) {
@@ -487,6 +517,47 @@ WeightCalib parse_algorithm(const YAML::Node& node, const std::string& what) {
   return c;
 }
 
+// A recipe's `algorithm:`. ModelOpt 0.47's nvfp4_act_headroom (NVFP4ActHeadroomCalibConfig) sets
+// the NVFP4 input amaxes and delegates the weights to its weight_scale_algorithm (default max);
+// strata implements its default anchor_percentile 1, upper_percentile 99.99 and rho 16384
+// (calib/max_calib.h), which its general/ptq recipe spells out. Any other method is a weight
+// algorithm (parse_algorithm).
+void parse_recipe_algorithm(const YAML::Node& node, const std::string& what, Recipe& r) {
+  const std::string headroom(calibration_method_name(CalibrationMethod::kNvfp4ActHeadroom));
+  const bool is_headroom = (node.IsScalar() && node.Scalar() == headroom) ||
+                           (node.IsMap() && node["method"] && node["method"].IsScalar() &&
+                            node["method"].Scalar() == headroom);
+  if (!is_headroom) {
+    r.algorithm = parse_algorithm(node, what);
+    return;
+  }
+  r.calibration = CalibrationMethod::kNvfp4ActHeadroom;
+  if (node.IsScalar()) return;
+  const std::string where = str(what, " algorithm");
+  for (const auto& kv : node) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : std::string("?");
+    if (key == "method") continue;
+    if (key == "weight_scale_algorithm") {
+      r.algorithm = parse_algorithm(kv.second, what);
+      continue;
+    }
+    double want = 0.0;
+    if (key == "anchor_percentile") {
+      want = 1.0;
+    } else if (key == "upper_percentile") {
+      want = 99.99;
+    } else if (key == "rho") {
+      want = 16384.0;
+    } else {
+      fail(where, ": unknown key '", key,
+           "' for method nvfp4_act_headroom (anchor_percentile, upper_percentile, rho, "
+           "weight_scale_algorithm)");
+    }
+    STRATA_CHECK(algorithm_number(kv.second, where, key.c_str()) == want, where, ": ", key,
+                 " must be ", want, " (ModelOpt's default, the only setting strata implements)");
+  }
+}
+
 // Parses a recipe (or, with ctx.unit, a unit: description and rules only) from YAML text.
 Recipe parse_any(std::string_view yaml, const ParseContext& ctx) {
   YAML::Node root;
@@ -516,7 +587,7 @@ Recipe parse_any(std::string_view yaml, const ParseContext& ctx) {
                    "' (none, fp8, fp8_cast, nvfp4 or nvfp4_cast; ", kKvRefused, ")");
       r.kv_cache = *f;
     } else if (key == "algorithm" && !ctx.unit) {
-      r.algorithm = parse_algorithm(kv.second, ctx.what);
+      parse_recipe_algorithm(kv.second, ctx.what, r);
     } else if (key == "imports" && !ctx.unit) {
       STRATA_CHECK(kv.second.IsSequence(), ctx.what, ": 'imports' must be a list of unit names");
       int i = 0;
@@ -630,6 +701,17 @@ Recipe load_recipe(const std::string& name_or_path) {
                  "general/ptq recipes: ", join(builtin_names(kGeneralDir)),
                  " (docs/RECIPES.md says why the others are missing)");
   }
+  if (!yaml_file && name_or_path.starts_with(kModelsPrefix)) {
+    const std::string path = str(kModelsDir, name_or_path.substr(kModelsPrefix.size()), kYamlExt);
+    if (const char* text = builtin_text(path)) {
+      Recipe r = parse_recipe(text, path);
+      r.name = name_or_path;
+      return r;
+    }
+    STRATA_CHECK(std::filesystem::exists(name_or_path), "unknown recipe '", name_or_path,
+                 "': strata has these of ModelOpt 0.47's models/ recipes: ",
+                 join(builtin_model_names()), " (docs/RECIPES.md)");
+  }
   if (!yaml_file && name_or_path.find('/') == std::string::npos) {
     if (std::optional<Recipe> r = load_composed(name_or_path)) return *r;
     fail("unknown recipe '", name_or_path, "': give a YAML file path or a built-in name (",
@@ -653,6 +735,8 @@ std::vector<RecipeInfo> builtin_recipes() {
     const std::string name = str(kGeneralPrefix, g);
     out.push_back({name, load_recipe(name).description});
   }
+  for (const std::string& name : builtin_model_names())
+    out.push_back({name, load_recipe(name).description});
   std::sort(out.begin(), out.end(),
             [](const RecipeInfo& a, const RecipeInfo& b) { return a.name < b.name; });
   return out;

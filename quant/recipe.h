@@ -15,7 +15,9 @@
 //   imports: [default_disabled]      # units from recipes/units/, their rules go first, in order
 //   kv_cache: fp8                    # none | fp8 | fp8_cast | nvfp4 | nvfp4_cast (default none)
 //   algorithm: {method: mse, fp8_scale_sweep: true}   # weight calibration (default max), as
-//                                    # ModelOpt's recipes spell it (quant/scale_search.h)
+//                                    # ModelOpt's recipes spell it (quant/scale_search.h); or
+//                                    # {method: nvfp4_act_headroom, weight_scale_algorithm: ...}
+//                                    # for NVFP4 input amaxes (calib/max_calib.h)
 //   rules:
 //     - {pattern: "*", format: nvfp4}
 //     - {pattern: "*.experts.*", enable: false}
@@ -43,15 +45,33 @@ namespace strata {
 // Per-module formats. kNvfp4 quantizes weights and inputs (W4A4); kW4A16Nvfp4 weights only;
 // kFp8 per-tensor weights and inputs; kMxfp8 weights with E8M0 block scales (no input scale);
 // kW4A16Nvfp4Bs32 NVFP4 weights in blocks of 32 (ModelOpt's nvfp4_bs32, weight-only);
-// kMxfp4 E2M1 weights with E8M0 scales per 32 (weight-only, quant/mxfp4.h).
-enum class QFormat : uint8_t { kNone, kNvfp4, kW4A16Nvfp4, kFp8, kMxfp8, kW4A16Nvfp4Bs32, kMxfp4 };
+// kMxfp4 E2M1 weights with E8M0 scales per 32 (weight-only, quant/mxfp4.h); kFp8PbWo E4M3
+// weights with one F32 scale per 128x128 block (weight-only, ModelOpt's fp8_pb_wo, quant/fp8.h).
+enum class QFormat : uint8_t {
+  kNone,
+  kNvfp4,
+  kW4A16Nvfp4,
+  kFp8,
+  kMxfp8,
+  kW4A16Nvfp4Bs32,
+  kMxfp4,
+  kFp8PbWo
+};
 // KV-cache modes, named as hf_ptq's --kv_cache_qformat (ModelOpt 0.47's configs/ptq/presets/kv):
 // kFp8 / kNvfp4 calibrate k/v amaxes and write k_scale/v_scale = amax / 448; the cast modes pin
 // the quantizers' amax to a constant (use_constant_amax), need no calibration and write no k/v
 // scale tensors, only kv_cache_quant_algo.
 enum class KvCacheFormat : uint8_t { kNone, kFp8, kFp8Cast, kNvfp4, kNvfp4Cast };
+// How calibrated input amaxes are made (ModelOpt's quantize.algorithm.method): kMax, the largest
+// |x|; kNvfp4ActHeadroom, ModelOpt 0.47's nvfp4_act_headroom for the inputs of NVFP4 modules
+// (max(16384 x the 1st percentile, the 99.99th percentile) of the per-16-block amaxes, from a log2
+// histogram: calib/max_calib.h), max for every other input. YAML: `algorithm: {method:
+// nvfp4_act_headroom, weight_scale_algorithm: {method: max}}`, as ModelOpt's recipe spells it.
+enum class CalibrationMethod : uint8_t { kMax, kNvfp4ActHeadroom };
+// "max", "nvfp4_act_headroom"
+std::string_view calibration_method_name(CalibrationMethod m);
 
-// "nvfp4", "w4a16_nvfp4", "fp8", "mxfp8", "w4a16_nvfp4_bs32", "mxfp4", "none"
+// "nvfp4", "w4a16_nvfp4", "fp8", "mxfp8", "w4a16_nvfp4_bs32", "mxfp4", "fp8_pb_wo", "none"
 std::string_view qformat_name(QFormat f);
 std::optional<QFormat> qformat_from_name(std::string_view s);
 // "none", "fp8", "fp8_cast", "nvfp4", "nvfp4_cast"
@@ -64,14 +84,14 @@ std::string_view kv_cache_quant_algo(KvCacheFormat f);
 // One line for `strata recipes` and descriptions ("FP8 KV cache (calibrated k/v scales)", ...).
 std::string_view kv_cache_description(KvCacheFormat f);
 // ModelOpt's quant_algo for a format: "NVFP4", "W4A16_NVFP4" (both NVFP4 weight-only block
-// sizes), "FP8", "MXFP8", "mxfp4" (lower case: ModelOpt 0.47 writes its internal name) ("" for
-// kNone).
+// sizes), "FP8", "MXFP8", "mxfp4" and "fp8_pb_wo" (lower case: ModelOpt 0.47 writes its
+// internal name for both) ("" for kNone).
 std::string_view qformat_quant_algo(QFormat f);
 // Input width a format needs to divide (16 for NVFP4, 32 for MXFP8, MXFP4 and NVFP4 bs32, 1
-// otherwise).
+// otherwise: FP8 per-block takes any shape, its last blocks partial).
 int64_t qformat_block(QFormat f);
 // The group_size ModelOpt 0.47 writes for the format in hf_quant_config.json (and in a mixed
-// recipe's quantized_layers): the block, except none (0) for FP8 and MXFP4.
+// recipe's quantized_layers): the block, except none (0) for FP8, MXFP4 and FP8 per-block.
 int64_t qformat_group_size(QFormat f);
 // Whether the format quantizes the module's input too (an input_scale): kNvfp4, kFp8.
 bool qformat_has_input_scale(QFormat f);
@@ -92,7 +112,10 @@ struct Recipe {
   std::string name;  // built-in name, or the path it was read from
   std::string description;
   KvCacheFormat kv_cache = KvCacheFormat::kNone;
-  WeightCalib algorithm;          // how weight scales are chosen (max: from max|W|)
+  WeightCalib algorithm;  // how weight scales are chosen (max: from max|W|)
+  // How NVFP4 input amaxes are calibrated: `algorithm: {method: nvfp4_act_headroom, ...}` sets
+  // kNvfp4ActHeadroom and takes the weights' method from its weight_scale_algorithm.
+  CalibrationMethod calibration = CalibrationMethod::kMax;
   std::vector<RecipeRule> rules;  // imports expanded, in order
 };
 
@@ -100,7 +123,9 @@ struct Recipe {
 //   "<qformat>-kv_<kv>": recipes/qformat/<qformat>.yaml (which modules get which format) with the
 //     KV-cache mode <kv> (kv_cache_format_name), as hf_ptq's --qformat / --kv_cache_qformat;
 //   "general/ptq/<name>": recipes/general/ptq/<name>.yaml, ModelOpt 0.47's recipe of that name
-//     (hf_ptq --recipe general/ptq/<name>).
+//     (hf_ptq --recipe general/ptq/<name>);
+//   "models/<org>/<model>/ptq/<name>": recipes/models/<org>/<model>/ptq/<name>.yaml, ModelOpt
+//     0.47's per-model recipe of that name (Kimi-K3's nvfp4_experts-fp8_pb_attention).
 // Anything else containing '/' or ending in .yaml/.yml is a path. Throws strata::Error naming the
 // file and rule.
 Recipe load_recipe(const std::string& name_or_path);

@@ -1164,6 +1164,7 @@ QuantizedWeight CudaBackend::quantize_weight(const StoredWeight& stored, QFormat
     }
     case QFormat::kW4A16Nvfp4Bs32:
     case QFormat::kMxfp4:
+    case QFormat::kFp8PbWo:
       // No device encoder: engine/weight_quantizer.h leaves these to the CPU exporter.
       STRATA_ASSERT(false, "quantize_weight of ", name, " in ", qformat_name(format),
                     " on the device");

@@ -13,7 +13,7 @@ namespace {
 using namespace strata_cli_test;
 
 // Every built-in recipe, sorted: each qformat (recipes/qformat) with each KV-cache mode, then
-// ModelOpt 0.47's general/ptq recipes strata has.
+// ModelOpt 0.47's general/ptq recipes strata has, and its models/ recipes.
 const std::vector<std::string> kBuiltins = {
     "fp8-kv_fp8",
     "fp8-kv_fp8_cast",
@@ -28,6 +28,7 @@ const std::vector<std::string> kBuiltins = {
     "general/ptq/fp8_default-kv_fp8",
     "general/ptq/fp8_default-kv_fp8_cast",
     "general/ptq/mxfp4_mlp_weight_only",
+    "general/ptq/nvfp4_act_headroom-kv_fp8_cast",
     "general/ptq/nvfp4_default-kv_fp8",
     "general/ptq/nvfp4_default-kv_fp8_cast",
     "general/ptq/nvfp4_default-kv_nvfp4_cast",
@@ -44,6 +45,7 @@ const std::vector<std::string> kBuiltins = {
     "general/ptq/nvfp4_omlp_only-kv_fp8_cast",
     "general/ptq/nvfp4_weight_only-kv_fp16",
     "general/ptq/nvfp4_weight_only-kv_fp8_cast",
+    "models/moonshotai/Kimi-K3/ptq/nvfp4_experts-fp8_pb_attention",
     "mxfp8-kv_fp8",
     "mxfp8-kv_fp8_cast",
     "mxfp8-kv_none",
@@ -116,6 +118,11 @@ TEST(RecipesCli, ShowsTheExpandedRulesOfABuiltin) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("recipe: nvfp4_experts_only-kv_fp8\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("kv_cache: fp8\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("algorithm: max\n"), std::string::npos) << r.out;
+  const RunResult h = run_strata("recipes general/ptq/nvfp4_act_headroom-kv_fp8_cast", tmp.path());
+  ASSERT_EQ(h.rc, 0) << h.err;
+  EXPECT_NE(h.out.find("algorithm: nvfp4_act_headroom (weights: max)\n"), std::string::npos)
+      << h.out;
   const std::vector<std::string> lines = lines_of(r.out);
   // The recipe's own rule first, then default_disabled's, with their origins.
   bool experts = false, lm_head = false;

@@ -82,6 +82,31 @@ TEST(Parallel, MemoryBoundCountsTheRanksExperts) {
   }
 }
 
+// nvfp4_act_headroom histograms travel with the statistics and add (calib/max_calib.h).
+TEST(Parallel, MergedHistogramsAdd) {
+  MaxCalibrator a(true), b(true);
+  std::vector<float> x(16, 0.0f), y(16, 0.0f);
+  x[0] = 1.0f;  // bin 256
+  y[3] = 3.0f;  // bin 266
+  a.observe("m", x.data(), 1, 16);
+  b.observe("m", y.data(), 1, 16);
+  b.observe("m", x.data(), 1, 16);
+  MaxCalibrator m(true);
+  merge_calibration(encode_calibration(a), m);
+  merge_calibration(encode_calibration(b), m);
+  std::vector<int64_t> want(kHeadroomBins, 0);
+  want[256] = 2;
+  want[266] = 1;
+  EXPECT_EQ(m.find("m")->hist, want);
+  EXPECT_EQ(m.find("m")->rows, 3);
+  EXPECT_EQ(m.find("m")->amax, 3.0f);
+  MaxCalibrator plain;  // no histograms: none encoded
+  plain.observe("m", x.data(), 1, 16);
+  MaxCalibrator n;
+  merge_calibration(encode_calibration(plain), n);
+  EXPECT_TRUE(n.find("m")->hist.empty());
+}
+
 // Hand-worked: rank A saw a (|x| up to 1.5, 3 rows) and b; rank B saw a (4, 2 rows) and c (NaN).
 TEST(Parallel, MergedStatisticsHandWorked) {
   MaxCalibrator a, b;

@@ -611,7 +611,9 @@ ALGOS = ("FP8", "NVFP4", "W4A16_NVFP4", "MXFP8", "MIXED_PRECISION",
 # ModelOpt 0.47 writes MXFP4 weights (mxfp4_mlp_weight_only) under its internal lower-case name:
 # process_layer_quant_config has no branch for it. TensorRT-LLM reads it; vLLM's ModelOpt path
 # does not (format.md §7).
-LOWER_CASE_ALGOS = ("mxfp4",)
+# FP8 weights with one F32 scale per 128x128 block (Kimi-K3's recipe: fp8_pb_wo, hf_ptq's
+# fake-quant per-block FP8) likewise: vLLM's ModelOpt path knows only the upper-case FP8_PB_WO.
+LOWER_CASE_ALGOS = ("mxfp4", "fp8_pb_wo")
 
 
 def check_files(C, src_dir, out_dir):
@@ -710,7 +712,8 @@ def detect_format(out_t, m):
         ws = out_t.get(m + ".weight_scale")
         if ws is not None and ws.tensors[m + ".weight_scale"][0] == "U8":
             return "MXFP8"
-        return "FP8"
+        # Per-block FP8 is weight-only: FP8 per tensor always carries an input_scale.
+        return "FP8" if (m + ".input_scale") in out_t else "fp8_pb_wo"
     return None
 
 
@@ -721,9 +724,39 @@ def quant_tensor_names(m, fmt):
         return [m + s for s in (".weight", ".weight_scale", ".weight_scale_2")]
     if fmt == "FP8":
         return [m + s for s in (".weight", ".weight_scale", ".input_scale")]
-    if fmt in ("MXFP8", "mxfp4"):
+    if fmt in ("MXFP8", "mxfp4", "fp8_pb_wo"):
         return [m + s for s in (".weight", ".weight_scale")]
     return [m + ".weight"]
+
+
+PB = 128  # fp8_pb_wo block (rows and columns)
+
+
+def fp8_pb_scale_shape(out_f, in_f):
+    """ModelOpt 0.47's fp8_pb_wo weight_scale shape: the block-reduced amax with its dimensions of
+    1, [ceil(out/128), 1, ceil(in/128), 1], or 0-d when the weight is a single block."""
+    nr, nc = -(-out_f // PB), -(-in_f // PB)
+    return () if nr * nc == 1 else (nr, 1, nc, 1)
+
+
+def fp8_pb_quantize(w32, group_amax=None):
+    """Expected (F8_E4M3 bytes [out,in], F32 scales [nr, nc]) of fp8_pb_wo (quant/fp8.h): block
+    amax (zero -> 448, clamped to FLT_MIN), scale fl32(a * fl32(1/448)), bytes
+    e4m3(clip(fl32(w / scale))) with an fp32 true division. group_amax replaces a single block's
+    amax (ModelOpt unifies a fused group of single-block weights)."""
+    out_f, in_f = w32.shape
+    nr, nc = -(-out_f // PB), -(-in_f // PB)
+    pad = np.zeros((nr * PB, nc * PB), F32)
+    pad[:out_f, :in_f] = np.abs(w32)
+    a = pad.reshape(nr, PB, nc, PB).max(axis=(1, 3)).astype(F32)
+    if group_amax is not None:
+        a[...] = group_amax
+    a = np.where(a == 0, F32(448.0), np.maximum(a, F32(np.finfo(F32).tiny))).astype(F32)
+    scale = (a * INV_448).astype(F32)
+    full = np.repeat(np.repeat(scale, PB, axis=0), PB, axis=1)[:out_f, :in_f]
+    with np.errstate(all="ignore"):
+        q = np.clip((w32 / full).astype(F32), F32(-448.0), F32(448.0))
+    return e4m3_encode(q), scale
 
 
 def nvfp4_dequantize(packed, sb, g):
@@ -947,10 +980,10 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True, searched_scales=F
         want = ["quant_algo", "kv_cache_quant_algo", "group_size", "exclude_modules"]
         C.check(keys == want, f"[config] hf_quant_config quantization keys {keys}, want {want}")
         C.check(q.get("group_size") == gs, f"[config] group_size {q.get('group_size')} != {gs}")
-    elif algo == "mxfp4":
+    elif algo in ("mxfp4", "fp8_pb_wo"):
         want = ["quant_algo", "kv_cache_quant_algo", "exclude_modules"]
         C.check(keys == want, f"[config] hf_quant_config quantization keys {keys}, want {want} "
-                "(ModelOpt 0.47 writes no group_size for mxfp4)")
+                f"(ModelOpt 0.47 writes no group_size for {algo})")
     elif algo == "MIXED_PRECISION":
         C.check(keys[:2] == ["quant_algo", "kv_cache_quant_algo"]
                 and set(keys) <= {"quant_algo", "kv_cache_quant_algo", "group_size",
@@ -1016,8 +1049,8 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True, searched_scales=F
         elif algo == "W4A16_NVFP4":
             want = {"group_0": {"weights": dict(nv, group_size=gs), "targets": ["Linear"]}}
             C.check(groups == want, f"[config] config_groups {groups} != {want}")
-        elif algo == "mxfp4":
-            C.check(groups is None, f"[config] config_groups {groups} for mxfp4: ModelOpt 0.47's "
+        elif algo in ("mxfp4", "fp8_pb_wo"):
+            C.check(groups is None, f"[config] config_groups {groups} for {algo}: ModelOpt 0.47's "
                     "convert_hf_config writes none")
             # ModelOpt 0.47's convert_hf_config puts group_size in config_groups only.
             C.check("group_size" not in qc, "[config] quantization_config.group_size set at the top "
@@ -1032,6 +1065,19 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True, searched_scales=F
             seen = []
             for gname, g in (groups or {}).items():
                 seen += g.get("targets", [])
+                # ModelOpt 0.47's convert_hf_quant_config_format: one group per distinct layer
+                # config, its targets the sorted layer names, all of one config.
+                tg = g.get("targets", [])
+                C.check(tg == sorted(tg), f"[config] config_groups.{gname}.targets not sorted")
+                cfgs = {json.dumps(qlayers.get(t), sort_keys=True) for t in tg}
+                C.check(len(cfgs) == 1, f"[config] config_groups.{gname} targets layers of "
+                        f"{len(cfgs)} different quantized_layers configs")
+                if len(cfgs) == 1 and tg and isinstance(qlayers.get(tg[0]), dict) and \
+                        qlayers[tg[0]].get("quant_algo") in LOWER_CASE_ALGOS:
+                    C.check(list(g) == ["quant_algo", "targets"]
+                            and g["quant_algo"] == qlayers[tg[0]]["quant_algo"],
+                            f"[config] config_groups.{gname} {list(g)}: ModelOpt 0.47 writes only "
+                            "quant_algo and targets for an algorithm it has no scheme for")
             C.check(sorted(seen) == sorted(qlayers), "[config] config_groups targets != quantized_layers")
 
     # ---------------------------------------------------------------- §2 quantized modules
@@ -1055,7 +1101,7 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True, searched_scales=F
             declared = entry.get("quant_algo") if isinstance(entry, dict) else None
             if declared in ("NVFP4", "W4A16_NVFP4"):
                 C.check(entry.get("group_size") == 16, f"[config] quantized_layers[{m}] group_size != 16")
-            if declared == "mxfp4":
+            if declared in ("mxfp4", "fp8_pb_wo"):
                 C.check("group_size" not in entry, f"[config] quantized_layers[{m}] has a group_size")
         C.check(declared == f, f"[quant] {m}: tensors are {f} but the config declares {declared}")
         out_f, in_f = modules[m][1]
@@ -1064,7 +1110,9 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True, searched_scales=F
                   "FP8": {".weight": ("F8_E4M3", (out_f, in_f)), ".weight_scale": ("F32", ()),
                           ".input_scale": ("F32", ())},
                   "MXFP8": {".weight": ("F8_E4M3", (out_f, in_f)), ".weight_scale": ("U8", (out_f, in_f // 32))},
-                  "mxfp4": {".weight": ("U8", (out_f, in_f // 2)), ".weight_scale": ("U8", (out_f, in_f // 32))}}
+                  "mxfp4": {".weight": ("U8", (out_f, in_f // 2)), ".weight_scale": ("U8", (out_f, in_f // 32))},
+                  "fp8_pb_wo": {".weight": ("F8_E4M3", (out_f, in_f)),
+                                ".weight_scale": ("F32", fp8_pb_scale_shape(out_f, in_f))}}
         shapes["W4A16_NVFP4"] = {k: v for k, v in shapes["NVFP4"].items() if k != ".input_scale"}
         shapes["W4A16_NVFP4"][".weight_scale"] = ("F8_E4M3", (out_f, in_f // gs))
         if f in ("NVFP4", "W4A16_NVFP4"):
@@ -1081,8 +1129,9 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True, searched_scales=F
                     f"[quant] {n}: {got_dt} {list(got_shp)}, want {dt} {list(shp)}")
             if dt == "F32" and got_dt == "F32":
                 v = sf.array(n).reshape(-1)
-                C.check(v.size == 1 and np.isfinite(v).all() and (v > 0).all(),
-                        f"[quant] {n} = {v.tolist()} is not a finite positive scalar")
+                C.check((v.size == 1 or f == "fp8_pb_wo") and np.isfinite(v).all() and (v > 0).all(),
+                        f"[quant] {n} = {v.tolist()[:8]} is not a finite positive scalar"
+                        + (" (block scales)" if f == "fp8_pb_wo" else ""))
         if f == "NVFP4" and (m + ".weight_scale") in out_t and out_t[m + ".weight_scale"].tensors[m + ".weight_scale"][0] == "F8_E4M3":
             sb = out_t[m + ".weight_scale"].array(m + ".weight_scale")
             vals = E4M3_TABLE[sb]
@@ -1091,7 +1140,7 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True, searched_scales=F
         if f == "MXFP8" and (m + ".weight_scale") in out_t:
             C.check(not (out_t[m + ".weight_scale"].array(m + ".weight_scale") == 255).any(),
                     f"[quant] {m}.weight_scale has E8M0 NaN (0xFF)")
-        if f in ("W4A16_NVFP4", "MXFP8", "mxfp4"):
+        if f in ("W4A16_NVFP4", "MXFP8", "mxfp4", "fp8_pb_wo"):
             C.check((m + ".input_scale") not in out_t or f == "W4A16_NVFP4",
                     f"[quant] {m}: {f} carries an input_scale")
         if f == "mxfp4" and (m + ".weight_scale") in out_t:
@@ -1126,10 +1175,10 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True, searched_scales=F
         for members in groups_in:
             for m in members:
                 same = [o for o in members if fmt.get(o) == fmt.get(m)]
-                if fmt.get(m) in ("NVFP4", "W4A16_NVFP4") and len(same) > 1:
+                if fmt.get(m) in ("NVFP4", "W4A16_NVFP4", "fp8_pb_wo") and len(same) > 1:
                     shared_in[m] = same
     for m, same in sorted(shared_in.items()):
-        if m != same[0]:
+        if m != same[0] or fmt.get(m) == "fp8_pb_wo":  # fp8_pb_wo: see §6 numerics
             continue
         for n, fmt_ok in (("weight_scale_2", True), ("input_scale", fmt.get(m) == "NVFP4")):
             vals = {f32_bits(scalar_f32(out_t, o + "." + n)) for o in same}
@@ -1424,6 +1473,30 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True, searched_scales=F
             nbad = int((q8 != wq).sum())
             C.check(nbad == 0, f"[numerics] {m}.weight: {nbad} of {q8.size} bytes differ from the FP8 "
                     "recomputation with the exported weight_scale")
+        elif f == "fp8_pb_wo":
+            if wq.shape != (out_f, in_f):
+                continue
+            # ModelOpt 0.47 unifies the amax of the quantizers reading one input (attention's
+            # projections; gate/up) where each has one element: a group of single-block weights
+            # shares its max; multi-block weights keep their own blocks (quant/fp8.h).
+            grp = [o for o in shared_in.get(m, group_of.get(m, [m])) if fmt.get(o) == f]
+            singles = [fp8_pb_scale_shape(*src.weight(o).shape) == () for o in grp]
+            C.check(all(singles) or not any(singles), f"[numerics] {m}: fused with {grp}, partly single "
+                    "128x128 blocks and partly more (ModelOpt 0.47 cannot export such a group)")
+            gam = None
+            if len(grp) > 1 and all(singles):
+                gam = max(F32(np.abs(src.weight(o)).max()) for o in grp)
+            q8, want_s = fp8_pb_quantize(w, gam)
+            got = out_t[m + ".weight_scale"].array(m + ".weight_scale")
+            if got.size == want_s.size:
+                nbad = int((got.reshape(-1).view(np.uint32) != want_s.reshape(-1).view(np.uint32)).sum())
+                C.check(nbad == 0, f"[numerics] {m}.weight_scale: {nbad} of {want_s.size} block scales "
+                        "differ from block amax * fl32(1/448)"
+                        + (f" (group amax {float(gam):.9g})" if gam is not None else ""))
+                if nbad == 0:
+                    nbad = int((q8 != wq).sum())
+                    C.check(nbad == 0, f"[numerics] {m}.weight: {nbad} of {q8.size} bytes differ from "
+                            "the FP8 per-block recomputation")
         elif f == "MXFP8":
             if in_f % 32 or wq.shape != (out_f, in_f):
                 continue

@@ -8,7 +8,8 @@ transformers (and nvidia-modelopt 0.47.0 importable, e.g. from the wheels peer.s
 
 RECIPE is strata's recipe name: "<qformat>-kv_<kv>" (hf_ptq --qformat <qformat>
 --kv_cache_qformat <kv>: ModelOpt's QUANT_CFG_CHOICES preset with its KV_QUANT_CFG_CHOICES entry)
-or "general/ptq/<name>" (hf_ptq --recipe general/ptq/<name>). hf_ptq.py's VLM handling and MTP
+or "general/ptq/<name>" (hf_ptq --recipe general/ptq/<name>) or "models/<org>/<model>/ptq/<name>"
+(ModelOpt's per-model recipe, by the same load_recipe). hf_ptq.py's VLM handling and MTP
 exclusions are not applied (0.47 has no per-family disables left): the peer runs the recipe as
 written, which is what strata's recipes mirror.
 
@@ -53,7 +54,7 @@ def modelopt_cfg(recipe):
     from modelopt.recipe import load_recipe
     from modelopt.recipe.presets import KV_CACHE_NONE, KV_QUANT_CFG_CHOICES, QUANT_CFG_CHOICES
 
-    if recipe.startswith("general/"):
+    if recipe.startswith(("general/", "models/")):
         return load_recipe(recipe).quantize.model_dump()
     qformat, kv = recipe.rsplit("-kv_", 1)
     if qformat.endswith("_mla_bf16"):
@@ -216,8 +217,9 @@ def in_memory_name(n):
 
 
 def ulps(a_raw, b_raw):
-    a, b = (int(np.frombuffer(x, np.int32)[0]) for x in (a_raw, b_raw))
-    return abs(a - b)
+    """Largest ulp distance between two F32 tensors' elements (same sign assumed: scales)."""
+    a, b = (np.frombuffer(x, np.int32).astype(np.int64) for x in (a_raw, b_raw))
+    return int(np.abs(a - b).max()) if a.size else 0
 
 
 def compare(strata_dir, modelopt_dir, label, scale_tol, json_path=None, ulp=0):
@@ -239,8 +241,9 @@ def compare(strata_dir, modelopt_dir, label, scale_tol, json_path=None, ulp=0):
         lines.append(f"  modelopt only: {n} {m[n][0]} {list(m[n][1])}{why}")
     meta_bad, byte_bad, byte_follow, scale_rel, scale_bad, rounding = [], [], [], {}, [], []
     common = sorted(set(s) & set(m))
+    # F32 weight scales: per tensor (0-d), or FP8 per 128x128 block (fp8_pb_wo, F32 of any shape).
     differing_globals = {module_of(n) for n in common if n.endswith(GLOBALS + (".weight_scale",))
-                         and s[n][1] == () and raw(s, n) != raw(m, n)}
+                         and (s[n][1] == () or s[n][0] == "F32") and raw(s, n) != raw(m, n)}
     for n in common:
         (sd, ss), (md, ms) = s[n][:2], m[n][:2]
         if (sd, tuple(ss)) != (md, tuple(ms)):
@@ -258,10 +261,13 @@ def compare(strata_dir, modelopt_dir, label, scale_tol, json_path=None, ulp=0):
         if raw(s, n) == raw(m, n):
             continue
         if module_of(n) in differing_globals and not n.endswith(GLOBALS) and \
-                not (n.endswith(".weight_scale") and ss == ()):
+                not (n.endswith(".weight_scale") and (ss == () or sd == "F32")):
             byte_follow.append(n)
-        elif ulp and ss == () and sd == "F32" and ulps(raw(s, n), raw(m, n)) <= ulp:
-            rounding.append(n)  # --ulp: a peer that rounds scales otherwise (ModelOpt on a CPU)
+        elif ulp and sd == "F32" and (ss == () or n.endswith(".weight_scale")) and \
+                ulps(raw(s, n), raw(m, n)) <= ulp:
+            # --ulp: a peer that rounds scales otherwise (ModelOpt on a CPU divides where the
+            # GPU multiplies by the reciprocal); also each block scale of an FP8 per-block weight
+            rounding.append(n)
         else:
             byte_bad.append(n)
             extra = ""
@@ -298,7 +304,7 @@ def compare(strata_dir, modelopt_dir, label, scale_tol, json_path=None, ulp=0):
                f"tensors {len(common)} common, "
                f"{len(only_s)} strata-only, {len(only_m)} modelopt-only; dtype/shape {len(meta_bad)} "
                f"differ; bytes {len(byte_bad)} differ (+{len(byte_follow)} from a differing scale); "
-               + (f"{len(rounding)} scalar scales within {ulp} ulp; " if ulp else "")
+               + (f"{len(rounding)} F32 scales within {ulp} ulp; " if ulp else "")
                + f"scales {len(scale_rel)} max rel {worst:.3%} ({len(scale_bad)} over {scale_tol:.1%}); "
                f"config {'equal' if not cfg_diff else 'differs: ' + ','.join(cfg_diff)}")
     for line in lines:
@@ -327,7 +333,7 @@ def main():
     c.add_argument("--scale_tol", type=float, default=0.02)
     c.add_argument("--json")
     c.add_argument("--ulp", type=int, default=0,
-                   help="count scalar F32 scales this many ulps apart (and the weights quantized "
+                   help="count F32 scales (scalar, or FP8 block scales) this many ulps apart (and the weights quantized "
                         "with them) as rounding, not differences: ModelOpt run on a CPU divides "
                         "where its GPU kernels multiply by the reciprocal (spec/format.md §1)")
     a = ap.parse_args()

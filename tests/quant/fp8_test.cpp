@@ -118,5 +118,74 @@ TEST(Fp8, Dequantize) {
   EXPECT_EQ(d.item_f32(3), -4.5f * s);
 }
 
+// ---- FP8 per 128x128 block (fp8_pb_wo) ------------------------------------------------------
+// k = fl32(1/448) = 0x3B124925 (0x1.24924ap-9). scale = fl32(a * k).
+
+TEST(Fp8Pb, OneBlockHasA0dScaleAndFp32Quotients) {
+  // A = 1.015625: scale 0x3B14924A = 9736778 * 2^-32 (ReciprocalRuleForWeightScale); unlike per
+  // tensor, the quotient is not rounded to bf16 (and neither is the divisor):
+  //  W = A:           65 * 2^26 / 9736778 = 447.99996 -> e4m3 448: 0x7E.
+  //  W = 11 * 2^-10:  11 * 2^22 / 9736778 = 4.73846 -> e4m3 step 0.5: 4.5 (4.5 is 0.238 away,
+  //                   5.0 0.262): 0x49 (= per tensor's byte here, by another route).
+  //  W = 49 * 2^-16:  49 * 2^16 / 9736778 = 0.329808 -> step 2^-5: 10.554 -> 11 -> 0.34375 =
+  //                   1.375 * 2^-2: 0x2B (per tensor gives 0x2A through its bf16 quotient).
+  //  W = -11 * 2^-10: 0xC9.
+  Tensor w =
+      make_weight(DType::kBF16, {1, 4}, {1.015625f, 11 * 0x1p-10f, 49 * 0x1p-16f, -11 * 0x1p-10f});
+  Fp8Weight q = fp8_pb_quantize(w, "w");
+  EXPECT_EQ(bytes_of(q.weight), (std::vector<uint8_t>{0x7E, 0x49, 0x2B, 0xC9}));
+  EXPECT_EQ(q.scale.ndim(), 0);
+  EXPECT_EQ(bits(q.scale.item_f32()), 0x3B14924Au);
+  EXPECT_EQ(q.weight.dtype(), DType::kF8E4M3);
+}
+
+TEST(Fp8Pb, PartialBlocksZeroBlockAndScaleLayout) {
+  // W [130, 129]: blocks rows {0..127, 128..129} x cols {0..127, 128}, 2 x 2.
+  //  (0,0): W[0,0] = 448, W[1,1] = 1.0625: a = 448, scale 448 * k = 1.0 (ScaleOf448IsOne):
+  //         bytes 0x7E and 1.0625 -> even 1.0: 0x38.
+  //  (0,1): W[0,128] = 2: scale 2k (exact); 2 / 2k = 1/k = 447.99998 -> 448: 0x7E.
+  //  (1,0): all zero: a = 0 is replaced by 448 -> scale 1.0; bytes 0.
+  //  (1,1): W[129,128] = -0.5: scale k/2; -0.5 / (k/2) -> -448: 0xFE.
+  // Scale F32 [2, 1, 2, 1], row-major: {1, 2k, 1, k/2}.
+  std::vector<float> v(130 * 129, 0.0f);
+  v[0] = 448.0f;
+  v[1 * 129 + 1] = 1.0625f;
+  v[128] = 2.0f;
+  v[129 * 129 + 128] = -0.5f;
+  Fp8Weight q = fp8_pb_quantize(make_weight(DType::kBF16, {130, 129}, v), "w");
+  ASSERT_EQ(q.scale.shape(), (Shape{2, 1, 2, 1}));
+  ASSERT_EQ(q.weight.shape(), (Shape{130, 129}));
+  const float k = 1.0f / 448.0f;
+  EXPECT_EQ(bits(k), 0x3B124925u);
+  const float* s = q.scale.data<float>();
+  EXPECT_EQ(s[0], 1.0f);
+  EXPECT_EQ(s[1], 2 * k);
+  EXPECT_EQ(s[2], 1.0f);
+  EXPECT_EQ(s[3], k / 2);
+  const std::vector<uint8_t> b = bytes_of(q.weight);
+  int nonzero = 0;
+  for (uint8_t x : b)
+    nonzero += x != 0;
+  EXPECT_EQ(nonzero, 4);
+  EXPECT_EQ(b[0], 0x7E);
+  EXPECT_EQ(b[1 * 129 + 1], 0x38);
+  EXPECT_EQ(b[128], 0x7E);
+  EXPECT_EQ(b[129 * 129 + 128], 0xFE);
+  // Dequantization: e4m3 value times its block's scale.
+  const Tensor d = fp8_pb_dequantize(q);
+  const float* x = d.data<float>();
+  EXPECT_EQ(x[0], 448.0f);
+  EXPECT_EQ(x[1 * 129 + 1], 1.0f);
+  EXPECT_EQ(x[128], 448.0f * 2 * k);
+  EXPECT_EQ(x[129 * 129 + 128], -448.0f * (k / 2));
+}
+
+TEST(Fp8Pb, RefusesNon2dAndNonFinite) {
+  EXPECT_THROW(
+      fp8_pb_quantize(make_weight(DType::kBF16, {2, 2, 2}, std::vector<float>(8, 1.0f)), "w"),
+      Error);
+  EXPECT_THROW(fp8_pb_quantize(make_weight(DType::kF32, {1, 2}, {1.0f, NAN}), "w"), Error);
+}
+
 }  // namespace
 }  // namespace strata

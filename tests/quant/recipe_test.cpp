@@ -330,6 +330,8 @@ const std::vector<General>& generals() {
       {"general/ptq/mxfp4_mlp_weight_only", Scope::kMlpOnly, QFormat::kMxfp4, KvCacheFormat::kNone},
       {"general/ptq/nvfp4_mlp_weight_only", Scope::kMlpOnly, QFormat::kW4A16Nvfp4Bs32,
        KvCacheFormat::kNone},
+      {"general/ptq/nvfp4_act_headroom-kv_fp8_cast", Scope::kAll, QFormat::kNvfp4,
+       KvCacheFormat::kFp8Cast},
   };
   return g;
 }
@@ -342,6 +344,7 @@ TEST(BuiltinRecipes, ListIsExactlyTheExpectedSet) {
   }
   for (const General& g : generals())
     want.push_back(g.name);
+  want.push_back("models/moonshotai/Kimi-K3/ptq/nvfp4_experts-fp8_pb_attention");
   std::sort(want.begin(), want.end());
   const std::vector<strata::RecipeInfo> all = strata::builtin_recipes();
   ASSERT_EQ(all.size(), want.size());
@@ -378,7 +381,39 @@ TEST(BuiltinRecipes, DecisionsOnEveryFamily) {
     const strata::Recipe r = strata::load_recipe(g.name);
     EXPECT_EQ(r.name, g.name);
     EXPECT_EQ(r.kv_cache, g.kv) << g.name;
+    EXPECT_EQ(r.calibration, std::string(g.name).find("act_headroom") != std::string::npos
+                                 ? strata::CalibrationMethod::kNvfp4ActHeadroom
+                                 : strata::CalibrationMethod::kMax)
+        << g.name;
     expect_decisions(r, g.scope, g.format, g.pinned);
+  }
+}
+
+TEST(RecipeRules, HeadroomAlgorithm) {
+  // ModelOpt's spelling: the activation method with the weights' own algorithm inside it.
+  const strata::Recipe r = strata::parse_recipe(
+      "algorithm: {method: nvfp4_act_headroom, anchor_percentile: 1, upper_percentile: 99.99, "
+      "rho: 16384, weight_scale_algorithm: {method: mse}}\nrules: [{pattern: \"*\", format: "
+      "nvfp4}]\n",
+      "t.yaml");
+  EXPECT_EQ(r.calibration, strata::CalibrationMethod::kNvfp4ActHeadroom);
+  EXPECT_EQ(r.algorithm.method, strata::WeightCalib::Method::kMse);
+  const strata::Recipe plain = strata::parse_recipe(
+      "algorithm: nvfp4_act_headroom\nrules: [{pattern: \"*\", format: "
+      "nvfp4}]\n",
+      "t.yaml");
+  EXPECT_EQ(plain.calibration, strata::CalibrationMethod::kNvfp4ActHeadroom);
+  EXPECT_EQ(plain.algorithm.method, strata::WeightCalib::Method::kMax);
+  EXPECT_EQ(
+      strata::parse_recipe("rules: [{pattern: \"*\", format: nvfp4}]\n", "t.yaml").calibration,
+      strata::CalibrationMethod::kMax);
+  for (const char* bad :
+       {"{method: nvfp4_act_headroom, rho: 8192}", "{method: nvfp4_act_headroom, num_bins: 256}"}) {
+    EXPECT_THROW(strata::parse_recipe(std::string("algorithm: ") + bad +
+                                          "\nrules: [{pattern: \"*\", format: nvfp4}]\n",
+                                      "t.yaml"),
+                 strata::Error)
+        << bad;
   }
 }
 
@@ -449,13 +484,10 @@ TEST(BuiltinRecipes, UnknownGeneralRecipeListsTheOnesStrataHas) {
 TEST(BuiltinRecipes, ModelOptRecipesStrataLacksNameWhatIsMissing) {
   // One line each, naming what is missing, never a substitute.
   for (const auto& [name, what] : std::vector<std::pair<const char*, const char*>>{
-           {"general/ptq/nvfp4_act_headroom-kv_fp8_cast", "nvfp4_act_headroom calibrator"},
            {"general/ptq/nvfp4_default-kv_none-gptq", "GPTQ"},
            {"general/ptq/nvfp4_experts_only-kv_fp8_layerwise", "layerwise max calibration"},
            {"general/ptq/nvfp4_experts_only-kv_fp8_layerwise_offload", "layerwise max calibration"},
-           {"general/ptq/int4_blockwise_weight_only", "INT4"},
-           {"models/moonshotai/Kimi-K3/ptq/nvfp4_experts-fp8_pb_attention",
-            "FP8 128x128 block weights"}}) {
+           {"general/ptq/int4_blockwise_weight_only", "INT4"}}) {
     try {
       strata::load_recipe(name);
       ADD_FAILURE() << name << " should be refused";
@@ -467,6 +499,44 @@ TEST(BuiltinRecipes, ModelOptRecipesStrataLacksNameWhatIsMissing) {
       EXPECT_NE(msg.find(what), std::string::npos) << msg;
       EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
     }
+  }
+}
+
+TEST(BuiltinRecipes, KimiK3ModelRecipe) {
+  // ModelOpt 0.47's models/moonshotai/Kimi-K3/ptq/nvfp4_experts-fp8_pb_attention, by its name.
+  const strata::Recipe r =
+      strata::load_recipe("models/moonshotai/Kimi-K3/ptq/nvfp4_experts-fp8_pb_attention");
+  EXPECT_EQ(r.kv_cache, strata::KvCacheFormat::kNone);
+  const auto expert = strata::recipe_decide(r, "model.layers.3.block_sparse_moe.experts.7.w1");
+  EXPECT_EQ(expert.format, strata::QFormat::kNvfp4);
+  EXPECT_EQ(expert.input_amax, 2688.0f);
+  for (const char* m :
+       {"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj",
+        "model.layers.0.self_attn.v_proj", "model.layers.0.self_attn.b_proj",
+        "model.layers.0.self_attn.f_a_proj", "model.layers.0.self_attn.f_b_proj",
+        "model.layers.0.self_attn.o_proj", "model.layers.0.self_attn.g_proj",
+        "model.layers.3.self_attn.q_a_proj", "model.layers.3.self_attn.q_b_proj",
+        "model.layers.3.self_attn.kv_a_proj_with_mqa", "model.layers.3.self_attn.kv_b_proj"}) {
+    EXPECT_EQ(strata::recipe_decide(r, m).format, strata::QFormat::kFp8PbWo) << m;
+  }
+  for (const char* m : {"model.layers.3.block_sparse_moe.shared_experts.down_proj",
+                        "model.layers.3.block_sparse_moe.gate", "model.layers.0.mlp.up_proj",
+                        "model.layers.0.self_attn.g_a_proj", "lm_head"}) {
+    EXPECT_EQ(strata::recipe_decide(r, m).format, strata::QFormat::kNone) << m;
+  }
+  EXPECT_EQ(strata::qformat_quant_algo(strata::QFormat::kFp8PbWo), "fp8_pb_wo");
+  EXPECT_EQ(strata::qformat_group_size(strata::QFormat::kFp8PbWo), 0);
+  EXPECT_FALSE(strata::qformat_has_input_scale(strata::QFormat::kFp8PbWo));
+  EXPECT_EQ(strata::qformat_from_name("fp8_pb_wo"), strata::QFormat::kFp8PbWo);
+}
+
+TEST(BuiltinRecipes, UnknownModelRecipeListsTheOnesStrataHas) {
+  try {
+    strata::load_recipe("models/moonshotai/Kimi-K3/ptq/no_such_recipe");
+    ADD_FAILURE() << "an unknown models/ recipe should be refused";
+  } catch (const strata::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("nvfp4_experts-fp8_pb_attention"), std::string::npos) << msg;
   }
 }
 
