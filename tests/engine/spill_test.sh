@@ -34,9 +34,11 @@ grep -q "spilled to $work/off" "$work/spill2.log" || { cat "$work/spill2.log"; f
 diff "$work/mem.sums" <(sums "$work/spill2") || fail "--offload_folder output differs from the in-memory run"
 [ -z "$(ls -A "$work/off")" ] || { ls -la "$work/off"; fail "spill files left in --offload_folder"; }
 
-# Killed while its resume file is a spill file in a relative --offload_folder, then resumed.
+# Killed while its resume file is a spill file in a relative --offload_folder, then resumed. The
+# subshell execs strata, so that $! is strata's pid and the kill reaches it (killing only the
+# subshell would leave strata running beside the resumed run).
 mkdir "$work/off3"
-(cd "$work" && "$strata" "${args[@]}" --test_activation_budget 1 --test_slow_layer_ms 1000 \
+(cd "$work" && exec "$strata" "${args[@]}" --test_activation_budget 1 --test_slow_layer_ms 1000 \
   --offload_folder off3 --export_path spill3 > spill3.log 2>&1) &
 pid=$!
 for _ in $(seq 1200); do
