@@ -25,9 +25,9 @@ import time
 
 
 class Shapes:
-    """The sizes both estimates below read from a Qwen3-MoE / Llama config.json, or a DeepSeek-V3
+    """The sizes both estimates below read from a Qwen3-MoE / Llama config.json, a DeepSeek-V3
     family one (deepseek_v3, kimi_k2: MLA attention, dense layers below first_k_dense_replace,
-    routed and shared experts)."""
+    routed and shared experts), or a gpt-oss one (routed experts in every layer)."""
 
     def __init__(self, cfg):
         self.h = cfg["hidden_size"]
@@ -40,6 +40,12 @@ class Shapes:
         self.top_k = cfg.get("num_experts_per_tok", 0)
         self.moe_i = cfg.get("moe_intermediate_size", 0)
         self.dense_i = cfg.get("intermediate_size", 0)
+        # gpt-oss: every layer's experts are intermediate_size wide, gate and up fused into one
+        # [2I, H] projection with biases (the same 3 x H x I weights an expert), a router with a
+        # bias, attention with q/k/v/o biases and one sink per head.
+        self.gpt_oss = cfg.get("model_type") == "gpt_oss"
+        if self.gpt_oss:
+            self.moe_i, self.dense_i = self.dense_i, 0
         self.vocab = cfg["vocab_size"]
         self.qk_norm = cfg.get("model_type") == "qwen3_moe"
         self._only = set(cfg.get("mlp_only_layers") or [])
@@ -92,18 +98,25 @@ def flops_per_sequence(cfg, seq_len, lm_head):
 
 
 def export_bytes(cfg):
-    """Bytes of an nvfp4_experts_only export of a Qwen3-MoE / Llama / DeepSeek-V3-family config:
-    every routed expert's weights in NVFP4 (half a byte per value plus one FP8 scale per 16),
-    everything else in bf16 (shared experts too). Per-tensor scales and the config files are
-    left out (kilobytes)."""
+    """Bytes of an nvfp4_experts_only export of a Qwen3-MoE / Llama / DeepSeek-V3-family or
+    gpt-oss config: every routed expert's weights in NVFP4 (half a byte per value plus one FP8
+    scale per 16; gpt-oss's fused [E, in/2, out] and [E, in/16, out] tensors hold the same bytes),
+    everything else in bf16 (shared experts too; gpt-oss's expert and router biases, attention
+    biases and sinks as the checkpoint stores them, bf16). A compressed source (INT4, MXFP4)
+    does not change it: its experts are written in NVFP4 all the same. Per-tensor scales and
+    the config files are left out (kilobytes)."""
     s = Shapes(cfg)
     bf16 = 2 * s.vocab * s.h + s.h  # embedding, lm_head, final norm
     nvfp4 = 0
     for layer in range(s.layers):
         bf16 += s.attn_weights + s.attn_norms + 2 * s.h  # attention, its norms, two layer norms
+        if s.gpt_oss:  # q/k/v/o biases and the sinks
+            bf16 += s.heads * s.hd + 2 * s.kv * s.hd + s.h + s.heads
         if s.is_moe(layer):
             bf16 += s.experts * s.h + 3 * s.h * s.shared_i  # router, shared experts
             bf16 += s.experts if s.mla else 0  # the routing correction bias
+            if s.gpt_oss:  # the router's bias, the experts' gate_up and down biases
+                bf16 += s.experts + s.experts * (2 * s.moe_i + s.h)
             nvfp4 += s.experts * 3 * s.h * s.moe_i
         else:
             bf16 += 3 * s.h * s.dense_i

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/transpose.h"
 #include "io/json.h"
 #include "io/source_weights.h"
 #include "model/groups.h"
@@ -636,18 +637,6 @@ std::vector<TensorSpec> ModeloptExporter::fused_outputs(const FusedMember& f) co
   return {};
 }
 
-namespace {
-
-// dst [cols, rows] = src [rows, cols]^T, elements of `size` bytes.
-void transpose_bytes(const uint8_t* src, int64_t rows, int64_t cols, size_t size, uint8_t* dst) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c)
-      std::memcpy(dst + (c * rows + r) * size, src + (r * cols + c) * size, size);
-  }
-}
-
-}  // namespace
-
 std::vector<std::pair<std::string, Tensor>> ModeloptExporter::fused_tensors(
     const FusedMember& f, const MaxCalibrator* calib) {
   const std::vector<const PlannedModule*>& experts = fused_experts_.at(f.fused);
@@ -703,9 +692,23 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::fused_tensors(
         const Tensor& t = q[static_cast<size_t>(e)][k].second;
         STRATA_ASSERT(t.shape() == t0.shape() && t.dtype() == t0.dtype(), "expert ", e, " of ",
                       spec.name);
-        transpose_bytes(t.bytes(), rows, cols, size,
-                        fused.mutable_bytes() + static_cast<size_t>(e) * t0.nbytes());
       }
+      // The experts' transposes on the export workers, each a contiguous range of experts (the
+      // bytes do not depend on the split).
+      uint8_t* dst = fused.mutable_bytes();
+      auto transpose_range = [&](int64_t e0, int64_t e1) {
+        for (int64_t e = e0; e < e1; ++e)
+          transpose_bytes(q[static_cast<size_t>(e)][k].second.bytes(), rows, cols, size,
+                          dst + static_cast<size_t>(e) * t0.nbytes());
+      };
+      const int64_t parts = std::min<int64_t>(E, static_cast<int64_t>(export_workers()));
+      std::vector<std::future<void>> done;
+      for (int64_t p = 1; p < parts; ++p)
+        done.push_back(
+            std::async(std::launch::async, transpose_range, E * p / parts, E * (p + 1) / parts));
+      transpose_range(0, E / parts);
+      for (std::future<void>& d : done)
+        d.get();
       out.emplace_back(spec.name, std::move(fused));
     } else {
       for (int64_t e = 1; e < E; ++e) {

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/transpose.h"
 #include "io/fused_experts.h"
 #include "io/json.h"
 
@@ -243,11 +244,8 @@ Tensor Checkpoint::tensor(std::string_view name) const {
   STRATA_ASSERT(es * 8 == static_cast<size_t>(dtype_bits(e.dtype)), "transposed view '", name,
                 "' of a sub-byte dtype");
   const int64_t rows = e.shape[0], cols = e.shape[1];
-  const uint8_t* s = src.bytes();
-  uint8_t* d = out.mutable_bytes();
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      std::memcpy(d + (r * cols + c) * es, s + (c * rows + r) * es, es);
+  transpose_bytes(src.bytes(), cols, rows, es,
+                  out.mutable_bytes());  // [cols, rows] -> [rows, cols]
   return out;
 }
 

@@ -122,42 +122,74 @@ __device__ __forceinline__ float e4m3_f32(uint8_t b) {
   return (b & 0x80u) ? -v : v;
 }
 
+// Where weight blockIdx.y of a decompression launch is: one weight given by its pointers, or
+// many through a device table (WeightTable). Each weight's blocks (blockIdx.x) loop over its
+// elements (FOR_N).
+struct Where {
+  const uint8_t* values = nullptr;
+  const void* scales = nullptr;
+  void* dst = nullptr;
+  const void* const* table =
+      nullptr;  // else: values, scales, dst of weight i at i, stride + i, ...
+  int64_t stride = 0;
+  __device__ __forceinline__ void of(int64_t i, const uint8_t*& v, const void*& s, void*& d) const {
+    if (!table) {
+      v = values, s = scales, d = dst;
+      return;
+    }
+    v = static_cast<const uint8_t*>(table[i]);
+    s = table[stride + i];
+    d = const_cast<void*>(table[2 * stride + i]);
+  }
+};
+
+// Element i of a decompressed weight, as bf16 bits or as the fp32 value of those bits.
+__device__ __forceinline__ void put(void* dst, int64_t i, uint16_t b, bool to_bf16) {
+  if (to_bf16) {
+    static_cast<uint16_t*>(dst)[i] = b;
+  } else {
+    static_cast<float*>(dst)[i] = bf16_bits_f32(b);
+  }
+}
+
 // DeepSeek FP8 blocks (io/source_weights.h decompress_fp8_block): w[r, c] = bf16(e4m3(w8[r, c]) *
 // scale_inv[r / block, c / block]), one fp32 product rounded to bf16; stored as bf16 bits or as
 // the fp32 value of that bf16.
-__global__ void k_dequant_fp8_block(const uint8_t* w, int64_t out, int64_t in, int64_t block,
-                                    const void* scale, int scale_dt, void* dst, bool to_bf16) {
+__global__ void k_dequant_fp8_block(Where where, int64_t out, int64_t in, int64_t block,
+                                    int scale_dt, bool to_bf16) {
+  const uint8_t* w;
+  const void* scale;
+  void* dst;
+  where.of(blockIdx.y, w, scale, dst);
   const int64_t blocks_per_row = (in + block - 1) / block;
   FOR_N(i, out * in) {
     const int64_t r = i / in, c = i % in;
     const float sc = load_as_f32(scale, scale_dt, (r / block) * blocks_per_row + c / block);
-    const uint16_t b = f32_bf16_bits(__fmul_rn(e4m3_f32(w[i]), sc));
-    if (to_bf16) {
-      static_cast<uint16_t*>(dst)[i] = b;
-    } else {
-      static_cast<float*>(dst)[i] = bf16_bits_f32(b);
-    }
+    put(dst, i, f32_bf16_bits(__fmul_rn(e4m3_f32(w[i]), sc)), to_bf16);
   }
 }
 
 // Compressed-tensors INT4 pack-quantized (io/source_weights.h decompress_int4_pack): w[r, c] =
 // bf16((nibble c % 8 of word c / 8 of row r, lowest first, minus 8) * scale[r, c / group]), one
-// exact fp32 product rounded to bf16; stored as bf16 bits or as the fp32 value of that bf16.
-__global__ void k_dequant_int4_pack(const uint8_t* packed, int64_t out, int64_t in, int64_t group,
-                                    const void* scale, int scale_dt, void* dst, bool to_bf16) {
+// exact fp32 product rounded to bf16; stored as bf16 bits or as the fp32 value of that bf16. One
+// thread a word (8 values; the last word of a row may be padding past `in`).
+__global__ void k_dequant_int4_pack(Where where, int64_t out, int64_t in, int64_t group,
+                                    int scale_dt, bool to_bf16) {
+  const uint8_t* packed;
+  const void* scale;
+  void* dst;
+  where.of(blockIdx.y, packed, scale, dst);
   const int64_t nw = (in + 7) / 8, ng = (in + group - 1) / group;
-  FOR_N(i, out * in) {
-    const int64_t r = i / in, c = i % in;
-    const uint8_t* p = packed + (r * nw + c / 8) * 4;  // little-endian, any alignment
+  FOR_N(wi, out * nw) {
+    const int64_t r = wi / nw, c0 = (wi % nw) * 8;
+    const uint8_t* p = packed + wi * 4;  // little-endian, any alignment
     const uint32_t word = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
                           (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
-    const float q = static_cast<float>(static_cast<int32_t>((word >> (4 * (c % 8))) & 0xFu) - 8);
-    const float sc = load_as_f32(scale, scale_dt, r * ng + c / group);
-    const uint16_t b = f32_bf16_bits(__fmul_rn(q, sc));
-    if (to_bf16) {
-      static_cast<uint16_t*>(dst)[i] = b;
-    } else {
-      static_cast<float*>(dst)[i] = bf16_bits_f32(b);
+    const int64_t n = in - c0 < 8 ? in - c0 : 8;
+    for (int64_t k = 0; k < n; ++k) {
+      const float q = static_cast<float>(static_cast<int32_t>((word >> (4 * k)) & 0xFu) - 8);
+      const float sc = load_as_f32(scale, scale_dt, r * ng + (c0 + k) / group);
+      put(dst, r * in + c0 + k, f32_bf16_bits(__fmul_rn(q, sc)), to_bf16);
     }
   }
 }
@@ -166,8 +198,10 @@ __global__ void k_dequant_int4_pack(const uint8_t* packed, int64_t out, int64_t 
 // code the low nibble of byte j / 2 of block [r, g] for even j, the high one for odd j; e the
 // block's E8M0 scale (0xFF: NaN; 0: 2^-127, a subnormal). The product is exact.
 __device__ __forceinline__ float e2m1_f32(uint32_t code) {
-  const float m[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float v = m[code & 7u];
+  // 0, 0.5, 1, 1.5, 2, 3, 4, 6: from the code's bits (no table in local memory).
+  const uint32_t e = (code >> 1) & 3u, m = code & 1u;
+  const float v = e == 0 ? 0.5f * static_cast<float>(m)
+                         : __uint_as_float(((e + 126u) << 23) | (m << 22));  // 2^(e-1)·(1 + m/2)
   return (code & 8u) ? -v : v;
 }
 __device__ __forceinline__ float e8m0_f32(uint32_t e) {
@@ -175,21 +209,43 @@ __device__ __forceinline__ float e8m0_f32(uint32_t e) {
   if (e == 0) return __uint_as_float(0x00400000u);  // 2^-127
   return __uint_as_float(e << 23);
 }
-__global__ void k_dequant_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t out,
-                                int64_t groups, void* dst, bool to_bf16) {
-  const int64_t in = groups * 32;
-  FOR_N(i, out * in) {
-    const int64_t r = i / in, c = i % in, g = c / 32, j = c % 32;
-    const uint8_t byte = blocks[(r * groups + g) * 16 + j / 2];
-    const uint32_t code = (j & 1) ? (byte >> 4) : (byte & 0xFu);
-    const float v = __fmul_rn(e2m1_f32(code), e8m0_f32(scales[r * groups + g]));
-    const uint16_t b = f32_bf16_bits(v);
-    if (to_bf16) {
-      static_cast<uint16_t*>(dst)[i] = b;
+// One thread a stored byte (two values, which are stored side by side: [r, g] is row r's group g,
+// so byte b of the weight's blocks holds values 2b and 2b + 1 of the [out, 32 groups] output).
+__global__ void k_dequant_mxfp4(Where where, int64_t out, int64_t groups, bool to_bf16) {
+  const uint8_t* blocks;
+  const void* scales_v;
+  void* dst;
+  where.of(blockIdx.y, blocks, scales_v, dst);
+  const auto* scales = static_cast<const uint8_t*>(scales_v);
+  FOR_N(b, out * groups * 16) {
+    const uint8_t byte = blocks[b];
+    const float sc = e8m0_f32(scales[b / 16]);
+    const uint16_t lo = f32_bf16_bits(__fmul_rn(e2m1_f32(byte & 0xFu), sc));
+    const uint16_t hi = f32_bf16_bits(__fmul_rn(e2m1_f32(byte >> 4), sc));
+    if (to_bf16) {  // 4-byte aligned: dst is (a DeviceBuffer's, a slot's) and 2b is even
+      static_cast<uint32_t*>(dst)[b] =
+          static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
     } else {
-      static_cast<float*>(dst)[i] = bf16_bits_f32(b);
+      static_cast<float2*>(dst)[b] = make_float2(bf16_bits_f32(lo), bf16_bits_f32(hi));
     }
   }
+}
+
+// Blocks of a decompression launch: per weight enough for `units`, at most about 8192 over all
+// `count` weights (each block loops over the rest), at least one per weight.
+dim3 dequant_grid(int64_t units, int64_t count) {
+  STRATA_ASSERT(count >= 1 && count <= 65535, "decompression of ", count,
+                " weights in one launch (1 to 65535)");
+  const int64_t cap = 8192 / count > 1 ? 8192 / count : 1;
+  const int64_t x = (units + kThreads - 1) / kThreads;
+  return dim3(static_cast<unsigned>(x < cap ? (x < 1 ? 1 : x) : cap), static_cast<unsigned>(count));
+}
+
+Where table_of(const WeightTable& t) {
+  Where w;
+  w.table = t.ptrs;
+  w.stride = t.stride;
+  return w;
 }
 
 }  // namespace
@@ -218,27 +274,55 @@ void convert_transposed(const void* src, DType dtype, int64_t rows, int64_t cols
   k_transposed<<<grid, dim3(kTile, 8), 0, st(s)>>>(src, dt, rows, cols, dst, out_code);
   launched("convert_transposed");
 }
-void dequant_fp8_block(const uint8_t* w, int64_t out, int64_t in, int64_t block, const void* scale,
-                       DType scale_dtype, void* dst, bool to_bf16, void* s) {
+void dequant_fp8_block(const uint8_t* w8, int64_t out, int64_t in, int64_t block,
+                       const void* scale_inv, DType scale_dtype, void* dst, bool to_bf16, void* s) {
   if (out * in == 0) return;
-  k_dequant_fp8_block<<<blocks_for(out * in), kThreads, 0, st(s)>>>(
-      w, out, in, block, scale, dtype_code(scale_dtype), dst, to_bf16);
+  Where where;
+  where.values = w8, where.scales = scale_inv, where.dst = dst;
+  k_dequant_fp8_block<<<dequant_grid(out * in, 1), kThreads, 0, st(s)>>>(
+      where, out, in, block, dtype_code(scale_dtype), to_bf16);
   launched("dequant_fp8_block");
+}
+void dequant_fp8_block_many(const WeightTable& t, int64_t out, int64_t in, int64_t block,
+                            DType scale_dtype, bool to_bf16, void* s) {
+  if (out * in == 0 || t.count == 0) return;
+  k_dequant_fp8_block<<<dequant_grid(out * in, t.count), kThreads, 0, st(s)>>>(
+      table_of(t), out, in, block, dtype_code(scale_dtype), to_bf16);
+  launched("dequant_fp8_block_many");
 }
 void dequant_int4_pack(const uint8_t* packed, int64_t out, int64_t in, int64_t group,
                        const void* scale, DType scale_dtype, void* dst, bool to_bf16, void* s) {
   if (out * in == 0) return;
   STRATA_CHECK(group > 0, "dequant_int4_pack: group ", group, " must be positive");
-  k_dequant_int4_pack<<<blocks_for(out * in), kThreads, 0, st(s)>>>(
-      packed, out, in, group, scale, dtype_code(scale_dtype), dst, to_bf16);
+  Where where;
+  where.values = packed, where.scales = scale, where.dst = dst;
+  k_dequant_int4_pack<<<dequant_grid(out * ((in + 7) / 8), 1), kThreads, 0, st(s)>>>(
+      where, out, in, group, dtype_code(scale_dtype), to_bf16);
   launched("dequant_int4_pack");
+}
+void dequant_int4_pack_many(const WeightTable& t, int64_t out, int64_t in, int64_t group,
+                            DType scale_dtype, bool to_bf16, void* s) {
+  if (out * in == 0 || t.count == 0) return;
+  STRATA_CHECK(group > 0, "dequant_int4_pack: group ", group, " must be positive");
+  k_dequant_int4_pack<<<dequant_grid(out * ((in + 7) / 8), t.count), kThreads, 0, st(s)>>>(
+      table_of(t), out, in, group, dtype_code(scale_dtype), to_bf16);
+  launched("dequant_int4_pack_many");
 }
 void dequant_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t out, int64_t groups,
                    void* dst, bool to_bf16, void* s) {
   if (out * groups == 0) return;
-  k_dequant_mxfp4<<<blocks_for(out * groups * 32), kThreads, 0, st(s)>>>(blocks, scales, out,
-                                                                         groups, dst, to_bf16);
+  STRATA_ASSERT(reinterpret_cast<uintptr_t>(dst) % 8 == 0, "dequant_mxfp4: dst misaligned");
+  Where where;
+  where.values = blocks, where.scales = scales, where.dst = dst;
+  k_dequant_mxfp4<<<dequant_grid(out * groups * 16, 1), kThreads, 0, st(s)>>>(where, out, groups,
+                                                                              to_bf16);
   launched("dequant_mxfp4");
+}
+void dequant_mxfp4_many(const WeightTable& t, int64_t out, int64_t groups, bool to_bf16, void* s) {
+  if (out * groups == 0 || t.count == 0) return;
+  k_dequant_mxfp4<<<dequant_grid(out * groups * 16, t.count), kThreads, 0, st(s)>>>(
+      table_of(t), out, groups, to_bf16);
+  launched("dequant_mxfp4_many");
 }
 void cast_bf16(const float* x, uint16_t* y, int64_t n, void* s) {
   if (n == 0) return;

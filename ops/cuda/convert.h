@@ -39,6 +39,21 @@ void dequant_int4_pack(const uint8_t* packed, int64_t out, int64_t in, int64_t g
 // every finite result): dst [out, 32 * groups] as dequant_fp8_block's.
 void dequant_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t out, int64_t groups,
                    void* dst, bool to_bf16, void* stream);
+// The three above for several weights of one shape in one launch (a slice of routed experts,
+// ops::decompress_weights): weight i < count has its stored values (w8, packed or blocks), its
+// scales and its output at ptrs[i], ptrs[stride + i] and ptrs[2 * stride + i], a device array of
+// device pointers; each is decompressed as its one-weight launcher does. dequant_mxfp4's outputs
+// (one or many) must be 8-byte aligned.
+struct WeightTable {
+  const void* const* ptrs = nullptr;
+  int64_t stride = 0, count = 0;
+};
+void dequant_fp8_block_many(const WeightTable& t, int64_t out, int64_t in, int64_t block,
+                            DType scale_dtype, bool to_bf16, void* stream);
+void dequant_int4_pack_many(const WeightTable& t, int64_t out, int64_t in, int64_t group,
+                            DType scale_dtype, bool to_bf16, void* stream);
+void dequant_mxfp4_many(const WeightTable& t, int64_t out, int64_t groups, bool to_bf16,
+                        void* stream);
 // y[n] = bf16(x[n]): nearest, ties to even, as core/dtype.h f32_to_bf16 for every non-NaN x
 // (infinities and overflow to infinity included). A NaN stays NaN with its sign and the top
 // bits of its payload, made quiet: the top 16 bits of x with bit 6 (the bf16 quiet bit) set.

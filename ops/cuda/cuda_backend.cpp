@@ -108,8 +108,9 @@ struct CudaBackend::Attention {
 };
 
 // The routed experts' weight and bias pointers as device arrays for expert_gemm and
-// moe_add_bias (5 arrays of E: gate or gate_up, up, down, gate_up_bias, down_bias), copied
-// through pinned memory when they differ from the last chunk's, i.e. once per layer.
+// moe_add_bias (5 arrays of E: gate or gate_up, up, down, gate_up_bias, down_bias), and with
+// deferred experts after them the decompression tables of decompress_experts (deferred_tables),
+// copied through pinned memory when they differ from the last chunk's, i.e. once per layer.
 struct CudaBackend::Experts {
   DeviceBuffer dev;
   PinnedBuffer host;
@@ -140,8 +141,9 @@ CudaBackend::CudaBackend(DeviceBudget& budget, const Stream& stream, CudaBackend
     moe_ints_ = DeviceBuffer(
         budget, static_cast<uint64_t>(4 * max_experts + 2 + 3 * groups + 2) * 4, "expert counts");
     if (groups > 0) ep_host_.reserve(static_cast<uint64_t>(max_experts + 1 + groups) * 4);
+    // The five arrays, and the deferred experts' decompression tables (at most 9 x E).
     const uint64_t tables =
-        static_cast<uint64_t>(5 * std::max(max_experts, groups)) * sizeof(void*);
+        static_cast<uint64_t>(5 * std::max(max_experts, groups) + 9 * max_experts) * sizeof(void*);
     experts_ = std::make_unique<Experts>();  // (its event needs a device: not in sizing)
     experts_->dev = DeviceBuffer(budget, tables, "expert pointers");
     experts_->host.reserve(tables);
@@ -205,6 +207,25 @@ void decompress_weight(const Compressed& c, int64_t rows, int64_t cols, void* ds
       break;
   }
   STRATA_ASSERT(false, "decompress_weight: not a compressed weight");
+}
+
+void decompress_weights(const Compressed& c, int64_t rows, int64_t cols, const void* const* ptrs,
+                        int64_t stride, int64_t count, bool to_bf16, void* stream) {
+  const cuda::WeightTable t{ptrs, stride, count};
+  switch (c.kind) {
+    case Compressed::Kind::kInt4Pack:
+      cuda::dequant_int4_pack_many(t, rows, cols, c.group, c.scale_dtype, to_bf16, stream);
+      return;
+    case Compressed::Kind::kMxfp4:
+      cuda::dequant_mxfp4_many(t, rows, c.stored_cols, to_bf16, stream);
+      return;
+    case Compressed::Kind::kFp8Block:
+      cuda::dequant_fp8_block_many(t, rows, cols, c.group, c.scale_dtype, to_bf16, stream);
+      return;
+    case Compressed::Kind::kNone:
+      break;
+  }
+  STRATA_ASSERT(false, "decompress_weights: not a compressed weight");
 }
 
 uint64_t CudaBackend::expert_slot_bytes(const Mlp& m, bool gemm_bf16) {
@@ -722,6 +743,8 @@ const void* const* CudaBackend::expert_tables(std::span<const Mlp> experts, int6
     x.next[3 * E + e] = ptr(m.gate_up_bias, 0);
     x.next[4 * E + e] = ptr(m.down_bias, 0);
   }
+  if (repeat == 1 && first == 0 && count == static_cast<int64_t>(experts.size()) && count > 0)
+    deferred_tables(experts, x.next);
   if (x.next != x.last) {
     const uint64_t bytes = x.next.size() * sizeof(void*);
     STRATA_ASSERT(bytes <= x.dev.bytes(), "expert pointers: ", E, " experts");
@@ -743,26 +766,54 @@ const void* CudaBackend::expert_slot(int64_t e) const {
   return slice_.as<uint8_t>() + static_cast<uint64_t>(e % slice_experts_) * slot_bytes_;
 }
 
-void CudaBackend::decompress_experts(std::span<const Mlp> experts, int64_t e0, int64_t e1,
-                                     bool gate_up) {
-  void* s = stream_->handle();
-  for (int64_t e = e0; e < e1; ++e) {
-    const Mlp& m = experts[static_cast<size_t>(e)];
-    if (!m.held()) continue;
-    auto* slot = static_cast<uint8_t*>(const_cast<void*>(expert_slot(e)));
-    auto run = [&](const Weight& w, uint64_t at) {
-      STRATA_ASSERT(w.deferred(), "routed experts partly deferred");
-      decompress_weight(w.compressed, w.rows(), w.cols(), slot + at, opt_.gemm_bf16, s);
-    };
-    if (!gate_up) {
-      run(m.down, 0);
-    } else if (m.interleaved) {
-      run(m.gate_up, 0);
-    } else {
-      run(m.gate, 0);
-      run(m.up, align_up(static_cast<uint64_t>(m.inter * m.hidden) * static_cast<uint64_t>(esz())));
+void CudaBackend::deferred_tables(std::span<const Mlp> experts,
+                                  std::vector<const void*>& tables) const {
+  const Mlp& m0 = experts[0];
+  const Weight& first = m0.interleaved ? m0.gate_up : m0.gate;
+  if (!first.deferred()) return;
+  // Gate/up items: per expert gate_up, or gate then up; down items: one per expert. Each array
+  // (values, scales, outputs) over all items of its pass.
+  const int64_t E = static_cast<int64_t>(experts.size()), per = m0.interleaved ? 1 : 2;
+  const uint64_t up_at =
+      align_up(static_cast<uint64_t>(m0.inter * m0.hidden) * static_cast<uint64_t>(esz()));
+  for (const bool gate_up : {true, false}) {
+    const int64_t n = gate_up ? E * per : E;
+    const size_t at = tables.size();
+    tables.resize(at + 3 * static_cast<size_t>(n), nullptr);
+    const Weight& w0 = gate_up ? first : m0.down;
+    for (int64_t e = 0; e < E; ++e) {
+      const Mlp& m = experts[static_cast<size_t>(e)];
+      STRATA_ASSERT(m.held(), "deferred experts: expert ", e, " is not held");
+      auto* slot = static_cast<const uint8_t*>(expert_slot(e));
+      for (int64_t k = 0; k < (gate_up ? per : 1); ++k) {
+        const Weight& w = !gate_up ? m.down : m.interleaved ? m.gate_up : k == 0 ? m.gate : m.up;
+        const Compressed& c = w.compressed;
+        // One launch decompresses them all: one kind, shape and scale layout.
+        STRATA_ASSERT(w.deferred() && c.kind == w0.compressed.kind && w.shape == w0.shape &&
+                          c.group == w0.compressed.group &&
+                          c.scale_dtype == w0.compressed.scale_dtype &&
+                          c.stored_cols == w0.compressed.stored_cols,
+                      "deferred experts of unlike weights (expert ", e, ")");
+        const size_t i = at + static_cast<size_t>(e * (gate_up ? per : 1) + k);
+        tables[i] = c.values;
+        tables[i + static_cast<size_t>(n)] = c.scales;
+        tables[i + 2 * static_cast<size_t>(n)] = slot + (k == 1 ? up_at : 0);
+      }
     }
   }
+}
+
+void CudaBackend::decompress_experts(std::span<const Mlp> experts, const void* const* tables,
+                                     int64_t e0, int64_t e1, bool gate_up) {
+  // deferred_tables' layout: after the five arrays of E, the gate/up pass's 3 arrays of E x per
+  // items, then the down pass's 3 arrays of E.
+  const Mlp& m0 = experts[0];
+  const int64_t E = static_cast<int64_t>(experts.size()), per = m0.interleaved ? 1 : 2;
+  const void* const* gu = tables + 5 * E;
+  const Weight& w = !gate_up ? m0.down : m0.interleaved ? m0.gate_up : m0.gate;
+  const int64_t k = gate_up ? per : 1, n = gate_up ? E * per : E;
+  decompress_weights(w.compressed, w.rows(), w.cols(), (gate_up ? gu : gu + 3 * E * per) + e0 * k,
+                     n, (e1 - e0) * k, opt_.gemm_bf16, stream_->handle());
 }
 
 void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
@@ -860,7 +911,7 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
     for (int64_t e0 = 0; e0 < E; e0 += slice) {
       const int64_t e1 = std::min(E, e0 + slice);
       if (deferred) {
-        decompress_experts(experts, e0, e1, gate_up);
+        decompress_experts(experts, tables, e0, e1, gate_up);
         span(kExpertOther);
       }
       cuda::ExpertGemmOutputs part = out;

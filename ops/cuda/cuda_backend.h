@@ -56,6 +56,12 @@ struct AmaxStat {
 // for its kind, the bits io/source_weights.h gives.
 void decompress_weight(const Compressed& c, int64_t rows, int64_t cols, void* dst, bool to_bf16,
                        void* stream);
+// Several deferred weights of one kind, shape and scale layout as `c` (its pointers unused) in
+// one launch: weight i's stored values, scales and output at ptrs[i], ptrs[stride + i] and
+// ptrs[2 * stride + i], i < count (a device array; convert.h WeightTable), each as
+// decompress_weight decompresses it.
+void decompress_weights(const Compressed& c, int64_t rows, int64_t cols, const void* const* ptrs,
+                        int64_t stride, int64_t count, bool to_bf16, void* stream);
 
 class CudaBackend final : public Backend {
  public:
@@ -179,9 +185,13 @@ class CudaBackend final : public Backend {
   int slot_range(std::span<const Mlp> experts, bool gate_up);
   const void* const* expert_tables(std::span<const Mlp> experts, int64_t first, int64_t count,
                                    int64_t repeat, bool* aligned);
-  // Deferred experts [e0, e1) decompressed into their slots of the slice buffer: gate and up
-  // (or gate_up), or down.
-  void decompress_experts(std::span<const Mlp> experts, int64_t e0, int64_t e1, bool gate_up);
+  // Deferred experts [e0, e1) decompressed into their slots of the slice buffer in one launch:
+  // gate and up (or gate_up), or down; `tables` as expert_tables returned them.
+  void decompress_experts(std::span<const Mlp> experts, const void* const* tables, int64_t e0,
+                          int64_t e1, bool gate_up);
+  // Deferred experts (every one held, of one shape): their decompression tables appended to
+  // expert_tables' arrays; nothing when they are not deferred.
+  void deferred_tables(std::span<const Mlp> experts, std::vector<const void*>& tables) const;
   const void* expert_slot(int64_t e) const;
   // A deferred weight for the device's weight quantization: decompressed into decompressed_.
   StoredWeight decompressed_for_quantization(const StoredWeight& w);

@@ -279,5 +279,130 @@ TEST_F(CudaDecompress, Mxfp4LikeTheCpu) {
   });
 }
 
+// The batched launchers (a slice of routed experts in one launch): three weights of one shape
+// and kind, each with its own values and scales, listed in a table with a stride larger than the
+// launch's count (a slice in the middle of a layer's table); each output must be the CPU's
+// decompression of its own weight, and the table's entries outside the slice left alone.
+class CudaDecompressMany : public CudaDecompress {
+ protected:
+  // Weights w (host bytes of values and scales) and the CPU's decompression of each; launch(table,
+  // to_bf16) must decompress table entries [1, 4) of a stride-5 table.
+  template <typename Launch>
+  void expect_each_like_cpu(const std::vector<std::vector<uint8_t>>& values,
+                            const std::vector<std::vector<uint8_t>>& scales,
+                            const std::vector<Tensor>& refs, int64_t value_offset, Launch launch) {
+    const size_t n = refs.size();
+    const int64_t numel = refs[0].numel();
+    std::vector<gpu::DeviceBuffer> dv, ds;
+    for (size_t i = 0; i < n; ++i) {
+      dv.push_back(up(values[i]));
+      ds.push_back(up(scales[i]));
+    }
+    for (bool to_bf16 : {true, false}) {
+      const uint64_t each = static_cast<uint64_t>(numel) * (to_bf16 ? 2 : 4);
+      // Outputs one after another at 256-byte aligned offsets, plus a sentinel one past them.
+      const uint64_t slot = (each + 255) / 256 * 256;
+      gpu::DeviceBuffer out = up(std::vector<uint8_t>(slot * (n + 1), 0xEE));
+      std::vector<const void*> table(15, nullptr);  // stride 5: entries 1..3 are the weights
+      for (size_t i = 0; i < n; ++i) {
+        table[1 + i] = dv[i].as<uint8_t>() + value_offset;
+        table[5 + 1 + i] = ds[i].data();
+        table[10 + 1 + i] = out.as<uint8_t>() + slot * i;
+      }
+      gpu::DeviceBuffer dt = up(table);
+      launch(WeightTable{dt.as<const void*>() + 1, 5, static_cast<int64_t>(n)}, to_bf16);
+      const auto got = down<uint8_t>(out, static_cast<size_t>(slot * (n + 1)));
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t* r = refs[i].data<uint16_t>();
+        for (int64_t j = 0; j < numel; ++j) {
+          const uint8_t* g = got.data() + slot * i;
+          if (to_bf16) {
+            uint16_t b;
+            std::memcpy(&b, g + j * 2, 2);
+            ASSERT_EQ(b, r[j]) << "weight " << i << " element " << j;
+          } else {
+            uint32_t b;
+            std::memcpy(&b, g + j * 4, 4);
+            ASSERT_EQ(b, static_cast<uint32_t>(r[j]) << 16) << "weight " << i << " element " << j;
+          }
+        }
+      }
+      for (size_t j = slot * n; j < got.size(); ++j)
+        ASSERT_EQ(got[j], 0xEE) << "written past the weights at byte " << j;
+    }
+  }
+};
+
+TEST_F(CudaDecompressMany, Mxfp4) {
+  std::mt19937 rng(11);
+  const int64_t out = 19, groups = 3;
+  std::vector<std::vector<uint8_t>> values, scales;
+  std::vector<Tensor> refs;
+  for (int w = 0; w < 3; ++w) {
+    Tensor blocks = Tensor::zeros(DType::kU8, {out, groups, 16});
+    Tensor sc = Tensor::zeros(DType::kU8, {out, groups});
+    for (int64_t i = 0; i < out * groups * 16; ++i)
+      blocks.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(rng() & 0xFF);
+    for (int64_t i = 0; i < out * groups; ++i)
+      sc.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 252);
+    refs.push_back(decompress_mxfp4(blocks, sc, "test"));
+    values.emplace_back(blocks.bytes(), blocks.bytes() + blocks.nbytes());
+    scales.emplace_back(sc.bytes(), sc.bytes() + sc.nbytes());
+  }
+  expect_each_like_cpu(values, scales, refs, 0, [&](const WeightTable& t, bool to_bf16) {
+    dequant_mxfp4_many(t, out, groups, to_bf16, st());
+  });
+}
+
+TEST_F(CudaDecompressMany, Int4Pack) {
+  std::mt19937 rng(13);
+  // A width that is neither a multiple of 8 nor of the group; words at an odd byte offset.
+  const int64_t out = 7, in = 75, group = 16, nw = (in + 7) / 8, ng = (in + group - 1) / group;
+  std::vector<std::vector<uint8_t>> values, scales;
+  std::vector<Tensor> refs;
+  for (int w = 0; w < 3; ++w) {
+    Tensor packed = Tensor::zeros(DType::kI32, {out, nw});
+    uint32_t* words = reinterpret_cast<uint32_t*>(packed.mutable_data<int32_t>());
+    for (int64_t i = 0; i < out * nw; ++i)
+      words[i] = static_cast<uint32_t>(rng());
+    Tensor sc = Tensor::zeros(DType::kBF16, {out, ng});
+    std::uniform_real_distribution<float> e(-14.0f, 3.0f);
+    for (int64_t i = 0; i < out * ng; ++i)
+      sc.mutable_data<uint16_t>()[i] = f32_to_bf16(std::exp2(e(rng)));
+    refs.push_back(decompress_int4_pack(packed, sc, out, in, group, "test"));
+    std::vector<uint8_t> v(1 + packed.nbytes());
+    std::memcpy(v.data() + 1, packed.bytes(), packed.nbytes());
+    values.push_back(std::move(v));
+    scales.emplace_back(sc.bytes(), sc.bytes() + sc.nbytes());
+  }
+  expect_each_like_cpu(values, scales, refs, 1, [&](const WeightTable& t, bool to_bf16) {
+    dequant_int4_pack_many(t, out, in, group, DType::kBF16, to_bf16, st());
+  });
+}
+
+TEST_F(CudaDecompressMany, Fp8Blocks) {
+  std::mt19937 rng(17);
+  const int64_t out = 130, in = 140;
+  std::vector<std::vector<uint8_t>> values, scales;
+  std::vector<Tensor> refs;
+  for (int w = 0; w < 3; ++w) {
+    Tensor w8 = Tensor::zeros(DType::kF8E4M3, {out, in});
+    for (int64_t i = 0; i < out * in; ++i) {
+      uint8_t b = static_cast<uint8_t>(rng() & 0xFF);
+      if ((b & 0x7F) == 0x7F) b ^= 1;  // not NaN
+      w8.mutable_data<uint8_t>()[i] = b;
+    }
+    Tensor sc = Tensor::zeros(DType::kF32, {2, 2});
+    for (int64_t i = 0; i < 4; ++i)
+      sc.mutable_data<float>()[i] = std::exp2(static_cast<float>(w * 3 - 5 + i));
+    refs.push_back(decompress_fp8_block(w8, sc, 128, "test"));
+    values.emplace_back(w8.bytes(), w8.bytes() + w8.nbytes());
+    scales.emplace_back(sc.bytes(), sc.bytes() + sc.nbytes());
+  }
+  expect_each_like_cpu(values, scales, refs, 0, [&](const WeightTable& t, bool to_bf16) {
+    dequant_fp8_block_many(t, out, in, 128, DType::kF32, to_bf16, st());
+  });
+}
+
 }  // namespace
 }  // namespace strata::ops::cuda
