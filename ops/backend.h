@@ -135,7 +135,8 @@ struct Weight {
   float offset = 0.0f;
   // How a server quantizes this linear's input before its GEMM (strata compare's simulation of a
   // served export, set by the binder from the export's input scales; none: the input as is).
-  // The CPU backend's linears and mlp apply it to a copy of the input; the CUDA backend refuses it.
+  // Both backends' linears, mlp and moe apply it to a copy of the input (bit-identical quantizers,
+  // ops/cuda/fake_quant.h); the CUDA backend's moe() takes one per layer for all routed experts.
   ActQuant input_quant{};
   // bf16_ops: rms_norm multiplies by this weight in fp32 and rounds once (gpt-oss's RMSNorm; always
   // with an offset), instead of rounding x / rms(x) to bf16 first and then its product with the
@@ -239,14 +240,14 @@ class Backend {
                        int64_t cols) = 0;
 
   // MoE routing under the router's module name (Observer::observe_routing); the CUDA backend
-  // does not report it.
+  // reports it only to an observer set for it (CudaBackend::set_routing_observer).
   virtual void observe_routing(const std::string& /*router*/, const int32_t* /*chosen*/,
                                int64_t /*tokens*/, int64_t /*k*/) {}
 
   // ---- serving simulation (strata compare) ---------------------------------------------------
   // x[rows, cols] fake-quantized in place as `q` says (quant/quantized.h fake_quantize): the KV
-  // cache as a server stores it. `name` names the tensor in errors. The CPU only; the CUDA
-  // backend refuses it.
+  // cache as a server stores it. `name` names the tensor in errors. Bit-identical on both
+  // backends.
   virtual void fake_quantize(float* x, int64_t rows, int64_t cols, const ActQuant& q,
                              std::string_view name) = 0;
 
