@@ -110,17 +110,23 @@ namespace strata::ops {
 // experts of a compressed source when the memory plan slices them (docs/CUDA.md "Memory"); the
 // CPU backend's binder decompresses on load and the CPU backend asserts it never gets one.
 struct Compressed {
-  enum class Kind : uint8_t { kNone, kInt4Pack, kMxfp4, kFp8Block };
+  // kNvfp4, kFp8, kMxfp8: a ModelOpt export's weights (spec/format.md §1, §2, §7), which strata
+  // compare's GPU forward reads (an export's MXFP4 weight is kMxfp4's layout).
+  enum class Kind : uint8_t { kNone, kInt4Pack, kMxfp4, kFp8Block, kNvfp4, kFp8, kMxfp8 };
   Kind kind = Kind::kNone;
   // kInt4Pack: int32 words [out, ceil(in / 8)], 8 nibbles each; kMxfp4: blocks U8 [out, groups,
-  // 16]; kFp8Block: F8_E4M3 [out, in].
+  // 16]; kFp8Block: F8_E4M3 [out, in]; kNvfp4: packed E2M1 U8 [out, in / 2]; kFp8, kMxfp8:
+  // F8_E4M3 [out, in].
   const void* values = nullptr;
   // kInt4Pack: [out, ceil(in / group)]; kMxfp4: E8M0 [out, groups]; kFp8Block: scale_inv
-  // [ceil(out / group), ceil(in / group)].
+  // [ceil(out / group), ceil(in / group)]; kNvfp4: F8_E4M3 [out, in / group]; kFp8: F32, one
+  // (group 0) or [ceil(out / 128), ceil(in / 128)] (group 128, fp8_pb_wo); kMxfp8: E8M0 [out,
+  // in / 32].
   const void* scales = nullptr;
-  DType scale_dtype = DType::kBF16;  // kInt4Pack, kFp8Block: F32, F16 or BF16
-  int64_t group = 0;                 // kInt4Pack: the group size; kFp8Block: the block edge
-  int64_t stored_cols = 0;           // kMxfp4: groups a row (the blocks' second dimension)
+  DType scale_dtype = DType::kBF16;    // kInt4Pack, kFp8Block: F32, F16 or BF16
+  int64_t group = 0;                   // kInt4Pack: the group size; kFp8Block: the block edge
+  int64_t stored_cols = 0;             // kMxfp4: groups a row (the blocks' second dimension)
+  const void* global_scale = nullptr;  // kNvfp4: weight_scale_2, one F32
   bool defined() const { return kind != Kind::kNone; }
 };
 

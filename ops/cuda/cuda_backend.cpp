@@ -203,6 +203,19 @@ void decompress_weight(const Compressed& c, int64_t rows, int64_t cols, void* ds
       cuda::dequant_fp8_block(values, rows, cols, c.group, c.scales, c.scale_dtype, dst, to_bf16,
                               stream);
       return;
+    case Compressed::Kind::kNvfp4:
+      cuda::dequant_nvfp4_export(values, static_cast<const uint8_t*>(c.scales),
+                                 static_cast<const float*>(c.global_scale), rows, cols, c.group,
+                                 dst, to_bf16, stream);
+      return;
+    case Compressed::Kind::kFp8:
+      cuda::dequant_fp8_export(values, static_cast<const float*>(c.scales), rows, cols, c.group,
+                               dst, to_bf16, stream);
+      return;
+    case Compressed::Kind::kMxfp8:
+      cuda::dequant_mxfp8_export(values, static_cast<const uint8_t*>(c.scales), rows, cols, dst,
+                                 to_bf16, stream);
+      return;
     case Compressed::Kind::kNone:
       break;
   }
@@ -420,8 +433,8 @@ void CudaBackend::fake_quantize(float* x, int64_t rows, int64_t cols, const ActQ
   }
 }
 
-void CudaBackend::observe_routing(const std::string& router, const int32_t* chosen,
-                                  int64_t tokens, int64_t k) {
+void CudaBackend::observe_routing(const std::string& router, const int32_t* chosen, int64_t tokens,
+                                  int64_t k) {
   if (!routing_ || dry()) return;
   routing_host_.resize(static_cast<size_t>(tokens * k));
   stream_->copy_to_host(routing_host_.data(), chosen, routing_host_.size() * 4);
@@ -439,7 +452,7 @@ const float* CudaBackend::quantized_copy(const float* x, int64_t rows, int64_t c
 
 void CudaBackend::linears(const float* x, int64_t m, std::initializer_list<Out> outs) {
   const uint64_t at = mark();
-  const void* xin = nullptr;       // the GEMM input made of `from`
+  const void* xin = nullptr;  // the GEMM input made of `from`
   const float* from = nullptr;
   const float* quantized = nullptr;  // x as `held` says (the serving simulation)
   ActQuant held;

@@ -235,7 +235,7 @@ class CudaBackend final : public Backend {
   struct Experts;
   std::unique_ptr<Experts> experts_;
   DeviceExpertExchange* exchange_ = nullptr;
-  Observer* routing_ = nullptr;       // set_routing_observer
+  Observer* routing_ = nullptr;        // set_routing_observer
   std::vector<int32_t> routing_host_;  // its chosen experts, copied back
   gpu::DeviceBuffer received_;  // the exchanged MoE's receiving side, when the scratch is full
   gpu::DeviceBuffer slice_;     // deferred experts' slots (reserve_expert_slice)
