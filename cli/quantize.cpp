@@ -534,7 +534,7 @@ void run_eval(CompareJob job, const QuantizeJob& q, const Args& args) {
       "evaluation (strata compare %s %s --%s %s, layers on %s): %lld sequences, %lld "
       "tokens\n%s",
       q.model_dir.c_str(), q.export_path.c_str(), job.token_file.empty() ? "text" : "tokens",
-      r.device == "cuda" ? "the GPU" : "the CPU", args.get("--eval_data").c_str(),
+      args.get("--eval_data").c_str(), r.device == "cuda" ? "the GPU" : "the CPU",
       static_cast<long long>(r.sequences), static_cast<long long>(r.tokens),
       compare_headline(r).c_str());
 }
