@@ -17,7 +17,7 @@
 #   bench/gpu_bench.sh [--arch qwen3_moe|kimi_k2_int4|gpt_oss_mxfp4] [--bin DIR] [--work DIR] [--out DIR]
 #                      [--layers 17|61|36] [--seqs 512]
 #                      [--seq_len 512] [--micro_batch 16] [--batch_size N] [--cap_gb X]
-#                      [--skip strata,free,hf,read,write,peak] [--deadline SECONDS] [--keep] [--small]
+#                      [--skip strata,free,compare,hf,read,write,peak] [--deadline SECONDS] [--keep] [--small]
 #                      [--before DIR]
 #                      [--profile] [--strata_flag FLAG]...
 #
@@ -33,7 +33,8 @@
 #   strata step too, right before this one, on the same checkpoint and tokens; the table adds its
 #   times and the ratio, and the two exports are compared byte for byte.
 # --small: a tiny checkpoint and 16 x 64 tokens, to check the harness on any machine (CPU too).
-# --skip: steps left out; free is strata's unconstrained run alone (the capped run still runs).
+# --skip: steps left out; free is strata's unconstrained run alone (the capped run still runs);
+#   compare is `strata compare` of the source with the unconstrained run's export (which needs it).
 # --deadline: start no further step once this many seconds have passed (the table still prints).
 # --profile: strata runs with --gpu_profile; the table adds its device time by part of the forward.
 # --strata_flag: one more argument for every strata run (repeat it: --strata_flag --gpu_gemm
@@ -402,12 +403,52 @@ run_pair() {  # name, extra flags...
 if [ "$has_device" = 0 ] && [ "$small" = 0 ]; then
   notes+=("strata not run: this strata has no --device (no GPU engine); a CPU run of this size takes hours")
 elif ! skipped strata; then
-  skipped free || run_pair free
+  # The compare step needs the unconstrained run's export (kept for it, deleted after).
+  if ! skipped free; then
+    if [ -z "$before" ] && ! skipped compare; then KEEP_OUT=1 run_pair free; else run_pair free; fi
+  fi
   if [ "$has_cap" = 1 ]; then
     skipped strata || run_pair capped --max_gpu_memory_gb "$cap_gb"
   else
     notes+=("capped run not made: this strata has no --max_gpu_memory_gb")
   fi
+fi
+
+# ---- 6b. strata compare of the source with that export (issue 20) -------------------------------
+# `strata compare SRC EXPORT --device cuda` on the first 8 calibration sequences (compare's default
+# 8 x 512 tokens at full size), cold cache, timed against the unconstrained quantize run: issue
+# 20's goal is at most 2 x its time. On a strata without the CUDA backend (--small on a CPU
+# machine) it runs on the CPU.
+if [ -d "$work/out_free" ]; then
+  head -8 "$work/tokens.jsonl" >"$work/compare_tokens.jsonl"
+  cargs=(compare "$ckpt" "$work/out_free" --tokens "$work/compare_tokens.jsonl" --json "$logs/compare.json")
+  if "$strata" compare --help 2>&1 | grep -q -- "--device"; then
+    if "$strata" --version 2>/dev/null | grep -q "CUDA backend built"; then
+      cargs+=(--device cuda)
+    else
+      cargs+=(--device cpu)
+    fi
+  fi
+  R[res_compare]=$(drop_cache)
+  say "strata compare: ${cargs[*]} (resident before: ${R[res_compare]})"
+  echo "$strata ${cargs[*]}" >"$logs/strata_compare.cmd"
+  gpu_poll_start strata_compare
+  t0=$EPOCHREALTIME
+  "$strata" "${cargs[@]}" >"$logs/strata_compare.log" 2>&1
+  rc=$?
+  R[compare_s]=$(secs "$t0" "$EPOCHREALTIME")
+  R[compare_gpu_mib]=$(gpu_poll_stop strata_compare)
+  if [ $rc != 0 ]; then
+    notes+=("strata compare failed (rc $rc): $(tail -1 "$logs/strata_compare.log")")
+    R[compare_s]="failed"
+    tail -20 "$logs/strata_compare.log"
+  else
+    R[compare_kl]=$(sed -n 's/^  mean \([^ ]*\) .*/\1/p' "$logs/strata_compare.log" | head -1)
+    R[compare_top1]=$(sed -n 's/^top-1 agreement \([0-9.]*\).*/\1/p' "$logs/strata_compare.log" | head -1)
+    R[compare_device]=$(sed -n 's/.*(layers on \([a-z]*\)).*/\1/p' "$logs/strata_compare.log" | head -1)
+  fi
+  rm -rf "$work/out_free"
+  say "strata compare: ${R[compare_s]} s"
 fi
 
 # ---- 7. the table ------------------------------------------------------------------------------
@@ -442,6 +483,9 @@ frac() {  # flops, seconds -> percent of the measured bf16 matmul rate
     else fr="$(frac "${R[calib_flops]}" "$t") of bf16 rate over the whole wall time"; fi
     echo "| $label | $t | $(ratio "$t" "${R[read_s]}") | ${R[${name}_gpu_mib]} | own peak ${R[${name}_own_gib]:-?} GiB; waited ${R[${name}_wait_s]:-?} s for weights; $fr; output ${R[${name}_out_gb]:-?} GB; peak RSS ${R[${name}_rss_mib]:-?} MiB, bound ${R[${name}_bound_mib]:-?} MiB; resident before ${R[res_$name]}${xhf:+; x transformers $xhf} |"
   done
+  if [ -n "${R[compare_s]:-}" ]; then
+    echo "| strata compare of the source with the unconstrained run's export, $(wc -l <"$work/compare_tokens.jsonl") x $seq_len tokens | ${R[compare_s]} | $(ratio "${R[compare_s]}" "${R[read_s]}") | ${R[compare_gpu_mib]} | layers on ${R[compare_device]:-?}; mean KL ${R[compare_kl]:-?}, top-1 ${R[compare_top1]:-?}; $(ratio "${R[compare_s]}" "${R[free_s]:-}") x the quantize run; resident before ${R[res_compare]} |"
+  fi
   if [ -n "${R[hf_total_s]:-}" ]; then
     echo "| transformers: load onto the GPU | ${R[hf_load_s]:-} | $(ratio "${R[hf_load_s]:-}" "${R[read_s]}") | | resident before ${R[res_hf]:-} |"
     echo "| transformers: forward with amax hooks | ${R[hf_fwd_s]:-} | $(ratio "${R[hf_fwd_s]:-}" "${R[read_s]}") | | micro-batches of $micro_batch; $(frac "${R[hf_flops]}" "${R[hf_fwd_s]:-}") of bf16 rate; ${R[hf_linears]:-} nn.Linear hooked, ${R[hf_experts]:-} fused experts modules (${R[hf_grouped]:-} grouped matmuls recorded); amax finite: ${R[hf_finite]:-} |"
@@ -463,6 +507,10 @@ frac() {  # flops, seconds -> percent of the measured bf16 matmul rate
       r=$(ratio "${R[capped_s]}" "${R[rw_s]}")
       echo "capped run against the floor of reading and writing the export at once (${R[rw_s]} s): $r x; goal of issue 17 (at most 1.3 x): $(awk -v r="$r" 'BEGIN {print (r <= 1.3 ? "met" : "not met")}')"
     fi
+  fi
+  if [ -n "${R[compare_s]:-}" ] && [ "${R[compare_s]}" != failed ] && [ -n "${R[free_s]:-}" ] && [ "${R[free_s]}" != failed ]; then
+    r=$(ratio "${R[compare_s]}" "${R[free_s]}")
+    echo "goal of issue 20 (strata compare at most 2 x the unconstrained quantize run, ${R[free_s]} s): $r x -> $(awk -v r="$r" 'BEGIN {print (r <= 2 ? "met" : "not met")}')"
   fi
   for n in "${notes[@]}"; do echo "note: $n"; done
   echo "total benchmark time: $(elapsed) s"

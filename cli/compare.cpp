@@ -6,6 +6,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/compare.h"
@@ -17,9 +18,10 @@ namespace strata::cli {
 int cmd_compare(const std::vector<std::string>& argv) {
   Args args(
       "compare",
-      "Runs SRC and its quantized export QUANTIZED side by side on the CPU, one decoder layer at "
-      "a\n"
-      "time, the export as a server runs it (weights dequantized; each quantized linear's input\n"
+      "Runs SRC and its quantized export QUANTIZED side by side, one decoder layer at a time "
+      "(on the\n"
+      "GPU by default when there is one), the export as a server runs it (weights dequantized; "
+      "each quantized linear's input\n"
       "quantized with the export's input scales, NVFP4 per-16 blocks under the static global "
       "scale\n"
       "or FP8 per tensor; the KV cache through the export's kv_cache_quant_algo with its k/v\n"
@@ -56,6 +58,19 @@ int cmd_compare(const std::vector<std::string>& argv) {
   args.flag("--no_kv_sim", "do not quantize the KV cache");
   args.flag("--fp32",
             "keep hidden states in fp32 between layers instead of rounding to bf16 (both models)");
+  args.option("--device", "cpu|cuda",
+              "where the decoder layers run: cuda reads each layer of both models into GPU "
+              "memory and runs the comparison there, the same simulation bit for bit (default: "
+              "cuda when strata was built with CUDA and a GPU is visible and the GPU forward runs "
+              "the model, else cpu)");
+  args.option("--max_gpu_memory_gb", "GB",
+              "GPU memory in GiB the comparison may use (a layer of each model, and as many "
+              "sequences at a time as fit beside them) (0: the GPU's free memory)",
+              "0");
+  args.option("--gpu_gemm", "bf16|fp32",
+              "GEMM inputs of the GPU forward (fp32 accumulation either way); fp32 is closer to "
+              "the CPU's fp32 forward",
+              "bf16");
   args.flag("--quiet,-q", "no progress, only warnings and errors");
   if (!args.parse(argv)) return 0;
   if (args.flag_set("--quiet")) log_set_level(LogLevel::kWarn);
@@ -78,6 +93,27 @@ int cmd_compare(const std::vector<std::string>& argv) {
   job.simulate_kv_cache = !args.flag_set("--no_kv_sim");
   job.bf16_between_layers = !args.flag_set("--fp32");
   job.progress = !args.flag_set("--quiet");
+  if (auto dev = args.get_optional("--device")) {
+    STRATA_CHECK(*dev == "cpu" || *dev == "cuda", "--device must be cpu or cuda, not '", *dev, "'");
+    job.device_explicit = true;
+    if (*dev == "cuda") {
+      STRATA_CHECK(cuda_compiled(),
+                   "--device cuda: this strata was built without CUDA; use --device cpu");
+      STRATA_CHECK(cuda_device_count() > 0,
+                   "--device cuda: no CUDA device is visible (check nvidia-smi and "
+                   "CUDA_VISIBLE_DEVICES); use --device cpu");
+      job.cuda = true;
+    }
+  } else {
+    job.cuda = cuda_compiled() && cuda_device_count() > 0;
+  }
+  const double gpu_gb = args.get_double("--max_gpu_memory_gb");
+  STRATA_CHECK(gpu_gb >= 0, "--max_gpu_memory_gb must not be negative");
+  job.max_gpu_memory_bytes = static_cast<uint64_t>(gpu_gb * 1024.0 * 1024.0 * 1024.0);
+  const std::string gemm = args.get("--gpu_gemm");
+  STRATA_CHECK(gemm == "bf16" || gemm == "fp32", "--gpu_gemm must be bf16 or fp32, not '", gemm,
+               "'");
+  job.gemm_bf16 = gemm == "bf16";
 
   const auto report = args.get_optional("--report");
   if (report) prepare_report_dir(*report);  // a bad DIR fails before the comparison runs

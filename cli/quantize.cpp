@@ -203,8 +203,9 @@ void declare_flags(Args& args) {
               "after the run, compare the export with the source on FILE as `strata compare "
               "MODEL EXPORT` does (--tokens FILE for JSONL of token-id lists, else --text FILE: "
               "8 windows of 512 tokens, seed 1234) and print its KL divergence (mean, median, "
-              "p99, max), top-1 agreement and both perplexities; runs on the CPU, each layer "
-              "three times (docs/COMPARE.md), whatever --device; rank 0 alone under mpirun");
+              "p99, max), top-1 agreement and both perplexities; each layer runs three times "
+              "(docs/COMPARE.md), on --device with --max_gpu_memory_gb and --gpu_gemm (the CPU "
+              "where the GPU forward cannot run the model); rank 0 alone under mpirun");
   args.option("--eval_json", "FILE",
               "with --eval_data: also write every number of the comparison as JSON (strata "
               "compare --json's fields)");
@@ -523,15 +524,19 @@ std::optional<CompareJob> eval_job(const Args& args, const QuantizeJob& q) {
 void run_eval(CompareJob job, const QuantizeJob& q, const Args& args) {
   job.quantized_dir = q.export_path;
   job.progress = !args.flag_set("--quiet");
+  job.cuda = q.device == QuantizeJob::Device::kCuda;
+  job.max_gpu_memory_bytes = q.max_gpu_memory_bytes;
+  job.gemm_bf16 = q.gpu.gemm_bf16;
   const CompareResult r = run_compare(job);
   if (auto json = args.get_optional("--eval_json"))
     write_file_atomic(*json, compare_json(r).dump(2) + "\n");
   std::printf(
-      "evaluation (strata compare %s %s --%s %s, on the CPU): %lld sequences, %lld "
+      "evaluation (strata compare %s %s --%s %s, layers on %s): %lld sequences, %lld "
       "tokens\n%s",
       q.model_dir.c_str(), q.export_path.c_str(), job.token_file.empty() ? "text" : "tokens",
-      args.get("--eval_data").c_str(), static_cast<long long>(r.sequences),
-      static_cast<long long>(r.tokens), compare_headline(r).c_str());
+      args.get("--eval_data").c_str(), r.device == "cuda" ? "the GPU" : "the CPU",
+      static_cast<long long>(r.sequences), static_cast<long long>(r.tokens),
+      compare_headline(r).c_str());
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/progress.h"
+#include "engine/compare_layers.h"
 #include "export/modelopt.h"
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
@@ -125,7 +126,8 @@ std::vector<std::vector<int32_t>> load_tokens(const CompareJob& job, int64_t voc
 
 // ---- measurements ------------------------------------------------------------------------------
 
-// MoE routing of one layer's run: the router's name and chosen [tokens, k].
+// MoE routing of one layer's run: the router's name and chosen [tokens, k] (the GPU reports it a
+// chunk of tokens at a time, in token order).
 class RoutingRecorder final : public Observer {
  public:
   void observe(std::string_view, const float*, int64_t, int64_t) override {}
@@ -133,7 +135,7 @@ class RoutingRecorder final : public Observer {
                        int64_t k) override {
     router_ = router;
     k_ = k;
-    chosen_.assign(chosen, chosen + tokens * k);
+    chosen_.insert(chosen_.end(), chosen, chosen + tokens * k);
   }
   bool routed() const { return k_ > 0; }
   const std::string& router() const { return router_; }
@@ -147,6 +149,24 @@ class RoutingRecorder final : public Observer {
 };
 
 // |a - b| / |b| over n values, in double (0 when both are 0).
+// The CPU forward's layers (model/forward.h).
+class CpuCompareLayers final : public CompareLayers {
+ public:
+  CpuCompareLayers(const ModelForward& src, const ModelForward& q, const Batch& batch)
+      : src_(src), q_(q), batch_(batch) {}
+  void run(int64_t l, float* hs, float* local, float* hq, Observer* rs, Observer* rl,
+           Observer* rq) override {
+    src_.layer(l)->forward(batch_, hs, rs);
+    std::unique_ptr<DecoderLayer> lq = q_.layer(l);
+    lq->forward(batch_, local, rl);
+    lq->forward(batch_, hq, rq);
+  }
+
+ private:
+  const ModelForward &src_, &q_;
+  const Batch& batch_;
+};
+
 double relative_error(const float* a, const float* b, int64_t n) {
   double num = 0.0, den = 0.0;
   for (int64_t i = 0; i < n; ++i) {
@@ -318,6 +338,28 @@ CompareResult run_compare(const CompareJob& job) {
 
   std::optional<std::map<int64_t, std::vector<int64_t>>> uncalibrated =
       read_uncalibrated(job.quantized_dir);
+  std::unique_ptr<CompareLayers> layers;
+  bool cuda = job.cuda;
+  if (cuda) {
+    if (std::string why = gpu_compare_unsupported(cs, ks, cq, kq); !why.empty()) {
+      STRATA_CHECK(!job.device_explicit, "--device cuda: ", why, "; use --device cpu");
+      log_warn("compare: the GPU forward cannot run this model (", why, "); running on the CPU");
+      cuda = false;
+    }
+  }
+  if (cuda) {
+    CompareGpuOptions g;
+    g.max_gpu_memory_bytes = job.max_gpu_memory_bytes;
+    g.gemm_bf16 = job.gemm_bf16;
+    g.bf16_between_layers = job.bf16_between_layers;
+    g.simulate_activations = oq.simulate_activations;
+    g.kv_cache = oq.kv_cache;
+    layers = gpu_compare_layers(cs, ks, cq, kq, batch, g);
+  } else {
+    layers = std::make_unique<CpuCompareLayers>(*src, *q, batch);
+  }
+  r.device = cuda ? "cuda" : "cpu";
+
   std::vector<float> hs(static_cast<size_t>(T * H)), hq(hs.size()), local(hs.size());
   src->embed(batch, hs.data());
   q->embed(batch, hq.data());
@@ -325,12 +367,7 @@ CompareResult run_compare(const CompareJob& job) {
   for (int64_t l = 0; l < L; ++l) {
     local = hs;  // the source's input of layer l
     RoutingRecorder route_s, route_local, route_q;
-    src->layer(l)->forward(batch, hs.data(), &route_s);
-    {
-      std::unique_ptr<DecoderLayer> lq = q->layer(l);
-      lq->forward(batch, local.data(), &route_local);
-      lq->forward(batch, hq.data(), &route_q);
-    }
+    layers->run(l, hs.data(), local.data(), hq.data(), &route_s, &route_local, &route_q);
     LayerError e;
     e.index = l;
     e.rel_error = relative_error(local.data(), hs.data(), T * H);
@@ -388,6 +425,7 @@ Json compare_json(const CompareResult& r) {
   j["kv_cache_quant_algo"] = r.kv_cache_algo.empty() ? Json(nullptr) : Json(r.kv_cache_algo);
   j["activations_simulated"] = r.activations_simulated;
   j["kv_cache_simulated"] = r.kv_cache_simulated;
+  j["device"] = r.device;
   j["sequences"] = r.sequences;
   j["tokens"] = r.tokens;
   j["positions"] = r.positions;
@@ -448,7 +486,7 @@ std::string compare_table(const CompareResult& r) {
        << (r.kv_cache_algo.empty() ? "unquantized" : r.kv_cache_algo) << ")\n";
   }
   os << "simulated  activations " << (r.activations_simulated ? "yes" : "no") << ", KV cache "
-     << (r.kv_cache_simulated ? "yes" : "no") << "\n";
+     << (r.kv_cache_simulated ? "yes" : "no") << "  (layers on " << r.device << ")\n";
   os << "sequences " << r.sequences << "  tokens " << r.tokens << "  positions " << r.positions
      << "  predicted " << r.predicted << "\n\n";
   os << compare_headline(r) << "\n";

@@ -4,7 +4,8 @@
 //   CompareResult r = run_compare(job);
 //   std::string table = compare_table(r);   Json j = compare_json(r);
 //
-// Both models run on the CPU forward (model/forward.h), one decoder layer of each resident at a
+// Both models run on the CPU forward (model/forward.h), or with CompareJob::cuda their decoder
+// layers on the GPU forward (engine/compare_layers.h), one decoder layer of each resident at a
 // time, over the same token sequences (one batch). The export runs as a server runs it: weights
 // dequantized, and, unless switched off, every quantized linear's input fake-quantized with the
 // export's input scale and the KV cache stored through the export's kv_cache_quant_algo with its
@@ -46,6 +47,12 @@ struct CompareJob {
   bool simulate_kv_cache = true;     // --no_kv_sim
   bool bf16_between_layers = true;   // --fp32 turns it off (both models)
   bool progress = true;              // per-layer progress on stderr
+  // --device: the decoder layers on the GPU (engine/compare_layers.h; docs/COMPARE.md "On the
+  // GPU"); device_explicit: asked for, so a model the GPU forward cannot run is an error rather
+  // than a fall back to the CPU. The embedding, the logits and the measurements stay on the host.
+  bool cuda = false, device_explicit = false;
+  uint64_t max_gpu_memory_bytes = 0;  // --max_gpu_memory_gb; 0: the device's free memory
+  bool gemm_bf16 = true;              // --gpu_gemm bf16|fp32
 };
 
 struct LayerError {
@@ -71,6 +78,7 @@ struct CompareResult {
   std::string quant_algo;     // hf_quant_config.json's, "" when QUANTIZED has none
   std::string kv_cache_algo;  // its kv_cache_quant_algo, "" when none
   bool activations_simulated = false, kv_cache_simulated = false;
+  std::string device;  // where the decoder layers ran: "cpu" or "cuda"
   int64_t sequences = 0, tokens = 0;
   int64_t positions = 0;  // KL and top-1 are taken at every position
   int64_t predicted = 0;  // positions with a next token: the perplexities'

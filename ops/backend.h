@@ -110,17 +110,23 @@ namespace strata::ops {
 // experts of a compressed source when the memory plan slices them (docs/CUDA.md "Memory"); the
 // CPU backend's binder decompresses on load and the CPU backend asserts it never gets one.
 struct Compressed {
-  enum class Kind : uint8_t { kNone, kInt4Pack, kMxfp4, kFp8Block };
+  // kNvfp4, kFp8, kMxfp8: a ModelOpt export's weights (spec/format.md §1, §2, §7), which strata
+  // compare's GPU forward reads (an export's MXFP4 weight is kMxfp4's layout).
+  enum class Kind : uint8_t { kNone, kInt4Pack, kMxfp4, kFp8Block, kNvfp4, kFp8, kMxfp8 };
   Kind kind = Kind::kNone;
   // kInt4Pack: int32 words [out, ceil(in / 8)], 8 nibbles each; kMxfp4: blocks U8 [out, groups,
-  // 16]; kFp8Block: F8_E4M3 [out, in].
+  // 16]; kFp8Block: F8_E4M3 [out, in]; kNvfp4: packed E2M1 U8 [out, in / 2]; kFp8, kMxfp8:
+  // F8_E4M3 [out, in].
   const void* values = nullptr;
   // kInt4Pack: [out, ceil(in / group)]; kMxfp4: E8M0 [out, groups]; kFp8Block: scale_inv
-  // [ceil(out / group), ceil(in / group)].
+  // [ceil(out / group), ceil(in / group)]; kNvfp4: F8_E4M3 [out, in / group]; kFp8: F32, one
+  // (group 0) or [ceil(out / 128), ceil(in / 128)] (group 128, fp8_pb_wo); kMxfp8: E8M0 [out,
+  // in / 32].
   const void* scales = nullptr;
-  DType scale_dtype = DType::kBF16;  // kInt4Pack, kFp8Block: F32, F16 or BF16
-  int64_t group = 0;                 // kInt4Pack: the group size; kFp8Block: the block edge
-  int64_t stored_cols = 0;           // kMxfp4: groups a row (the blocks' second dimension)
+  DType scale_dtype = DType::kBF16;    // kInt4Pack, kFp8Block: F32, F16 or BF16
+  int64_t group = 0;                   // kInt4Pack: the group size; kFp8Block: the block edge
+  int64_t stored_cols = 0;             // kMxfp4: groups a row (the blocks' second dimension)
+  const void* global_scale = nullptr;  // kNvfp4: weight_scale_2, one F32
   bool defined() const { return kind != Kind::kNone; }
 };
 
@@ -135,7 +141,8 @@ struct Weight {
   float offset = 0.0f;
   // How a server quantizes this linear's input before its GEMM (strata compare's simulation of a
   // served export, set by the binder from the export's input scales; none: the input as is).
-  // The CPU backend's linears and mlp apply it to a copy of the input; the CUDA backend refuses it.
+  // Both backends' linears, mlp and moe apply it to a copy of the input (bit-identical quantizers,
+  // ops/cuda/fake_quant.h); the CUDA backend's moe() takes one per layer for all routed experts.
   ActQuant input_quant{};
   // bf16_ops: rms_norm multiplies by this weight in fp32 and rounds once (gpt-oss's RMSNorm; always
   // with an offset), instead of rounding x / rms(x) to bf16 first and then its product with the
@@ -239,14 +246,14 @@ class Backend {
                        int64_t cols) = 0;
 
   // MoE routing under the router's module name (Observer::observe_routing); the CUDA backend
-  // does not report it.
+  // reports it only to an observer set for it (CudaBackend::set_routing_observer).
   virtual void observe_routing(const std::string& /*router*/, const int32_t* /*chosen*/,
                                int64_t /*tokens*/, int64_t /*k*/) {}
 
   // ---- serving simulation (strata compare) ---------------------------------------------------
   // x[rows, cols] fake-quantized in place as `q` says (quant/quantized.h fake_quantize): the KV
-  // cache as a server stores it. `name` names the tensor in errors. The CPU only; the CUDA
-  // backend refuses it.
+  // cache as a server stores it. `name` names the tensor in errors. Bit-identical on both
+  // backends.
   virtual void fake_quantize(float* x, int64_t rows, int64_t cols, const ActQuant& q,
                              std::string_view name) = 0;
 

@@ -31,6 +31,70 @@ std::optional<SourceWeight> compressed_weight(const Checkpoint& ckpt, const std:
   return sw;
 }
 
+// A ModelOpt export's quantized weight "<M>.weight" (NVFP4, FP8 per tensor or per 128-block,
+// MXFP8, MXFP4; the shapes model/common.cpp checks), as a Compressed whose pointers are offsets
+// from `base` into the blob (null: nothing to point at); std::nullopt when `name` is not one.
+std::optional<ops::Compressed> export_weight(const Checkpoint& ckpt, const std::string& name,
+                                             const Shape& shape, const LayerBlob* blob,
+                                             const uint8_t* base) {
+  if (!name.ends_with(".weight") || shape.size() != 2 || !ckpt.has(name)) return std::nullopt;
+  const std::string m = name.substr(0, name.size() - 7);
+  if (!ckpt.has(m + ".weight_scale")) return std::nullopt;
+  const TensorEntry& w = ckpt.entry(name);
+  const TensorEntry& sc = ckpt.entry(m + ".weight_scale");
+  auto bad = [&](const char* what) {
+    fail(ckpt.dir(), ": '", m, "' looks ModelOpt-quantized but ", what, "; the export is damaged");
+  };
+  auto at = [&](const std::string& n) -> const void* {
+    if (!base || !blob) return nullptr;
+    return base + blob->items.at(n).offset;
+  };
+  ops::Compressed c;
+  c.values = at(name);
+  c.scales = at(m + ".weight_scale");
+  const int64_t out = shape[0], in = shape[1];
+  if (w.dtype == DType::kU8 && sc.dtype == DType::kU8) {  // MXFP4
+    if (w.shape != Shape{out, in / 2} || sc.shape != Shape{out, in / 32})
+      bad("its MXFP4 tensors have unexpected shapes");
+    c.kind = ops::Compressed::Kind::kMxfp4;
+    c.stored_cols = in / 32;
+  } else if (w.dtype == DType::kU8) {  // NVFP4, blocks of 16 or 32
+    if (w.shape != Shape{out, in / 2} || sc.dtype != DType::kF8E4M3 ||
+        (sc.shape != Shape{out, in / 16} && sc.shape != Shape{out, in / 32}) ||
+        !ckpt.has(m + ".weight_scale_2"))
+      bad("its NVFP4 tensors have unexpected shapes or dtypes");
+    c.kind = ops::Compressed::Kind::kNvfp4;
+    c.group = in / sc.shape[1];
+    c.global_scale = at(m + ".weight_scale_2");
+  } else if (w.dtype == DType::kF8E4M3 && sc.dtype == DType::kF32) {
+    c.kind = ops::Compressed::Kind::kFp8;
+    const int64_t nr = (out + kFp8Block - 1) / kFp8Block, nc = (in + kFp8Block - 1) / kFp8Block;
+    if (w.shape != shape || (shape_numel(sc.shape) != 1 && sc.shape != Shape{nr, 1, nc, 1}))
+      bad("its FP8 tensors have unexpected shapes");
+    c.group = shape_numel(sc.shape) == 1 ? 0 : kFp8Block;
+  } else if (w.dtype == DType::kF8E4M3 && sc.dtype == DType::kU8) {
+    if (w.shape != shape || sc.shape != Shape{out, in / 32})
+      bad("its MXFP8 tensors have unexpected shapes");
+    c.kind = ops::Compressed::Kind::kMxfp8;
+  } else {
+    return std::nullopt;
+  }
+  return c;
+}
+
+// Whether tensor `n` is part of an export's quantized weight (the weight or its scales).
+bool export_tensor(const Checkpoint& ckpt, const std::string& n) {
+  for (const char* suffix : {".weight", ".weight_scale", ".weight_scale_2"}) {
+    if (!n.ends_with(suffix)) continue;
+    const std::string m = n.substr(0, n.size() - std::string(suffix).size());
+    if (ckpt.has(m + ".weight") && ckpt.has(m + ".weight_scale")) {
+      const TensorEntry& w = ckpt.entry(m + ".weight");
+      if (w.dtype == DType::kU8 || w.dtype == DType::kF8E4M3) return true;
+    }
+  }
+  return false;
+}
+
 // Tokens of the sizing runs: one sequence, long enough that the scratch's alignment is noise.
 constexpr int64_t kSizingTokens = 1024;
 
@@ -41,9 +105,10 @@ class BlobBinder final : public model::Binder {
  public:
   // decompressed: where each decompressed weight lands (by its "<M>.weight" name), or null.
   BlobBinder(const Checkpoint& ckpt, const LayerBlob& blob, const uint8_t* base,
-             DeviceBuffer* converted, bool gemm_bf16, const Stream& stream,
+             DeviceBuffer* converted, bool gemm_bf16, const Stream& stream, const Serving& serving,
              std::map<std::string, ops::StoredWeight>* decompressed = nullptr)
-      : ckpt_(ckpt),
+      : serving_(serving),
+        ckpt_(ckpt),
         blob_(blob),
         base_(base),
         converted_(converted),
@@ -68,10 +133,21 @@ class BlobBinder final : public model::Binder {
   }
 
   ops::Weight matrix(const std::string& name, const Shape& shape) override {
+    ops::Weight w = weight(name, shape);
+    if (serving_.activations) w.input_quant = model::served_input_quant(ckpt_, name);
+    return w;
+  }
+  ActQuant kv_quant(const std::string& cache) const override {
+    return model::served_kv_quant(ckpt_, serving_.kv_cache, cache);
+  }
+
+  ops::Weight weight(const std::string& name, const Shape& shape) {
     if (!blob_.items.count(name)) {
       if (std::optional<SourceWeight> sw = compressed_weight(ckpt_, name))
         return compressed(*sw, shape);
     }
+    if (std::optional<ops::Compressed> c = export_weight(ckpt_, name, shape, &blob_, base_))
+      return decompressed(name, *c, shape);
     const LayerBlob::Item& it = item(name, shape);
     const int64_t n = shape_numel(shape);
     const uint64_t esz = gemm_bf16_ ? 2 : 4;
@@ -224,6 +300,7 @@ class BlobBinder final : public model::Binder {
     return converted_->as<uint8_t>() + at;
   }
 
+  const Serving& serving_;
   const Checkpoint& ckpt_;
   const LayerBlob& blob_;
   const uint8_t* base_;
@@ -239,8 +316,19 @@ class BlobBinder final : public model::Binder {
 // Shapes only, from the checkpoint's headers: for the sizing runs, which need no weights.
 class ShapeBinder final : public model::Binder {
  public:
-  explicit ShapeBinder(const Checkpoint& ckpt) : ckpt_(ckpt) {}
+  explicit ShapeBinder(const Checkpoint& ckpt, Serving serving = {})
+      : ckpt_(ckpt), serving_(serving) {}
   ops::Weight matrix(const std::string& name, const Shape& shape) override {
+    ops::Weight w = weight(name, shape);
+    // The serving simulation's quantized copies count in the sizing runs' scratch.
+    if (serving_.activations) w.input_quant = model::served_input_quant(ckpt_, name);
+    return w;
+  }
+  ActQuant kv_quant(const std::string& cache) const override {
+    return model::served_kv_quant(ckpt_, serving_.kv_cache, cache);
+  }
+  ops::Weight weight(const std::string& name, const Shape& shape) {
+    if (export_weight(ckpt_, name, shape, nullptr, nullptr)) return {nullptr, shape, false};
     if (!ckpt_.has(name)) {
       if (std::optional<SourceWeight> sw = compressed_weight(ckpt_, name)) {
         STRATA_CHECK(sw->shape == shape, ckpt_.dir(), ": '", sw->stored, "' holds ",
@@ -272,6 +360,7 @@ class ShapeBinder final : public model::Binder {
     return shape;
   }
   const Checkpoint& ckpt_;
+  Serving serving_;
 };
 
 std::string layer_prefix(const std::string& model_prefix, int64_t l) {
@@ -293,13 +382,14 @@ struct Survey {
   uint64_t expert_slot = 0;  // CudaBackend::expert_slot_bytes of the largest routed expert
 };
 Survey survey_layers(const ModelConfig& c, const Checkpoint& ckpt, const model::Family& family,
-                     const std::string& model_prefix, GpuForwardOptions options) {
+                     const std::string& model_prefix, GpuForwardOptions options,
+                     Serving serving = {}) {
   Survey s;
   auto be = ops::CudaBackend::sizing(options);
   const ops::Tokens t = sizing_tokens(kSizingTokens);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     auto layer = family.make_layer(c, l, layer_prefix(model_prefix, l));
-    ShapeBinder binder(ckpt);
+    ShapeBinder binder(ckpt, serving);
     layer->bind(binder);
     be->clear_slots();
     be->reset_high_water();
@@ -320,6 +410,7 @@ struct GpuForward::Impl {
   DeviceBudget& budget;
   const Stream& stream;
   GpuForwardOptions opt;
+  Serving serving;
   const model::Family& family;
   std::string model_prefix;
   Survey survey;
@@ -331,15 +422,16 @@ struct GpuForward::Impl {
   bool defer_experts = false;  // set_expert_slice
 
   Impl(const ModelConfig& config, const Checkpoint& ck, DeviceBudget& b, const Stream& s,
-       GpuForwardOptions o)
+       GpuForwardOptions o, Serving sv)
       : c(config),
         ckpt(ck),
         budget(b),
         stream(s),
         opt(o),
+        serving(sv),
         family(model::family_of(config)),
         model_prefix(model::find_prefixes(config, ck).model) {
-    survey = survey_layers(c, ckpt, family, model_prefix, opt);
+    survey = survey_layers(c, ckpt, family, model_prefix, opt, serving);
     be = std::make_unique<ops::CudaBackend>(budget, stream, opt, survey.max_slots,
                                             std::max<int64_t>(c.num_experts, 0));
   }
@@ -347,7 +439,7 @@ struct GpuForward::Impl {
                 uint64_t* largest_deferred = nullptr) {
     layer = family.make_layer(c, l, layer_prefix(model_prefix, l));
     if (base) decompressed.clear();
-    BlobBinder binder(ckpt, blob, base, &converted, opt.gemm_bf16, stream,
+    BlobBinder binder(ckpt, blob, base, &converted, opt.gemm_bf16, stream, serving,
                       base ? &decompressed : nullptr);
     binder.hold_experts_of(opt.expert_rank, opt.expert_ranks);
     binder.defer_routed_experts(defer);
@@ -365,6 +457,7 @@ std::string GpuForward::unsupported(const ModelConfig& config, const Checkpoint&
     // Compressed sources (DeepSeek FP8 blocks, INT4 pack-quantized, MXFP4), their values and
     // companions: decompressed on the device (ops/cuda/convert.h).
     if (compressed_module_of(ckpt, n) || is_compressed_aux(ckpt, n)) continue;
+    if (export_tensor(ckpt, n)) continue;  // a ModelOpt export's (strata compare)
     return str("tensor '", n, "' has dtype ", dtype_name(t),
                " (the GPU forward reads F32, F16 and BF16 weights, DeepSeek FP8 blocks, INT4 "
                "pack-quantized and MXFP4 weights)");
@@ -381,8 +474,8 @@ std::string GpuForward::unsupported(const ModelConfig& config, const Checkpoint&
 }
 
 GpuForward::GpuForward(const ModelConfig& config, const Checkpoint& ckpt, DeviceBudget& budget,
-                       const Stream& stream, GpuForwardOptions options)
-    : impl_(std::make_unique<Impl>(config, ckpt, budget, stream, options)) {}
+                       const Stream& stream, GpuForwardOptions options, Serving serving)
+    : impl_(std::make_unique<Impl>(config, ckpt, budget, stream, options, serving)) {}
 GpuForward::~GpuForward() = default;
 
 std::vector<std::vector<std::string>> GpuForward::observed_inputs(const ModelConfig& config,
@@ -490,6 +583,10 @@ void GpuForward::set_expert_exchange(DeviceExpertExchange* exchange) {
 
 std::vector<AmaxStat> GpuForward::take_stats() {
   return impl_->be->take_stats();
+}
+
+void GpuForward::set_routing_observer(Observer* routing) {
+  impl_->be->set_routing_observer(routing);
 }
 
 }  // namespace strata::gpu

@@ -31,13 +31,22 @@ using GpuForwardOptions = ops::CudaBackendOptions;
 using GpuChunk = ops::Tokens;
 using AmaxStat = ops::AmaxStat;
 
+// strata compare's simulation of a served export (model/forward.h ForwardOptions, docs/COMPARE.md
+// "What is simulated"): each quantized linear's input quantized with the export's input scale
+// (model/common.h served_input_quant), and the KV cache through `kv_cache` with its k/v scales
+// (served_kv_quant). An export's weights (NVFP4, FP8, MXFP8, MXFP4) are read whatever this says.
+struct Serving {
+  bool activations = false;
+  ActQuant::Kind kv_cache = ActQuant::Kind::kNone;
+};
+
 class GpuForward {
  public:
   // "" when the GPU forward supports the model; else why not (the run then stays on the CPU).
   static std::string unsupported(const ModelConfig& config, const Checkpoint& ckpt);
 
   GpuForward(const ModelConfig& config, const Checkpoint& ckpt, DeviceBudget& budget,
-             const Stream& stream, GpuForwardOptions options);
+             const Stream& stream, GpuForwardOptions options, Serving serving = {});
   ~GpuForward();
 
   // The inputs layer l's forward observes on the GPU, each slot's hub names (a fused input has
@@ -90,6 +99,9 @@ class GpuForward {
   void set_expert_exchange(DeviceExpertExchange* exchange);
   // The statistics of every forward since the last take (synchronizes the stream).
   std::vector<AmaxStat> take_stats();
+  // MoE routing of the forwards to come reported to `routing` (ops::CudaBackend::
+  // set_routing_observer); null: not reported.
+  void set_routing_observer(Observer* routing);
 
  private:
   struct Impl;

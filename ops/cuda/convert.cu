@@ -248,7 +248,76 @@ Where table_of(const WeightTable& t) {
   return w;
 }
 
+// The fp32 value v stored as bf16 bits or fp32.
+__device__ __forceinline__ void store(void* dst, int64_t i, float v, bool to_bf16) {
+  if (to_bf16) {
+    static_cast<uint16_t*>(dst)[i] = f32_bf16_bits(v);
+  } else {
+    static_cast<float*>(dst)[i] = v;
+  }
+}
+
+// quant/nvfp4.cpp nvfp4_dequantize: e2m1(code) * (e4m3(scale) * global), in that order.
+__global__ void k_dequant_nvfp4(const uint8_t* packed, const uint8_t* scales, const float* global,
+                                int64_t n, int64_t block, void* dst, bool to_bf16) {
+  const float g = *global;
+  FOR_N(i, n) {
+    const uint8_t byte = packed[i / 2];
+    const uint32_t code = (i % 2 == 0) ? (byte & 0xFu) : (byte >> 4);
+    const float descale = __fmul_rn(e4m3_f32(scales[i / block]), g);
+    store(dst, i, __fmul_rn(e2m1_f32(code), descale), to_bf16);
+  }
+}
+
+// quant/fp8.cpp fp8_dequantize (block 0) and fp8_pb_dequantize (block 128).
+__global__ void k_dequant_fp8_export(const uint8_t* w, const float* scales, int64_t out, int64_t in,
+                                     int64_t block, void* dst, bool to_bf16) {
+  const int64_t nc = block > 0 ? (in + block - 1) / block : 1;
+  FOR_N(i, out * in) {
+    const int64_t r = i / in, c = i % in;
+    const float s = block > 0 ? scales[(r / block) * nc + c / block] : scales[0];
+    store(dst, i, __fmul_rn(e4m3_f32(w[i]), s), to_bf16);
+  }
+}
+
+// quant/mxfp8.cpp mxfp8_dequantize: ldexp(e4m3, e - 127), exact (or infinity, as ldexp).
+__global__ void k_dequant_mxfp8_export(const uint8_t* w, const uint8_t* scales, int64_t n,
+                                       void* dst, bool to_bf16) {
+  FOR_N(i, n) {
+    const int e = static_cast<int>(scales[i / 32]) - 127;  // -127 .. 128
+    const int k = e < 128 ? e : 127;
+    const float p = k >= -126 ? __uint_as_float(static_cast<uint32_t>(k + 127) << 23)
+                              : __uint_as_float(0x00400000u);  // 2^-127
+    float v = __fmul_rn(e4m3_f32(w[i]), p);
+    if (e == 128) v = __fmul_rn(v, 2.0f);
+    store(dst, i, v, to_bf16);
+  }
+}
+
 }  // namespace
+
+void dequant_nvfp4_export(const uint8_t* packed, const uint8_t* block_scales,
+                          const float* global_scale, int64_t out, int64_t in, int64_t block,
+                          void* dst, bool to_bf16, void* s) {
+  if (out * in == 0) return;
+  k_dequant_nvfp4<<<blocks_for(out * in), kThreads, 0, st(s)>>>(packed, block_scales, global_scale,
+                                                                out * in, block, dst, to_bf16);
+  launched("dequant_nvfp4_export");
+}
+void dequant_fp8_export(const uint8_t* w8, const float* scales, int64_t out, int64_t in,
+                        int64_t block, void* dst, bool to_bf16, void* s) {
+  if (out * in == 0) return;
+  k_dequant_fp8_export<<<blocks_for(out * in), kThreads, 0, st(s)>>>(w8, scales, out, in, block,
+                                                                     dst, to_bf16);
+  launched("dequant_fp8_export");
+}
+void dequant_mxfp8_export(const uint8_t* w8, const uint8_t* scales, int64_t out, int64_t in,
+                          void* dst, bool to_bf16, void* s) {
+  if (out * in == 0) return;
+  k_dequant_mxfp8_export<<<blocks_for(out * in), kThreads, 0, st(s)>>>(w8, scales, out * in, dst,
+                                                                       to_bf16);
+  launched("dequant_mxfp8_export");
+}
 
 void convert_to_f32(const void* src, DType dtype, float* dst, int64_t n, void* s) {
   if (n == 0) return;

@@ -54,6 +54,19 @@ void dequant_int4_pack_many(const WeightTable& t, int64_t out, int64_t in, int64
                             DType scale_dtype, bool to_bf16, void* stream);
 void dequant_mxfp4_many(const WeightTable& t, int64_t out, int64_t groups, bool to_bf16,
                         void* stream);
+// A ModelOpt export's weight [out, in] dequantized as model/common.cpp reads it (bit-identical to
+// quant/nvfp4.cpp nvfp4_dequantize, quant/fp8.cpp fp8_dequantize / fp8_pb_dequantize,
+// quant/mxfp8.cpp mxfp8_dequantize): fp32 values, or those rounded to bf16 bits (to_bf16).
+// NVFP4: packed U8 [out, in/2] (even element low), E4M3 block scales [out, in/block], the F32
+// global scale at global_scale: e2m1 · (e4m3 · global). FP8: F8_E4M3 times one F32 scale
+// (block 0) or the F32 scale of its 128 x 128 block (block 128). MXFP8: F8_E4M3 · 2^(e - 127).
+void dequant_nvfp4_export(const uint8_t* packed, const uint8_t* block_scales,
+                          const float* global_scale, int64_t out, int64_t in, int64_t block,
+                          void* dst, bool to_bf16, void* stream);
+void dequant_fp8_export(const uint8_t* w8, const float* scales, int64_t out, int64_t in,
+                        int64_t block, void* dst, bool to_bf16, void* stream);
+void dequant_mxfp8_export(const uint8_t* w8, const uint8_t* scales, int64_t out, int64_t in,
+                          void* dst, bool to_bf16, void* stream);
 // y[n] = bf16(x[n]): nearest, ties to even, as core/dtype.h f32_to_bf16 for every non-NaN x
 // (infinities and overflow to infinity included). A NaN stays NaN with its sign and the top
 // bits of its payload, made quiet: the top 16 bits of x with bit 6 (the bf16 quiet bit) set.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -13,6 +14,7 @@
 #include "ops/cuda/convert.h"
 #include "ops/cuda/elementwise.h"
 #include "ops/cuda/expert_gemm.h"
+#include "ops/cuda/fake_quant.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/indexer.h"
 #include "ops/cuda/kda.h"
@@ -203,6 +205,19 @@ void decompress_weight(const Compressed& c, int64_t rows, int64_t cols, void* ds
       cuda::dequant_fp8_block(values, rows, cols, c.group, c.scales, c.scale_dtype, dst, to_bf16,
                               stream);
       return;
+    case Compressed::Kind::kNvfp4:
+      cuda::dequant_nvfp4_export(values, static_cast<const uint8_t*>(c.scales),
+                                 static_cast<const float*>(c.global_scale), rows, cols, c.group,
+                                 dst, to_bf16, stream);
+      return;
+    case Compressed::Kind::kFp8:
+      cuda::dequant_fp8_export(values, static_cast<const float*>(c.scales), rows, cols, c.group,
+                               dst, to_bf16, stream);
+      return;
+    case Compressed::Kind::kMxfp8:
+      cuda::dequant_mxfp8_export(values, static_cast<const uint8_t*>(c.scales), rows, cols, dst,
+                                 to_bf16, stream);
+      return;
     case Compressed::Kind::kNone:
       break;
   }
@@ -392,34 +407,96 @@ const void* CudaBackend::gin(const float* a, int64_t count) {
 
 namespace {
 
-// The simulation of a served export's quantized inputs (ops::Weight::input_quant) has no CUDA
-// implementation yet: strata compare runs on the CPU.
-void refuse_input_quant(const Weight& w) {
-  STRATA_CHECK(!w.input_quant.on(),
-               "the CUDA backend does not simulate quantized linear inputs (strata compare's "
-               "activation simulation runs on the CPU only)");
+// The one input quantization of every routed expert's gate and up (gate_up) projections, or of
+// their down projections: the export shares an MoE layer's input scales among its experts
+// (docs/COMPARE.md), so the GPU quantizes a layer's rows once, before they are grouped by expert.
+// Experts that differ are refused (the CPU simulates each expert's own).
+ActQuant experts_input_quant(std::span<const Mlp> experts, bool gate_up) {
+  std::optional<ActQuant> q;
+  for (const Mlp& m : experts) {
+    if (!m.held()) continue;
+    const Weight* ws[2] = {gate_up ? (m.interleaved ? &m.gate_up : &m.gate) : &m.down,
+                           gate_up && !m.interleaved ? &m.up : nullptr};
+    for (const Weight* w : ws) {
+      if (!w) continue;
+      if (!q) q = w->input_quant;
+      STRATA_CHECK(*q == w->input_quant, "the routed experts of ", m.gate_up_names[0],
+                   "'s layer have different ", gate_up ? "gate/up" : "down",
+                   " input scales; the GPU simulates one per layer, as ModelOpt exports them "
+                   "(run strata compare --device cpu)");
+    }
+  }
+  return q.value_or(ActQuant{});
 }
 
 }  // namespace
 
-void CudaBackend::fake_quantize(float*, int64_t, int64_t, const ActQuant&, std::string_view name) {
-  fail("the CUDA backend does not simulate a quantized KV cache (", name,
-       "); strata compare's serving simulation runs on the CPU only");
+void CudaBackend::fake_quantize(float* x, int64_t rows, int64_t cols, const ActQuant& q,
+                                std::string_view name) {
+  // The CPU reference's own checks (the block divides the rows, a positive finite scale), made
+  // by running it on no rows.
+  strata::fake_quantize(q, nullptr, 0, cols, name);
+  if (dry()) return;
+  void* s = stream_->handle();
+  const int64_t n = rows * cols;
+  switch (q.kind) {
+    case ActQuant::Kind::kNone:
+      return;
+    case ActQuant::Kind::kNvfp4:
+      cuda::fake_quantize_nvfp4(x, n, q.scale, s);
+      return;
+    case ActQuant::Kind::kFp8:
+      cuda::fake_quantize_fp8(x, n, q.scale, s);
+      return;
+    case ActQuant::Kind::kMxfp8:
+      cuda::fake_quantize_mxfp8(x, n, s);
+      return;
+  }
+}
+
+void CudaBackend::observe_routing(const std::string& router, const int32_t* chosen, int64_t tokens,
+                                  int64_t k) {
+  if (!routing_ || dry()) return;
+  routing_host_.resize(static_cast<size_t>(tokens * k));
+  stream_->copy_to_host(routing_host_.data(), chosen, routing_host_.size() * 4);
+  stream_->synchronize();
+  routing_->observe_routing(router, routing_host_.data(), tokens, k);
+}
+
+const float* CudaBackend::quantized_copy(const float* x, int64_t rows, int64_t cols,
+                                         const ActQuant& q, std::string_view name) {
+  float* c = take(rows * cols);
+  if (!dry()) stream_->copy_device(c, x, static_cast<uint64_t>(rows * cols) * 4);
+  fake_quantize(c, rows, cols, q, name);
+  return c;
 }
 
 void CudaBackend::linears(const float* x, int64_t m, std::initializer_list<Out> outs) {
   const uint64_t at = mark();
-  const void* xin = nullptr;
+  const void* xin = nullptr;  // the GEMM input made of `from`
+  const float* from = nullptr;
+  const float* quantized = nullptr;  // x as `held` says (the serving simulation)
+  ActQuant held;
   for (const Out& o : outs) {
     const Weight& w = *o.w;
-    refuse_input_quant(w);
     // Only routed experts are deferred (moe() decompresses them); linears and mlp() (dense MLPs,
     // shared experts) get their weights decompressed at set_layer.
     STRATA_ASSERT(!w.deferred(), "a linear's weight with deferred decompression");
+    const float* in = x;
+    if (w.input_quant.on()) {
+      if (!quantized || !(held == w.input_quant)) {
+        quantized = quantized_copy(x, m, w.cols(), w.input_quant, "a linear's input");
+        held = w.input_quant;
+      }
+      in = quantized;
+    }
     if (w.f32) {  // routers and gates: fp32 GEMMs on the fp32 input
-      if (!dry()) mm(x, w.data, o.y, m, w.rows(), w.cols(), false);
+      if (!dry()) mm(in, w.data, o.y, m, w.rows(), w.cols(), false);
     } else {
-      if (!xin) xin = gin(x, m * w.cols());
+      if (!xin || from != in) {
+        xin = gin(in, m * w.cols());
+        from = in;
+      }
       if (!dry()) mm(xin, w.data, o.y, m, w.rows(), w.cols(), opt_.gemm_bf16);
     }
     if (o.bias && !dry())
@@ -818,12 +895,10 @@ void CudaBackend::decompress_experts(std::span<const Mlp> experts, const void* c
 
 void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
                       const float* weight, std::span<const Mlp> experts, float* y) {
-  for (const Mlp& e : experts) {
-    for (const Weight* w : {&e.gate, &e.up, &e.down, &e.gate_up})
-      refuse_input_quant(*w);
-  }
+  // The serving simulation (strata compare): every expert's input quantization, one per layer.
+  const ExpertQuant quant{experts_input_quant(experts, true), experts_input_quant(experts, false)};
   if (exchange_ ? exchange_->ranks() > 1 : dry() && opt_.expert_ranks > 1) {
-    moe_exchanged(n, T, H, K, chosen, weight, experts, y);
+    moe_exchanged(n, T, H, K, chosen, weight, experts, y, quant);
     return;
   }
   const int64_t E = static_cast<int64_t>(experts.size()), S = T * K, Im = experts[0].inter;
@@ -848,6 +923,9 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
     n16 = take_bytes<uint16_t>(T * H);
     x16 = take_bytes<uint16_t>(S * H);
   }
+  // The serving simulation: n as the experts' gate/up input quantization says (row-wise, so
+  // quantizing n before the gather gives each expert's rows as the CPU quantizes them).
+  float* nq = quant.gate_up.on() ? take(T * H) : nullptr;
   if (dry()) {
     release(at);
     gin(act, S * Im);  // the down GEMMs' input
@@ -887,13 +965,19 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   span(kRouter);
   // The rows an expert sees are its tokens' n: each token's amax goes to its K experts' slots.
   cuda::amax_rows(n, T, H, chosen, slot_ptr(gu0), s, K);
+  const float* nx = n;  // the GEMMs' rows before the gather
+  if (nq) {
+    stream_->copy_device(nq, n, static_cast<uint64_t>(T * H) * 4);
+    fake_quantize(nq, T, H, quant.gate_up, "an expert's input");
+    nx = nq;
+  }
   const void* xin = nullptr;
   if (opt_.gemm_bf16) {
-    cuda::cast_bf16(n, n16, T * H, s);
+    cuda::cast_bf16(nx, n16, T * H, s);
     cuda::moe_gather(n16, T, H, K, pos, x16, s);
     xin = x16;
   } else {
-    cuda::moe_gather(n, T, H, K, pos, og, s);
+    cuda::moe_gather(nx, T, H, K, pos, og, s);
     xin = og;
   }
   span(kExpertOther);
@@ -936,6 +1020,7 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
     cuda::swiglu(g, u, S * Im, g, s, bf16_ops_);
   }
   cuda::amax_rows(act, S, Im, row_expert, slot_ptr(dn0), s);
+  fake_quantize(act, S, Im, quant.down, "an expert's down input");  // once observed
   const void* hin = gin(act, S * Im);
   span(kExpertOther);
   cuda::ExpertGemmOutputs dn;
@@ -976,7 +1061,7 @@ uint8_t* CudaBackend::take_received(uint64_t bytes) {
 // order received and are combined where the token lives, in slot order, as in moe().
 void CudaBackend::moe_exchanged(const float* n, int64_t T, int64_t H, int64_t K,
                                 const int32_t* chosen, const float* weight,
-                                std::span<const Mlp> experts, float* y) {
+                                std::span<const Mlp> experts, float* y, const ExpertQuant& quant) {
   const int64_t E = static_cast<int64_t>(experts.size()), S = T * K, Im = experts[0].inter;
   STRATA_CHECK(!experts[0].interleaved,
                "expert parallelism on the GPU: gpt-oss's experts are written fused (run without "
@@ -996,6 +1081,7 @@ void CudaBackend::moe_exchanged(const float* n, int64_t T, int64_t H, int64_t K,
   float* og = take(S * H);          // [S, H] the experts' outputs, back from their ranks
   void* xs = take_bytes<uint8_t>(static_cast<int64_t>(static_cast<uint64_t>(S * H) * es));
   uint16_t* n16 = opt_.gemm_bf16 ? take_bytes<uint16_t>(T * H) : nullptr;
+  float* nq = quant.gate_up.on() ? take(T * H) : nullptr;  // as in moe()
   // The receiving side for R rows: [R, H] inputs, [R, 2] meta, [R] experts, [R, Im] gate and up,
   // [R, Im] the down GEMMs' bf16 input, [R, H] outputs.
   auto received_bytes = [&](int64_t R) {
@@ -1032,11 +1118,17 @@ void CudaBackend::moe_exchanged(const float* n, int64_t T, int64_t H, int64_t K,
   stream_->zero(cursor, static_cast<uint64_t>(E) * 4);
   cuda::moe_scatter(chosen, S, offsets, cursor, pos, row_expert, s);
   cuda::moe_dispatch_meta(n, T, H, K, chosen, pos, meta, s);
+  const float* nx = n;
+  if (nq) {
+    stream_->copy_device(nq, n, static_cast<uint64_t>(T * H) * 4);
+    fake_quantize(nq, T, H, quant.gate_up, "an expert's input");
+    nx = nq;
+  }
   if (opt_.gemm_bf16) {
-    cuda::cast_bf16(n, n16, T * H, s);
+    cuda::cast_bf16(nx, n16, T * H, s);
     cuda::moe_gather(n16, T, H, K, pos, static_cast<uint16_t*>(xs), s);
   } else {
-    cuda::moe_gather(n, T, H, K, pos, static_cast<float*>(xs), s);
+    cuda::moe_gather(nx, T, H, K, pos, static_cast<float*>(xs), s);
   }
   span(kRouter);
   // The counts, exchanged on the host: each rank gets every rank's rows per expert it holds.
@@ -1105,6 +1197,7 @@ void CudaBackend::moe_exchanged(const float* n, int64_t T, int64_t H, int64_t K,
     round_ops(u, R * Im);
     cuda::swiglu(g, u, R * Im, g, s, bf16_ops_);
     cuda::amax_rows(g, R, Im, expert_r, slot_ptr(dn0), s);
+    fake_quantize(g, R, Im, quant.down, "an expert's down input");
     const void* hin = g;
     if (opt_.gemm_bf16) {
       cuda::cast_bf16(g, h16, R * Im, s);

@@ -113,9 +113,17 @@ class CudaBackend final : public Backend {
   void phase(Phase p) override;
   void observe(const std::vector<std::string>& names, const float* x, int64_t rows,
                int64_t cols) override;
-  // strata compare's serving simulation runs on the CPU only: refused here.
+  // strata compare's serving simulation (ops/cuda/fake_quant.h, bit-identical to the CPU's): the
+  // KV cache here, a linear's input in linears() (into a copy in the scratch), the routed
+  // experts' in moe() (once per layer: the experts of a layer must share their input scales, as
+  // ModelOpt exports them; otherwise a one-line error).
   void fake_quantize(float* x, int64_t rows, int64_t cols, const ActQuant& q,
                      std::string_view name) override;
+  // MoE routing, reported to `routing` when one is set (strata compare): chosen copied to the
+  // host (synchronizes the stream). Without one, nothing.
+  void set_routing_observer(Observer* routing) { routing_ = routing; }
+  void observe_routing(const std::string& router, const int32_t* chosen, int64_t tokens,
+                       int64_t k) override;
   void linears(const float* x, int64_t m, std::initializer_list<Out> outs) override;
   void rms_norm(const float* x, int64_t rows, int64_t dim, const Weight& w, float eps,
                 float* y) override;
@@ -195,8 +203,16 @@ class CudaBackend final : public Backend {
   const void* expert_slot(int64_t e) const;
   // A deferred weight for the device's weight quantization: decompressed into decompressed_.
   StoredWeight decompressed_for_quantization(const StoredWeight& w);
+  // The routed experts' input quantizations (the serving simulation; none: kNone).
+  struct ExpertQuant {
+    ActQuant gate_up, down;
+  };
   void moe_exchanged(const float* n, int64_t T, int64_t H, int64_t K, const int32_t* chosen,
-                     const float* weight, std::span<const Mlp> experts, float* y);
+                     const float* weight, std::span<const Mlp> experts, float* y,
+                     const ExpertQuant& quant);
+  // x[rows, cols] copied into the scratch and fake-quantized as `q` says.
+  const float* quantized_copy(const float* x, int64_t rows, int64_t cols, const ActQuant& q,
+                              std::string_view name);
   // Device memory for the exchanged MoE's receiving side: from the scratch when it has room, else
   // from a buffer of its own grown under the budget (the rows a rank receives vary).
   uint8_t* take_received(uint64_t bytes);
@@ -229,6 +245,8 @@ class CudaBackend final : public Backend {
   struct Experts;
   std::unique_ptr<Experts> experts_;
   DeviceExpertExchange* exchange_ = nullptr;
+  Observer* routing_ = nullptr;        // set_routing_observer
+  std::vector<int32_t> routing_host_;  // its chosen experts, copied back
   gpu::DeviceBuffer received_;  // the exchanged MoE's receiving side, when the scratch is full
   gpu::DeviceBuffer slice_;     // deferred experts' slots (reserve_expert_slice)
   int64_t slice_experts_ = 0;

@@ -317,8 +317,8 @@ TEST(Quantize, EvalDataPrintsWhatCompareFinds) {
   ASSERT_NE(from, std::string::npos) << c.out;
   ASSERT_NE(to, std::string::npos) << c.out;
   const std::string headline = c.out.substr(from, to + 1 - from);
-  EXPECT_NE(r.out.find("--tokens " + tokens.string() + ", on the CPU): 3 sequences, 16 tokens\n" +
-                       headline),
+  EXPECT_NE(r.out.find("--tokens " + tokens.string() +
+                       ", layers on the CPU): 3 sequences, 16 tokens\n" + headline),
             std::string::npos)
       << "quantize:\n"
       << r.out << "\ncompare:\n"

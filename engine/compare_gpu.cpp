@@ -1,0 +1,236 @@
+// strata compare's decoder layers on the GPU (engine/compare_layers.h; docs/COMPARE.md "On the
+// GPU"). Per layer l:
+//
+//   read the source's layer l (LayerReader, pinned)  ->  device  ->  GpuForward (source) on h_s
+//   read the export's layer l                        ->  device  ->  GpuForward (export, Serving)
+//                                                                    on h_s(l) and on h_q(l)
+//
+// with the next blob read on a helper thread while a layer computes. The hidden states stay on
+// the host (the measurements are taken there, in double) and pass through the device a chunk of
+// whole sequences at a time. Device memory: both models' largest layer blobs and converted
+// (dequantized) weights, each forward's attention buffer, and per token of a chunk both
+// forwards' working sets and the chunk's hidden states: the chunk is as many sequences as
+// --max_gpu_memory_gb leaves room for.
+#include <algorithm>
+#include <future>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/compare_layers.h"
+
+#if STRATA_WITH_CUDA
+#include "core/gpu_memory.h"
+#include "io/layer_reader.h"
+#include "model/cuda/gpu_forward.h"
+#endif
+
+namespace strata {
+
+#if !STRATA_WITH_CUDA
+
+std::string gpu_compare_unsupported(const ModelConfig&, const Checkpoint&, const ModelConfig&,
+                                    const Checkpoint&) {
+  return "this strata was built without CUDA";
+}
+
+std::unique_ptr<CompareLayers> gpu_compare_layers(const ModelConfig&, const Checkpoint&,
+                                                  const ModelConfig&, const Checkpoint&,
+                                                  const Batch&, const CompareGpuOptions&) {
+  fail("--device cuda: this strata was built without CUDA; use --device cpu");
+}
+
+#else
+
+std::string gpu_compare_unsupported(const ModelConfig& cs, const Checkpoint& ks,
+                                    const ModelConfig& cq, const Checkpoint& kq) {
+  if (std::string why = gpu::GpuForward::unsupported(cs, ks); !why.empty())
+    return ks.dir() + ": " + why;
+  if (std::string why = gpu::GpuForward::unsupported(cq, kq); !why.empty())
+    return kq.dir() + ": " + why;
+  return "";
+}
+
+namespace {
+
+constexpr uint64_t kMargin = 64ull << 20;  // cuBLAS workspaces, alignment
+
+// One model's side: its forward, its reader, its layers' blobs and their device buffer.
+struct Side {
+  const Checkpoint& ckpt;
+  gpu::GpuForward forward;
+  LayerReader reader;
+  std::vector<LayerBlob> blobs;
+  uint64_t max_blob = 0, max_converted = 0;
+  gpu::DeviceBuffer weights;
+
+  Side(const ModelConfig& c, const Checkpoint& k, gpu::DeviceBudget& budget,
+       const gpu::Stream& stream, const gpu::GpuForwardOptions& o, gpu::Serving serving)
+      : ckpt(k), forward(c, k, budget, stream, o, serving), reader(k) {
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      blobs.push_back(reader.plan(forward.layer_tensors(l)));
+      max_blob = std::max(max_blob, blobs.back().bytes);
+      max_converted = std::max(max_converted, forward.converted_bytes(l, blobs.back()));
+    }
+  }
+};
+
+// A chunk: sequences [first, last) of the batch, tokens [token0, token0 + tokens).
+struct Chunk {
+  int64_t first = 0, last = 0, token0 = 0, tokens = 0;
+  std::vector<int64_t> bounds;  // chunk-relative sequence bounds
+  int64_t meta_at = 0;          // where its bounds are in the device metadata
+};
+
+class GpuCompareLayers final : public CompareLayers {
+ public:
+  GpuCompareLayers(const ModelConfig& cs, const Checkpoint& ks, const ModelConfig& cq,
+                   const Checkpoint& kq, const Batch& batch, const CompareGpuOptions& o)
+      : batch_(batch),
+        H_(cs.hidden_size),
+        round_bf16_(o.bf16_between_layers),
+        budget_(o.max_gpu_memory_bytes),
+        src_(cs, ks, budget_, stream_, forward_options(o), {}),
+        exp_(cq, kq, budget_, stream_, forward_options(o), {o.simulate_activations, o.kv_cache}) {
+    plan(o);
+  }
+
+  void run(int64_t l, float* hs, float* local, float* hq, Observer* rs, Observer* rl,
+           Observer* rq) override {
+    load(src_, l, 2 * l);
+    forward_all(src_, hs, rs);
+    load(exp_, l, 2 * l + 1);
+    forward_all(exp_, local, rl);
+    forward_all(exp_, hq, rq);
+  }
+
+ private:
+  static gpu::GpuForwardOptions forward_options(const CompareGpuOptions& o) {
+    gpu::GpuForwardOptions f;
+    f.gemm_bf16 = o.gemm_bf16;
+    return f;
+  }
+
+  // Chunks of whole sequences as large as the budget leaves room for, the forwards' scratch and
+  // the token metadata.
+  void plan(const CompareGpuOptions& o) {
+    int64_t longest = 0;
+    for (int64_t s = 0; s < batch_.n_seqs(); ++s)
+      longest = std::max(longest, batch_.seq_offsets[s + 1] - batch_.seq_offsets[s]);
+    const uint64_t cap = budget_.limit() / 8;  // attention scores through GEMMs up to this
+    const uint64_t T = static_cast<uint64_t>(batch_.n_tokens());
+    const uint64_t meta = (2 * T + T + 2 * static_cast<uint64_t>(batch_.n_seqs()) + 2) * 8;
+    const uint64_t fixed = src_.max_blob + exp_.max_blob + src_.max_converted + exp_.max_converted +
+                           src_.forward.attention_bytes(longest, cap) +
+                           exp_.forward.attention_bytes(longest, cap) + meta + kMargin;
+    const uint64_t per_token = src_.forward.bytes_per_token(longest) +
+                               exp_.forward.bytes_per_token(longest) +
+                               static_cast<uint64_t>(H_) * 4;
+    const uint64_t left = budget_.left() > fixed ? budget_.left() - fixed : 0;
+    const int64_t fit = static_cast<int64_t>(std::min<uint64_t>(left / per_token, T));
+    STRATA_CHECK(fit >= longest,
+                 "--max_gpu_memory_gb: ", static_cast<double>(budget_.limit()) / (1ull << 30),
+                 " GiB cannot hold one layer of each model (",
+                 static_cast<double>(fixed) / (1ull << 30), " GiB) beside a sequence of ", longest,
+                 " tokens (", static_cast<double>(per_token * longest) / (1ull << 30),
+                 " GiB); raise it, or compare shorter sequences (--max_tokens)");
+    std::vector<int64_t> m(static_cast<size_t>(2 * T));  // positions, chunk-relative seq starts
+    for (int64_t s = 0; s < batch_.n_seqs();) {
+      Chunk c;
+      c.first = s;
+      c.token0 = batch_.seq_offsets[s];
+      c.bounds.push_back(0);
+      while (s < batch_.n_seqs() && batch_.seq_offsets[s + 1] - c.token0 <= fit) {
+        for (int64_t t = batch_.seq_offsets[s]; t < batch_.seq_offsets[s + 1]; ++t) {
+          m[t] = batch_.positions[t];
+          m[T + t] = batch_.seq_offsets[s] - c.token0;
+        }
+        c.bounds.push_back(batch_.seq_offsets[s + 1] - c.token0);
+        ++s;
+      }
+      c.last = s;
+      c.tokens = batch_.seq_offsets[s] - c.token0;
+      c.meta_at = static_cast<int64_t>(m.size());
+      m.insert(m.end(), c.bounds.begin(), c.bounds.end());
+      chunk_max_ = std::max(chunk_max_, c.tokens);
+      chunks_.push_back(std::move(c));
+    }
+    meta_ = gpu::DeviceBuffer(budget_, m.size() * 8, "token positions");
+    stream_.copy_to_device(meta_.data(), m.data(), m.size() * 8);
+    stream_.synchronize();
+    for (Side* side : {&src_, &exp_}) {
+      side->weights = gpu::DeviceBuffer(budget_, side->max_blob, "layer weights");
+      side->forward.reserve(chunk_max_, longest, cap);
+    }
+    x_ = gpu::DeviceBuffer(budget_, static_cast<uint64_t>(chunk_max_ * H_) * 4, "hidden states");
+    host_[0].reserve(std::max(src_.max_blob, exp_.max_blob));
+    host_[1].reserve(std::max(src_.max_blob, exp_.max_blob));
+    log_info("compare on the GPU: ", chunks_.size(), " chunk(s) of up to ", chunk_max_, " tokens, ",
+             static_cast<double>(budget_.limit()) / (1ull << 30), " GiB budget");
+    read_ahead(0);
+  }
+
+  // Blob i of the read order (source 0, export 0, source 1, ...) into host buffer i % 2.
+  void read_ahead(int64_t i) {
+    const int64_t L = static_cast<int64_t>(src_.blobs.size());
+    if (i >= 2 * L) return;
+    Side& side = i % 2 == 0 ? src_ : exp_;
+    const LayerBlob& blob = side.blobs[static_cast<size_t>(i / 2)];
+    uint8_t* dst = host_[i % 2].data();
+    reading_ = std::async(std::launch::async, [&side, &blob, dst] { side.reader.read(blob, dst); });
+  }
+
+  // Layer l of `side` onto the device (blob `i` of the read order), the next blob's read started.
+  void load(Side& side, int64_t l, int64_t i) {
+    reading_.get();
+    const LayerBlob& blob = side.blobs[static_cast<size_t>(l)];
+    stream_.copy_to_device(side.weights.data(), host_[i % 2].data(), blob.bytes);
+    stream_.synchronize();  // host_[i % 2] is read into again two blobs on
+    read_ahead(i + 1);
+    side.forward.set_layer(l, blob, side.weights.data());
+  }
+
+  void forward_all(Side& side, float* h, Observer* routing) {
+    side.forward.set_routing_observer(routing);
+    for (const Chunk& c : chunks_) {
+      gpu::GpuChunk g;
+      const int64_t T = batch_.n_tokens();
+      g.tokens = c.tokens;
+      g.positions = meta_.as<int64_t>() + c.token0;
+      g.seq_start = meta_.as<int64_t>() + T + c.token0;
+      g.seq_bounds = c.bounds;
+      g.seq_bounds_dev = meta_.as<int64_t>() + c.meta_at;
+      const uint64_t bytes = static_cast<uint64_t>(c.tokens * H_) * 4;
+      stream_.copy_to_device(x_.data(), h + c.token0 * H_, bytes);
+      side.forward.forward(g, x_.as<float>(), round_bf16_);
+      stream_.copy_to_host(h + c.token0 * H_, x_.data(), bytes);
+      stream_.synchronize();
+    }
+    side.forward.take_stats();  // nothing observes them: clears the device's slots
+    side.forward.set_routing_observer(nullptr);
+  }
+
+  const Batch& batch_;
+  const int64_t H_;
+  const bool round_bf16_;
+  gpu::DeviceBudget budget_;
+  gpu::Stream stream_;
+  Side src_, exp_;
+  std::vector<Chunk> chunks_;
+  int64_t chunk_max_ = 0;
+  gpu::DeviceBuffer meta_, x_;
+  gpu::PinnedBuffer host_[2];
+  std::future<void> reading_;
+};
+
+}  // namespace
+
+std::unique_ptr<CompareLayers> gpu_compare_layers(const ModelConfig& cs, const Checkpoint& ks,
+                                                  const ModelConfig& cq, const Checkpoint& kq,
+                                                  const Batch& batch,
+                                                  const CompareGpuOptions& options) {
+  return std::make_unique<GpuCompareLayers>(cs, ks, cq, kq, batch, options);
+}
+
+#endif
+
+}  // namespace strata

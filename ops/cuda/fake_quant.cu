@@ -1,0 +1,183 @@
+// The serving simulation's fake quantizers on the device (host launchers: ops/cuda/fake_quant.h).
+// Each kernel is its CPU reference (quant/nvfp4.cpp nvfp4_fake_quantize, quant/fp8.cpp
+// fp8_fake_quantize, quant/mxfp8.cpp mxfp8_fake_quantize) written for one thread per block (NVFP4,
+// MXFP8) or element (FP8), with every fp32 operation an explicit round-to-nearest intrinsic, the
+// comparisons in the CPU's order (std::max, std::min and std::clamp keep their first argument on a
+// NaN), and quant/encode.h's fast e4m3 / e2m1 encoders.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "ops/cuda/fake_quant.h"
+#include "ops/cuda/launch.cuh"
+
+namespace strata::ops::cuda {
+namespace {
+
+using launch::blocks_for;
+using launch::kThreads;
+using launch::launched;
+using launch::st;
+
+constexpr int64_t kNvfp4Block = 16;       // quant/nvfp4.h kNvfp4BlockSize
+constexpr int64_t kMxfp8Block = 32;       // quant/mxfp8.h kMxfp8BlockSize
+constexpr float kMaxE4m3Scale = 448.0f;   // quant/nvfp4.h kMaxBlockScale
+constexpr float kInv448 = 1.0f / 448.0f;  // fl32(1/448), as quant/mxfp8.cpp
+
+__device__ __forceinline__ bool is_nan(float x) {
+  return (__float_as_uint(x) & 0x7FFFFFFFu) > 0x7F800000u;
+}
+__device__ __forceinline__ bool is_finite(float x) {
+  return (__float_as_uint(x) & 0x7F800000u) != 0x7F800000u;
+}
+
+// quant_detail::fast_f32_to_e4m3 (no saturation: |x| >= 464, inf, NaN give 0x7E/0x7F).
+__device__ __forceinline__ uint8_t to_e4m3(float x) {
+  const uint32_t u = __float_as_uint(x);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80);
+  const uint32_t a = u & 0x7FFFFFFFu;
+  if (a >= 0x43E80000u) return sign | (a == 0x43E80000u ? 0x7E : 0x7F);
+  if (a < 0x3C800000u) {
+    const float q = __fmul_rn(__uint_as_float(a), 512.0f);
+    const float r = __fsub_rn(__fadd_rn(q, 8388608.0f), 8388608.0f);
+    return sign | static_cast<uint8_t>(r);
+  }
+  const uint32_t rounded = a + 0x7FFFFu + ((a >> 20) & 1u);
+  return sign | static_cast<uint8_t>((rounded >> 20) - ((127 - 7) << 3));
+}
+
+// core/dtype.h e4m3_to_f32: exact, S.1111.111 NaN.
+__device__ __forceinline__ float from_e4m3(uint8_t b) {
+  const uint32_t e = (b >> 3) & 0xFu, m = b & 7u;
+  float v;
+  if (e == 0xFu && m == 7u) {
+    v = __uint_as_float(0x7FC00000u);
+  } else if (e == 0) {
+    v = __fmul_rn(static_cast<float>(m), 0x1p-9f);
+  } else {
+    v = __uint_as_float(((e + 120u) << 23) | (m << 20));
+  }
+  return (b & 0x80u) ? -v : v;
+}
+
+// quant_detail::fast_f32_to_e2m1 then core/dtype.h e2m1_to_f32, for x >= 0 or NaN: the magnitude
+// of the nearest E2M1 value (ties to even; > 5, infinity and NaN give 6).
+__device__ __forceinline__ float e2m1_magnitude(float a) {
+  if (!(a <= 5.0f)) return 6.0f;
+  const int code =
+      (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f);
+  const float m[7] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f};
+  return m[code];
+}
+
+// 2^e exactly, for e in [-149, 127] (ldexp(1, e)).
+__device__ __forceinline__ float pow2(int e) {
+  if (e >= -126) return __uint_as_float(static_cast<uint32_t>(e + 127) << 23);
+  return __uint_as_float(1u << (e + 149));
+}
+
+// ceil(log2(d)) for a positive finite fp32 d, exactly, from its bits (quant/mxfp8.cpp).
+__device__ __forceinline__ int ceil_log2(float d) {
+  const uint32_t u = __float_as_uint(d);
+  const int exponent_field = static_cast<int>(u >> 23);
+  const uint32_t mantissa = u & 0x7FFFFFu;
+  if (exponent_field == 0) {
+    const int floor_log2 = (31 - __clz(static_cast<int>(mantissa))) - 149;
+    return floor_log2 + ((mantissa & (mantissa - 1)) == 0 ? 0 : 1);
+  }
+  return exponent_field - 127 + (mantissa != 0 ? 1 : 0);
+}
+
+__global__ void k_nvfp4(float* x, int64_t n_blocks, float global_scale) {
+  const float six_global = __fmul_rn(6.0f, global_scale);
+  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < n_blocks;
+       b += int64_t{gridDim.x} * blockDim.x) {
+    float* v = x + b * kNvfp4Block;
+    float block_amax = 0.0f;
+    bool nan = false;
+    for (int i = 0; i < kNvfp4Block; ++i) {
+      const float a = fabsf(v[i]);
+      nan = nan || is_nan(v[i]);
+      if (block_amax < a) block_amax = a;  // std::max(block_amax, a): a NaN a is skipped
+    }
+    // std::min(block_amax / six_global, 448); a NaN block gives a NaN scale, whose code 0x7F
+    // decodes to NaN: the descale is then 1, as below.
+    float descale = 1.0f;
+    if (!nan) {
+      float s = __fdiv_rn(block_amax, six_global);
+      if (kMaxE4m3Scale < s) s = kMaxE4m3Scale;
+      descale = __fmul_rn(from_e4m3(to_e4m3(s)), global_scale);
+      if (!(descale >= 1e-5f)) descale = 1.0f;  // underflowed: ModelOpt's substitute
+    }
+    for (int i = 0; i < kNvfp4Block; ++i) {
+      const float m = __fmul_rn(e2m1_magnitude(__fdiv_rn(fabsf(v[i]), descale)), descale);
+      v[i] = v[i] >= 0.0f ? m : -m;
+    }
+  }
+}
+
+__global__ void k_fp8(float* x, int64_t n, float scale) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    if (is_nan(x[i])) continue;
+    float q = __fdiv_rn(x[i], scale);
+    q = q < -448.0f ? -448.0f : (448.0f < q ? 448.0f : q);  // std::clamp
+    x[i] = __fmul_rn(from_e4m3(to_e4m3(q)), scale);
+  }
+}
+
+__global__ void k_mxfp8(float* x, int64_t n_blocks) {
+  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < n_blocks;
+       b += int64_t{gridDim.x} * blockDim.x) {
+    float* v = x + b * kMxfp8Block;
+    float block_amax = 0.0f;
+    bool finite = true;
+    for (int i = 0; i < kMxfp8Block; ++i) {
+      finite = finite && is_finite(v[i]);
+      const float a = fabsf(v[i]);
+      if (block_amax < a) block_amax = a;
+    }
+    if (!finite) {  // a NaN or an infinity: the block becomes NaN
+      for (int i = 0; i < kMxfp8Block; ++i)
+        v[i] = __uint_as_float(0x7FC00000u);
+      continue;
+    }
+    // mxfp8_block_exponent: 0 for a zero block (2^-127), else clamp(ceil(log2(amax / 448))).
+    const float d = __fmul_rn(block_amax, kInv448);
+    int exponent = -127;
+    if (d != 0.0f) {
+      exponent = ceil_log2(d);
+      exponent = exponent < -127 ? -127 : (exponent > 127 ? 127 : exponent);
+    }
+    const float inv_scale = pow2(-exponent), scale = pow2(exponent);
+    for (int i = 0; i < kMxfp8Block; ++i) {
+      float q = __fmul_rn(v[i], inv_scale);
+      q = q < -448.0f ? -448.0f : (448.0f < q ? 448.0f : q);
+      v[i] = __fmul_rn(from_e4m3(to_e4m3(q)), scale);  // exact: ldexp
+    }
+  }
+}
+
+}  // namespace
+
+void fake_quantize_nvfp4(float* x, int64_t n, float global_scale, void* s) {
+  if (n == 0) return;
+  const int64_t blocks = n / kNvfp4Block;
+  k_nvfp4<<<blocks_for(blocks), kThreads, 0, st(s)>>>(x, blocks, global_scale);
+  launched("fake_quantize_nvfp4");
+}
+
+void fake_quantize_fp8(float* x, int64_t n, float scale, void* s) {
+  if (n == 0) return;
+  k_fp8<<<blocks_for(n), kThreads, 0, st(s)>>>(x, n, scale);
+  launched("fake_quantize_fp8");
+}
+
+void fake_quantize_mxfp8(float* x, int64_t n, void* s) {
+  if (n == 0) return;
+  const int64_t blocks = n / kMxfp8Block;
+  k_mxfp8<<<blocks_for(blocks), kThreads, 0, st(s)>>>(x, blocks);
+  launched("fake_quantize_mxfp8");
+}
+
+}  // namespace strata::ops::cuda
