@@ -12,9 +12,10 @@ Presets (any field can be overridden by its flag):
 - toy (to check the pipeline on a CPU): hidden 64, 2 layers, 8 experts of width 32, top-2.
 
 Training: next-token loss on random windows of the training stream, plus Qwen3-MoE's load
-balancing loss (router_aux_loss_coef 0.01, so that experts are used), AdamW (betas 0.9/0.95,
-weight decay 0.1, gradient clipping 1.0) on fp32 master weights with bf16 autocast on the GPU (fp32
-on the CPU). The learning rate follows the clock, not a step count: linear warm-up over the first
+balancing loss (router_aux_loss_coef 0.01, so that experts are used). On the GPU the model's
+parameters are bf16, so forward and backward run in bf16 (with transformers' grouped-GEMM experts),
+and AdamW (betas 0.9/0.95, weight decay 0.1, gradient clipping 1.0) updates fp32 master copies;
+on the CPU everything is fp32. The learning rate follows the clock, not a step count: linear warm-up over the first
 5% of --seconds, then a cosine to 10% of --lr at --seconds, when training stops. Then the model is
 saved in bf16 (safetensors) with the data's tokenizer, and its held-out perplexity is measured on
 the saved bf16 weights: over the held-out stream (up to --eval_windows windows of --seq tokens)
@@ -48,6 +49,8 @@ def parse_args():
     ap.add_argument("--seconds", type=float, default=150.0, help="training time (the clock, not steps)")
     ap.add_argument("--preset", choices=sorted(PRESETS), default="full")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto",
+                    help="parameter dtype (auto: bf16 on the GPU, fp32 on the CPU)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval_windows", type=int, default=64)
     for k, v in PRESETS["full"].items():
@@ -79,14 +82,40 @@ def choose_experts_implementation(model, device, x):
     for name in candidates:
         try:
             model.set_experts_implementation(name)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-                model(input_ids=x, labels=x).loss.backward()
+            model(input_ids=x, labels=x).loss.backward()
             model.zero_grad(set_to_none=True)
             return name
         except Exception as e:  # noqa: BLE001 - any failure means: try the next kernel
             print(f"experts implementation {name!r} failed here ({type(e).__name__}: {str(e)[:200]}); trying the next")
             model.zero_grad(set_to_none=True)
     raise SystemExit("train_moe: no experts implementation ran")
+
+
+class MasterWeights:
+    """Mixed precision without autocast: the model's parameters are bf16 (every op of forward and
+    backward runs in bf16), AdamW updates fp32 copies of them, which are rounded back into the
+    model after each step. On the CPU the model is fp32 and the copies are the parameters."""
+
+    def __init__(self, model, lr, fused):
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.same = self.params[0].dtype == torch.float32
+        self.master = self.params if self.same else [p.detach().float().clone() for p in self.params]
+        self.opt = torch.optim.AdamW(self.master, lr=lr, betas=(0.9, 0.95), weight_decay=0.1, fused=fused)
+
+    def step(self, lr):
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        if not self.same:
+            for m, p in zip(self.master, self.params):
+                m.grad = p.grad.float()
+        torch.nn.utils.clip_grad_norm_(self.master, 1.0)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        for p in self.params:
+            p.grad = None
+        if not self.same:
+            with torch.no_grad():
+                torch._foreach_copy_(self.params, self.master)
 
 
 def lr_at(frac, peak):
@@ -121,7 +150,9 @@ def main():
     train = train.to(device)
     t_start = time.time()
 
-    model = make_model(args, meta).to(device)
+    # bf16 on the GPU (fp32 master weights in MasterWeights), fp32 on the CPU.
+    bf16 = args.dtype == "bf16" or (args.dtype == "auto" and device.type == "cuda")
+    model = make_model(args, meta).to(device=device, dtype=torch.bfloat16 if bf16 else torch.float32)
     n_params = sum(p.numel() for p in model.parameters())
     expert_params = sum(p.numel() for n, p in model.named_parameters() if ".experts." in n)
     active = n_params - expert_params + expert_params * args.top_k // args.experts
@@ -137,9 +168,8 @@ def main():
 
     model.train()
     impl = choose_experts_implementation(model, device, batch()[:2])
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1,
-                            fused=device.type == "cuda")
-    print(f"experts implementation: {impl}; {args.batch} x {args.seq} tokens per step, peak lr {args.lr}, "
+    opt = MasterWeights(model, args.lr, fused=device.type == "cuda")
+    print(f"parameters {'bf16 (fp32 master weights)' if bf16 else 'fp32'}; experts implementation: {impl}; {args.batch} x {args.seq} tokens per step, peak lr {args.lr}, "
           f"{args.seconds:.0f} s (setup took {time.time() - t_start:.1f} s)")
 
     curve = []  # (seconds, step, tokens, loss)
@@ -150,15 +180,10 @@ def main():
         elapsed = time.time() - t0
         if elapsed >= args.seconds:
             break
-        for group in opt.param_groups:
-            group["lr"] = lr_at(elapsed / args.seconds, args.lr)
         x = batch()
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            out = model(input_ids=x, labels=x)
+        out = model(input_ids=x, labels=x)
         out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        opt.step(lr_at(elapsed / args.seconds, args.lr))
         step += 1
         tokens += x.numel()
         lm_loss = (out.loss - model.config.router_aux_loss_coef * out.aux_loss).item() \
@@ -194,7 +219,7 @@ def main():
           f"heldout.jsonl {ppl_compare:.3f} ({len(compare_seqs)} sequences), training windows {ppl_train:.3f}")
     summary = {"preset": args.preset, "config": {k: getattr(args, k) for k in PRESETS["full"]},
                "parameters": n_params, "expert_parameters": expert_params, "active_parameters": active,
-               "experts_implementation": impl, "device": str(device),
+               "experts_implementation": impl, "device": str(device), "bf16": bf16,
                "steps": step, "tokens": tokens, "epochs": tokens / train.numel(), "train_seconds": train_s,
                "total_seconds": time.time() - t_start, "loss_curve": curve,
                "ppl_heldout_stream": ppl_held, "ppl_heldout_jsonl": ppl_compare, "ppl_train_windows": ppl_train}
