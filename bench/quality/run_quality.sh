@@ -5,7 +5,7 @@
 #
 #   bash bench/quality/run_quality.sh --bin DIR (--data FILE.tar.xz|DIR | --model DIR) [--out DIR]
 #        [--work DIR] [--seconds 150] [--preset full|toy] [--python python3] [--gpu auto|yes|no]
-#        [--rows bf16,fp8,...] [--weights_only] [--calib_seqs N] [--eval_seqs N]
+#        [--rows bf16,fp8,...] [--weights_only] [--calib_seqs N] [--eval_seqs N] [--budget S]
 #
 # --bin DIR     the folder holding `strata` (the bundle's: /tmp/strata-bundle/build/bin)
 # --data        make_tokens.py's quality_data.tar.xz (or its unpacked quality_data folder): the
@@ -17,11 +17,15 @@
 # --work DIR    the model and the exports (large; default /tmp/strata-quality)
 # --gpu         max-calibrated rows on the GPU (`--device cuda`): auto = when nvidia-smi works;
 #               the scale-search rows always run on the CPU (docs/QUANTIZE.md "Scale search")
-# --rows        a subset of: bf16 fp8 nvfp4_experts_only nvfp4_max nvfp4_mse
-#               nvfp4_fp8_scale_sweep nvfp4_local_hessian (default: all, in that order)
+# --rows        the rows to run, in this order (default: all: bf16 nvfp4_max nvfp4_local_hessian
+#               nvfp4_fp8_scale_sweep nvfp4_mse nvfp4_experts_only fp8; the table lists them in
+#               its own order)
 # --weights_only also compare every NVFP4 export with --no_act_sim (weights only), to show
 #               the weights' share of the KL
 # --calib_seqs N, --eval_seqs N: use only the first N sequences of calib.jsonl / heldout.jsonl
+# --budget S    start no row (and no weights-only comparison) once S seconds have passed since
+#               the start; the rows left out are named (default 0: no limit). The table is
+#               rewritten after every row, so a run stopped from outside still leaves one.
 #
 # bf16 is the source against itself (KL 0, top-1 1: the sanity row). Every export is compared
 # with `strata compare SRC EXPORT --json --report` (activations simulated; KV cache unquantized in
@@ -32,8 +36,8 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 root=$(cd "$here/../.." && pwd -P)
 bin="" data="" model="" out="${OUT:-$root/out/quality}" work=/tmp/strata-quality
-seconds=150 preset=full python=python3 gpu=auto weights_only=0 calib_seqs=0 eval_seqs=0
-rows="bf16,fp8,nvfp4_experts_only,nvfp4_max,nvfp4_mse,nvfp4_fp8_scale_sweep,nvfp4_local_hessian"
+seconds=150 preset=full python=python3 gpu=auto weights_only=0 calib_seqs=0 eval_seqs=0 budget=0
+rows="bf16,nvfp4_max,nvfp4_local_hessian,nvfp4_fp8_scale_sweep,nvfp4_mse,nvfp4_experts_only,fp8"
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) bin="$2"; shift 2 ;;
@@ -49,6 +53,7 @@ while [ $# -gt 0 ]; do
     --weights_only) weights_only=1; shift ;;
     --calib_seqs) calib_seqs="$2"; shift 2 ;;
     --eval_seqs) eval_seqs="$2"; shift 2 ;;
+    --budget) budget="$2"; shift 2 ;;
     -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "run_quality: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -69,6 +74,8 @@ out=$(cd "$out" && pwd -P)
 work=$(cd "$work" && pwd -P)
 t_begin=$(date +%s.%N)
 since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+# True once --budget seconds have passed since the start.
+over_budget() { [ "$budget" != 0 ] && awk -v e="$(since "$t_begin")" -v b="$budget" 'BEGIN { exit !(e >= b) }'; }
 echo "== run_quality: $($strata --version 2>&1 | head -1); $(nproc) CPUs; max rows on $max_device; out $out; work $work"
 
 # Data: unpack the archive once.
@@ -130,7 +137,9 @@ run_row() {
   c_s=$(since "$t")
   grep -E "^  mean|^top-1|^perplexity" "$log" | sed 's/^/   /'
   echo "   $c_s s"
-  if [ "$weights_only" = 1 ] && [[ "$row" == nvfp4* ]]; then
+  if [ "$weights_only" = 1 ] && [[ "$row" == nvfp4* ]] && over_budget; then
+    echo "   weights-only comparison skipped: --budget $budget s reached"
+  elif [ "$weights_only" = 1 ] && [[ "$row" == nvfp4* ]]; then
     "$strata" compare "$model" "$export" "${eval_args[@]}" --no_act_sim --json "$out/json/$row.weights.json" \
       >"$out/logs/$row.weights.compare.log" 2>&1 || { tail -20 "$out/logs/$row.weights.compare.log"; exit 1; }
     grep -E "^  mean" "$out/logs/$row.weights.compare.log" | sed 's/^/   weights only: /'
@@ -139,7 +148,13 @@ run_row() {
 }
 
 IFS=, read -r -a row_list <<<"$rows"
-for row in "${row_list[@]}"; do run_row "$row"; done
+skipped=()
+for row in "${row_list[@]}"; do
+  if over_budget; then skipped+=("$row"); continue; fi
+  run_row "$row"
+  "$python" "$here/table.py" "$out" >"$out/table.md"
+done
 
 echo "== table ($(since "$t_begin") s in all)"
-"$python" "$here/table.py" "$out" | tee "$out/table.md"
+[ ${#skipped[@]} = 0 ] || echo "rows not run (--budget $budget s reached): ${skipped[*]}" | tee "$out/skipped.txt"
+cat "$out/table.md"

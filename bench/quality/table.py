@@ -42,6 +42,8 @@ def main():
     if os.path.exists(summary_path):
         results["train"] = json.load(open(summary_path))
     base = None
+    order = list(NAMES)
+    rows.sort(key=lambda r: order.index(r[0]) if r[0] in order else len(order))
     for row, device, q_s, c_s in rows:
         r = json.load(open(os.path.join(out, "json", f"{row}.json")))
         w_path = os.path.join(out, "json", f"{row}.weights.json")
@@ -54,7 +56,8 @@ def main():
             base = entry
         results["rows"].append(entry)
     for e in results["rows"]:
-        if base and e["row"].startswith("nvfp4_") and e["row"] != "nvfp4_experts_only" and base["mean_kl"] > 0:
+        if base and e["row"].startswith("nvfp4_") and e["row"] not in ("nvfp4_experts_only", "nvfp4_max") \
+                and base["mean_kl"] > 0:
             e["mean_kl_vs_max"] = e["mean_kl"] / base["mean_kl"] - 1
             if base["weights_only_mean_kl"] and e["weights_only_mean_kl"] is not None:
                 e["weights_only_mean_kl_vs_max"] = e["weights_only_mean_kl"] / base["weights_only_mean_kl"] - 1
@@ -70,13 +73,15 @@ def main():
     print("|" + "---|" * len(head))
     for e in results["rows"]:
         vs = e.get("mean_kl_vs_max")
-        cells = [NAMES.get(e["row"], e["row"]), fmt(e["mean_kl"], 5), f"{vs:+.1%}" if vs is not None else "",
+        baseline = "baseline" if e["row"] == "nvfp4_max" else ""
+        cells = [NAMES.get(e["row"], e["row"]), fmt(e["mean_kl"], 5), f"{vs:+.1%}" if vs is not None else baseline,
                  fmt(e["median_kl"], 5), fmt(e["p99_kl"], 5), fmt(e["top1_agreement"]), fmt(e["ppl_source"], 3),
                  fmt(e["ppl_quantized"], 3),
                  "-" if e["row"] == "bf16" else f"{e['quantize_s']:.1f} ({e['device']})"]
         if any_w:
             wv = e.get("weights_only_mean_kl_vs_max")
-            cells[3:3] = [fmt(e["weights_only_mean_kl"], 5), f"{wv:+.1%}" if wv is not None else ""]
+            cells[3:3] = [fmt(e["weights_only_mean_kl"], 5), f"{wv:+.1%}" if wv is not None else
+                          (baseline if e["weights_only_mean_kl"] is not None else "")]
         print("| " + " | ".join(cells) + " |")
     if rows:
         print(f"\n{results['rows'][0]['positions']} positions per row; compare took "
