@@ -7,8 +7,8 @@ scratch in bf16 on the token ids of make_tokens.py for a fixed time, saved with 
 
 Presets (any field can be overridden by its flag):
 - full (the GPU run): hidden 768, 8 layers, every layer MoE with 32 experts of width 512, top-4,
-  12 query / 4 KV heads of 64, vocabulary from the data (16384): 345 M parameters in all, 63 M
-  active per token. Batches of 64 x 512 tokens.
+  12 query / 4 KV heads of 64, vocabulary from the data (16384): 340 M parameters in all (302 M in
+  routed experts), 76 M active per token. Batches of 64 x 512 tokens.
 - toy (to check the pipeline on a CPU): hidden 64, 2 layers, 8 experts of width 32, top-2.
 
 Training: next-token loss on random windows of the training stream, plus Qwen3-MoE's load
