@@ -24,9 +24,12 @@ NAMES = {
 def fmt(v, digits=4):
     if v is None:
         return "-"
-    if isinstance(v, float) and (abs(v) < 1e-3 and v != 0):
-        return f"{v:.3e}"
     return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+
+
+def kl(v):
+    """A KL in nats, 3 significant digits in scientific notation (0 as 0)."""
+    return "-" if v is None else "0" if v == 0 else f"{v:.2e}"
 
 
 def main():
@@ -74,13 +77,13 @@ def main():
     for e in results["rows"]:
         vs = e.get("mean_kl_vs_max")
         baseline = "baseline" if e["row"] == "nvfp4_max" else ""
-        cells = [NAMES.get(e["row"], e["row"]), fmt(e["mean_kl"], 5), f"{vs:+.1%}" if vs is not None else baseline,
-                 fmt(e["median_kl"], 5), fmt(e["p99_kl"], 5), fmt(e["top1_agreement"]), fmt(e["ppl_source"], 3),
+        cells = [NAMES.get(e["row"], e["row"]), kl(e["mean_kl"]), f"{vs:+.1%}" if vs is not None else baseline,
+                 kl(e["median_kl"]), kl(e["p99_kl"]), fmt(e["top1_agreement"]), fmt(e["ppl_source"], 3),
                  fmt(e["ppl_quantized"], 3),
                  "-" if e["row"] == "bf16" else f"{e['quantize_s']:.1f} ({e['device']})"]
         if any_w:
             wv = e.get("weights_only_mean_kl_vs_max")
-            cells[3:3] = [fmt(e["weights_only_mean_kl"], 5), f"{wv:+.1%}" if wv is not None else
+            cells[3:3] = [kl(e["weights_only_mean_kl"]), f"{wv:+.1%}" if wv is not None else
                           (baseline if e["weights_only_mean_kl"] is not None else "")]
         print("| " + " | ".join(cells) + " |")
     if rows:
