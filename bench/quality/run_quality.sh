@@ -6,6 +6,7 @@
 #   bash bench/quality/run_quality.sh --bin DIR (--data FILE.tar.xz|DIR | --model DIR) [--out DIR]
 #        [--work DIR] [--seconds 150] [--preset full|toy] [--python python3] [--gpu auto|yes|no]
 #        [--rows bf16,fp8,...] [--weights_only] [--calib_seqs N] [--eval_seqs N] [--budget S]
+#        [--compare_device cpu|cuda]
 #
 # --bin DIR     the folder holding `strata` (the bundle's: /tmp/strata-bundle/build/bin)
 # --data        make_tokens.py's quality_data.tar.xz (or its unpacked quality_data folder): the
@@ -17,6 +18,8 @@
 # --work DIR    the model and the exports (large; default /tmp/strata-quality)
 # --gpu         max-calibrated rows on the GPU (`--device cuda`): auto = when nvidia-smi works;
 #               the scale-search rows always run on the CPU (docs/QUANTIZE.md "Scale search")
+# --compare_device  where `strata compare` runs (default: compare's own default, the GPU when
+#               there is one)
 # --rows        the rows to run, in this order (default: all: bf16 nvfp4_max nvfp4_local_hessian
 #               nvfp4_fp8_scale_sweep nvfp4_mse nvfp4_experts_only fp8; the table lists them in
 #               its own order)
@@ -36,6 +39,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 root=$(cd "$here/../.." && pwd -P)
 bin="" data="" model="" out="${OUT:-$root/out/quality}" work=/tmp/strata-quality
+compare_dev=()
 seconds=150 preset=full python=python3 gpu=auto weights_only=0 calib_seqs=0 eval_seqs=0 budget=0
 rows="bf16,nvfp4_max,nvfp4_local_hessian,nvfp4_fp8_scale_sweep,nvfp4_mse,nvfp4_experts_only,fp8"
 while [ $# -gt 0 ]; do
@@ -54,7 +58,8 @@ while [ $# -gt 0 ]; do
     --calib_seqs) calib_seqs="$2"; shift 2 ;;
     --eval_seqs) eval_seqs="$2"; shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    --compare_device) compare_dev=(--device "$2"); shift 2 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "run_quality: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -132,7 +137,7 @@ run_row() {
   echo "== $row: compare"
   local t=$(date +%s.%N)
   log="$out/logs/$row.compare.log"
-  "$strata" compare "$model" "$export" "${eval_args[@]}" --json "$out/json/$row.json" \
+  "$strata" compare "$model" "$export" "${eval_args[@]}" ${compare_dev[@]+"${compare_dev[@]}"} --json "$out/json/$row.json" \
     --report "$out/report/$row" >"$log" 2>&1 || { tail -20 "$log"; echo "run_quality: $row: compare failed ($log)" >&2; exit 1; }
   c_s=$(since "$t")
   grep -E "^  mean|^top-1|^perplexity" "$log" | sed 's/^/   /'
@@ -140,7 +145,7 @@ run_row() {
   if [ "$weights_only" = 1 ] && [[ "$row" == nvfp4* ]] && over_budget; then
     echo "   weights-only comparison skipped: --budget $budget s reached"
   elif [ "$weights_only" = 1 ] && [[ "$row" == nvfp4* ]]; then
-    "$strata" compare "$model" "$export" "${eval_args[@]}" --no_act_sim --json "$out/json/$row.weights.json" \
+    "$strata" compare "$model" "$export" "${eval_args[@]}" ${compare_dev[@]+"${compare_dev[@]}"} --no_act_sim --json "$out/json/$row.weights.json" \
       >"$out/logs/$row.weights.compare.log" 2>&1 || { tail -20 "$out/logs/$row.weights.compare.log"; exit 1; }
     grep -E "^  mean" "$out/logs/$row.weights.compare.log" | sed 's/^/   weights only: /'
   fi
