@@ -17,11 +17,28 @@ namespace {
 
 using Kind = ActQuant::Kind;
 
+// The fixture, with the helpers the free functions below use made public to them.
+class FakeQuant : public CudaOps {
+ public:
+  using CudaOps::normal;
+  using CudaOps::rng;
+  using CudaOps::up;
+
+ protected:
+  void SetUp() override {
+    CudaOps::SetUp();
+    if (IsSkipped()) return;
+    be_ = std::make_unique<CudaBackend>(budget(), s(), CudaBackendOptions{}, 4, 0);
+    be_->reserve_scratch(16ull << 20);
+  }
+  std::unique_ptr<CudaBackend> be_;
+};
+
 // Rows of 64 values (two MXFP8 blocks, four NVFP4 blocks) whose blocks span many binades, with
 // the cases each quantizer treats apart: an all-zero block, signed zeros, a NaN, infinities of
 // both signs, a block far below the E4M3 scales (NVFP4's underflow rule), values near FP8's
 // saturation, and values on the E2M1 / E4M3 rounding midpoints of a block scale of 1.
-std::vector<float> cases(CudaOps& t, int64_t rows) {
+std::vector<float> cases(FakeQuant& t, int64_t rows) {
   std::vector<float> x = t.normal(static_cast<size_t>(rows * 64));
   for (int64_t b = 0; b < rows * 4; ++b) {  // each 16-block its own binade, 2^-40 .. 2^20
     const int e = static_cast<int>(t.rng()() % 61) - 40;
@@ -44,17 +61,6 @@ std::vector<float> cases(CudaOps& t, int64_t rows) {
   std::copy(mids, mids + 16, row(6));
   return x;
 }
-
-class FakeQuant : public CudaOps {
- protected:
-  void SetUp() override {
-    CudaOps::SetUp();
-    if (IsSkipped()) return;
-    be_ = std::make_unique<CudaBackend>(budget(), s(), CudaBackendOptions{}, 4, 0);
-    be_->reserve_scratch(16ull << 20);
-  }
-  std::unique_ptr<CudaBackend> be_;
-};
 
 TEST_F(FakeQuant, EveryFormatMatchesTheCpuReferenceBitForBit) {
   const int64_t rows = 40, cols = 64;
@@ -91,7 +97,7 @@ struct Mat {
   gpu::DeviceBuffer dev;
   Weight cpu, gpu;
 };
-Mat mat(CudaOps& t, std::vector<float> w, int64_t out, int64_t in, bool bf16, bool f32 = false) {
+Mat mat(FakeQuant& t, std::vector<float> w, int64_t out, int64_t in, bool bf16, bool f32 = false) {
   Mat m;
   m.host = std::move(w);
   if (bf16 && !f32) {
@@ -226,10 +232,11 @@ TEST_F(FakeQuant, MoeQuantizesTheExpertsInputsAsTheCpu) {
         ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << "element " << i;
       // Experts with different input scales are refused (the GPU takes one per layer).
       gpu[2].down.input_quant.scale *= 2.0f;
-      if (c.down.kind != Kind::kMxfp8)
+      if (c.down.kind != Kind::kMxfp8) {
         EXPECT_THROW(
             be.moe(dn.as<float>(), T, H, K, dc.as<int32_t>(), dw.as<float>(), gpu, dy.as<float>()),
             Error);
+      }
     }
   }
 }
