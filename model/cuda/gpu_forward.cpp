@@ -492,4 +492,8 @@ std::vector<AmaxStat> GpuForward::take_stats() {
   return impl_->be->take_stats();
 }
 
+std::vector<SequenceStats> GpuForward::take_sequence_stats() {
+  return impl_->be->take_sequence_stats();
+}
+
 }  // namespace strata::gpu

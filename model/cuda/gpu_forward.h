@@ -30,6 +30,7 @@ using GpuForwardOptions = ops::CudaBackendOptions;
 // Tokens of one chunk: whole sequences, concatenated (positions and sequence starts on the device).
 using GpuChunk = ops::Tokens;
 using AmaxStat = ops::AmaxStat;
+using SequenceStats = ops::SequenceStats;
 
 class GpuForward {
  public:
@@ -90,6 +91,8 @@ class GpuForward {
   void set_expert_exchange(DeviceExpertExchange* exchange);
   // The statistics of every forward since the last take (synchronizes the stream).
   std::vector<AmaxStat> take_stats();
+  // The K/V sequence statistics since the last take (GpuForwardOptions::sequence_stats).
+  std::vector<SequenceStats> take_sequence_stats();
 
  private:
   struct Impl;

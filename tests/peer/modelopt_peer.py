@@ -22,7 +22,8 @@ compare prints one verdict line, "PEER <label>: PASS|FAIL ...", and the differen
     of the checkpoint's, which servers do not load, is said so);
   - dtype and shape of every common tensor;
   - bytes of every common tensor except the calibrated scalars (input_scale, k_scale, v_scale),
-    which are compared by relative difference (--scale_tol); a packed weight or block scale that
+    which are compared by relative difference (--scale_tol), and the affine KV cache's k_bias /
+    v_bias, compared element by element within --scale_tol of the tensor's largest |value|; a packed weight or block scale that
     differs where its weight_scale_2 / weight_scale also differs is counted apart ("follows from
     a differing scale");
   - hf_quant_config.json's "quantization" and config.json's "quantization_config" (producer
@@ -42,6 +43,10 @@ import check_modelopt_export as ck  # noqa: E402
 
 SCALARS = (".input_scale", ".k_scale", ".v_scale", "_input_scale")
 GLOBALS = (".weight_scale_2", "_weight_scale_2")
+# The affine KV cache's biases (k_proj.k_bias, v_proj.v_bias [1, heads, 1, head_dim]): means of
+# K/V that the two forwards compute in their own precision, compared element by element within
+# scale_tol of the tensor's largest |value| (a mean near zero has no meaningful relative error).
+BIASES = (".k_bias", ".v_bias")
 
 
 # ------------------------------------------------------------------------------------- export
@@ -257,6 +262,15 @@ def compare(strata_dir, modelopt_dir, label, scale_tol, json_path=None, ulp=0):
             if rel > scale_tol:
                 scale_bad.append(n)
                 lines.append(f"  scale: {n} strata {a:.7g}, modelopt {b:.7g} (rel {rel:.2%})")
+            continue
+        if n.endswith(BIASES) and sd in ("BF16", "F16", "F32"):
+            a, b = (ck.float_array(sd, np.frombuffer(raw(t, n), ck.ST_DTYPES[sd][0]))
+                    for t in (s, m))
+            rel = float(np.abs(a - b).max() / max(float(np.abs(b).max()), 1e-30)) if b.size else 0.0
+            scale_rel[n] = rel
+            if not np.isfinite(a).all() or rel > scale_tol:
+                scale_bad.append(n)
+                lines.append(f"  bias: {n} differs by {rel:.2%} of its largest |value|")
             continue
         if raw(s, n) == raw(m, n):
             continue
