@@ -321,10 +321,9 @@ std::vector<TensorSpec> ModeloptExporter::kv_outputs(int64_t layer) const {
   const std::string p = attention_prefix(plan_, layer);
   STRATA_CHECK(!p.empty(), "layer ", layer,
                " has no self_attn module to attach k/v cache scales to");
-  for (const char* kv : {"k", "v"})
+  for (const char* kv : {"k", "v"}) {  // in write_layer's order
     out.push_back({p + kv + "_proj." + kv + "_scale", DType::kF32, {}});
-  if (kv_cache_affine(plan_.recipe.kv_cache)) {
-    for (const char* kv : {"k", "v"})
+    if (kv_cache_affine(plan_.recipe.kv_cache))
       out.push_back({p + kv + "_proj." + kv + "_bias", kv_bias_dtype(config_),
                      kv_bias_shape(config_, kv[0] == 'k')});
   }

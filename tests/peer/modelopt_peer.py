@@ -15,7 +15,9 @@ written, which is what strata's recipes mirror.
 
 Calibration: every sequence of TOKENS_JSONL (the ids strata calibrates with in
 tests/export/run_export_check.sh) in its own unpadded forward, batch 1, on the bf16 model as
-transformers loads it (torch_dtype from config.json).
+transformers loads it (torch_dtype from config.json), in the order strata calibrates them
+(calib/dataset.h's shuffle with the default --seed 1234, every record taken): max calibration
+does not depend on the order, the affine KV cache's amax does (calib/max_calib.h).
 
 compare prints one verdict line, "PEER <label>: PASS|FAIL ...", and the differences above it:
   - names: tensors only one side writes (ModelOpt writing transformers' in-memory names instead
@@ -70,6 +72,35 @@ def modelopt_cfg(recipe):
     return cfg
 
 
+def _splitmix64(state):
+    state = (state + 0x9E3779B97F4A7C15) & M64
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return state, z ^ (z >> 31)
+
+
+def strata_order(n, seed=1234, source=0):
+    """The record numbers of a source of n records in the order strata's calibration takes them
+    (calib/dataset.h: Fisher-Yates driven by SplitMix64 seeded with seed ^ (golden x (source+1)),
+    j uniform in [0, i] by rejection)."""
+    p = list(range(n))
+    state = (seed ^ ((0x9E3779B97F4A7C15 * (source + 1)) & M64)) & M64
+    for i in range(n - 1, 0, -1):
+        rng = i + 1
+        threshold = (1 << 64) % rng
+        while True:
+            state, x = _splitmix64(state)
+            if x >= threshold:
+                break
+        j = x % rng
+        p[i], p[j] = p[j], p[i]
+    return p
+
+
+M64 = (1 << 64) - 1
+
+
 def load_model(model_dir):
     import torch
     import transformers
@@ -95,6 +126,7 @@ def export(model_dir, tokens_path, recipe, out_dir):
     model = load_model(model_dir)
     device = next(model.parameters()).device
     seqs = [json.loads(line) for line in open(tokens_path) if line.strip()]
+    seqs = [seqs[i] for i in strata_order(len(seqs))]  # as strata calibrates them
 
     def forward_loop(m):
         with torch.no_grad():
