@@ -65,9 +65,9 @@ void MaxCalibrator::merge(std::string_view name, const Stat& s) {
       t.hist[static_cast<size_t>(i)] += s.hist[static_cast<size_t>(i)];
   }
   if (!s.sequences.empty()) {
-    STRATA_ASSERT(t.heads == 0 || t.heads == s.heads, name, ": sequence statistics of ", s.heads,
-                  " and ", t.heads, " heads");
-    t.heads = s.heads;
+    STRATA_ASSERT(t.layout.heads == 0 || t.layout.heads == s.layout.heads, name,
+                  ": sequence statistics of ", s.layout.heads, " and ", t.layout.heads, " heads");
+    t.layout = s.layout;
     for (const auto& [id, q] : s.sequences)
       t.sequences[id].merge(q);
   }
@@ -90,11 +90,10 @@ void MaxCalibrator::SequenceStat::merge(const SequenceStat& o) {
 
 void MaxCalibrator::observe_sequences(std::string_view name, const float* x,
                                       std::span<const int64_t> seq_bounds,
-                                      std::span<const int64_t> seq_ids, int64_t heads,
-                                      int64_t head_dim) {
+                                      std::span<const int64_t> seq_ids, const KvLayout& layout) {
   if (!sequence_stats_) return;
   STRATA_ASSERT(seq_bounds.size() == seq_ids.size() + 1, "sequence bounds and ids");
-  const int64_t cols = heads * head_dim;
+  const int64_t cols = layout.channels();
   for (size_t s = 0; s < seq_ids.size(); ++s) {
     SequenceStat q;
     q.tokens = seq_bounds[s + 1] - seq_bounds[s];
@@ -103,19 +102,21 @@ void MaxCalibrator::observe_sequences(std::string_view name, const float* x,
     q.min.resize(static_cast<size_t>(cols));
     ops::column_stats(x + seq_bounds[s] * cols, q.tokens, cols, q.sum.data(), q.max.data(),
                       q.min.data());
-    record_sequence(name, seq_ids[s], heads, std::move(q));
+    record_sequence(name, seq_ids[s], layout, std::move(q));
   }
 }
 
-void MaxCalibrator::record_sequence(std::string_view name, int64_t seq_id, int64_t heads,
+void MaxCalibrator::record_sequence(std::string_view name, int64_t seq_id, const KvLayout& layout,
                                     SequenceStat q) {
   if (q.tokens == 0) return;
   auto it = stats_.find(name);
   if (it == stats_.end()) it = stats_.emplace(std::string(name), Stat{}).first;
   Stat& s = it->second;
-  STRATA_ASSERT(s.heads == 0 || s.heads == heads, name, ": sequence statistics of ", heads, " and ",
-                s.heads, " heads");
-  s.heads = heads;
+  STRATA_ASSERT(s.layout.heads == 0 ||
+                    (s.layout.heads == layout.heads && s.layout.head_dim == layout.head_dim &&
+                     s.layout.pairs_from == layout.pairs_from),
+                name, ": sequence statistics of two layouts");
+  s.layout = layout;
   s.sequences[seq_id].merge(q);
 }
 
@@ -225,6 +226,23 @@ std::optional<KvAffine> kv_affine(const MaxCalibrator::Stat& s, DType dtype) {
     }
   }
   if (r.bias.empty()) return std::nullopt;
+  // Interleaved RoPE pairs as transformers holds them: per head, the pairs' first elements, then
+  // their second ones (the amax is a max over channels: the order does not change it).
+  const KvLayout& l = s.layout;
+  if (l.pairs_from >= 0) {
+    STRATA_ASSERT(
+        l.channels() == static_cast<int64_t>(r.bias.size()) && (l.head_dim - l.pairs_from) % 2 == 0,
+        "interleaved channels of a KV layout");
+    const int64_t half = (l.head_dim - l.pairs_from) / 2;
+    for (int64_t h = 0; h < l.heads; ++h) {
+      float* b = r.bias.data() + h * l.head_dim + l.pairs_from;
+      const std::vector<float> pairs(b, b + 2 * half);
+      for (int64_t j = 0; j < half; ++j) {
+        b[j] = pairs[static_cast<size_t>(2 * j)];
+        b[half + j] = pairs[static_cast<size_t>(2 * j + 1)];
+      }
+    }
+  }
   return r;
 }
 

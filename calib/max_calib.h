@@ -91,16 +91,16 @@ class MaxCalibrator : public Observer {
   };
   // With sequence statistics on (the affine KV cache): keeps each sequence's statistics of x.
   void observe_sequences(std::string_view name, const float* x, std::span<const int64_t> seq_bounds,
-                         std::span<const int64_t> seq_ids, int64_t heads,
-                         int64_t head_dim) override;
+                         std::span<const int64_t> seq_ids, const KvLayout& layout) override;
   // Merges one sequence's statistics reduced elsewhere (the GPU forward's).
-  void record_sequence(std::string_view name, int64_t seq_id, int64_t heads, SequenceStat s);
+  void record_sequence(std::string_view name, int64_t seq_id, const KvLayout& layout,
+                       SequenceStat s);
 
   struct Stat {
     float amax = 0.0f;
     int64_t rows = 0;
     std::vector<int64_t> hist;  // kHeadroomBins counts with block histograms on, else empty
-    int64_t heads = 0;          // of the sequence statistics
+    KvLayout layout;            // of the sequence statistics (heads 0: none)
     std::map<int64_t, SequenceStat> sequences;  // by sequence index, with sequence stats on
   };
   // nullptr when `name` was never observed.
@@ -142,7 +142,8 @@ std::optional<float> headroom_amax(const std::vector<int64_t>& hist);
 
 // ---- Affine KV cache (header comment) --------------------------------------------------------
 struct KvAffine {
-  std::vector<float> bias;  // [heads * head_dim], values of `dtype`
+  std::vector<float> bias;  // [heads * head_dim], values of `dtype`, in transformers' channel
+                            // order (KvLayout::pairs_from de-interleaved)
   float amax = 0.0f;        // max |x - b| as ModelOpt's loop finds it (NaN when an input was)
 };
 // ModelOpt's loop over the sequences of `s` in index order, rounding as a model of `dtype` (BF16,

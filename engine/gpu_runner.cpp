@@ -633,7 +633,7 @@ void DevicePlacement::forward(int64_t l, bool last, MaxCalibrator& calib) {
     q.sum = std::move(s.sum);
     q.max = std::move(s.max);
     q.min = std::move(s.min);
-    calib.record_sequence(s.name, s.seq_id, s.heads, std::move(q));
+    calib.record_sequence(s.name, s.seq_id, s.layout, std::move(q));
   }
   if (ep_) log_exchanges(l);
 }

@@ -29,7 +29,9 @@ std::string encode_calibration(const MaxCalibrator& calib) {
     const uint32_t bins = static_cast<uint32_t>(s.hist.size());  // 0 or kHeadroomBins
     put(&bins, 4);
     put(s.hist.data(), s.hist.size() * sizeof(int64_t));
-    put(&s.heads, 8);
+    put(&s.layout.heads, 8);
+    put(&s.layout.head_dim, 8);
+    put(&s.layout.pairs_from, 8);
     const uint64_t n_seqs = s.sequences.size();  // 0 unless the affine KV cache's
     put(&n_seqs, 8);
     for (const auto& [id, q] : s.sequences) {
@@ -66,7 +68,9 @@ void merge_calibration(const std::string& bytes, MaxCalibrator& calib) {
                   "calibration histogram of ", bins, " bins");
     s.hist.resize(bins);
     get(s.hist.data(), bins * sizeof(int64_t));
-    get(&s.heads, 8);
+    get(&s.layout.heads, 8);
+    get(&s.layout.head_dim, 8);
+    get(&s.layout.pairs_from, 8);
     uint64_t n_seqs = 0;
     get(&n_seqs, 8);
     for (uint64_t k = 0; k < n_seqs; ++k) {

@@ -440,9 +440,10 @@ LayerReport ModeloptExporter::write_layer(int64_t layer, const MaxCalibrator& ca
       // The affine modes: the amax of the input less the bias (calib/max_calib.h).
       const DType dtype = kv_bias_dtype(config_);
       const std::optional<KvAffine> a = kv_affine(*s, dtype);
-      STRATA_CHECK(a.has_value() && s->heads > 0, "no calibration sequence reached ", observed);
+      STRATA_CHECK(a.has_value() && s->layout.heads > 0, "no calibration sequence reached ",
+                   observed);
       writer_->add(name, Tensor::scalar_f32(fp8_kv_cache_scale(a->amax, name)));
-      writer_->add(bias_name, kv_bias_tensor(*a, s->heads, dtype));
+      writer_->add(bias_name, kv_bias_tensor(*a, s->layout.heads, dtype));
     }
   }
   return report;

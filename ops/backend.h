@@ -41,6 +41,17 @@
 
 namespace strata {
 
+// How a KV-cache input's channels are laid out, for its per-channel statistics: `heads` heads of
+// head_dim channels; with pairs_from >= 0, channels [pairs_from, head_dim) of each head hold RoPE
+// pairs interleaved (x0 y0 x1 y1 ...: MLA's rope part where the checkpoint rotates pairs), which
+// transformers holds de-interleaved (x0 x1 ... y0 y1 ...) when ModelOpt sees K: the affine KV
+// cache's bias is exported in that order (calib/max_calib.h kv_affine).
+struct KvLayout {
+  int64_t heads = 0, head_dim = 0;
+  int64_t pairs_from = -1;
+  int64_t channels() const { return heads * head_dim; }
+};
+
 // What the CPU backend reports observations to (the calibrator, tests): the hub names of
 // model/forward.h.
 class Observer {
@@ -54,12 +65,12 @@ class Observer {
                                int64_t /*tokens*/, int64_t /*k*/) {}
   // The per-sequence, per-channel statistics of a KV-cache input (Backend::observe_sequences):
   // sequence seq_ids[s] of the calibration set spans rows [seq_bounds[s], seq_bounds[s+1]) of
-  // x[rows, heads * head_dim]. Only an observer that keeps them (the affine KV cache's
+  // x[rows, layout.channels()]. Only an observer that keeps them (the affine KV cache's
   // calibrator) needs them.
   virtual void observe_sequences(std::string_view /*name*/, const float* /*x*/,
                                  std::span<const int64_t> /*seq_bounds*/,
-                                 std::span<const int64_t> /*seq_ids*/, int64_t /*heads*/,
-                                 int64_t /*head_dim*/) {}
+                                 std::span<const int64_t> /*seq_ids*/, const KvLayout& /*layout*/) {
+  }
 };
 
 // Expert parallelism (docs/SCALEOUT.md "Expert parallel"): the routed experts of every MoE layer
@@ -248,12 +259,12 @@ class Backend {
   // max |x| of x[rows, cols] under each of `names` (rows counted too).
   virtual void observe(const std::vector<std::string>& names, const float* x, int64_t rows,
                        int64_t cols) = 0;
-  // A KV-cache input x[t.tokens, heads * head_dim] (model/forward.h's k_cache / v_cache): each
+  // A KV-cache input x[t.tokens, layout.channels()] (model/forward.h's k_cache / v_cache): each
   // sequence's per-channel sum, max and min (ops::column_stats), for the affine KV cache's
   // biases (calib/max_calib.h). The CPU hands x to the Observer (Observer::observe_sequences);
   // the CUDA backend reduces it on the device when CudaBackendOptions::sequence_stats is on.
   virtual void observe_sequences(const std::string& name, const float* x, const Tokens& t,
-                                 int64_t heads, int64_t head_dim) = 0;
+                                 const KvLayout& layout) = 0;
 
   // MoE routing under the router's module name (Observer::observe_routing); the CUDA backend
   // does not report it.

@@ -73,7 +73,7 @@ void CpuBackend::observe(const std::vector<std::string>& names, const float* x, 
 }
 
 void CpuBackend::observe_sequences(const std::string& name, const float* x, const Tokens& t,
-                                   int64_t heads, int64_t head_dim) {
+                                   const KvLayout& layout) {
   if (!observer_) return;
   std::vector<int64_t> ids = t.seq_ids;
   if (ids.empty()) {
@@ -81,7 +81,7 @@ void CpuBackend::observe_sequences(const std::string& name, const float* x, cons
     std::iota(ids.begin(), ids.end(), int64_t{0});
   }
   STRATA_ASSERT(static_cast<int64_t>(ids.size()) == t.n_seqs(), "sequence ids of a batch");
-  observer_->observe_sequences(name, x, t.seq_bounds, ids, heads, head_dim);
+  observer_->observe_sequences(name, x, t.seq_bounds, ids, layout);
 }
 
 void CpuBackend::observe_routing(const std::string& router, const int32_t* chosen, int64_t tokens,

@@ -309,9 +309,9 @@ void CudaBackend::observe(const std::vector<std::string>& names, const float* x,
 }
 
 void CudaBackend::observe_sequences(const std::string& name, const float* x, const Tokens& t,
-                                    int64_t heads, int64_t head_dim) {
+                                    const KvLayout& layout) {
   if (!opt_.sequence_stats) return;
-  const int64_t cols = heads * head_dim, n = t.n_seqs();
+  const int64_t cols = layout.channels(), n = t.n_seqs();
   if (dry() || n == 0) return;
   // [group, cols] each of sum (double), max and min, in a buffer of its own (not the scratch,
   // whose per-token sizing does not cover a fixed group): 16 bytes x kSequenceGroup x cols.
@@ -332,7 +332,7 @@ void CudaBackend::observe_sequences(const std::string& name, const float* x, con
         SequenceStats q;
         q.name = name;
         q.seq_id = t.seq_ids.empty() ? s : t.seq_ids[static_cast<size_t>(s)];
-        q.heads = heads;
+        q.layout = layout;
         q.tokens = t.seq_bounds[static_cast<size_t>(s) + 1] - t.seq_bounds[static_cast<size_t>(s)];
         q.sum.resize(static_cast<size_t>(cols));
         q.max.resize(static_cast<size_t>(cols));

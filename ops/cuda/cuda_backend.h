@@ -58,7 +58,8 @@ struct AmaxStat {
 // the device (Backend::observe_sequences).
 struct SequenceStats {
   std::string name;
-  int64_t seq_id = 0, heads = 0, tokens = 0;
+  int64_t seq_id = 0, tokens = 0;
+  KvLayout layout;
   std::vector<double> sum;
   std::vector<float> max, min;
 };
@@ -126,8 +127,8 @@ class CudaBackend final : public Backend {
   // sequences at a time into a buffer of its own (16 bytes x kSequenceGroup x channels, from the
   // budget, made at the first call and grown for wider inputs) and read back at once
   // (synchronizes the stream; two calls a layer and chunk).
-  void observe_sequences(const std::string& name, const float* x, const Tokens& t, int64_t heads,
-                         int64_t head_dim) override;
+  void observe_sequences(const std::string& name, const float* x, const Tokens& t,
+                         const KvLayout& layout) override;
   static constexpr int64_t kSequenceGroup = 16;
   // strata compare's serving simulation runs on the CPU only: refused here.
   void fake_quantize(float* x, int64_t rows, int64_t cols, const ActQuant& q,

@@ -20,7 +20,7 @@ void observe(MaxCalibrator& c, const std::vector<std::vector<float>>& seqs,
     x.insert(x.end(), s.begin(), s.end());
     bounds.push_back(bounds.back() + static_cast<int64_t>(s.size()) / (heads * d));
   }
-  c.observe_sequences("k", x.data(), bounds, ids, heads, d);
+  c.observe_sequences("k", x.data(), bounds, ids, {heads, d});
 }
 
 TEST(KvAffine, RunningMeanOfSequenceMeans) {
@@ -38,7 +38,7 @@ TEST(KvAffine, RunningMeanOfSequenceMeans) {
   EXPECT_EQ(a->bias[0], (4.0f * 2.0f + -1.0f) / 3.0f);  // ModelOpt's fp32 (b x 2 + m) / 3
   EXPECT_EQ(a->bias[1], 1.0f);
   EXPECT_EQ(a->amax, a->bias[0] + 5.0f);
-  EXPECT_EQ(c.find("k")->heads, 1);
+  EXPECT_EQ(c.find("k")->layout.heads, 1);
 }
 
 TEST(KvAffine, AmaxSeesTheBiasAsItStandsAfterEachSequence) {
@@ -100,6 +100,19 @@ TEST(KvAffine, SequencesMergeAcrossBatchesRanksAndParts) {
   observe(split, {{0, 3}, {8, 0}}, {1, 2}, 2, 1);
   EXPECT_EQ(kv_affine(*split.find("k"), DType::kF32)->bias, want.bias);
   EXPECT_EQ(kv_affine(*split.find("k"), DType::kF32)->amax, want.amax);
+}
+
+TEST(KvAffine, InterleavedRopePairsInTransformersOrder) {
+  // MLA's K with the checkpoint's interleaved RoPE pairs after channel 2 of each head (KvLayout
+  // pairs_from 2): [n0 n1 x0 y0 x1 y1] is held by transformers as [n0 n1 x0 x1 y0 y1], so the
+  // bias is exported in that order; the amax does not depend on it.
+  MaxCalibrator c(false, true);
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6, 10, 20, 30, 40, 50, 60};  // one token, 2 heads
+  const std::vector<int64_t> bounds = {0, 1}, ids = {0};
+  c.observe_sequences("k", x.data(), bounds, ids, {2, 6, 2});
+  const KvAffine a = *kv_affine(*c.find("k"), DType::kF32);
+  EXPECT_EQ(a.bias, (std::vector<float>{1, 2, 3, 5, 4, 6, 10, 20, 30, 50, 40, 60}));
+  EXPECT_EQ(a.amax, 0.0f);
 }
 
 TEST(KvAffine, NothingKeptWhenOff) {
