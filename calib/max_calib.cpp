@@ -64,6 +64,60 @@ void MaxCalibrator::merge(std::string_view name, const Stat& s) {
     for (int i = 0; i < kHeadroomBins; ++i)
       t.hist[static_cast<size_t>(i)] += s.hist[static_cast<size_t>(i)];
   }
+  if (!s.sequences.empty()) {
+    STRATA_ASSERT(t.layout.heads == 0 || t.layout.heads == s.layout.heads, name,
+                  ": sequence statistics of ", s.layout.heads, " and ", t.layout.heads, " heads");
+    t.layout = s.layout;
+    for (const auto& [id, q] : s.sequences)
+      t.sequences[id].merge(q);
+  }
+}
+
+void MaxCalibrator::SequenceStat::merge(const SequenceStat& o) {
+  if (sum.empty()) {
+    *this = o;
+    return;
+  }
+  STRATA_ASSERT(o.sum.size() == sum.size(), "sequence statistics of ", o.sum.size(), " and ",
+                sum.size(), " channels");
+  tokens += o.tokens;
+  for (size_t c = 0; c < sum.size(); ++c) {
+    sum[c] += o.sum[c];
+    if (std::isnan(o.max[c]) || o.max[c] > max[c]) max[c] = std::isnan(max[c]) ? max[c] : o.max[c];
+    if (std::isnan(o.min[c]) || o.min[c] < min[c]) min[c] = std::isnan(min[c]) ? min[c] : o.min[c];
+  }
+}
+
+void MaxCalibrator::observe_sequences(std::string_view name, const float* x,
+                                      std::span<const int64_t> seq_bounds,
+                                      std::span<const int64_t> seq_ids, const KvLayout& layout) {
+  if (!sequence_stats_) return;
+  STRATA_ASSERT(seq_bounds.size() == seq_ids.size() + 1, "sequence bounds and ids");
+  const int64_t cols = layout.channels();
+  for (size_t s = 0; s < seq_ids.size(); ++s) {
+    SequenceStat q;
+    q.tokens = seq_bounds[s + 1] - seq_bounds[s];
+    q.sum.resize(static_cast<size_t>(cols));
+    q.max.resize(static_cast<size_t>(cols));
+    q.min.resize(static_cast<size_t>(cols));
+    ops::column_stats(x + seq_bounds[s] * cols, q.tokens, cols, q.sum.data(), q.max.data(),
+                      q.min.data());
+    record_sequence(name, seq_ids[s], layout, std::move(q));
+  }
+}
+
+void MaxCalibrator::record_sequence(std::string_view name, int64_t seq_id, const KvLayout& layout,
+                                    SequenceStat q) {
+  if (q.tokens == 0) return;
+  auto it = stats_.find(name);
+  if (it == stats_.end()) it = stats_.emplace(std::string(name), Stat{}).first;
+  Stat& s = it->second;
+  STRATA_ASSERT(s.layout.heads == 0 ||
+                    (s.layout.heads == layout.heads && s.layout.head_dim == layout.head_dim &&
+                     s.layout.pairs_from == layout.pairs_from),
+                name, ": sequence statistics of two layouts");
+  s.layout = layout;
+  s.sequences[seq_id].merge(q);
 }
 
 const MaxCalibrator::Stat* MaxCalibrator::find(std::string_view name) const {
@@ -128,6 +182,68 @@ std::optional<float> headroom_amax(const std::vector<int64_t>& hist) {
   STRATA_ASSERT(anchor.has_value() && *anchor > 0.0, "headroom anchor of a non-empty histogram");
   const double headroom = kRho * *anchor;
   return static_cast<float>(headroom <= *upper ? *upper : headroom);
+}
+
+namespace {
+
+// A value as a tensor of `dtype` holds it (round to nearest even).
+float round_to(DType dtype, float x) {
+  switch (dtype) {
+    case DType::kBF16:
+      return bf16_to_f32(f32_to_bf16(x));
+    case DType::kF16:
+      return f16_to_f32(f32_to_f16(x));
+    default:
+      STRATA_ASSERT(dtype == DType::kF32, "affine KV bias in dtype ", dtype_name(dtype));
+      return x;
+  }
+}
+
+}  // namespace
+
+std::optional<KvAffine> kv_affine(const MaxCalibrator::Stat& s, DType dtype) {
+  KvAffine r;
+  float count = 0.0f;  // ModelOpt's _cnt, promoted to fp32 in the running mean
+  for (const auto& [id, q] : s.sequences) {
+    if (q.tokens == 0) continue;
+    const size_t C = q.sum.size();
+    if (r.bias.empty()) r.bias.assign(C, 0.0f);
+    STRATA_ASSERT(r.bias.size() == C, "sequence statistics of ", C, " and ", r.bias.size(),
+                  " channels");
+    for (size_t c = 0; c < C; ++c) {
+      const float m = round_to(dtype, static_cast<float>(q.sum[c] / static_cast<double>(q.tokens)));
+      r.bias[c] = count == 0.0f ? m : round_to(dtype, (r.bias[c] * count + m) / (count + 1.0f));
+    }
+    count += 1.0f;
+    for (size_t c = 0; c < C; ++c) {
+      const float hi = round_to(dtype, q.max[c] - r.bias[c]);
+      const float lo = round_to(dtype, r.bias[c] - q.min[c]);
+      if (std::isnan(hi) || std::isnan(lo) || std::isnan(r.amax)) {
+        r.amax = NAN;
+      } else {
+        r.amax = std::max({r.amax, std::fabs(hi), std::fabs(lo)});
+      }
+    }
+  }
+  if (r.bias.empty()) return std::nullopt;
+  // Interleaved RoPE pairs as transformers holds them: per head, the pairs' first elements, then
+  // their second ones (the amax is a max over channels: the order does not change it).
+  const KvLayout& l = s.layout;
+  if (l.pairs_from >= 0) {
+    STRATA_ASSERT(
+        l.channels() == static_cast<int64_t>(r.bias.size()) && (l.head_dim - l.pairs_from) % 2 == 0,
+        "interleaved channels of a KV layout");
+    const int64_t half = (l.head_dim - l.pairs_from) / 2;
+    for (int64_t h = 0; h < l.heads; ++h) {
+      float* b = r.bias.data() + h * l.head_dim + l.pairs_from;
+      const std::vector<float> pairs(b, b + 2 * half);
+      for (int64_t j = 0; j < half; ++j) {
+        b[j] = pairs[static_cast<size_t>(2 * j)];
+        b[half + j] = pairs[static_cast<size_t>(2 * j + 1)];
+      }
+    }
+  }
+  return r;
 }
 
 }  // namespace strata

@@ -28,6 +28,27 @@
 // The counts enter as fp32 (as ModelOpt's hist.float()): exact while a histogram holds fewer than
 // 2^24 blocks; above that fp32 sums of the counts depend on summation order and strata's (double,
 // rounded once) may differ from PyTorch's in the last place of `total`.
+//
+// Affine KV cache (a recipe's kv_cache: fp8_affine / nvfp4_affine; ModelOpt 0.47's units
+// kv_{fp8,nvfp4}_affine: `bias: {-2, -4, type: static}` on the k/v_bmm_quantizers, whose input is
+// transformers' key/value states [batch, heads, tokens, head_dim]; TensorQuantizer.collect and
+// calib/bias.py BiasCalibrator, method "mean"). ModelOpt calibrates one sequence per forward
+// (batch 1, as tests/peer runs it), and each forward does, in order:
+//   m_s      = the mean of the sequence's K over its tokens, per head and channel [heads, d],
+//              rounded to the model's dtype (torch.mean of a bf16 tensor)
+//   b_s      = m_1 for the first sequence, else dt(fl32(fl32(b_{s-1} x (s-1)) + m_s) / s): the
+//              running mean of the sequence means (every sequence weighs the same, whatever its
+//              length), in fp32, rounded to the dtype dt
+//   amax    = max(amax, max |dt(x - b_s)|) over the sequence's tokens: the max calibrator sees
+//              the input less the bias as it stands after this sequence
+// and exports b_S (the last) as the bias and the amax as for the plain modes (k_scale = amax /
+// 448). So the amax depends on the order of the sequences; strata keeps, per sequence (its index
+// in the calibration set, whatever micro-batch, chunk or rank computed it), the per-channel sum,
+// max and min (ops::column_stats), and replays ModelOpt's loop in sequence order at the end
+// (kv_affine), using max |x - b| = max(max x - b, b - min x) per channel. The statistics of a
+// sequence merge (sums add, max/min), so they are independent of the batching, the thread and
+// rank count. Memory: 16 bytes per channel and sequence of each attention layer's K and V, for
+// one layer at a time.
 #pragma once
 
 #include <cstdint>
@@ -35,10 +56,12 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/dtype.h"
 #include "model/forward.h"
 #include "quant/scale_search.h"
 
@@ -51,17 +74,34 @@ class MaxCalibrator : public Observer {
  public:
   MaxCalibrator() = default;
   // block_histograms: also keep the nvfp4_act_headroom histogram of every input (header comment).
-  explicit MaxCalibrator(bool block_histograms) : block_histograms_(block_histograms) {}
+  explicit MaxCalibrator(bool block_histograms, bool sequence_stats = false)
+      : block_histograms_(block_histograms), sequence_stats_(sequence_stats) {}
 
   void observe(std::string_view name, const float* x, int64_t rows, int64_t cols) override;
   // Merges an amax already reduced elsewhere (the GPU forward's observers) over `rows` rows,
   // exactly as observe() merges its own (no histogram: the GPU forward keeps none).
   void record(std::string_view name, float amax, int64_t rows);
 
+  // One calibration sequence's K (or V) [tokens, heads * head_dim] (header comment).
+  struct SequenceStat {
+    int64_t tokens = 0;
+    std::vector<double> sum;            // per channel (head-major), in double
+    std::vector<float> max, min;        // per channel
+    void merge(const SequenceStat& o);  // the same sequence seen in parts: sums add
+  };
+  // With sequence statistics on (the affine KV cache): keeps each sequence's statistics of x.
+  void observe_sequences(std::string_view name, const float* x, std::span<const int64_t> seq_bounds,
+                         std::span<const int64_t> seq_ids, const KvLayout& layout) override;
+  // Merges one sequence's statistics reduced elsewhere (the GPU forward's).
+  void record_sequence(std::string_view name, int64_t seq_id, const KvLayout& layout,
+                       SequenceStat s);
+
   struct Stat {
     float amax = 0.0f;
     int64_t rows = 0;
     std::vector<int64_t> hist;  // kHeadroomBins counts with block histograms on, else empty
+    KvLayout layout;            // of the sequence statistics (heads 0: none)
+    std::map<int64_t, SequenceStat> sequences;  // by sequence index, with sequence stats on
   };
   // nullptr when `name` was never observed.
   const Stat* find(std::string_view name) const;
@@ -75,12 +115,14 @@ class MaxCalibrator : public Observer {
   const std::map<std::string, Stat, std::less<>>& stats() const { return stats_; }
   void clear() { stats_.clear(); }
   bool block_histograms() const { return block_histograms_; }
+  bool sequence_stats() const { return sequence_stats_; }
   // Adds statistics observed elsewhere (another rank): amax the max (NaN sticky), rows and
-  // histogram counts the sums.
+  // histogram counts the sums, sequence statistics merged by sequence index.
   void merge(std::string_view name, const Stat& s);
 
  private:
   bool block_histograms_ = false;
+  bool sequence_stats_ = false;
   std::map<std::string, Stat, std::less<>> stats_;
   std::set<std::string, std::less<>> hessian_names_;
   std::map<std::string, std::unique_ptr<BlockHessian>, std::less<>> hessians_;
@@ -97,5 +139,15 @@ std::optional<double> headroom_percentile(const std::vector<int64_t>& hist, doub
 // The input amax of a histogram with ModelOpt's defaults (anchor 1st percentile, upper 99.99th,
 // rho 16384); std::nullopt when it holds no count.
 std::optional<float> headroom_amax(const std::vector<int64_t>& hist);
+
+// ---- Affine KV cache (header comment) --------------------------------------------------------
+struct KvAffine {
+  std::vector<float> bias;  // [heads * head_dim], values of `dtype`, in transformers' channel
+                            // order (KvLayout::pairs_from de-interleaved)
+  float amax = 0.0f;        // max |x - b| as ModelOpt's loop finds it (NaN when an input was)
+};
+// ModelOpt's loop over the sequences of `s` in index order, rounding as a model of `dtype` (BF16,
+// F16 or F32) does; std::nullopt when no sequence had a token.
+std::optional<KvAffine> kv_affine(const MaxCalibrator::Stat& s, DType dtype);
 
 }  // namespace strata

@@ -112,7 +112,8 @@ void declare_flags(Args& args) {
               "nvfp4");
   args.option("--kv_cache_qformat", "FORMAT",
               "fp8_cast (hf_ptq's default: constant amax, no k/v scales, no calibration), fp8 "
-              "(calibrated k/v scales), nvfp4, nvfp4_cast or none (ignored with --recipe)",
+              "(calibrated k/v scales), fp8_affine (also per-head, per-channel k/v biases), nvfp4, "
+              "nvfp4_cast, nvfp4_affine or none (ignored with --recipe)",
               "fp8_cast");
   args.option("--recipe", "NAME|PATH",
               "a built-in recipe (<qformat>-kv_<kv>, general/ptq/<name> or "

@@ -181,8 +181,9 @@ class DevicePlacement : public Placement {
   GpuMemoryPlan mp_;
   gpu::DeviceBuffer weights_[2], meta_, x_, dstore_, io_[2];
   gpu::PinnedBuffer host_weights_[2], hstore_, stage_;
-  std::vector<std::vector<int64_t> > bounds_;  // per chunk: its sequences' bounds (host)
-  std::vector<int64_t> bounds_at_;             // and where they start in meta_
+  std::vector<std::vector<int64_t> > bounds_;   // per chunk: its sequences' bounds (host)
+  std::vector<std::vector<int64_t> > seq_ids_;  // per chunk: its sequences' Batch::seq_ids
+  std::vector<int64_t> bounds_at_;              // and where they start in meta_
   std::future<void> next_;
   gpu::Event in_ready_[2], out_ready_[2], io_free_[2];
 };
@@ -211,6 +212,7 @@ DevicePlacement::DevicePlacement(GpuLoop& loop)
   fo.profile = loop.gpu.profile;
   fo.warp_attention = loop.gpu.warp_attention;
   fo.bf16_ops = loop.bf16_ops;
+  fo.sequence_stats = kv_cache_affine(loop.plan.recipe.kv_cache);
   if (ep_) {
     fo.expert_rank = comm_->rank();
     fo.expert_ranks = comm_->size();
@@ -409,6 +411,7 @@ void DevicePlacement::upload_positions() {
   const std::vector<PlannedChunk>& chunks = mp_.chunks;
   const int64_t total = mp_.total;
   bounds_.assign(chunks.size(), {});
+  seq_ids_.assign(chunks.size(), {});
   bounds_at_.assign(chunks.size(), 0);
   std::vector<int64_t> m(mp_.meta_bytes / 8);
   int64_t at = 2 * total;
@@ -427,6 +430,7 @@ void DevicePlacement::upload_positions() {
           m[total + g] = t0 - c.token0 + bt.seq_offsets[s];
         }
         bounds_[i].push_back(t0 - c.token0 + bt.seq_offsets[s + 1]);
+        seq_ids_[i].push_back(bt.seq_ids[static_cast<size_t>(s)]);
       }
     }
     bounds_at_[i] = at;
@@ -460,6 +464,7 @@ gpu::GpuChunk DevicePlacement::chunk(size_t i) {
   g.positions = meta_.as<int64_t>() + c.token0;
   g.seq_start = meta_.as<int64_t>() + mp_.total + c.token0;
   g.seq_bounds = bounds_[i];
+  g.seq_ids = seq_ids_[i];
   g.seq_bounds_dev = meta_.as<int64_t>() + bounds_at_[i];
   return g;
 }
@@ -622,6 +627,14 @@ void DevicePlacement::forward(int64_t l, bool last, MaxCalibrator& calib) {
   if (tier == HiddenTier::kPinned) d2h_.synchronize();
   for (const gpu::AmaxStat& s : f_->take_stats())
     calib.record(s.name, s.amax, s.rows);
+  for (gpu::SequenceStats& s : f_->take_sequence_stats()) {
+    MaxCalibrator::SequenceStat q;
+    q.tokens = s.tokens;
+    q.sum = std::move(s.sum);
+    q.max = std::move(s.max);
+    q.min = std::move(s.min);
+    calib.record_sequence(s.name, s.seq_id, s.layout, std::move(q));
+  }
   if (ep_) log_exchanges(l);
 }
 

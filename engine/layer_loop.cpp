@@ -135,8 +135,9 @@ void run_layer_loop(LayerLoop& loop, Placement& p) {
     since_durable += loop.exporter.source_bytes(l + 1);
     bool durable = last || p.always_durable() || since_durable >= kResumeEvery * p.hidden_bytes();
     if (ranks) durable = any_rank(*ranks, durable);  // the ranks record the same steps
-    auto calib = std::make_unique<MaxCalibrator>(loop.plan.recipe.calibration ==
-                                                 CalibrationMethod::kNvfp4ActHeadroom);
+    auto calib = std::make_unique<MaxCalibrator>(
+        loop.plan.recipe.calibration == CalibrationMethod::kNvfp4ActHeadroom,
+        kv_cache_affine(loop.plan.recipe.kv_cache));
     calib->track_hessians(local_hessian_modules(loop.plan, l));  // empty unless local_hessian
     p.forward(l, last, *calib);
     if (ranks) allreduce_calibration(*ranks, *calib);  // one process's statistics on every rank

@@ -29,6 +29,20 @@ std::string encode_calibration(const MaxCalibrator& calib) {
     const uint32_t bins = static_cast<uint32_t>(s.hist.size());  // 0 or kHeadroomBins
     put(&bins, 4);
     put(s.hist.data(), s.hist.size() * sizeof(int64_t));
+    put(&s.layout.heads, 8);
+    put(&s.layout.head_dim, 8);
+    put(&s.layout.pairs_from, 8);
+    const uint64_t n_seqs = s.sequences.size();  // 0 unless the affine KV cache's
+    put(&n_seqs, 8);
+    for (const auto& [id, q] : s.sequences) {
+      const uint64_t cols = q.sum.size();
+      put(&id, 8);
+      put(&q.tokens, 8);
+      put(&cols, 8);
+      put(q.sum.data(), cols * sizeof(double));
+      put(q.max.data(), cols * sizeof(float));
+      put(q.min.data(), cols * sizeof(float));
+    }
   }
   return out;
 }
@@ -54,14 +68,34 @@ void merge_calibration(const std::string& bytes, MaxCalibrator& calib) {
                   "calibration histogram of ", bins, " bins");
     s.hist.resize(bins);
     get(s.hist.data(), bins * sizeof(int64_t));
-    calib.merge(name, s);  // histograms add: the pooled statistic of one process
+    get(&s.layout.heads, 8);
+    get(&s.layout.head_dim, 8);
+    get(&s.layout.pairs_from, 8);
+    uint64_t n_seqs = 0;
+    get(&n_seqs, 8);
+    for (uint64_t k = 0; k < n_seqs; ++k) {
+      int64_t id = 0;
+      uint64_t cols = 0;
+      MaxCalibrator::SequenceStat q;
+      get(&id, 8);
+      get(&q.tokens, 8);
+      get(&cols, 8);
+      q.sum.resize(cols);
+      q.max.resize(cols);
+      q.min.resize(cols);
+      get(q.sum.data(), cols * sizeof(double));
+      get(q.max.data(), cols * sizeof(float));
+      get(q.min.data(), cols * sizeof(float));
+      s.sequences[id].merge(q);
+    }
+    calib.merge(name, s);  // histograms add, sequences by index: the pooled statistic
   }
 }
 
 void allreduce_calibration(Comm& comm, MaxCalibrator& calib) {
   if (comm.size() == 1) return;
   const std::vector<std::string> all = comm.allgather(encode_calibration(calib));
-  MaxCalibrator merged(calib.block_histograms());
+  MaxCalibrator merged(calib.block_histograms(), calib.sequence_stats());
   for (const std::string& bytes : all)
     merge_calibration(bytes, merged);
   calib = std::move(merged);

@@ -764,8 +764,10 @@ void QuantizeRun::embed() {
         result.memory.spilled || on_gpu, offload,
         comm.size() > 1 ? owned_batches(comm, micro.groups.size()) : std::vector<bool>{});
     int64_t most = 0;
+    int64_t first_seq = 0;  // the calibration set's sequences, in micro-batch order
     for (size_t b = 0; b < micro.groups.size(); ++b) {
-      batches.push_back(Batch::from_sequences(micro.groups[b]));
+      batches.push_back(Batch::from_sequences(micro.groups[b], first_seq));
+      first_seq += static_cast<int64_t>(micro.groups[b].size());
       most = std::max(most, batches.back().n_tokens());
     }
     std::vector<float> buf(static_cast<size_t>(most * fwd->hidden_size()));  // one micro-batch

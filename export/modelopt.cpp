@@ -53,6 +53,46 @@ float weight_amax_of(const std::vector<Tensor>& ws) {
   return a;
 }
 
+// The dtype of the affine KV cache's biases: ModelOpt keeps the bias in the dtype of the K/V
+// states, the model's (config.json torch_dtype / dtype, as transformers loads it; none: fp32).
+DType kv_bias_dtype(const ModelConfig& config) {
+  const std::string& t = config.torch_dtype;
+  if (t == "bfloat16") return DType::kBF16;
+  if (t == "float16") return DType::kF16;
+  if (t.empty() || t == "float32") return DType::kF32;
+  fail(config.path, ": torch_dtype '", t,
+       "' is not one an affine KV cache bias can be kept in (bfloat16, float16, float32)");
+}
+
+// [1, heads, 1, head_dim] of the K (k) or V states: MLA's every head with its K (nope + rope) or
+// V width, else the KV heads of head_dim.
+Shape kv_bias_shape(const ModelConfig& c, bool k) {
+  if (c.kv_lora_rank > 0)
+    return {1, c.num_attention_heads, 1,
+            k ? c.qk_nope_head_dim + c.qk_rope_head_dim : c.v_head_dim};
+  return {1, c.num_key_value_heads, 1, c.head_dim};
+}
+
+// k_bias / v_bias as ModelOpt 0.47 exports the quantizer's _bias_value: the shape of the K/V
+// states' mean over batch and tokens, kept dims [1, heads, 1, head_dim], in `dtype`.
+Tensor kv_bias_tensor(const KvAffine& a, int64_t heads, DType dtype) {
+  const int64_t d = static_cast<int64_t>(a.bias.size()) / heads;
+  STRATA_ASSERT(d * heads == static_cast<int64_t>(a.bias.size()), "bias of ", a.bias.size(),
+                " channels over ", heads, " heads");
+  Tensor t = Tensor::zeros(dtype, {1, heads, 1, d});
+  for (size_t c = 0; c < a.bias.size(); ++c) {
+    const float b = a.bias[c];
+    if (dtype == DType::kBF16) {
+      t.mutable_data<uint16_t>()[c] = f32_to_bf16(b);
+    } else if (dtype == DType::kF16) {
+      t.mutable_data<uint16_t>()[c] = f32_to_f16(b);
+    } else {
+      t.mutable_data<float>()[c] = b;
+    }
+  }
+  return t;
+}
+
 // "model.layers.3.self_attn.q_proj" -> "model.layers.3.self_attn."
 std::string attention_prefix(const QuantPlan& plan, int64_t layer) {
   for (const PlannedModule& m : plan.modules) {
@@ -282,8 +322,12 @@ std::vector<TensorSpec> ModeloptExporter::kv_outputs(int64_t layer) const {
   const std::string p = attention_prefix(plan_, layer);
   STRATA_CHECK(!p.empty(), "layer ", layer,
                " has no self_attn module to attach k/v cache scales to");
-  for (const char* kv : {"k", "v"})
+  for (const char* kv : {"k", "v"}) {  // in write_layer's order
     out.push_back({p + kv + "_proj." + kv + "_scale", DType::kF32, {}});
+    if (kv_cache_affine(plan_.recipe.kv_cache))
+      out.push_back({p + kv + "_proj." + kv + "_bias", kv_bias_dtype(config_),
+                     kv_bias_shape(config_, kv[0] == 'k')});
+  }
   return out;
 }
 
@@ -378,16 +422,29 @@ LayerReport ModeloptExporter::write_layer(int64_t layer, const MaxCalibrator& ca
     const std::string p = attention_prefix(plan_, layer);
     STRATA_CHECK(!p.empty(), "layer ", layer,
                  " has no self_attn module to attach k/v cache scales to");
+    const bool affine = kv_cache_affine(plan_.recipe.kv_cache);
     for (const char* kv : {"k", "v"}) {
       const std::string observed = p + kv + "_cache";
       const MaxCalibrator::Stat* s = calib.find(observed);
       STRATA_CHECK(s && s->rows > 0, "no calibration data reached ", observed);
       const std::string name = p + kv + "_proj." + kv + "_scale";
+      const std::string bias_name = p + kv + "_proj." + kv + "_bias";
       if (rank_ != 0) {
         writer_->skip(name);
+        if (affine) writer_->skip(bias_name);
         continue;
       }
-      writer_->add(name, Tensor::scalar_f32(fp8_kv_cache_scale(s->amax, name)));
+      if (!affine) {
+        writer_->add(name, Tensor::scalar_f32(fp8_kv_cache_scale(s->amax, name)));
+        continue;
+      }
+      // The affine modes: the amax of the input less the bias (calib/max_calib.h).
+      const DType dtype = kv_bias_dtype(config_);
+      const std::optional<KvAffine> a = kv_affine(*s, dtype);
+      STRATA_CHECK(a.has_value() && s->layout.heads > 0, "no calibration sequence reached ",
+                   observed);
+      writer_->add(name, Tensor::scalar_f32(fp8_kv_cache_scale(a->amax, name)));
+      writer_->add(bias_name, kv_bias_tensor(*a, s->layout.heads, dtype));
     }
   }
   return report;

@@ -125,6 +125,8 @@ void GqaAttention::forward(ops::Backend& be, const ops::Tokens& t, const float* 
   be.rope(k, t, n_kv, d, 0, rot_dim, inv_freq, attention_factor, false);
   be.observe(k_cache, k, T, kd);
   be.observe(v_cache, v, T, kd);
+  be.observe_sequences(k_cache[0], k, t, {n_kv, d});  // the affine KV cache's biases
+  be.observe_sequences(v_cache[0], v, t, {n_kv, d});
   if (k_quant.on()) be.fake_quantize(k, T * n_kv, d, k_quant, k_cache[0]);  // per head [T·nKV, d]
   if (v_quant.on()) be.fake_quantize(v, T * n_kv, d, v_quant, v_cache[0]);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -285,6 +287,9 @@ void MlaAttention::forward(ops::Backend& be, const ops::Tokens& t, const float* 
   be.mla_kv(kv, kr, T, nH, dn, dr, dv, k, v);
   be.observe(k_cache, k, T, nH * dq);
   be.observe(v_cache, v, T, nH * dv);
+  // The affine KV cache's biases; K's rope part as transformers holds it (de-interleaved).
+  be.observe_sequences(k_cache[0], k, t, {nH, dq, interleaved && !nope ? dn : -1});
+  be.observe_sequences(v_cache[0], v, t, {nH, dv});
   if (k_quant.on()) be.fake_quantize(k, T * nH, dq, k_quant, k_cache[0]);  // per head [T·nH, dq]
   if (v_quant.on()) be.fake_quantize(v, T * nH, dv, v_quant, v_cache[0]);
   ops::AttentionVariant sparse;

@@ -10,10 +10,11 @@
 
 namespace strata {
 
-Batch Batch::from_sequences(const std::vector<std::vector<int32_t>>& seqs) {
+Batch Batch::from_sequences(const std::vector<std::vector<int32_t>>& seqs, int64_t first_seq) {
   Batch b;
   b.seq_offsets.push_back(0);
   for (const auto& s : seqs) {
+    b.seq_ids.push_back(first_seq + static_cast<int64_t>(b.seq_ids.size()));
     for (size_t i = 0; i < s.size(); ++i) {
       b.tokens.push_back(s[i]);
       b.positions.push_back(static_cast<int64_t>(i));
@@ -83,6 +84,7 @@ class CpuLayer : public DecoderLayer {
     t.tokens = batch.n_tokens();
     t.positions = batch.positions.data();
     t.seq_bounds = batch.seq_offsets;
+    t.seq_ids = batch.seq_ids;
     layer_->forward(be, t, x);
   }
 

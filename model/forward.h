@@ -16,6 +16,9 @@
 //   "<layers.N>.self_attn.k_cache"     K after RoPE, before head repetition [T, nKV·dk]
 //   "<layers.N>.self_attn.v_cache"     V [T, nKV·dv]
 //                                      (none from linear-attention layers: they have no KV cache)
+//                                      k_cache and v_cache are also reported per sequence
+//                                      (Observer::observe_sequences, by Batch::seq_ids) for the
+//                                      affine KV cache's biases
 // Routed experts report only the rows routed to them (possibly none: rows == 0 is reported too).
 #pragma once
 
@@ -35,8 +38,10 @@ struct Batch {
   std::vector<int32_t> tokens;       // all sequences, concatenated
   std::vector<int64_t> seq_offsets;  // sequence s spans [seq_offsets[s], seq_offsets[s+1])
   std::vector<int64_t> positions;    // per token, 0-based within its sequence
+  std::vector<int64_t> seq_ids;      // sequence s's index in the calibration set
 
-  static Batch from_sequences(const std::vector<std::vector<int32_t>>& seqs);
+  // The sequences are those of the calibration set from index first_seq on.
+  static Batch from_sequences(const std::vector<std::vector<int32_t>>& seqs, int64_t first_seq = 0);
   int64_t n_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t n_seqs() const { return static_cast<int64_t>(seq_offsets.size()) - 1; }
 };

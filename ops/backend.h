@@ -41,6 +41,17 @@
 
 namespace strata {
 
+// How a KV-cache input's channels are laid out, for its per-channel statistics: `heads` heads of
+// head_dim channels; with pairs_from >= 0, channels [pairs_from, head_dim) of each head hold RoPE
+// pairs interleaved (x0 y0 x1 y1 ...: MLA's rope part where the checkpoint rotates pairs), which
+// transformers holds de-interleaved (x0 x1 ... y0 y1 ...) when ModelOpt sees K: the affine KV
+// cache's bias is exported in that order (calib/max_calib.h kv_affine).
+struct KvLayout {
+  int64_t heads = 0, head_dim = 0;
+  int64_t pairs_from = -1;
+  int64_t channels() const { return heads * head_dim; }
+};
+
 // What the CPU backend reports observations to (the calibrator, tests): the hub names of
 // model/forward.h.
 class Observer {
@@ -52,6 +63,14 @@ class Observer {
   // [tokens, k], the experts each token was sent to (strata compare; the CPU backend reports it).
   virtual void observe_routing(std::string_view /*router*/, const int32_t* /*chosen*/,
                                int64_t /*tokens*/, int64_t /*k*/) {}
+  // The per-sequence, per-channel statistics of a KV-cache input (Backend::observe_sequences):
+  // sequence seq_ids[s] of the calibration set spans rows [seq_bounds[s], seq_bounds[s+1]) of
+  // x[rows, layout.channels()]. Only an observer that keeps them (the affine KV cache's
+  // calibrator) needs them.
+  virtual void observe_sequences(std::string_view /*name*/, const float* /*x*/,
+                                 std::span<const int64_t> /*seq_bounds*/,
+                                 std::span<const int64_t> /*seq_ids*/, const KvLayout& /*layout*/) {
+  }
 };
 
 // Expert parallelism (docs/SCALEOUT.md "Expert parallel"): the routed experts of every MoE layer
@@ -192,6 +211,9 @@ struct Tokens {
   int64_t tokens = 0;
   const int64_t* positions = nullptr;  // backend memory [tokens]: position within its sequence
   std::vector<int64_t> seq_bounds;     // host: sequence s spans [seq_bounds[s], seq_bounds[s+1])
+  // host: sequence s's index in the calibration set (Batch::seq_ids); empty where no observer
+  // needs it (sizing runs, strata compare): then 0, 1, ...
+  std::vector<int64_t> seq_ids;
   // The CUDA backend's copies (device memory): each token's chunk-relative sequence start
   // [tokens], and seq_bounds [n_seqs + 1].
   const int64_t* seq_start = nullptr;
@@ -244,6 +266,12 @@ class Backend {
   // max |x| of x[rows, cols] under each of `names` (rows counted too).
   virtual void observe(const std::vector<std::string>& names, const float* x, int64_t rows,
                        int64_t cols) = 0;
+  // A KV-cache input x[t.tokens, layout.channels()] (model/forward.h's k_cache / v_cache): each
+  // sequence's per-channel sum, max and min (ops::column_stats), for the affine KV cache's
+  // biases (calib/max_calib.h). The CPU hands x to the Observer (Observer::observe_sequences);
+  // the CUDA backend reduces it on the device when CudaBackendOptions::sequence_stats is on.
+  virtual void observe_sequences(const std::string& name, const float* x, const Tokens& t,
+                                 const KvLayout& layout) = 0;
 
   // MoE routing under the router's module name (Observer::observe_routing); the CUDA backend
   // reports it only to an observer set for it (CudaBackend::set_routing_observer).

@@ -72,6 +72,18 @@ void CpuBackend::observe(const std::vector<std::string>& names, const float* x, 
     observer_->observe(n, x, rows, cols);
 }
 
+void CpuBackend::observe_sequences(const std::string& name, const float* x, const Tokens& t,
+                                   const KvLayout& layout) {
+  if (!observer_) return;
+  std::vector<int64_t> ids = t.seq_ids;
+  if (ids.empty()) {
+    ids.resize(static_cast<size_t>(t.n_seqs()));
+    std::iota(ids.begin(), ids.end(), int64_t{0});
+  }
+  STRATA_ASSERT(static_cast<int64_t>(ids.size()) == t.n_seqs(), "sequence ids of a batch");
+  observer_->observe_sequences(name, x, t.seq_bounds, ids, layout);
+}
+
 void CpuBackend::observe_routing(const std::string& router, const int32_t* chosen, int64_t tokens,
                                  int64_t k) {
   if (observer_) observer_->observe_routing(router, chosen, tokens, k);

@@ -25,6 +25,8 @@ class CpuBackend final : public Backend {
                int64_t cols) override;
   void observe_routing(const std::string& router, const int32_t* chosen, int64_t tokens,
                        int64_t k) override;
+  void observe_sequences(const std::string& name, const float* x, const Tokens& t,
+                         const KvLayout& layout) override;
   void fake_quantize(float* x, int64_t rows, int64_t cols, const ActQuant& q,
                      std::string_view name) override;
   void linears(const float* x, int64_t m, std::initializer_list<Out> outs) override;

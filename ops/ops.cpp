@@ -474,4 +474,20 @@ float amax(const float* x, int64_t n) {
   return m;
 }
 
+void column_stats(const float* x, int64_t rows, int64_t cols, double* sum, float* max, float* min) {
+  for (int64_t c = 0; c < cols; ++c) {
+    double s = 0.0;
+    float hi = -INFINITY, lo = INFINITY;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float v = x[r * cols + c];
+      s += static_cast<double>(v);
+      if (std::isnan(v) || v > hi) hi = std::isnan(hi) ? hi : v;
+      if (std::isnan(v) || v < lo) lo = std::isnan(lo) ? lo : v;
+    }
+    sum[c] = s;
+    max[c] = hi;
+    min[c] = lo;
+  }
+}
+
 }  // namespace strata::ops

@@ -185,4 +185,10 @@ std::vector<int32_t> top_k(const float* x, int64_t n, int64_t k);
 // ops/cuda/amax.h amax, amax_rows (the same value; a NaN's own bits).
 float amax(const float* x, int64_t n);
 
+// Per-column statistics of x[rows, cols] (the affine KV cache's calibration, calib/max_calib.h
+// "Affine KV cache"): sum[c] = the sum of x[r, c] over the rows in double, in row order; max[c],
+// min[c] the largest and smallest x[r, c] (a NaN sticks). rows == 0: 0, -inf, +inf. CUDA:
+// ops/cuda/amax.h column_stats (the same values, bit for bit).
+void column_stats(const float* x, int64_t rows, int64_t cols, double* sum, float* max, float* min);
+
 }  // namespace strata::ops

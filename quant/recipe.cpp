@@ -69,15 +69,20 @@ std::string_view kv_cache_format_name(KvCacheFormat f) {
       return "nvfp4";
     case KvCacheFormat::kNvfp4Cast:
       return "nvfp4_cast";
+    case KvCacheFormat::kFp8Affine:
+      return "fp8_affine";
+    case KvCacheFormat::kNvfp4Affine:
+      return "nvfp4_affine";
   }
   STRATA_ASSERT(false, "KvCacheFormat value ", static_cast<int>(f));
   return {};
 }
 
 namespace {
-constexpr KvCacheFormat kKvFormats[] = {KvCacheFormat::kNone, KvCacheFormat::kFp8,
-                                        KvCacheFormat::kFp8Cast, KvCacheFormat::kNvfp4,
-                                        KvCacheFormat::kNvfp4Cast};
+constexpr KvCacheFormat kKvFormats[] = {KvCacheFormat::kNone,       KvCacheFormat::kFp8,
+                                        KvCacheFormat::kFp8Cast,    KvCacheFormat::kFp8Affine,
+                                        KvCacheFormat::kNvfp4,      KvCacheFormat::kNvfp4Cast,
+                                        KvCacheFormat::kNvfp4Affine};
 }  // namespace
 
 std::optional<KvCacheFormat> kv_cache_format_from_name(std::string_view s) {
@@ -91,8 +96,25 @@ bool kv_cache_calibrated(KvCacheFormat f) {
   switch (f) {
     case KvCacheFormat::kFp8:
     case KvCacheFormat::kNvfp4:
+    case KvCacheFormat::kFp8Affine:
+    case KvCacheFormat::kNvfp4Affine:
       return true;
     case KvCacheFormat::kNone:
+    case KvCacheFormat::kFp8Cast:
+    case KvCacheFormat::kNvfp4Cast:
+      return false;
+  }
+  return false;
+}
+
+bool kv_cache_affine(KvCacheFormat f) {
+  switch (f) {
+    case KvCacheFormat::kFp8Affine:
+    case KvCacheFormat::kNvfp4Affine:
+      return true;
+    case KvCacheFormat::kNone:
+    case KvCacheFormat::kFp8:
+    case KvCacheFormat::kNvfp4:
     case KvCacheFormat::kFp8Cast:
     case KvCacheFormat::kNvfp4Cast:
       return false;
@@ -106,10 +128,13 @@ std::string_view kv_cache_quant_algo(KvCacheFormat f) {
       return "";
     case KvCacheFormat::kFp8:
     case KvCacheFormat::kFp8Cast:
+    case KvCacheFormat::kFp8Affine:
       return "FP8";
     case KvCacheFormat::kNvfp4:
     case KvCacheFormat::kNvfp4Cast:
       return "NVFP4";
+    case KvCacheFormat::kNvfp4Affine:
+      return "NVFP4_AFFINE";
   }
   return "";
 }
@@ -126,6 +151,10 @@ std::string_view kv_cache_description(KvCacheFormat f) {
       return "NVFP4 KV cache (calibrated k/v scales)";
     case KvCacheFormat::kNvfp4Cast:
       return "NVFP4 KV cache, cast (constant amax: no calibration, no k/v scale tensors)";
+    case KvCacheFormat::kFp8Affine:
+      return "FP8 KV cache, affine (calibrated k/v scales and per-head, per-channel k/v biases)";
+    case KvCacheFormat::kNvfp4Affine:
+      return "NVFP4 KV cache, affine (calibrated k/v scales and per-head, per-channel k/v biases)";
   }
   return "";
 }
@@ -301,8 +330,7 @@ constexpr std::string_view kModelsPrefix = "models/";
 constexpr std::string_view kUnitDir = "recipes/units/";
 // What ModelOpt 0.47's --kv_cache_qformat offers that strata does not write, and why.
 constexpr std::string_view kKvRefused =
-    "fp8_affine, nvfp4_affine (static k/v biases calibrated per channel) and nvfp4_rotate "
-    "(a Hadamard rotation of K) are not implemented";
+    "nvfp4_rotate (a Hadamard rotation of K) is not implemented";
 constexpr std::string_view kYamlExt = ".yaml";
 // ModelOpt 0.47 recipes (hf_ptq --recipe) that strata does not write, with what is missing: asked
 // for by name, they are refused with that line rather than replaced by something else.

@@ -60,8 +60,18 @@ enum class QFormat : uint8_t {
 // KV-cache modes, named as hf_ptq's --kv_cache_qformat (ModelOpt 0.47's configs/ptq/presets/kv):
 // kFp8 / kNvfp4 calibrate k/v amaxes and write k_scale/v_scale = amax / 448; the cast modes pin
 // the quantizers' amax to a constant (use_constant_amax), need no calibration and write no k/v
-// scale tensors, only kv_cache_quant_algo.
-enum class KvCacheFormat : uint8_t { kNone, kFp8, kFp8Cast, kNvfp4, kNvfp4Cast };
+// scale tensors, only kv_cache_quant_algo. The affine modes (configs/ptq/units/kv_*_affine) are
+// kFp8 / kNvfp4 with a static bias on the k/v quantizers: one value per head and channel,
+// calibrated beside the amax (calib/max_calib.h "Affine KV cache"), written as k_bias/v_bias.
+enum class KvCacheFormat : uint8_t {
+  kNone,
+  kFp8,
+  kFp8Cast,
+  kNvfp4,
+  kNvfp4Cast,
+  kFp8Affine,
+  kNvfp4Affine
+};
 // How calibrated input amaxes are made (ModelOpt's quantize.algorithm.method): kMax, the largest
 // |x|; kNvfp4ActHeadroom, ModelOpt 0.47's nvfp4_act_headroom for the inputs of NVFP4 modules
 // (max(16384 x the 1st percentile, the 99.99th percentile) of the per-16-block amaxes, from a log2
@@ -74,12 +84,16 @@ std::string_view calibration_method_name(CalibrationMethod m);
 // "nvfp4", "w4a16_nvfp4", "fp8", "mxfp8", "w4a16_nvfp4_bs32", "mxfp4", "fp8_pb_wo", "none"
 std::string_view qformat_name(QFormat f);
 std::optional<QFormat> qformat_from_name(std::string_view s);
-// "none", "fp8", "fp8_cast", "nvfp4", "nvfp4_cast"
+// "none", "fp8", "fp8_cast", "nvfp4", "nvfp4_cast", "fp8_affine", "nvfp4_affine"
 std::string_view kv_cache_format_name(KvCacheFormat f);
 std::optional<KvCacheFormat> kv_cache_format_from_name(std::string_view s);
-// Whether the mode calibrates k/v amaxes (and writes k_scale/v_scale): kFp8, kNvfp4.
+// Whether the mode calibrates k/v amaxes (and writes k_scale/v_scale): kFp8, kNvfp4 and the
+// affine modes.
 bool kv_cache_calibrated(KvCacheFormat f);
-// hf_quant_config's kv_cache_quant_algo: "FP8", "NVFP4", "" for kNone.
+// Whether the mode calibrates and writes k/v biases (k_bias/v_bias): kFp8Affine, kNvfp4Affine.
+bool kv_cache_affine(KvCacheFormat f);
+// hf_quant_config's kv_cache_quant_algo: "FP8" (kFp8Affine too: ModelOpt 0.47 names an FP8 KV
+// cache FP8 with or without biases), "NVFP4", "NVFP4_AFFINE", "" for kNone.
 std::string_view kv_cache_quant_algo(KvCacheFormat f);
 // One line for `strata recipes` and descriptions ("FP8 KV cache (calibrated k/v scales)", ...).
 std::string_view kv_cache_description(KvCacheFormat f);

@@ -589,4 +589,8 @@ void GpuForward::set_routing_observer(Observer* routing) {
   impl_->be->set_routing_observer(routing);
 }
 
+std::vector<SequenceStats> GpuForward::take_sequence_stats() {
+  return impl_->be->take_sequence_stats();
+}
+
 }  // namespace strata::gpu

@@ -30,6 +30,7 @@ using GpuForwardOptions = ops::CudaBackendOptions;
 // Tokens of one chunk: whole sequences, concatenated (positions and sequence starts on the device).
 using GpuChunk = ops::Tokens;
 using AmaxStat = ops::AmaxStat;
+using SequenceStats = ops::SequenceStats;
 
 // strata compare's simulation of a served export (model/forward.h ForwardOptions, docs/COMPARE.md
 // "What is simulated"): each quantized linear's input quantized with the export's input scale
@@ -102,6 +103,8 @@ class GpuForward {
   // MoE routing of the forwards to come reported to `routing` (ops::CudaBackend::
   // set_routing_observer); null: not reported.
   void set_routing_observer(Observer* routing);
+  // The K/V sequence statistics since the last take (GpuForwardOptions::sequence_stats).
+  std::vector<SequenceStats> take_sequence_stats();
 
  private:
   struct Impl;

@@ -39,6 +39,25 @@ __global__ void k_amax_rows(const float* x, int64_t rows, int64_t cols, const in
     atomicMax(&slots[row_slot[r * per_row + j]], m);
 }
 
+// grid.y: the sequence; one thread per column.
+__global__ void k_column_stats(const float* x, int64_t cols, const int64_t* bounds, double* sum,
+                               float* mx, float* mn) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= cols) return;
+  const int64_t s = blockIdx.y;
+  double acc = 0.0;
+  float hi = -INFINITY, lo = INFINITY;
+  for (int64_t r = bounds[s]; r < bounds[s + 1]; ++r) {
+    const float v = x[r * cols + c];
+    acc += static_cast<double>(v);
+    if (isnan(v) || v > hi) hi = isnan(hi) ? hi : v;
+    if (isnan(v) || v < lo) lo = isnan(lo) ? lo : v;
+  }
+  sum[s * cols + c] = acc;
+  mx[s * cols + c] = hi;
+  mn[s * cols + c] = lo;
+}
+
 }  // namespace
 
 void amax(const float* x, int64_t n, uint32_t* slot, void* s) {
@@ -54,6 +73,15 @@ void amax_rows(const float* x, int64_t rows, int64_t cols, const int32_t* row_sl
   k_amax_rows<<<static_cast<unsigned>(blocks), kThreads, 0, st(s)>>>(x, rows, cols, row_slot,
                                                                      per_row, slots);
   launched("amax_rows");
+}
+void column_stats(const float* x, int64_t cols, const int64_t* bounds, int64_t n_seqs, double* sum,
+                  float* max, float* min, void* s) {
+  if (n_seqs == 0 || cols == 0) return;
+  STRATA_ASSERT(n_seqs < 65536, "column_stats: ", n_seqs, " sequences in one launch");
+  const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(n_seqs));
+  k_column_stats<<<grid, kThreads, 0, st(s)>>>(x, cols, bounds, sum, max, min);
+  launched("column_stats");
 }
 
 }  // namespace strata::ops::cuda

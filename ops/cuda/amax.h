@@ -17,5 +17,11 @@ void amax(const float* x, int64_t n, uint32_t* slot, void* stream);
 // token's hidden state to each of its K experts' slots: per_row = K, row_slot = chosen).
 void amax_rows(const float* x, int64_t rows, int64_t cols, const int32_t* row_slot, uint32_t* slots,
                void* stream, int64_t per_row = 1);
+// ops::column_stats of each of n_seqs sequences of x[T, cols]: sequence s spans rows
+// [bounds[s], bounds[s+1]) (bounds: device memory [n_seqs + 1]); its statistics go to row s of
+// sum, max, min [n_seqs, cols] (device). One thread per column sums in row order, so the values
+// equal the CPU's bit for bit.
+void column_stats(const float* x, int64_t cols, const int64_t* bounds, int64_t n_seqs, double* sum,
+                  float* max, float* min, void* stream);
 
 }  // namespace strata::ops::cuda

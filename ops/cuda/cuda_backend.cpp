@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -341,6 +342,51 @@ void CudaBackend::observe(const std::vector<std::string>& names, const float* x,
   if (dry()) return;
   cuda::amax(x, rows * cols, slot_ptr(s), stream_->handle());
   slot_rows_[s] += rows;
+}
+
+void CudaBackend::observe_sequences(const std::string& name, const float* x, const Tokens& t,
+                                    const KvLayout& layout) {
+  if (!opt_.sequence_stats) return;
+  const int64_t cols = layout.channels(), n = t.n_seqs();
+  if (dry() || n == 0) return;
+  // [group, cols] each of sum (double), max and min, in a buffer of its own (not the scratch,
+  // whose per-token sizing does not cover a fixed group): 16 bytes x kSequenceGroup x cols.
+  const uint64_t need = static_cast<uint64_t>(kSequenceGroup * cols) * 16;
+  if (sequence_buf_.bytes() < need) {
+    sequence_buf_ = DeviceBuffer();
+    sequence_buf_ = DeviceBuffer(*budget_, need, "KV sequence statistics");
+  }
+  double* sum = sequence_buf_.as<double>();
+  float* mx = reinterpret_cast<float*>(sum + kSequenceGroup * cols);
+  float* mn = mx + kSequenceGroup * cols;
+  {
+    for (int64_t g0 = 0; g0 < n; g0 += kSequenceGroup) {
+      const int64_t g = std::min(kSequenceGroup, n - g0);
+      cuda::column_stats(x, cols, t.seq_bounds_dev + g0, g, sum, mx, mn, stream_->handle());
+      const size_t first = sequence_stats_.size();
+      for (int64_t s = g0; s < g0 + g; ++s) {
+        SequenceStats q;
+        q.name = name;
+        q.seq_id = t.seq_ids.empty() ? s : t.seq_ids[static_cast<size_t>(s)];
+        q.layout = layout;
+        q.tokens = t.seq_bounds[static_cast<size_t>(s) + 1] - t.seq_bounds[static_cast<size_t>(s)];
+        q.sum.resize(static_cast<size_t>(cols));
+        q.max.resize(static_cast<size_t>(cols));
+        q.min.resize(static_cast<size_t>(cols));
+        const int64_t at = (s - g0) * cols;
+        stream_->copy_to_host(q.sum.data(), sum + at, static_cast<uint64_t>(cols) * 8);
+        stream_->copy_to_host(q.max.data(), mx + at, static_cast<uint64_t>(cols) * 4);
+        stream_->copy_to_host(q.min.data(), mn + at, static_cast<uint64_t>(cols) * 4);
+        sequence_stats_.push_back(std::move(q));
+      }
+      stream_->synchronize();  // the scratch is reused by the next group
+      STRATA_ASSERT(sequence_stats_.size() == first + static_cast<size_t>(g));
+    }
+  }
+}
+
+std::vector<SequenceStats> CudaBackend::take_sequence_stats() {
+  return std::exchange(sequence_stats_, {});
 }
 
 std::vector<AmaxStat> CudaBackend::take_stats() {

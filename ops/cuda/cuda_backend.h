@@ -43,12 +43,25 @@ struct CudaBackendOptions {
   // sends it. The sizing runs count the exchange's buffers as if each rank received as many rows
   // as it sends.
   int expert_rank = 0, expert_ranks = 1;
+  // observe_sequences reduces each sequence's K/V statistics (the affine KV cache's calibration,
+  // calib/max_calib.h); off: it does nothing.
+  bool sequence_stats = false;
 };
 
 struct AmaxStat {
   std::string name;
   float amax = 0.0f;
   int64_t rows = 0;
+};
+
+// One sequence's per-channel statistics of a KV-cache input (ops::column_stats), read back from
+// the device (Backend::observe_sequences).
+struct SequenceStats {
+  std::string name;
+  int64_t seq_id = 0, tokens = 0;
+  KvLayout layout;
+  std::vector<double> sum;
+  std::vector<float> max, min;
 };
 
 // A deferred weight's decompression (Weight::compressed) of [rows, cols] into dst, bf16 bits
@@ -104,6 +117,9 @@ class CudaBackend final : public Backend {
   void clear_slots();
   // The statistics of every forward since the last take (synchronizes the stream).
   std::vector<AmaxStat> take_stats();
+  // The sequence statistics of every forward since the last take (CudaBackendOptions::
+  // sequence_stats).
+  std::vector<SequenceStats> take_sequence_stats();
 
   // Backend.
   float* take(int64_t n) override { return take_bytes<float>(n); }
@@ -113,6 +129,13 @@ class CudaBackend final : public Backend {
   void phase(Phase p) override;
   void observe(const std::vector<std::string>& names, const float* x, int64_t rows,
                int64_t cols) override;
+  // With sequence_stats on: the sequences' statistics reduced on the device kSequenceGroup
+  // sequences at a time into a buffer of its own (16 bytes x kSequenceGroup x channels, from the
+  // budget, made at the first call and grown for wider inputs) and read back at once
+  // (synchronizes the stream; two calls a layer and chunk).
+  void observe_sequences(const std::string& name, const float* x, const Tokens& t,
+                         const KvLayout& layout) override;
+  static constexpr int64_t kSequenceGroup = 16;
   // strata compare's serving simulation (ops/cuda/fake_quant.h, bit-identical to the CPU's): the
   // KV cache here, a linear's input in linears() (into a copy in the scratch), the routed
   // experts' in moe() (once per layer: the experts of a layer must share their input scales, as
@@ -235,6 +258,8 @@ class CudaBackend final : public Backend {
   uint64_t arena_at_ = 0, high_water_ = 0;
   std::vector<std::vector<std::string>> slot_names_;
   std::vector<int64_t> slot_rows_;
+  std::vector<SequenceStats> sequence_stats_;  // observe_sequences', until taken
+  gpu::DeviceBuffer sequence_buf_;             // observe_sequences' device results
   std::unordered_map<std::string, int> slot_of_;
   int64_t max_slots_ = 0;
   bool sizing_ = false;

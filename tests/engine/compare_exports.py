@@ -2,8 +2,10 @@
 """Compares two ModelOpt exports of the same checkpoint and recipe (the CPU and the GPU run):
 every tensor name, dtype and shape must match; weight tensors (everything but the activation
 scales) must be byte-identical, since they depend only on the source weights; activation scales
-(input_scale, k_scale, v_scale) must agree within --rel (relative to the CPU value). Prints the
-largest relative difference seen. numpy only.
+(input_scale, k_scale, v_scale) must agree within --rel (relative to the CPU value), and the
+affine KV cache's biases (k_bias, v_bias: means of K/V, calibrated like the scales) element by
+element within --rel of the CPU tensor's largest |value|. Prints the largest relative difference
+seen. numpy only.
 
   compare_exports.py CPU_DIR GPU_DIR --rel 0.01
 """
@@ -17,6 +19,13 @@ import numpy as np
 
 # "_input_scale": gpt-oss's fused experts (<p>.experts.gate_up_proj_input_scale).
 SCALE_SUFFIXES = (".input_scale", "_input_scale", ".k_scale", ".v_scale")
+BIAS_SUFFIXES = (".k_bias", ".v_bias")
+
+
+def floats(dtype, b):
+    if dtype == "BF16":
+        return (np.frombuffer(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return np.frombuffer(b, dtype={"F16": np.float16, "F32": np.float32}[dtype])
 
 
 def read_dir(d):
@@ -53,6 +62,15 @@ def main():
         (cd, cs, cb), (gd, gs, gb) = cpu[name], gpu[name]
         if (cd, cs) != (gd, gs):
             errors.append("%s: CPU %s %s, GPU %s %s" % (name, cd, cs, gd, gs))
+            continue
+        if name.endswith(BIAS_SUFFIXES):
+            c, g = (floats(cd, x).astype(np.float64) for x in (cb, gb))
+            rel = float(np.max(np.abs(g - c)) / max(float(np.max(np.abs(c))), 1e-30))
+            scales += 1
+            if rel > worst:
+                worst, worst_name = rel, name
+            if not rel <= a.rel:
+                errors.append("%s: differs by %.3g of its largest |value| > %.3g" % (name, rel, a.rel))
             continue
         if name.endswith(SCALE_SUFFIXES):
             assert cd == "F32", name

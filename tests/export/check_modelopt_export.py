@@ -971,8 +971,8 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True, searched_scales=F
                                        or algo in LOWER_CASE_ALGOS),
             f"[config] quant_algo {algo!r} is not an upper-case algorithm vLLM accepts "
             f"(nor one of ModelOpt's lower-case {LOWER_CASE_ALGOS})")
-    C.check(kv_algo in ("FP8", "NVFP4", None),
-            f"[config] kv_cache_quant_algo {kv_algo!r} must be 'FP8', 'NVFP4' or null")
+    C.check(kv_algo in ("FP8", "NVFP4", "NVFP4_AFFINE", None),
+            f"[config] kv_cache_quant_algo {kv_algo!r} must be 'FP8', 'NVFP4', 'NVFP4_AFFINE' or null")
     keys = list(q.keys())
     # NVFP4 W4A4 has blocks of 16; weight-only NVFP4 also 32 (nvfp4_bs32).
     gs = q.get("group_size") if algo == "W4A16_NVFP4" and q.get("group_size") in (16, 32) else 16
@@ -1034,10 +1034,10 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True, searched_scales=F
         kvs = {"dynamic": False, "num_bits": 8, "type": "float"}
         if kv_algo == "FP8":
             C.check(qc.get("kv_cache_scheme") == kvs, f"[config] kv_cache_scheme {qc.get('kv_cache_scheme')} != {kvs}")
-        elif kv_algo == "NVFP4":
+        elif kv_algo in ("NVFP4", "NVFP4_AFFINE"):
             # ModelOpt 0.47's convert_hf_config writes another KV algorithm's name as the scheme.
-            C.check(qc.get("kv_cache_scheme") == "NVFP4",
-                    f"[config] kv_cache_scheme {qc.get('kv_cache_scheme')!r} != 'NVFP4'")
+            C.check(qc.get("kv_cache_scheme") == kv_algo,
+                    f"[config] kv_cache_scheme {qc.get('kv_cache_scheme')!r} != {kv_algo!r}")
         else:
             C.check(qc.get("kv_cache_scheme") is None, "[config] kv_cache_scheme set but KV cache not quantized")
         nv = {"dynamic": False, "num_bits": 4, "type": "float", "group_size": 16}
@@ -1315,15 +1315,44 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True, searched_scales=F
                                                       for n in out_t)
     if kv_cast:
         C.note(f"kv_cache_quant_algo {kv_algo} without k/v scales: the cast mode (constant amax)")
-    if kv_algo in ("FP8", "NVFP4") and not kv_cast:
+    # The affine modes (ModelOpt's kv_*_affine units): a static bias per head and channel beside
+    # every k/v scale, k_proj.k_bias / v_proj.v_bias [1, heads, 1, head_dim] in the model's dtype;
+    # NVFP4's is named NVFP4_AFFINE, FP8's stays FP8 (then the biases themselves say so).
+    kv_affine = kv_algo == "NVFP4_AFFINE" or (
+        kv_algo == "FP8" and any(n.endswith(("k_proj.k_bias", "v_proj.v_bias")) for n in out_t))
+    if kv_algo in ("FP8", "NVFP4", "NVFP4_AFFINE") and not kv_cast:
+        bias_dt = {"bfloat16": "BF16", "float16": "F16"}.get(
+            text_cfg.get("torch_dtype", text_cfg.get("dtype", src_cfg.get("torch_dtype",
+                                                                         src_cfg.get("dtype")))), "F32")
+        mla = (text_cfg.get("kv_lora_rank") or 0) > 0
+        heads = text_cfg.get("num_attention_heads") if mla else text_cfg.get(
+            "num_key_value_heads", text_cfg.get("num_attention_heads"))
+        head_dim = text_cfg.get("head_dim") or (text_cfg.get("hidden_size", 0)
+                                                // max(text_cfg.get("num_attention_heads", 1), 1))
+        widths = ({"k": text_cfg.get("qk_nope_head_dim", 0) + text_cfg.get("qk_rope_head_dim", 0),
+                   "v": text_cfg.get("v_head_dim")} if mla else {"k": head_dim, "v": head_dim})
         for p in sorted(attn):
-            for n in (p + ".k_proj.k_scale", p + ".v_proj.v_scale"):
+            for kv in ("k", "v"):
+                n = f"{p}.{kv}_proj.{kv}_scale"
                 expected.add(n)
                 if C.check(n in out_t, f"[kv] {n} missing (kv_cache_quant_algo {kv_algo})"):
                     dt, shp = out_t[n].tensors[n][:2]
                     v = out_t[n].array(n).reshape(-1) if dt == "F32" else np.array([np.nan])
                     C.check(dt == "F32" and shp == () and np.isfinite(v).all() and (v > 0).all(),
                             f"[kv] {n}: {dt} {list(shp)} {v.tolist()}, want a finite positive F32 []")
+                if not kv_affine:
+                    continue
+                b = f"{p}.{kv}_proj.{kv}_bias"
+                expected.add(b)
+                want = [1, heads, 1, widths[kv]]
+                if C.check(b in out_t, f"[kv] {b} missing (affine KV cache, {kv_algo})"):
+                    dt, shp = out_t[b].tensors[b][:2]
+                    ok = C.check(dt == bias_dt and list(shp) == want,
+                                 f"[kv] {b}: {dt} {list(shp)}, want {bias_dt} {want} (the model's "
+                                 "dtype; heads and head_dim of the K/V states)")
+                    if ok:
+                        bv = float_array(dt, out_t[b].array(b)).reshape(-1)
+                        C.check(np.isfinite(bv).all(), f"[kv] {b}: not finite")
     expected |= check_gptoss(C, src, out_t, algo, qlayers, excl, amax_path)
     for n in sorted(out_t):
         C.check(n in expected, f"[keep] OUT tensor {n} is neither a SRC tensor nor a quantization tensor "
@@ -1550,7 +1579,7 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True, searched_scales=F
                 C.check(got is not None and abs(float(got) - float(want)) <= 0.01 * float(want),
                         f"[amax] {m}.input_scale {fmt_f32(got)} != reference amax {float(a):.7g} x "
                         f"fl32(1/{2688 if fmt[m] == 'NVFP4' else 448}) = {float(want):.7g} within 1%")
-        if kv_algo in ("FP8", "NVFP4"):
+        if kv_algo in ("FP8", "NVFP4", "NVFP4_AFFINE"):
             for p in sorted(attn):
                 mm = re.search(r"layers\.(\d+)\.", p)
                 if not mm:
@@ -1558,6 +1587,20 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True, searched_scales=F
                 for kv, n in (("k", p + ".k_proj.k_scale"), ("v", p + ".v_proj.v_scale")):
                     key = f"ref32.kv_amax.{mm.group(1)}.{kv}"
                     if key not in rv or n not in out_t:
+                        continue
+                    if kv_affine:
+                        # The bias is a mean of K (V): |b| <= max |K|; the amax is max |K - b| as
+                        # the running bias stood after each sequence: at most 2 max |K|. (Its
+                        # value needs the K states themselves: tests/peer compares it.)
+                        ref, b = float(rv[key]), f"{p}.{kv}_proj.{kv}_bias"
+                        got = scalar_f32(out_t, n)
+                        C.check(got is not None and float(got) * 448 <= 2 * ref * 1.01,
+                                f"[amax] {n} {fmt_f32(got)} x 448 exceeds twice the kv amax {ref:.7g}")
+                        if b in out_t and out_t[b].tensors[b][0] in FLOAT_DTYPES:
+                            bv = float(np.abs(float_array(out_t[b].tensors[b][0],
+                                                          out_t[b].array(b))).max())
+                            C.check(bv <= ref * 1.01,
+                                    f"[amax] {b}: max |bias| {bv:.7g} exceeds the kv amax {ref:.7g}")
                         continue
                     want = F32(F32(rv[key]) * INV_448)
                     got = scalar_f32(out_t, n)

@@ -469,4 +469,23 @@ TEST(Ops, Fp8QuotientInTheWeightsDtypeOrInFp32) {
 }
 
 }  // namespace
+// Hand-worked: x[3, 2] = [1 -2], [4 0.5], [-3 2].
+TEST(ColumnStats, SumMaxMinPerColumn) {
+  const std::vector<float> x = {1, -2, 4, 0.5f, -3, 2};
+  std::vector<double> sum(2);
+  std::vector<float> mx(2), mn(2);
+  ops::column_stats(x.data(), 3, 2, sum.data(), mx.data(), mn.data());
+  EXPECT_EQ(sum, (std::vector<double>{2.0, 0.5}));
+  EXPECT_EQ(mx, (std::vector<float>{4.0f, 2.0f}));
+  EXPECT_EQ(mn, (std::vector<float>{-3.0f, -2.0f}));
+  ops::column_stats(x.data(), 0, 2, sum.data(), mx.data(), mn.data());  // no rows
+  EXPECT_EQ(sum, (std::vector<double>{0.0, 0.0}));
+  EXPECT_EQ(mx[0], -INFINITY);
+  EXPECT_EQ(mn[1], INFINITY);
+  const std::vector<float> nan = {NAN, 1, 5, 1};  // a NaN sticks in its column only
+  ops::column_stats(nan.data(), 2, 2, sum.data(), mx.data(), mn.data());
+  EXPECT_TRUE(std::isnan(mx[0]) && std::isnan(mn[0]) && std::isnan(sum[0]));
+  EXPECT_EQ(mx[1], 1.0f);
+}
+
 }  // namespace strata::ops

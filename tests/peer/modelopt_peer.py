@@ -15,14 +15,17 @@ written, which is what strata's recipes mirror.
 
 Calibration: every sequence of TOKENS_JSONL (the ids strata calibrates with in
 tests/export/run_export_check.sh) in its own unpadded forward, batch 1, on the bf16 model as
-transformers loads it (torch_dtype from config.json).
+transformers loads it (torch_dtype from config.json), in the order strata calibrates them
+(calib/dataset.h's shuffle with the default --seed 1234, every record taken): max calibration
+does not depend on the order, the affine KV cache's amax does (calib/max_calib.h).
 
 compare prints one verdict line, "PEER <label>: PASS|FAIL ...", and the differences above it:
   - names: tensors only one side writes (ModelOpt writing transformers' in-memory names instead
     of the checkpoint's, which servers do not load, is said so);
   - dtype and shape of every common tensor;
   - bytes of every common tensor except the calibrated scalars (input_scale, k_scale, v_scale),
-    which are compared by relative difference (--scale_tol); a packed weight or block scale that
+    which are compared by relative difference (--scale_tol), and the affine KV cache's k_bias /
+    v_bias, compared element by element within --scale_tol of the tensor's largest |value|; a packed weight or block scale that
     differs where its weight_scale_2 / weight_scale also differs is counted apart ("follows from
     a differing scale");
   - hf_quant_config.json's "quantization" and config.json's "quantization_config" (producer
@@ -42,6 +45,10 @@ import check_modelopt_export as ck  # noqa: E402
 
 SCALARS = (".input_scale", ".k_scale", ".v_scale", "_input_scale")
 GLOBALS = (".weight_scale_2", "_weight_scale_2")
+# The affine KV cache's biases (k_proj.k_bias, v_proj.v_bias [1, heads, 1, head_dim]): means of
+# K/V that the two forwards compute in their own precision, compared element by element within
+# scale_tol of the tensor's largest |value| (a mean near zero has no meaningful relative error).
+BIASES = (".k_bias", ".v_bias")
 
 
 # ------------------------------------------------------------------------------------- export
@@ -63,6 +70,35 @@ def modelopt_cfg(recipe):
     if kv != KV_CACHE_NONE:
         cfg = mtq.update_quant_cfg_with_kv_cache_quant(cfg, KV_QUANT_CFG_CHOICES[kv]["quant_cfg"])
     return cfg
+
+
+def _splitmix64(state):
+    state = (state + 0x9E3779B97F4A7C15) & M64
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return state, z ^ (z >> 31)
+
+
+def strata_order(n, seed=1234, source=0):
+    """The record numbers of a source of n records in the order strata's calibration takes them
+    (calib/dataset.h: Fisher-Yates driven by SplitMix64 seeded with seed ^ (golden x (source+1)),
+    j uniform in [0, i] by rejection)."""
+    p = list(range(n))
+    state = (seed ^ ((0x9E3779B97F4A7C15 * (source + 1)) & M64)) & M64
+    for i in range(n - 1, 0, -1):
+        rng = i + 1
+        threshold = (1 << 64) % rng
+        while True:
+            state, x = _splitmix64(state)
+            if x >= threshold:
+                break
+        j = x % rng
+        p[i], p[j] = p[j], p[i]
+    return p
+
+
+M64 = (1 << 64) - 1
 
 
 def load_model(model_dir):
@@ -90,6 +126,7 @@ def export(model_dir, tokens_path, recipe, out_dir):
     model = load_model(model_dir)
     device = next(model.parameters()).device
     seqs = [json.loads(line) for line in open(tokens_path) if line.strip()]
+    seqs = [seqs[i] for i in strata_order(len(seqs))]  # as strata calibrates them
 
     def forward_loop(m):
         with torch.no_grad():
@@ -257,6 +294,15 @@ def compare(strata_dir, modelopt_dir, label, scale_tol, json_path=None, ulp=0):
             if rel > scale_tol:
                 scale_bad.append(n)
                 lines.append(f"  scale: {n} strata {a:.7g}, modelopt {b:.7g} (rel {rel:.2%})")
+            continue
+        if n.endswith(BIASES) and sd in ("BF16", "F16", "F32"):
+            a, b = (ck.float_array(sd, np.frombuffer(raw(t, n), ck.ST_DTYPES[sd][0]))
+                    for t in (s, m))
+            rel = float(np.abs(a - b).max() / max(float(np.abs(b).max()), 1e-30)) if b.size else 0.0
+            scale_rel[n] = rel
+            if not np.isfinite(a).all() or rel > scale_tol:
+                scale_bad.append(n)
+                lines.append(f"  bias: {n} differs by {rel:.2%} of its largest |value|")
             continue
         if raw(s, n) == raw(m, n):
             continue

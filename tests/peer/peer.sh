@@ -29,7 +29,8 @@ recipes=(${PEER_RECIPES:-nvfp4-kv_fp8_cast fp8-kv_fp8_cast nvfp4_experts_only-kv
          general/ptq/nvfp4_default-kv_nvfp4_cast general/ptq/nvfp4_mlp_only-novit-kv_fp8
          general/ptq/mxfp4_mlp_weight_only general/ptq/nvfp4_mlp_weight_only
          general/ptq/nvfp4_act_headroom-kv_fp8_cast
-         models/moonshotai/Kimi-K3/ptq/nvfp4_experts-fp8_pb_attention})
+         models/moonshotai/Kimi-K3/ptq/nvfp4_experts-fp8_pb_attention
+         nvfp4-kv_fp8_affine nvfp4-kv_nvfp4_affine})
 work=${PEER_OUT:-$(mktemp -d)}
 mkdir -p "$work"
 site="$work/site"

@@ -278,9 +278,11 @@ const std::vector<std::pair<const char*, KvCacheFormat>>& kv_modes() {
   static const std::vector<std::pair<const char*, KvCacheFormat>> k = {
       {"fp8", KvCacheFormat::kFp8},
       {"fp8_cast", KvCacheFormat::kFp8Cast},
+      {"fp8_affine", KvCacheFormat::kFp8Affine},
       {"none", KvCacheFormat::kNone},
       {"nvfp4", KvCacheFormat::kNvfp4},
-      {"nvfp4_cast", KvCacheFormat::kNvfp4Cast}};
+      {"nvfp4_cast", KvCacheFormat::kNvfp4Cast},
+      {"nvfp4_affine", KvCacheFormat::kNvfp4Affine}};
   return k;
 }
 
@@ -454,11 +456,13 @@ TEST(BuiltinRecipes, NameForHfPtqFlags) {
   EXPECT_EQ(strata::recipe_name_for("w4a16_nvfp4", "nvfp4"), "w4a16_nvfp4-kv_nvfp4");
   EXPECT_EQ(strata::recipe_name_for("fp8", "nvfp4_cast"), "fp8-kv_nvfp4_cast");
   EXPECT_EQ(strata::recipe_name_for("mxfp8", "none"), "mxfp8-kv_none");
+  EXPECT_EQ(strata::recipe_name_for("nvfp4", "fp8_affine"), "nvfp4-kv_fp8_affine");
+  EXPECT_EQ(strata::recipe_name_for("fp8", "nvfp4_affine"), "fp8-kv_nvfp4_affine");
   for (const auto& [q, kv, what] : std::vector<std::tuple<const char*, const char*, const char*>>{
            {"int4_awq", "fp8", "--qformat int4_awq is not a built-in qformat"},
            {"", "fp8", "--qformat  is not a built-in qformat"},
-           {"nvfp4", "fp8_affine", "--kv_cache_qformat fp8_affine is not a KV-cache mode"},
-           {"nvfp4", "nvfp4_rotate", "nvfp4_rotate (a Hadamard rotation of K) are not"}}) {
+           {"nvfp4", "nvfp4_rotate", "--kv_cache_qformat nvfp4_rotate is not a KV-cache mode"},
+           {"nvfp4", "nvfp4_rotate", "nvfp4_rotate (a Hadamard rotation of K) is not"}}) {
     try {
       strata::recipe_name_for(q, kv);
       ADD_FAILURE() << q << " + " << kv << " should be refused";
@@ -699,7 +703,16 @@ TEST(RecipeFormats, NamesAndBlocks) {
   EXPECT_EQ(strata::kv_cache_format_from_name("fp8_cast"), KvCacheFormat::kFp8Cast);
   EXPECT_EQ(strata::kv_cache_format_from_name("nvfp4"), KvCacheFormat::kNvfp4);
   EXPECT_EQ(strata::kv_cache_format_from_name("nvfp4_cast"), KvCacheFormat::kNvfp4Cast);
-  EXPECT_FALSE(strata::kv_cache_format_from_name("fp8_affine").has_value());
+  EXPECT_EQ(strata::kv_cache_format_from_name("fp8_affine"), KvCacheFormat::kFp8Affine);
+  EXPECT_EQ(strata::kv_cache_format_from_name("nvfp4_affine"), KvCacheFormat::kNvfp4Affine);
+  EXPECT_FALSE(strata::kv_cache_format_from_name("nvfp4_rotate").has_value());
+  // ModelOpt 0.47 (quant_utils._compute_kv_cache_dtype): an FP8 KV cache is FP8 with or without
+  // biases; an NVFP4 one with biases is NVFP4_AFFINE. Both calibrate k/v scales and biases.
+  EXPECT_EQ(strata::kv_cache_quant_algo(KvCacheFormat::kFp8Affine), "FP8");
+  EXPECT_EQ(strata::kv_cache_quant_algo(KvCacheFormat::kNvfp4Affine), "NVFP4_AFFINE");
+  EXPECT_TRUE(strata::kv_cache_calibrated(KvCacheFormat::kFp8Affine));
+  EXPECT_TRUE(strata::kv_cache_affine(KvCacheFormat::kNvfp4Affine));
+  EXPECT_FALSE(strata::kv_cache_affine(KvCacheFormat::kNvfp4));
   EXPECT_FALSE(strata::kv_cache_format_from_name("FP8").has_value());
   // Calibrated modes write k/v scales; cast modes only kv_cache_quant_algo (ModelOpt 0.47).
   EXPECT_TRUE(strata::kv_cache_calibrated(KvCacheFormat::kFp8));
@@ -807,7 +820,7 @@ TEST(RecipeErrors, UnknownBuiltinAndMissingFile) {
   } catch (const strata::Error& e) {
     const std::string m = e.what();
     EXPECT_HAS(m, "unknown recipe 'nvfp4-kv_fp16'");
-    EXPECT_HAS(m, "none, fp8, fp8_cast, nvfp4, nvfp4_cast");
+    EXPECT_HAS(m, "none, fp8, fp8_cast, fp8_affine, nvfp4, nvfp4_cast, nvfp4_affine");
   }
   try {
     strata::load_recipe("/nonexistent/dir/r.yaml");

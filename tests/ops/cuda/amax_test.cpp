@@ -1,4 +1,4 @@
-// ops/cuda/amax.h against ops::amax.
+// ops/cuda/amax.h against ops::amax and ops::column_stats.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -60,6 +60,43 @@ TEST_F(CudaOps, RowAmaxesReachEverySlotTheyName) {
     for (int64_t i = 0; i < slots; ++i)
       EXPECT_EQ(got[i], bits_of(want[i])) << "slot " << i << ", per_row " << per_row;
   }
+}
+
+// Per-sequence column statistics equal the CPU's bit for bit (the same row-order double sums),
+// including a sequence of one token, one of none, and a NaN sticking in its column only.
+TEST_F(CudaOps, ColumnStatsPerSequenceAreTheCpus) {
+  const int64_t cols = 300;  // more than one block of columns
+  const std::vector<int64_t> bounds = {0, 5, 6, 6, 40, 41};
+  const int64_t T = bounds.back(), n = static_cast<int64_t>(bounds.size()) - 1;
+  std::vector<float> x = normal(T * cols, 3.0f);
+  x[20 * cols + 7] = NAN;  // sequence 3, column 7
+  gpu::DeviceBuffer dx = up(x), db = up(bounds);
+  gpu::DeviceBuffer dsum = up(std::vector<double>(static_cast<size_t>(n * cols)));
+  gpu::DeviceBuffer dmax = up(std::vector<float>(static_cast<size_t>(n * cols)));
+  gpu::DeviceBuffer dmin = up(std::vector<float>(static_cast<size_t>(n * cols)));
+  column_stats(dx.as<float>(), cols, db.as<int64_t>(), n, dsum.as<double>(), dmax.as<float>(),
+               dmin.as<float>(), st());
+  const auto sum = down<double>(dsum, static_cast<size_t>(n * cols));
+  const auto mx = down<float>(dmax, static_cast<size_t>(n * cols));
+  const auto mn = down<float>(dmin, static_cast<size_t>(n * cols));
+  for (int64_t s = 0; s < n; ++s) {
+    std::vector<double> ws(static_cast<size_t>(cols));
+    std::vector<float> wx(static_cast<size_t>(cols)), wn(static_cast<size_t>(cols));
+    ops::column_stats(&x[bounds[s] * cols], bounds[s + 1] - bounds[s], cols, ws.data(), wx.data(),
+                      wn.data());
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t i = static_cast<size_t>(s * cols + c);
+      if (std::isnan(ws[c])) {
+        EXPECT_TRUE(std::isnan(sum[i]) && std::isnan(mx[i]) && std::isnan(mn[i])) << s << " " << c;
+        continue;
+      }
+      EXPECT_EQ(sum[i], ws[c]) << "sequence " << s << " column " << c;
+      EXPECT_EQ(bits_of(mx[i]), bits_of(wx[c])) << "sequence " << s << " column " << c;
+      EXPECT_EQ(bits_of(mn[i]), bits_of(wn[c])) << "sequence " << s << " column " << c;
+    }
+  }
+  EXPECT_TRUE(std::isnan(mx[3 * cols + 7]));
+  EXPECT_EQ(mx[2 * cols], -INFINITY);  // the empty sequence
 }
 
 }  // namespace
