@@ -793,11 +793,32 @@ RuleDecision recipe_decide(const Recipe& recipe, std::string_view module) {
   return decide_rules(recipe, module, str(module, "."), nullptr);
 }
 
+namespace {
+
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+// A pattern that cannot tell two runs of digits forming a whole dot-separated component apart
+// (".17." from ".3."): no '?', '[' or '\\', and each digit of it beside a literal that is neither
+// a digit, '.' nor '*' ("conv1d"), which a digit of such a run never sits beside.
+bool blind_to_index_runs(std::string_view pattern) {
+  if (pattern.find_first_of("?[\\") != std::string_view::npos) return false;
+  auto guard = [&](size_t i) {
+    return i < pattern.size() && !is_digit(pattern[i]) && pattern[i] != '.' && pattern[i] != '*';
+  };
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (is_digit(pattern[i]) && !(i > 0 && guard(i - 1)) && !guard(i + 1)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 RecipeMatcher::RecipeMatcher(const Recipe& recipe)
     : recipe_(recipe), hits_(recipe.rules.size(), 0) {
-  by_key_ = std::all_of(recipe.rules.begin(), recipe.rules.end(), [](const RecipeRule& r) {
-    return r.pattern.find_first_of("0123456789?[\\") == std::string::npos;
-  });
+  by_key_ = std::all_of(recipe.rules.begin(), recipe.rules.end(),
+                        [](const RecipeRule& r) { return blind_to_index_runs(r.pattern); });
 }
 
 const RecipeMatcher::Entry& RecipeMatcher::match(std::string_view module) {
@@ -811,13 +832,22 @@ const RecipeMatcher::Entry& RecipeMatcher::match(std::string_view module) {
     full(uncached_);
     return uncached_;
   }
+  // Each run of digits that is a whole component becomes one '0'.
   key_.clear();
-  for (size_t i = 0; i < module.size(); ++i) {
-    const bool digit = module[i] >= '0' && module[i] <= '9';
-    if (!digit) {
-      key_ += module[i];
-    } else if (i == 0 || !(module[i - 1] >= '0' && module[i - 1] <= '9')) {
+  for (size_t i = 0; i < module.size();) {
+    size_t j = i;
+    while (j < module.size() && is_digit(module[j]))
+      ++j;
+    const bool component =
+        j > i && (i == 0 || module[i - 1] == '.') && (j == module.size() || module[j] == '.');
+    if (component) {
       key_ += '0';
+      i = j;
+    } else if (j > i) {
+      key_.append(module.substr(i, j - i));
+      i = j;
+    } else {
+      key_ += module[i++];
     }
   }
   auto it = cache_.find(key_);

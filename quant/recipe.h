@@ -153,11 +153,12 @@ struct RuleDecision {
 RuleDecision recipe_decide(const Recipe& recipe, std::string_view module);
 
 // recipe_decide for every module of a checkpoint, with how many modules each rule matched. A
-// checkpoint's module names repeat per layer and per expert with other numbers only
-// ("model.layers.3.mlp.experts.17.down_proj"), and a pattern without digits, '?', '[' or '\'
-// cannot tell two runs of digits apart (its literals match no digit, its stars absorb any run):
-// when every rule's pattern is such, each run of digits in a name is replaced by one '0' and the
-// decision is remembered for that key, so that the rules are matched once per distinct key
+// checkpoint's module names repeat per layer and per expert with other indices only
+// ("model.layers.3.mlp.experts.17.down_proj"), and a pattern without '?', '[' or '\\' whose
+// digits each sit beside a letter-like literal ("*conv1d*") cannot tell two such index components
+// apart (its literals match no digit of them, its stars absorb any run): when every rule's pattern
+// is such, each run of digits forming a whole dot-separated component is replaced by one '0' and
+// the decision is remembered for that key, so that the rules are matched once per distinct key
 // instead of once per module. Otherwise every module is matched in full. Either way decide()
 // returns what recipe_decide returns.
 class RecipeMatcher {

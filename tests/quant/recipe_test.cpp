@@ -648,6 +648,10 @@ TEST(RecipeMatcher, SameDecisionsAndHitsAsRecipeDecide) {
       "rules:\n  - {pattern: \"*experts.[0-1].*\", format: nvfp4}\n  - {pattern: \"*w1\", "
       "enable: false}\n",
       "rules:\n  - {pattern: \"*\\\\.7*\", format: nvfp4}\n",
+      // Digits beside letters keep a recipe digit-blind; beside a dot or a star they do not.
+      "rules:\n  - {pattern: \"*\", format: nvfp4}\n  - {pattern: \"*v1.*\", enable: false}\n",
+      "rules:\n  - {pattern: \"*\", format: nvfp4}\n  - {pattern: \"*.1*\", enable: false}\n",
+      "rules:\n  - {pattern: \"*\", format: nvfp4}\n  - {pattern: \"*2\", enable: false}\n",
   };
   for (const std::string& yaml : recipes) {
     SCOPED_TRACE(yaml);
