@@ -137,6 +137,41 @@ bool is_copied_sidecar(const std::string& n) {
 
 }  // namespace
 
+namespace {
+
+// The quantized modules' consumer names, sorted and distinct, and what exclude_modules refuses:
+// each name itself and each of its prefixes followed by '*' (any prefix, not only at a dot).
+class RefusedNames {
+ public:
+  explicit RefusedNames(std::vector<std::string> quantized) : q_(std::move(quantized)) {
+    std::sort(q_.begin(), q_.end());
+    q_.erase(std::unique(q_.begin(), q_.end()), q_.end());
+  }
+  const std::vector<std::string>& quantized() const { return q_; }
+  // Whether a quantized name starts with `prefix`.
+  bool some_starts_with(std::string_view prefix) const {
+    auto it = std::lower_bound(q_.begin(), q_.end(), prefix,
+                               [](const std::string& a, std::string_view b) { return a < b; });
+    return it != q_.end() && it->starts_with(prefix);
+  }
+  bool is_quantized(std::string_view name) const {
+    return std::binary_search(q_.begin(), q_.end(), name, std::less<>());
+  }
+  // `s` is refused: a quantized name, or a prefix of one followed by '*'.
+  bool refused(std::string_view s) const {
+    return is_quantized(s) || (s.ends_with('*') && some_starts_with(s.substr(0, s.size() - 1)));
+  }
+
+ private:
+  std::vector<std::string> q_;
+};
+
+bool has_glob_char(std::string_view s) {
+  return s.find_first_of("*?[\\") != std::string_view::npos;
+}
+
+}  // namespace
+
 std::vector<std::string> ModeloptExporter::exclude_modules(const QuantPlan& plan) {
   // ModelOpt 0.47's summary (torch/export/quant_utils.py,
   // _prefix_wildcard_summarize_exclude_modules), under the names consumers give the modules (a
@@ -147,14 +182,11 @@ std::vector<std::string> ModeloptExporter::exclude_modules(const QuantPlan& plan
   // candidate none of whose parts is refused is taken. So a whole decoder layer becomes
   // "model.layers.0*" unless a quantized module starts with "model.layers.0" (layer 0x: then
   // "model.layers.0.*").
-  std::set<std::string> refused;
+  std::vector<std::string> quantized;
   for (const PlannedModule& m : plan.modules) {
-    if (m.format == QFormat::kNone) continue;
-    const std::string q = consumer_module(plan, m.module);
-    refused.insert(q);
-    for (size_t i = 0; i <= q.size(); ++i)
-      refused.insert(q.substr(0, i) + "*");
+    if (m.format != QFormat::kNone) quantized.push_back(consumer_module(plan, m.module));
   }
+  const RefusedNames refused(std::move(quantized));
   std::vector<std::string> unquantized = plan.excluded_extra;
   for (const PlannedModule& pm : plan.modules) {
     if (pm.format == QFormat::kNone) unquantized.push_back(consumer_module(plan, pm.module));
@@ -165,29 +197,56 @@ std::vector<std::string> ModeloptExporter::exclude_modules(const QuantPlan& plan
     for (size_t i = 0; i < module.size() && chosen.empty(); ++i) {
       if (module[i] != '.') continue;
       const std::string prefix = module.substr(0, i);
-      if (!refused.count(prefix + "*")) {
+      if (!refused.refused(prefix + "*")) {
         chosen = prefix + "*";
-      } else if (!refused.count(prefix) && !refused.count(prefix + ".*")) {
+      } else if (!refused.refused(prefix) && !refused.refused(prefix + ".*")) {
         chosen = prefix + ".*";
       }
     }
     if (chosen.empty()) chosen = module;
-    STRATA_CHECK(!refused.count(chosen), "cannot exclude '", module,
+    STRATA_CHECK(!refused.refused(chosen), "cannot exclude '", module,
                  "': a quantized module has the same name");
     out.insert(chosen);
   }
   // vLLM treats a module as excluded when an entry is a substring of its name or matches it as a
-  // wildcard: no entry may reach a quantized module that way.
+  // wildcard: no entry may reach a quantized module that way. An entry "P*" (P without glob
+  // characters) reaches exactly the names starting with P when no name holds a glob character (no
+  // substring can then hold the '*'): one search in the sorted names. Other entries are tried on
+  // every name. The first conflict in the order of the plan's modules and the entries is reported.
+  // An entry without glob characters reaches the names that hold it (fnmatch then needs equality,
+  // a special case): one search in the names joined by '\n' when none holds a '\n'.
+  const std::vector<std::string>& q = refused.quantized();
+  const bool plain_names = std::none_of(q.begin(), q.end(), [](const std::string& n) {
+    return has_glob_char(n) || n.find('\n') != std::string::npos;
+  });
+  std::string joined;
+  for (size_t i = 0; plain_names && i < q.size(); ++i)
+    joined += (i ? "\n" : "") + q[i];
+  bool conflict = false;
+  for (const std::string& entry : out) {
+    const std::string_view p = std::string_view(entry).substr(0, entry.size() - 1);
+    if (plain_names && entry.ends_with('*') && !has_glob_char(p)) {
+      conflict = conflict || refused.some_starts_with(p);
+    } else if (plain_names && !has_glob_char(entry) && entry.find('\n') == std::string::npos) {
+      conflict = conflict || joined.find(entry) != std::string::npos;
+    } else {
+      for (size_t i = 0; i < q.size() && !conflict; ++i)
+        conflict = vllm_excludes(entry, q[i]);
+    }
+  }
   for (const PlannedModule& m : plan.modules) {
-    if (m.format == QFormat::kNone) continue;
-    const std::string q = consumer_module(plan, m.module);
+    if (!conflict || m.format == QFormat::kNone) continue;
+    const std::string c = consumer_module(plan, m.module);
     for (const std::string& entry : out) {
-      STRATA_CHECK(!vllm_excludes(entry, q), "exclude_modules entry '", entry,
-                   "' would also exclude the quantized '", q,
+      STRATA_CHECK(!vllm_excludes(entry, c), "exclude_modules entry '", entry,
+                   "' would also exclude the quantized '", c,
                    "' in vLLM (substring or wildcard match); quantize the excluded module too or "
                    "exclude the quantized one");
     }
   }
+  STRATA_ASSERT(!conflict,
+                "exclude_modules: a conflict found by the sorted search but not by "
+                "vllm_excludes");
   return {out.begin(), out.end()};
 }
 

@@ -63,18 +63,35 @@ std::string consumer_module(const QuantPlan& plan, const std::string& module) {
 namespace {
 
 // compressed-tensors' ignore entries: "re:<regex>" matched from the start of the module name, or
-// a module name (also matching as the last components of a prefixed name).
-bool ct_ignored(const std::vector<std::string>& ignore, const std::string& module) {
-  for (const std::string& entry : ignore) {
-    if (entry.starts_with("re:")) {
-      const std::regex re(entry.substr(3));
-      if (std::regex_search(module, re, std::regex_constants::match_continuous)) return true;
-    } else if (module == entry || module.ends_with("." + entry)) {
-      return true;
+// a module name (also matching as the last components of a prefixed name). The regexes are
+// compiled once.
+class CtIgnore {
+ public:
+  explicit CtIgnore(const std::vector<std::string>& entries) {
+    for (const std::string& entry : entries) {
+      if (entry.starts_with("re:")) {
+        regexes_.emplace_back(entry.substr(3));
+      } else {
+        names_.push_back(entry);
+      }
     }
   }
-  return false;
-}
+  bool ignores(const std::string& module) const {
+    for (const std::regex& re : regexes_) {
+      if (std::regex_search(module, re, std::regex_constants::match_continuous)) return true;
+    }
+    for (const std::string& entry : names_) {
+      if (module == entry || (module.size() > entry.size() && module.ends_with(entry) &&
+                              module[module.size() - entry.size() - 1] == '.'))
+        return true;
+    }
+    return false;
+  }
+
+ private:
+  std::vector<std::regex> regexes_;
+  std::vector<std::string> names_;
+};
 
 // The lm_head module of a checkpoint that stores none (tied to the embedding), named where the
 // stored head would be (model/common.cpp find_prefixes): beside the language model of a wrapper
@@ -156,9 +173,11 @@ void check_source_quantization(const ModelConfig& config, const Checkpoint& ckpt
       }
     }
     only(SourceCompression::kInt4Pack);
+    std::optional<CtIgnore> ignored;  // compiled at the first INT4 module
     for (const PlannedModule& m : modules) {
       if (m.source != SourceCompression::kInt4Pack) continue;
-      STRATA_CHECK(!ct_ignored(ignore, m.module), what, ".ignore names '", m.module,
+      if (!ignored) ignored.emplace(ignore);
+      STRATA_CHECK(!ignored->ignores(m.module), what, ".ignore names '", m.module,
                    "' but the checkpoint stores it pack-quantized; the checkpoint and its config "
                    "disagree");
       const std::optional<SourceWeight> sw = find_source_weight(ckpt, m.module);
@@ -211,7 +230,7 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
   const std::vector<std::string> names = ckpt.tensor_names();  // one copy of every name
   resolve_wrapper_prefixes(arch, names, ckpt.dir());
   plan.num_layers = arch.num_hidden_layers;
-  std::vector<int> rule_hits(recipe.rules.size(), 0);
+  RecipeMatcher matcher(recipe);
   // The INT4 weight_shape tensors are read below, one per module and spread over the files: asked
   // for all at once, a cold start waits for them at the disk's queue depth (a 61-layer Kimi-K2
   // shape has 70k of them), not one page fault at a time.
@@ -253,7 +272,7 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
     m.source = sw->compression;
     m.dtype = sw->compression == SourceCompression::kNone ? e.dtype : DType::kBF16;
     m.shape = sw->shape;
-    const RuleDecision d = recipe_decide(recipe, m.module);
+    const RuleDecision& d = matcher.decide(m.module);
     m.format = d.format;
     m.rule = d.rule;
     m.input_amax = d.input_amax;
@@ -261,12 +280,6 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
     // part of the decoder: they stay in the source dtype whatever the recipe says; so do the
     // vision tower and the projector (calibration runs the language model only).
     if (m.kind == TensorKind::kMtp || tower) m.format = QFormat::kNone;
-    for (size_t r = 0; r < recipe.rules.size(); ++r) {
-      if (glob_match(recipe.rules[r].pattern, m.module) ||
-          glob_match(recipe.rules[r].pattern, m.module + ".")) {
-        ++rule_hits[r];
-      }
-    }
     if (m.format != QFormat::kNone) {
       const std::string rule = m.rule >= 0 ? recipe.rules[m.rule].origin : "the recipe";
       STRATA_CHECK(m.shape.size() == 2, rule, " quantizes '", m.module,
@@ -325,7 +338,7 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
   for (size_t r = 0; r < recipe.rules.size(); ++r) {
     // Imported units (default_disabled, ...) list patterns for many architectures at once: only
     // the recipe's own rules are expected to hit something.
-    if (rule_hits[r] == 0 && !recipe.rules[r].imported) {
+    if (matcher.rule_hits()[r] == 0 && !recipe.rules[r].imported) {
       plan.warnings.push_back(str(recipe.rules[r].origin, ": pattern '", recipe.rules[r].pattern,
                                   "' matches no linear module of this checkpoint"));
     }

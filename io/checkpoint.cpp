@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <system_error>
 
@@ -15,6 +16,7 @@
 #include "core/transpose.h"
 #include "io/fused_experts.h"
 #include "io/json.h"
+#include "io/plain_json.h"
 
 namespace strata {
 
@@ -46,8 +48,11 @@ void check_shard_name(const std::string& what, const std::string& tensor,
 
 }  // namespace
 
-std::map<std::string, std::string> parse_safetensors_index(std::string_view text,
-                                                           const std::string& what) {
+namespace {
+
+// The tree path: the strict JSON parser, then the checks. Every problem is reported here.
+std::map<std::string, std::string> parse_index_tree(std::string_view text,
+                                                    const std::string& what) {
   const Json j = json_parse_strict(text, what);
   STRATA_CHECK(j.is_object(), what, ": index must be a JSON object, got ", j.type_name());
   if (j.contains("metadata")) {
@@ -65,6 +70,70 @@ std::map<std::string, std::string> parse_safetensors_index(std::string_view text
     out.emplace(name, shard.get<std::string>());  // duplicates were refused by the parser
   }
   return out;
+}
+
+// The direct path (io/plain_json.h): {"metadata": null or {key: string, integer or null},
+// "weight_map": {tensor: shard}} with ASCII strings, each key once, every shard name valid. False
+// on anything else, and the tree path reads the text again.
+bool parse_index_plain(std::string_view text, const std::string& what,
+                       std::map<std::string, std::string>& out) {
+  PlainJson j(text);
+  bool seen_metadata = false, seen_map = false;
+  if (!j.take('{') || j.take('}')) return false;
+  do {
+    std::string_view key;
+    if (!j.string(&key, false) || !j.take(':')) return false;
+    if (key == "metadata" && !seen_metadata) {
+      seen_metadata = true;
+      if (j.null()) continue;
+      if (!j.take('{')) return false;
+      if (j.take('}')) continue;
+      std::vector<std::string_view> keys;
+      do {
+        std::string_view k, v;
+        uint64_t n = 0;
+        if (!j.string(&k, false) || !j.take(':')) return false;
+        if (!j.string(&v, false) && !j.uint(UINT64_MAX, &n) && !j.null()) return false;
+        keys.push_back(k);
+      } while (j.take(','));
+      if (!j.take('}')) return false;
+      std::sort(keys.begin(), keys.end());
+      if (std::adjacent_find(keys.begin(), keys.end()) != keys.end()) return false;
+    } else if (key == "weight_map" && !seen_map) {
+      seen_map = true;
+      if (!j.take('{')) return false;
+      if (j.take('}')) continue;
+      std::optional<std::string_view> checked;  // the last shard name found valid (they repeat)
+      do {
+        std::string_view name, shard;
+        if (!j.string(&name, false) || !j.take(':') || !j.string(&shard, false)) return false;
+        if (shard != checked) {
+          try {
+            check_shard_name(what, std::string(name), std::string(shard));
+          } catch (const Error&) {
+            return false;
+          }
+          checked = shard;
+        }
+        const size_t before = out.size();
+        out.emplace_hint(out.end(), std::string(name), std::string(shard));
+        if (out.size() == before) return false;  // a duplicate
+      } while (j.take(','));
+      if (!j.take('}')) return false;
+    } else {
+      return false;
+    }
+  } while (j.take(','));
+  return seen_map && j.take('}') && j.at_end();
+}
+
+}  // namespace
+
+std::map<std::string, std::string> parse_safetensors_index(std::string_view text,
+                                                           const std::string& what) {
+  std::map<std::string, std::string> out;
+  if (parse_index_plain(text, what, out)) return out;
+  return parse_index_tree(text, what);
 }
 
 Checkpoint Checkpoint::open(const std::string& dir) {

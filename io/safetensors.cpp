@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "io/json.h"
+#include "io/plain_json.h"
 
 namespace strata {
 
@@ -141,8 +143,10 @@ TensorEntry parse_entry(const std::string& what, const std::string& name, const 
 
 }  // namespace
 
-SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size,
-                                           const std::string& what) {
+namespace {
+
+// The length prefix's checks; returns N, the header's length.
+uint64_t header_length(const uint8_t* data, size_t size, const std::string& what) {
   // Bytes [0, 8): header length N, little-endian u64.
   STRATA_CHECK(size >= 8, what, ": file is ", size,
                " bytes, too short for a safetensors file (needs an 8-byte header length)");
@@ -154,18 +158,18 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size,
                kMaxSafetensorsHeaderBytes, "-byte limit");
   STRATA_CHECK(n <= size - 8, what, ": header length ", n, " runs past the end of the file (", size,
                " bytes)");
+  return n;
+}
 
-  // Bytes [8, 8+N): the JSON header; [8+N, size): the data section.
-  const std::string_view text(reinterpret_cast<const char*>(data) + 8, static_cast<size_t>(n));
+// The general path: the strict JSON parser builds the header's tree, then each entry is checked.
+// Every problem a header can have is reported here.
+void parse_tree(std::string_view text, uint64_t data_size, const std::string& what,
+                SafetensorsHeader& h) {
   size_t bad = 0;
   STRATA_CHECK(valid_utf8(text, &bad), what, ": header is not valid UTF-8 (byte ", 8 + bad,
                " of the file)");
   const Json j = json_parse_strict(text, what + ": header");
   STRATA_CHECK(j.is_object(), what, ": header must be a JSON object, got ", j.type_name());
-
-  SafetensorsHeader h;
-  h.data_offset = 8 + n;
-  const uint64_t data_size = size - h.data_offset;
   for (const auto& [key, value] : j.items()) {
     if (key == "__metadata__") {
       STRATA_CHECK(value.is_object(), what, ": __metadata__ must be an object, got ",
@@ -179,14 +183,117 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size,
     }
     h.entries.push_back(parse_entry(what, key, value, data_size));
   }
+}
 
-  // Sort by byte range (name breaks ties, so the order never depends on the header's order),
-  // then scan for overlaps. Empty tensors occupy no bytes and cannot overlap anything.
+// The fast path: a reader of the plain form writers produce, straight from the text into the
+// entries, with no tree. It accepts a header only when the general path would accept it with the
+// same entries and metadata: the grammar it takes is JSON's (whitespace, objects, arrays, strings
+// without escapes or control characters, unsigned integers), and it makes every check of
+// parse_entry. Anything else (an escape, a float, a duplicate key, a failed check) makes it give
+// up, and the general path reads the header again and names the problem.
+class PlainHeaderReader {
+ public:
+  PlainHeaderReader(std::string_view text, uint64_t data_size) : j_(text), data_size_(data_size) {}
+
+  // True when the whole text is a plain header; fills `h`'s entries and metadata.
+  bool read(SafetensorsHeader& h) {
+    if (!j_.take('{')) return false;
+    bool seen_metadata = false;
+    if (!j_.take('}')) {
+      do {
+        std::string_view key;
+        if (!string(&key) || !j_.take(':')) return false;
+        if (key == "__metadata__") {
+          if (seen_metadata || !metadata(h.metadata)) return false;
+          seen_metadata = true;
+        } else {
+          h.entries.emplace_back();
+          if (!entry(key, h.entries.back())) return false;
+        }
+      } while (j_.take(','));
+      if (!j_.take('}')) return false;
+    }
+    return j_.at_end();
+  }
+
+ private:
+  // The text is valid UTF-8 (checked before): strings may hold any of it.
+  bool string(std::string_view* out) { return j_.string(out, true); }
+  bool take(char c) { return j_.take(c); }
+  bool uint(uint64_t max, uint64_t* out) { return j_.uint(max, out); }
+  bool metadata(std::map<std::string, std::string>& out) {
+    if (!take('{')) return false;
+    if (take('}')) return true;
+    do {
+      std::string_view k, v;
+      if (!string(&k) || !take(':') || !string(&v)) return false;
+      if (!out.emplace(std::string(k), std::string(v)).second) return false;  // a duplicate
+    } while (take(','));
+    return take('}');
+  }
+  // {"dtype": .., "shape": [..], "data_offsets": [b, e]} in any order, each key once, and the
+  // checks of parse_entry.
+  bool entry(std::string_view name, TensorEntry& e) {
+    if (!take('{')) return false;
+    bool has_dtype = false, has_shape = false, has_offsets = false;
+    unsigned __int128 numel = 1;
+    do {
+      std::string_view key;
+      if (!string(&key) || !take(':')) return false;
+      if (key == "dtype" && !has_dtype) {
+        std::string_view d;
+        if (!string(&d)) return false;
+        const std::optional<DType> dtype = dtype_from_safetensors_name(d);
+        if (!dtype) return false;
+        e.dtype = *dtype;
+        has_dtype = true;
+      } else if (key == "shape" && !has_shape) {
+        if (!take('[')) return false;
+        if (!take(']')) {
+          do {
+            uint64_t dim = 0;
+            if (!uint(kMaxDim, &dim)) return false;
+            e.shape.push_back(static_cast<int64_t>(dim));
+            numel *= dim;
+            if (numel > static_cast<unsigned __int128>(INT64_MAX)) return false;
+          } while (take(','));
+          if (!take(']')) return false;
+        }
+        has_shape = true;
+      } else if (key == "data_offsets" && !has_offsets) {
+        if (!take('[') || !uint(UINT64_MAX, &e.begin) || !take(',') || !uint(UINT64_MAX, &e.end) ||
+            !take(']'))
+          return false;
+        has_offsets = true;
+      } else {
+        return false;
+      }
+    } while (take(','));
+    if (!take('}') || !has_dtype || !has_shape || !has_offsets) return false;
+    if (e.begin > e.end || e.end > data_size_) return false;
+    const int bits = dtype_bits(e.dtype);
+    if (bits % 8 != 0 && static_cast<uint64_t>(numel) % 2 != 0) return false;
+    if (numel * static_cast<unsigned>(bits) / 8 != e.end - e.begin) return false;
+    e.name = std::string(name);
+    return true;
+  }
+
+  PlainJson j_;
+  uint64_t data_size_;
+};
+
+// Sorts by byte range (name breaks ties, so the order never depends on the header's order).
+void sort_entries(SafetensorsHeader& h) {
   std::sort(h.entries.begin(), h.entries.end(), [](const TensorEntry& a, const TensorEntry& b) {
     if (a.begin != b.begin) return a.begin < b.begin;
     if (a.end != b.end) return a.end < b.end;
     return a.name < b.name;
   });
+}
+
+// Scans the sorted entries for overlaps. Empty tensors occupy no bytes and cannot overlap
+// anything.
+void check_overlaps(const std::string& what, const SafetensorsHeader& h) {
   uint64_t covered_end = 0;  // furthest end of any non-empty tensor seen so far
   const TensorEntry* furthest = nullptr;
   for (const TensorEntry& e : h.entries) {
@@ -201,9 +308,51 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size,
     covered_end = e.end;
     furthest = &e;
   }
-  if (covered_end < data_size) {
-    log_debug(what, ": ", data_size - covered_end, " trailing bytes after the last tensor");
+  if (covered_end < h.data_size) {
+    log_debug(what, ": ", h.data_size - covered_end, " trailing bytes after the last tensor");
   }
+}
+
+// The entries' indices sorted by name; false when two share a name.
+bool index_by_name(SafetensorsHeader& h) {
+  h.by_name.resize(h.entries.size());
+  for (size_t i = 0; i < h.entries.size(); ++i)
+    h.by_name[i] = static_cast<uint32_t>(i);
+  std::sort(h.by_name.begin(), h.by_name.end(),
+            [&](uint32_t a, uint32_t b) { return h.entries[a].name < h.entries[b].name; });
+  for (size_t i = 1; i < h.by_name.size(); ++i) {
+    if (h.entries[h.by_name[i - 1]].name == h.entries[h.by_name[i]].name) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size,
+                                           const std::string& what, HeaderPath path) {
+  const uint64_t n = header_length(data, size, what);
+  // Bytes [8, 8+N): the JSON header; [8+N, size): the data section.
+  const std::string_view text(reinterpret_cast<const char*>(data) + 8, static_cast<size_t>(n));
+  SafetensorsHeader h;
+  h.data_offset = 8 + n;
+  h.data_size = size - h.data_offset;
+  size_t bad = 0;
+  bool plain = path == HeaderPath::kAny && valid_utf8(text, &bad) &&
+               PlainHeaderReader(text, h.data_size).read(h);
+  if (plain) {
+    sort_entries(h);
+    plain = index_by_name(h);  // a duplicate name: the general path names it
+  }
+  if (!plain) {
+    h = SafetensorsHeader{};
+    h.data_offset = 8 + n;
+    h.data_size = size - h.data_offset;
+    parse_tree(text, h.data_size, what, h);
+    sort_entries(h);
+    const bool unique = index_by_name(h);
+    STRATA_ASSERT(unique, what, ": the JSON parser let a duplicate tensor name through");
+  }
+  check_overlaps(what, h);
   return h;
 }
 
@@ -211,15 +360,14 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile f;
   f.file_ = MappedFile::open(path);
   f.header_ = parse_safetensors_header(f.file_->data(), f.file_->size(), path);
-  for (size_t i = 0; i < f.header_.entries.size(); ++i) {
-    f.by_name_.emplace(f.header_.entries[i].name, i);
-  }
   return f;
 }
 
 const TensorEntry* SafetensorsFile::find(std::string_view name) const {
-  auto it = by_name_.find(name);
-  return it == by_name_.end() ? nullptr : &header_.entries[it->second];
+  const std::vector<TensorEntry>& entries = header_.entries;
+  auto it = std::lower_bound(header_.by_name.begin(), header_.by_name.end(), name,
+                             [&](uint32_t i, std::string_view n) { return entries[i].name < n; });
+  return it != header_.by_name.end() && entries[*it].name == name ? &entries[*it] : nullptr;
 }
 
 Tensor SafetensorsFile::tensor(const TensorEntry& entry) const {

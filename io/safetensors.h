@@ -37,14 +37,25 @@ struct TensorEntry {
 
 struct SafetensorsHeader {
   uint64_t data_offset = 0;          // 8 + N: where the data section starts in the file
-  std::vector<TensorEntry> entries;  // sorted by begin offset
+  uint64_t data_size = 0;            // the data section's length: file size - data_offset
+  std::vector<TensorEntry> entries;  // sorted by begin offset (then end, then name)
+  std::vector<uint32_t> by_name;     // indices into entries, sorted by name
   std::map<std::string, std::string> metadata;
 };
+
+// How parse_safetensors_header reads the JSON. kAny: a direct reader of the plain form writers
+// produce (strings without escapes, unsigned integers, each entry's three keys) reads the header
+// without building a JSON tree; a header outside that form, or with any problem, is read again by
+// the strict JSON parser (io/json.h), which accepts the rest and names every problem. kTree: the
+// JSON parser alone, the reference the direct reader is tested against (tests, fuzz target).
+// Both give the same header, or the same error.
+enum class HeaderPath : uint8_t { kAny, kTree };
 
 // Parses and validates the header of a complete safetensors file held in memory (`size` bytes
 // at `data`). `what` names the file in errors. Exposed on its own for the fuzzer and tests.
 SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size,
-                                           const std::string& what);
+                                           const std::string& what,
+                                           HeaderPath path = HeaderPath::kAny);
 
 class SafetensorsFile {
  public:
@@ -66,7 +77,6 @@ class SafetensorsFile {
  private:
   std::shared_ptr<const MappedFile> file_;
   SafetensorsHeader header_;
-  std::map<std::string, size_t, std::less<>> by_name_;
 };
 
 }  // namespace strata

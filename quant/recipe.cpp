@@ -781,10 +781,12 @@ std::string recipe_name_for(std::string_view qformat, std::string_view kv_cache_
   return str(qformat, "-kv_", kv_cache_qformat);
 }
 
-RuleDecision recipe_decide(const Recipe& recipe, std::string_view module) {
-  // ModelOpt-style patterns are written for a module's quantizers ("*mlp.gate.*" for
-  // "...mlp.gate.weight_quantizer"): trying name + "." lets them hit the module itself.
-  const std::string dotted = str(module, ".");
+namespace {
+
+// recipe_decide's loop over the rules; `matched` (when given) receives the rules whose pattern
+// matched. `dotted` is module + ".".
+RuleDecision decide_rules(const Recipe& recipe, std::string_view module, std::string_view dotted,
+                          std::vector<uint32_t>* matched) {
   std::optional<QFormat> format;  // the last format a matching rule gave
   std::optional<float> input_amax;
   bool enabled = false;
@@ -792,6 +794,7 @@ RuleDecision recipe_decide(const Recipe& recipe, std::string_view module) {
   for (size_t i = 0; i < recipe.rules.size(); ++i) {
     const RecipeRule& rule = recipe.rules[i];
     if (!glob_match(rule.pattern, module) && !glob_match(rule.pattern, dotted)) continue;
+    if (matched) matched->push_back(static_cast<uint32_t>(i));
     if (rule.format) {
       format = rule.format;
       input_amax = rule.input_amax;
@@ -808,6 +811,88 @@ RuleDecision recipe_decide(const Recipe& recipe, std::string_view module) {
   d.format = enabled && format ? *format : QFormat::kNone;
   if (d.format != QFormat::kNone) d.input_amax = input_amax;
   return d;
+}
+
+}  // namespace
+
+RuleDecision recipe_decide(const Recipe& recipe, std::string_view module) {
+  // ModelOpt-style patterns are written for a module's quantizers ("*mlp.gate.*" for
+  // "...mlp.gate.weight_quantizer"): trying name + "." lets them hit the module itself.
+  return decide_rules(recipe, module, str(module, "."), nullptr);
+}
+
+namespace {
+
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+// A pattern that cannot tell two runs of digits forming a whole dot-separated component apart
+// (".17." from ".3."): no '?', '[' or '\\', and each digit of it beside a literal that is neither
+// a digit, '.' nor '*' ("conv1d"), which a digit of such a run never sits beside.
+bool blind_to_index_runs(std::string_view pattern) {
+  if (pattern.find_first_of("?[\\") != std::string_view::npos) return false;
+  auto guard = [&](size_t i) {
+    return i < pattern.size() && !is_digit(pattern[i]) && pattern[i] != '.' && pattern[i] != '*';
+  };
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (is_digit(pattern[i]) && !(i > 0 && guard(i - 1)) && !guard(i + 1)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+RecipeMatcher::RecipeMatcher(const Recipe& recipe)
+    : recipe_(recipe), hits_(recipe.rules.size(), 0) {
+  by_key_ = std::all_of(recipe.rules.begin(), recipe.rules.end(),
+                        [](const RecipeRule& r) { return blind_to_index_runs(r.pattern); });
+}
+
+const RecipeMatcher::Entry& RecipeMatcher::match(std::string_view module) {
+  auto full = [&](Entry& e) {
+    dotted_.assign(module);
+    dotted_ += '.';
+    e.matched.clear();
+    e.decision = decide_rules(recipe_, module, dotted_, &e.matched);
+  };
+  if (!by_key_) {
+    full(uncached_);
+    return uncached_;
+  }
+  // Each run of digits that is a whole component becomes one '0'.
+  key_.clear();
+  for (size_t i = 0; i < module.size();) {
+    size_t j = i;
+    while (j < module.size() && is_digit(module[j]))
+      ++j;
+    const bool component =
+        j > i && (i == 0 || module[i - 1] == '.') && (j == module.size() || module[j] == '.');
+    if (component) {
+      key_ += '0';
+      i = j;
+    } else if (j > i) {
+      key_.append(module.substr(i, j - i));
+      i = j;
+    } else {
+      key_ += module[i++];
+    }
+  }
+  auto it = cache_.find(key_);
+  if (it != cache_.end()) return it->second;
+  Entry e;
+  // The key is a module name the patterns decide as they decide `module`.
+  const std::string key = key_;
+  module = key;
+  full(e);
+  return cache_.emplace(key, std::move(e)).first->second;
+}
+
+const RuleDecision& RecipeMatcher::decide(std::string_view module) {
+  const Entry& e = match(module);
+  for (uint32_t r : e.matched)
+    ++hits_[r];
+  return e.decision;
 }
 
 }  // namespace strata

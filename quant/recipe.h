@@ -33,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -164,6 +165,37 @@ struct RuleDecision {
 };
 // The format of one module, and which rule decided it.
 RuleDecision recipe_decide(const Recipe& recipe, std::string_view module);
+
+// recipe_decide for every module of a checkpoint, with how many modules each rule matched. A
+// checkpoint's module names repeat per layer and per expert with other indices only
+// ("model.layers.3.mlp.experts.17.down_proj"), and a pattern without '?', '[' or '\\' whose
+// digits each sit beside a letter-like literal ("*conv1d*") cannot tell two such index components
+// apart (its literals match no digit of them, its stars absorb any run): when every rule's pattern
+// is such, each run of digits forming a whole dot-separated component is replaced by one '0' and
+// the decision is remembered for that key, so that the rules are matched once per distinct key
+// instead of once per module. Otherwise every module is matched in full. Either way decide()
+// returns what recipe_decide returns.
+class RecipeMatcher {
+ public:
+  explicit RecipeMatcher(const Recipe& recipe);
+  const RuleDecision& decide(std::string_view module);
+  // Per rule, how many decide() calls its pattern matched (the module or the module + ".").
+  const std::vector<int64_t>& rule_hits() const { return hits_; }
+
+ private:
+  struct Entry {
+    RuleDecision decision;
+    std::vector<uint32_t> matched;  // the rules whose pattern matched
+  };
+  const Entry& match(std::string_view module);
+
+  const Recipe& recipe_;
+  bool by_key_ = false;  // every pattern is blind to digit runs
+  std::vector<int64_t> hits_;
+  std::string key_, dotted_;  // reused buffers
+  std::map<std::string, Entry, std::less<>> cache_;
+  Entry uncached_;
+};
 // fnmatch without flags (exposed for tests).
 bool glob_match(std::string_view pattern, std::string_view text);
 

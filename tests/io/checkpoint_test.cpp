@@ -218,5 +218,70 @@ TEST(SafetensorsIndex, ParseAndValidate) {
   bad(std::string("{\"weight_map\":{}}\0{\"x\":", 22), {"invalid JSON: NUL byte at offset 17"});
 }
 
+// The index reader takes the plain form writers produce directly and leaves the rest of JSON to
+// the strict parser: every spelling below reads as the same map, by hand, and malformed indexes
+// that look plain to the direct reader up to their problem get the strict parser's error.
+TEST(SafetensorsIndex, EverySpellingReadsTheSameMap) {
+  const std::map<std::string, std::string> want = {{"a.w", "s1.safetensors"},
+                                                   {"b.w", "s2.safetensors"}};
+  for (const std::string& text : {
+           std::string(
+               "{\"metadata\":{\"total_size\":10},\"weight_map\":{\"a.w\":\"s1.safetensors\","
+               "\"b.w\":\"s2.safetensors\"}}"),
+           std::string("{\n  \"metadata\": {\n    \"total_size\": 10,\n    \"format\": \"pt\",\n"
+                       "    \"x\": null\n  },\n  \"weight_map\": {\n    \"b.w\": "
+                       "\"s2.safetensors\",\n    \"a.w\": \"s1.safetensors\"\n  }\n}\n"),
+           std::string("{\"weight_map\":{\"a.w\":\"s1.safetensors\",\"b.w\":\"s2.safetensors\"},"
+                       "\"metadata\":null}"),
+           // Outside the direct reader's form: escapes, floats, nesting, other keys.
+           std::string("{\"weight_map\":{\"a\\u002ew\":\"s1.safetensors\",\"b.w\":"
+                       "\"s\\u0032.safetensors\"}}"),
+           std::string("{\"metadata\":{\"total_size\":1.5e3,\"n\":{\"k\":[1]}},\"weight_map\":{"
+                       "\"a.w\":\"s1.safetensors\",\"b.w\":\"s2.safetensors\"}}"),
+           std::string("{\"other\":true,\"weight_map\":{\"a.w\":\"s1.safetensors\",\"b.w\":"
+                       "\"s2.safetensors\"}}"),
+       }) {
+    SCOPED_TRACE(text);
+    EXPECT_EQ(parse_safetensors_index(text, "idx.json"), want);
+  }
+  auto error_of = [](const std::string& text) {
+    try {
+      parse_safetensors_index(text, "idx.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // Each a problem the direct reader meets mid-way: the message is the strict parser's.
+  EXPECT_NE(error_of("{\"weight_map\":{\"t\":\"a.safetensors\",\"t\":\"a.safetensors\"}}")
+                .find("duplicate key \"t\""),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"metadata\":{\"k\":1,\"k\":2},\"weight_map\":{}}").find("duplicate key"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"weight_map\":{},\"weight_map\":{}}").find("duplicate key"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"metadata\":{},\"metadata\":{},\"weight_map\":{}}").find("duplicate key"),
+            std::string::npos);
+  // A bad shard name first, invalid JSON after it: the JSON error wins, as the tree reads all.
+  EXPECT_NE(error_of("{\"weight_map\":{\"t\":\"../x.safetensors\",}}").find("invalid JSON"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"weight_map\":{\"t\":\"../x.safetensors\"}}").find("path separator"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"weight_map\":{\"t\":\"a.safetensors\"}} x").find("invalid JSON"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"weight_map\":{\"t\":\"a.safetensors\"}}{}").find("invalid JSON"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"metadata\":nul,\"weight_map\":{}}").find("invalid JSON"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"metadata\":nullx,\"weight_map\":{}}").find("invalid JSON"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"metadata\":{\"n\":01},\"weight_map\":{}}").find("invalid JSON"),
+            std::string::npos);
+  // A negative metadata value is outside the direct reader's form; the tree accepts it.
+  EXPECT_EQ(error_of("{\"metadata\":{\"n\":-1},\"weight_map\":{}}"), "no error");
+  EXPECT_NE(error_of("{\"metadata\":{}}").find("missing \"weight_map\""), std::string::npos);
+  EXPECT_NE(error_of("{}").find("missing \"weight_map\""), std::string::npos);
+}
+
 }  // namespace
 }  // namespace strata

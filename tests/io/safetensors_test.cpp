@@ -193,6 +193,139 @@ TEST(SafetensorsHeader, MetadataErrors) {
   EXPECT_EQ(parse(st_bytes("{\"__metadata__\":{}}")).entries.size(), 0u);
 }
 
+// The outcome of one parse: the header's fields, or the error's message.
+std::string outcome(const std::string& bytes, HeaderPath path) {
+  try {
+    const SafetensorsHeader h = parse_safetensors_header(
+        reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "t.safetensors", path);
+    std::string out = str("data at ", h.data_offset, " size ", h.data_size, ";");
+    for (const TensorEntry& e : h.entries)
+      out += str(" ", e.name, " ", dtype_name(e.dtype), " ", shape_str(e.shape), " [", e.begin, ",",
+                 e.end, ")");
+    out += "; by name";
+    for (uint32_t i : h.by_name)
+      out += str(" ", h.entries.at(i).name);
+    out += "; metadata";
+    for (const auto& [k, v] : h.metadata)
+      out += str(" ", k, "=", v);
+    return out;
+  } catch (const Error& e) {
+    return str("error: ", e.what());
+  }
+}
+
+// The direct reader (HeaderPath::kAny) and the JSON tree (kTree) give the same header or the same
+// error on every form: plain headers, JSON the direct reader leaves to the tree (escapes, other
+// whitespace), and malformed ones.
+TEST(SafetensorsHeader, DirectReaderAgreesWithTheJsonTree) {
+  const std::string d16(16, '\x02');
+  const std::string ab =
+      entry("a", "U8", "[4]", "[0,4]") + "," + entry("b", "BF16", "[2,2]", "[4,12]");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{}", ""},
+      {" { } \n\t\r ", ""},
+      {"{" + ab + "}", d16},
+      {"{\"__metadata__\":{\"format\":\"pt\",\"b\":\"\"}," + ab + "}    ", d16},
+      {"{" + ab + ",\"__metadata__\":{}}", d16},
+      {"{ \"b\" : { \"shape\" : [ 2 , 2 ] , \"data_offsets\" : [ 4 , 12 ] , \"dtype\" : \"BF16\" } "
+       "}",
+       d16},
+      {"{\n  \"z\": {\"dtype\": \"F4\", \"shape\": [2, 6], \"data_offsets\": [0, 6]},\n"
+       "  \"e\": {\"dtype\": \"F16\", \"shape\": [0, 3], \"data_offsets\": [2, 2]}\n}\n",
+       d16},
+      {"{" + entry("s", "F32", "[]", "[12,16]") + "," + ab + "}", d16},
+      {"{" + entry("\xc3\xa9\xe2\x82\xac", "U8", "[1]", "[0,1]") + "}", d16},  // UTF-8 names
+      {"{" + entry("", "U8", "[1]", "[0,1]") + "}", d16},                      // an empty name
+      {"{" + entry("a\x7f", "U8", "[1]", "[0,1]") + "}", d16},                 // DEL is allowed
+      // Escapes: only the tree decodes them.
+      {"{" + entry("a\\u0062", "U8", "[1]", "[0,1]") + "}", d16},
+      {"{" + entry("q\\\"t\\\\", "U8", "[1]", "[0,1]") + "}", d16},
+      {"{\"__metadata__\":{\"k\\n\":\"v\\t\"}," + ab + "}", d16},
+      {"{\"a\":{\"dtype\":\"U\\u0038\",\"shape\":[1],\"data_offsets\":[0,1]}}", d16},
+      // Malformed: every one an error, the same from both paths.
+      {"{" + entry("a", "U8", "[1]", "[0,1]") + "," + entry("a", "U8", "[1]", "[1,2]") + "}", d16},
+      {"{" + entry("a", "U8", "[4]", "[0,4]") + "," + entry("a", "U8", "[4]", "[0,4]") + "}", d16},
+      {"{\"__metadata__\":{},\"__metadata__\":{}}", d16},
+      {"{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", d16},
+      {"{\"__metadata__\":{\"k\":1}}", d16},
+      {"{\"__metadata__\":[]}", d16},
+      {"{" + entry("a", "U8", "[01]", "[0,1]") + "}", d16},
+      {"{" + entry("a", "U8", "[1]", "[00,1]") + "}", d16},
+      {"{" + entry("a", "U8", "[1e0]", "[0,1]") + "}", d16},
+      {"{" + entry("a", "U8", "[1.0]", "[0,1]") + "}", d16},
+      {"{" + entry("a", "U8", "[-0]", "[0,0]") + "}", d16},
+      {"{" + entry("a", "U8", "[1]", "[0,-1]") + "}", d16},
+      {"{" + entry("a", "U8", "[1]", "[0,18446744073709551615]") + "}", d16},
+      {"{" + entry("a", "U8", "[1]", "[0,99999999999999999999]") + "}", d16},
+      {"{" + entry("a", "U8", "[9007199254740993]", "[0,1]") + "}", d16},
+      {"{" + entry("a", "U8", "[9007199254740992,4]", "[0,1]") + "}", d16},
+      {"{" + entry("a", "U8", "[1]", "[0,1,]") + "}", d16},
+      {"{" + entry("a", "U8", "[1,]", "[0,1]") + "}", d16},
+      {"{" + entry("a", "U8", "[1]", "[0,1]") + ",}", d16},
+      {"{" + entry("a", "U8", "[1]", "[0,1]") + "} x", d16},
+      {"{" + entry("a", "U8", "[1]", "[0,1]") + "}{}", d16},
+      {std::string("{\"a\x00\":1}", 9), d16},
+      {std::string("{}\0", 3), d16},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"dtype\":\"U8\"}}", d16},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1]}}", d16},
+      {"{\"a\":{}}", d16},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"x\":[]}}", d16},
+      {"{\"a\":{\"dtype\":\"U9\",\"shape\":[1],\"data_offsets\":[0,1]}}", d16},
+      {"{\"a\":{\"dtype\":8,\"shape\":[1],\"data_offsets\":[0,1]}}", d16},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":1,\"data_offsets\":[0,1]}}", d16},
+      {"{\"a\":[]}", d16},
+      {"{\"a\":\"\t\"}", d16},  // a raw tab inside a string
+      {"{" + entry("a", "U8", "[2]", "[0,1]") + "}", d16},
+      {"{" + entry("a", "U8", "[1]", "[2,1]") + "}", d16},
+      {"{" + entry("a", "U8", "[17]", "[0,17]") + "}", d16},
+      {"{" + entry("a", "F4", "[3]", "[0,2]") + "}", d16},
+      {"{" + entry("a", "U8", "[8]", "[0,8]") + "," + entry("b", "U8", "[8]", "[4,12]") + "}", d16},
+      {"{" + entry("a", "U8", "[\"1\"]", "[0,1]") + "}", d16},
+      {"{\"a\":\"\xff\"}", d16},
+      {"[]", d16},
+      {"{\"a\":", d16},
+      {"{\"a\" 1}", d16},
+      {"\"x\"", d16},
+  };
+  for (const auto& [header, data] : cases) {
+    SCOPED_TRACE(header);
+    const std::string bytes = st_bytes(header, data);
+    EXPECT_EQ(outcome(bytes, HeaderPath::kAny), outcome(bytes, HeaderPath::kTree));
+  }
+  // A few of them by hand: what each path must give.
+  EXPECT_EQ(outcome(st_bytes("{" + ab + "}", d16), HeaderPath::kAny),
+            str("data at ", 8 + ab.size() + 2,
+                " size 16; a u8 [4] [0,4) b bf16 [2, 2] [4,12); by name a b; metadata"));
+  EXPECT_NE(
+      outcome(st_bytes("{" + entry("a\\u0062", "U8", "[1]", "[0,1]") + "}", d16), HeaderPath::kAny)
+          .find("; ab u8 [1] [0,1); by name ab;"),
+      std::string::npos);
+  EXPECT_NE(outcome(st_bytes("{" + entry("a", "U8", "[1]", "[0,1]") + "," +
+                                 entry("a", "U8", "[1]", "[1,2]") + "}",
+                             d16),
+                    HeaderPath::kAny)
+                .find("duplicate key \"a\""),
+            std::string::npos);
+}
+
+TEST(SafetensorsFile, FindsEveryNameAndNoOther) {
+  TempDir dir;
+  std::string header = "{";
+  for (int i = 0; i < 40; ++i)  // listed out of name order, 4 bytes each
+    header += std::string(i ? "," : "") +
+              entry(str("t.", (i * 7) % 40), "U8", "[4]", str("[", 4 * i, ",", 4 * i + 4, "]"));
+  header += "}";
+  test::write_bytes(dir.file("m.safetensors"), st_bytes(header, std::string(160, '\0')));
+  const SafetensorsFile f = SafetensorsFile::open(dir.file("m.safetensors"));
+  for (int i = 0; i < 40; ++i) {
+    const TensorEntry* e = f.find(str("t.", i));
+    ASSERT_NE(e, nullptr) << i;
+    EXPECT_EQ(e->name, str("t.", i));
+  }
+  for (const char* absent : {"", "t", "t.", "t.40", "t.00", "u.1"})
+    EXPECT_EQ(f.find(absent), nullptr) << absent;
+}
+
 TEST(SafetensorsFile, OpenViewsAndLifetime) {
   TempDir dir;
   // bf16 [1, 2] = {1.0, -2.0} (0x3F80, 0xC000), then f32 [] = 0.5 (0x3F000000), little-endian.

@@ -618,6 +618,90 @@ rules:
   EXPECT_EQ(d.rule, -1);
 }
 
+// RecipeMatcher gives recipe_decide's decision for every module, and counts each rule's hits as
+// recipe_decide's matches would: on a recipe whose patterns are blind to digit runs (decisions
+// remembered per key) and on ones that are not (a digit, '?', a set, an escape: matched in full).
+TEST(RecipeMatcher, SameDecisionsAndHitsAsRecipeDecide) {
+  const std::vector<std::string> modules = {
+      "model.layers.0.self_attn.q_proj",
+      "model.layers.10.self_attn.q_proj",
+      "model.layers.1.mlp.experts.0.up_proj",
+      "model.layers.1.mlp.experts.17.up_proj",
+      "model.layers.12.mlp.experts.1.up_proj",
+      "model.layers.1.mlp.experts.01.down_proj",
+      "model.layers.3.mlp.shared_experts.gate_proj",
+      "model.layers.3.mlp.gate",
+      "model.layers.3.mlp.gate_proj",
+      "lm_head",
+      "model.layers.2.block_sparse_moe.gate",
+      "mtp.layers.0.mlp.experts.0.gate_proj",
+      "model.layers.61.self_attn.kv_a_proj_with_mqa",
+      "x9y.layers.7",
+      "model.layers.1.mlp.experts.7.w1",
+      "model.layers.1.mlp.experts.77.w1",
+  };
+  const std::vector<std::string> recipes = {
+      // Digit-blind: the built-in kind.
+      "rules:\n  - {pattern: \"*.experts.*\", format: nvfp4}\n  - import: default_disabled\n",
+      "rules:\n  - {pattern: \"*\", format: fp8}\n  - {pattern: \"*self_attn*\", enable: false}\n"
+      "  - {pattern: \"*q_proj\", enable: true}\n  - {pattern: \"*mlp.gate.*\", format: nvfp4}\n",
+      // Not digit-blind: each of these must be matched on the full name.
+      "rules:\n  - {pattern: \"*\", format: fp8}\n  - {pattern: \"*.experts.1.*\", enable: "
+      "false}\n",
+      "rules:\n  - {pattern: \"*layers.1?.*\", format: nvfp4}\n",
+      "rules:\n  - {pattern: \"*experts.[0-1].*\", format: nvfp4}\n  - {pattern: \"*w1\", "
+      "enable: false}\n",
+      "rules:\n  - {pattern: \"*\\\\.7*\", format: nvfp4}\n",
+      // Digits beside letters keep a recipe digit-blind; beside a dot or a star they do not.
+      "rules:\n  - {pattern: \"*\", format: nvfp4}\n  - {pattern: \"*v1.*\", enable: false}\n",
+      "rules:\n  - {pattern: \"*\", format: nvfp4}\n  - {pattern: \"*.1*\", enable: false}\n",
+      "rules:\n  - {pattern: \"*\", format: nvfp4}\n  - {pattern: \"*2\", enable: false}\n",
+  };
+  for (const std::string& yaml : recipes) {
+    SCOPED_TRACE(yaml);
+    const strata::Recipe r = strata::parse_recipe(yaml, "t.yaml");
+    strata::RecipeMatcher m(r);
+    std::vector<int64_t> hits(r.rules.size(), 0);
+    for (int pass = 0; pass < 2; ++pass) {  // the second pass decides from what was remembered
+      for (const std::string& module : modules) {
+        SCOPED_TRACE(module);
+        const strata::RuleDecision want = strata::recipe_decide(r, module);
+        const strata::RuleDecision got = m.decide(module);
+        EXPECT_EQ(got.format, want.format);
+        EXPECT_EQ(got.rule, want.rule);
+        EXPECT_EQ(got.input_amax, want.input_amax);
+        for (size_t i = 0; i < r.rules.size(); ++i)
+          hits[i] += glob_match(r.rules[i].pattern, module) ||
+                     glob_match(r.rules[i].pattern, module + ".");
+      }
+    }
+    EXPECT_EQ(m.rule_hits(), hits);
+  }
+}
+
+// Hand-worked: the keys of a digit-blind recipe collapse numbers, and a pattern with a digit
+// tells experts 1 and 17 apart.
+TEST(RecipeMatcher, HandWorkedDecisions) {
+  const strata::Recipe blind = strata::parse_recipe(
+      "rules:\n  - {pattern: \"*.experts.*\", format: nvfp4}\n  - {pattern: \"*down*\", "
+      "enable: false}\n",
+      "t.yaml");
+  strata::RecipeMatcher a(blind);
+  EXPECT_EQ(a.decide("model.layers.4.mlp.experts.17.up_proj").format, QFormat::kNvfp4);
+  EXPECT_EQ(a.decide("model.layers.40.mlp.experts.1.up_proj").format, QFormat::kNvfp4);
+  EXPECT_EQ(a.decide("model.layers.4.mlp.experts.17.down_proj").format, QFormat::kNone);
+  EXPECT_EQ(a.decide("model.layers.4.mlp.shared_experts.up_proj").format, QFormat::kNone);
+  EXPECT_EQ(a.rule_hits(), (std::vector<int64_t>{3, 1}));
+
+  const strata::Recipe digits =
+      strata::parse_recipe("rules:\n  - {pattern: \"*.experts.1.*\", format: nvfp4}\n", "t.yaml");
+  strata::RecipeMatcher b(digits);
+  EXPECT_EQ(b.decide("model.layers.4.mlp.experts.17.up_proj").format, QFormat::kNone);
+  EXPECT_EQ(b.decide("model.layers.4.mlp.experts.1.up_proj").format, QFormat::kNvfp4);
+  EXPECT_EQ(b.decide("model.layers.4.mlp.experts.1.up_proj").rule, 0);
+  EXPECT_EQ(b.rule_hits(), (std::vector<int64_t>{2}));
+}
+
 TEST(RecipeRules, TopLevelImportsGoFirstRuleImportsInPlace) {
   // Top-level imports precede the recipe's rules, so "*" below wins over default_disabled.
   const strata::Recipe first = strata::parse_recipe(R"(
