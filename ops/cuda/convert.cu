@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/cuda_fp.cuh"
 #include "core/error.h"
 #include "ops/cuda/convert.h"
 #include "ops/cuda/launch.cuh"
@@ -108,20 +109,6 @@ __global__ void k_round_bf16(float* x, int64_t n) {
   FOR_N(i, n) x[i] = bf16_bits_f32(f32_bf16_bits(x[i]));
 }
 
-// e4m3fn byte -> fp32 exactly: S.EEEE.MMM, bias 7, subnormals below E = 0, S.1111.111 NaN.
-__device__ __forceinline__ float e4m3_f32(uint8_t b) {
-  const uint32_t e = (b >> 3) & 0xFu, m = b & 7u;
-  float v;
-  if (e == 0xFu && m == 7u) {
-    v = __uint_as_float(0x7FC00000u);
-  } else if (e == 0) {
-    v = static_cast<float>(m) * 0x1p-9f;  // subnormal: m/8 · 2^-6
-  } else {
-    v = __uint_as_float(((e + 120u) << 23) | (m << 20));  // 2^(e-7) · (1 + m/8)
-  }
-  return (b & 0x80u) ? -v : v;
-}
-
 // Where weight blockIdx.y of a decompression launch is: one weight given by its pointers, or
 // many through a device table (WeightTable). Each weight's blocks (blockIdx.x) loop over its
 // elements (FOR_N).
@@ -165,7 +152,7 @@ __global__ void k_dequant_fp8_block(Where where, int64_t out, int64_t in, int64_
   FOR_N(i, out * in) {
     const int64_t r = i / in, c = i % in;
     const float sc = load_as_f32(scale, scale_dt, (r / block) * blocks_per_row + c / block);
-    put(dst, i, f32_bf16_bits(__fmul_rn(e4m3_f32(w[i]), sc)), to_bf16);
+    put(dst, i, f32_bf16_bits(__fmul_rn(cuda_fp::from_e4m3(w[i]), sc)), to_bf16);
   }
 }
 
@@ -264,7 +251,7 @@ __global__ void k_dequant_nvfp4(const uint8_t* packed, const uint8_t* scales, co
   FOR_N(i, n) {
     const uint8_t byte = packed[i / 2];
     const uint32_t code = (i % 2 == 0) ? (byte & 0xFu) : (byte >> 4);
-    const float descale = __fmul_rn(e4m3_f32(scales[i / block]), g);
+    const float descale = __fmul_rn(cuda_fp::from_e4m3(scales[i / block]), g);
     store(dst, i, __fmul_rn(e2m1_f32(code), descale), to_bf16);
   }
 }
@@ -276,7 +263,7 @@ __global__ void k_dequant_fp8_export(const uint8_t* w, const float* scales, int6
   FOR_N(i, out * in) {
     const int64_t r = i / in, c = i % in;
     const float s = block > 0 ? scales[(r / block) * nc + c / block] : scales[0];
-    store(dst, i, __fmul_rn(e4m3_f32(w[i]), s), to_bf16);
+    store(dst, i, __fmul_rn(cuda_fp::from_e4m3(w[i]), s), to_bf16);
   }
 }
 
@@ -288,7 +275,7 @@ __global__ void k_dequant_mxfp8_export(const uint8_t* w, const uint8_t* scales, 
     const int k = e < 128 ? e : 127;
     const float p = k >= -126 ? __uint_as_float(static_cast<uint32_t>(k + 127) << 23)
                               : __uint_as_float(0x00400000u);  // 2^-127
-    float v = __fmul_rn(e4m3_f32(w[i]), p);
+    float v = __fmul_rn(cuda_fp::from_e4m3(w[i]), p);
     if (e == 128) v = __fmul_rn(v, 2.0f);
     store(dst, i, v, to_bf16);
   }

@@ -8,12 +8,17 @@
 
 #include <cstdint>
 
+#include "core/cuda_fp.cuh"
 #include "ops/cuda/fake_quant.h"
 #include "ops/cuda/launch.cuh"
 
 namespace strata::ops::cuda {
 namespace {
 
+using cuda_fp::from_e4m3;
+using cuda_fp::is_finite;
+using cuda_fp::is_nan;
+using cuda_fp::to_e4m3;
 using launch::blocks_for;
 using launch::kThreads;
 using launch::launched;
@@ -23,42 +28,6 @@ constexpr int64_t kNvfp4Block = 16;       // quant/nvfp4.h kNvfp4BlockSize
 constexpr int64_t kMxfp8Block = 32;       // quant/mxfp8.h kMxfp8BlockSize
 constexpr float kMaxE4m3Scale = 448.0f;   // quant/nvfp4.h kMaxBlockScale
 constexpr float kInv448 = 1.0f / 448.0f;  // fl32(1/448), as quant/mxfp8.cpp
-
-__device__ __forceinline__ bool is_nan(float x) {
-  return (__float_as_uint(x) & 0x7FFFFFFFu) > 0x7F800000u;
-}
-__device__ __forceinline__ bool is_finite(float x) {
-  return (__float_as_uint(x) & 0x7F800000u) != 0x7F800000u;
-}
-
-// quant_detail::fast_f32_to_e4m3 (no saturation: |x| >= 464, inf, NaN give 0x7E/0x7F).
-__device__ __forceinline__ uint8_t to_e4m3(float x) {
-  const uint32_t u = __float_as_uint(x);
-  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80);
-  const uint32_t a = u & 0x7FFFFFFFu;
-  if (a >= 0x43E80000u) return sign | (a == 0x43E80000u ? 0x7E : 0x7F);
-  if (a < 0x3C800000u) {
-    const float q = __fmul_rn(__uint_as_float(a), 512.0f);
-    const float r = __fsub_rn(__fadd_rn(q, 8388608.0f), 8388608.0f);
-    return sign | static_cast<uint8_t>(r);
-  }
-  const uint32_t rounded = a + 0x7FFFFu + ((a >> 20) & 1u);
-  return sign | static_cast<uint8_t>((rounded >> 20) - ((127 - 7) << 3));
-}
-
-// core/dtype.h e4m3_to_f32: exact, S.1111.111 NaN.
-__device__ __forceinline__ float from_e4m3(uint8_t b) {
-  const uint32_t e = (b >> 3) & 0xFu, m = b & 7u;
-  float v;
-  if (e == 0xFu && m == 7u) {
-    v = __uint_as_float(0x7FC00000u);
-  } else if (e == 0) {
-    v = __fmul_rn(static_cast<float>(m), 0x1p-9f);
-  } else {
-    v = __uint_as_float(((e + 120u) << 23) | (m << 20));
-  }
-  return (b & 0x80u) ? -v : v;
-}
 
 // quant_detail::fast_f32_to_e2m1 then core/dtype.h e2m1_to_f32, for x >= 0 or NaN: the magnitude
 // of the nearest E2M1 value (ties to even; > 5, infinity and NaN give 6).

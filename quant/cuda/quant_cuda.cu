@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/cuda_fp.cuh"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "quant/cuda/quant_cuda.h"
@@ -92,30 +93,6 @@ __device__ __forceinline__ float round_src(float x) {
   }
 }
 
-// quant_detail::fast_f32_to_e4m3 (no saturation: |x| >= 464, inf, NaN give 0x7E/0x7F).
-__device__ __forceinline__ uint8_t to_e4m3(float x) {
-  const uint32_t u = __float_as_uint(x);
-  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80);
-  const uint32_t a = u & 0x7FFFFFFFu;
-  if (a >= 0x43E80000u) return sign | (a == 0x43E80000u ? 0x7E : 0x7F);
-  if (a < 0x3C800000u) {
-    const float q = __fmul_rn(__uint_as_float(a), 512.0f);
-    const float r = __fsub_rn(__fadd_rn(q, 8388608.0f), 8388608.0f);
-    return sign | static_cast<uint8_t>(r);
-  }
-  const uint32_t rounded = a + 0x7FFFFu + ((a >> 20) & 1u);
-  return sign | static_cast<uint8_t>((rounded >> 20) - ((127 - 7) << 3));
-}
-
-// Exact e4m3 decode of a finite code (never NaN here).
-__device__ __forceinline__ float from_e4m3(uint8_t b) {
-  const int e = (b >> 3) & 0xF, m = b & 7;
-  const float mag =
-      e == 0 ? __fmul_rn(static_cast<float>(m), 0x1p-9f)
-             : __uint_as_float((static_cast<uint32_t>(e - 7 + 127) << 23) | (uint32_t(m) << 20));
-  return (b & 0x80) ? -mag : mag;
-}
-
 // quant_detail::fast_f32_to_e2m1.
 __device__ __forceinline__ uint8_t to_e2m1(float x) {
   const uint8_t sign = x < 0.0f ? 0x8 : 0;
@@ -124,10 +101,6 @@ __device__ __forceinline__ uint8_t to_e2m1(float x) {
   const int code =
       (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f);
   return sign | static_cast<uint8_t>(code);
-}
-
-__device__ __forceinline__ bool finite(float x) {
-  return (__float_as_uint(x) & 0x7F800000u) != 0x7F800000u;
 }
 
 // err[0]: lowest flat index of a non-finite element; err[1]: lowest flat index of an element
@@ -144,16 +117,16 @@ __global__ void nvfp4_kernel(const void* w, int64_t n_blocks, float weight_amax,
     float block_amax = 0.0f;
     for (int i = 0; i < 16; ++i) {
       v[i] = load<kSrc>(w, b * 16 + i);
-      if (!finite(v[i])) atomicMin(&err[0], static_cast<Err>(b * 16 + i));
+      if (!cuda_fp::is_finite(v[i])) atomicMin(&err[0], static_cast<Err>(b * 16 + i));
       block_amax = fmaxf(block_amax, fabsf(v[i]));
     }
     if (block_amax > weight_amax) atomicMin(&err[1], static_cast<Err>(b * 16));
     float s = __fdiv_rn(block_amax, six_global);
     if (s == 0.0f) s = 1.0f;
     s = fminf(fmaxf(s, 0x1p-9f), 448.0f);
-    const uint8_t scale_byte = to_e4m3(s);
+    const uint8_t scale_byte = cuda_fp::to_e4m3(s);
     scales[b] = scale_byte;
-    const float descale = __fmul_rn(from_e4m3(scale_byte), global_scale);
+    const float descale = __fmul_rn(cuda_fp::from_e4m3(scale_byte), global_scale);
     for (int i = 0; i < 16; i += 2) {
       const uint8_t lo = to_e2m1(__fdiv_rn(v[i], descale));
       const uint8_t hi = to_e2m1(__fdiv_rn(v[i + 1], descale));
@@ -168,7 +141,7 @@ __global__ void fp8_kernel(const void* w, int64_t n, float weight_amax, float di
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float x = load<kSrc>(w, i);
-    if (!finite(x)) {
+    if (!cuda_fp::is_finite(x)) {
       atomicMin(&err[0], static_cast<Err>(i));
       out[i] = 0;
       continue;
@@ -177,7 +150,7 @@ __global__ void fp8_kernel(const void* w, int64_t n, float weight_amax, float di
     float q = __fdiv_rn(x, divisor);
     if (!fp32_quotient) q = round_src<kSrc>(q);
     q = fminf(fmaxf(q, -448.0f), 448.0f);
-    out[i] = to_e4m3(q);
+    out[i] = cuda_fp::to_e4m3(q);
   }
 }
 
@@ -202,7 +175,7 @@ __global__ void mxfp8_kernel(const void* w, int64_t n_blocks, uint8_t* out, uint
     bool ok = true;
     for (int i = 0; i < 32; ++i) {
       const float x = load<kSrc>(w, b * 32 + i);
-      if (!finite(x)) {
+      if (!cuda_fp::is_finite(x)) {
         atomicMin(&err[0], static_cast<Err>(b * 32 + i));
         ok = false;
       }
@@ -218,7 +191,7 @@ __global__ void mxfp8_kernel(const void* w, int64_t n_blocks, uint8_t* out, uint
     for (int i = 0; i < 32; ++i) {
       const float q =
           fminf(fmaxf(__fmul_rn(load<kSrc>(w, b * 32 + i), inv_scale), -448.0f), 448.0f);
-      out[b * 32 + i] = to_e4m3(q);
+      out[b * 32 + i] = cuda_fp::to_e4m3(q);
     }
   }
 }
