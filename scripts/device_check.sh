@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# One device call's checks on the GPU machine, from the bundle (scripts/device_bundle.sh): the GPU
+# tests, the ModelOpt peer (tests/peer/peer.sh) for chosen recipes, and GPU benchmarks, each with
+# its own deadline so that one slow part cannot take the call; logs under $OUT/logs (or --out),
+# and a short table printed last.
+#
+#   bash .xfer/bundle/run.sh 'bash scripts/device_check.sh [--parts tests,peer,bench]
+#        [--tests REGEX] [--recipes "R1 R2"] [--families "F1 F2"] [--bench "ARCH ..."]'
+#
+# --parts     which parts run, in this order (default tests,peer)
+# --tests     a ctest -R regex over the `gpu` label (default: every GPU test)
+# --recipes   peer recipes (default: those added since the last H200 peer: the affine KV modes,
+#             nvfp4_act_headroom, the Kimi-K3 fp8_pb_wo recipe, nvfp4_mlp_only-novit)
+# --families  peer families (default: every fixture family with a transformers class)
+# --bench     bench/gpu_bench.sh arches, capped runs with the device profile (default
+#             "gpt_oss_mxfp4 kimi_k2_int4")
+# The peer needs the wheels of tests/peer/fetch_wheels.sh carried as .whl/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bin=/tmp/strata-bundle/build/bin
+out=${OUT:-out/device_check}
+parts=tests,peer
+tests=""
+recipes="nvfp4-kv_fp8_affine fp8-kv_fp8_affine nvfp4-kv_nvfp4_affine
+         general/ptq/nvfp4_act_headroom-kv_fp8_cast
+         models/moonshotai/Kimi-K3/ptq/nvfp4_experts-fp8_pb_attention
+         general/ptq/nvfp4_mlp_only-novit-kv_fp8"
+families="llama qwen3 qwen3_moe deepseek_v3 kimi_linear glm4_moe minimax_m2 mixtral qwen3_next
+          deepseek_v32 gpt_oss"
+bench="gpt_oss_mxfp4 kimi_k2_int4"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --parts) parts="$2"; shift 2 ;;
+    --tests) tests="$2"; shift 2 ;;
+    --recipes) recipes="$2"; shift 2 ;;
+    --families) families="$2"; shift 2 ;;
+    --bench) bench="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) echo "device_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ -x "$bin/strata" ] || { echo "device_check: no strata in $bin (run under the bundle's run.sh)" >&2; exit 2; }
+logs=$out/logs
+mkdir -p "$logs"
+summary=()
+elapsed() { echo $(( $(date +%s) - $1 ))s; }
+
+for part in ${parts//,/ }; do
+  t0=$(date +%s)
+  case "$part" in
+    tests)
+      (cd /tmp/strata-bundle/build && timeout 330 ctest -L gpu ${tests:+-R "$tests"} -j 6 \
+         --timeout 240 --output-on-failure) > "$logs/ctest_gpu.log" 2>&1
+      rc=$?
+      summary+=("tests rc=$rc $(elapsed "$t0"): $(grep -E "tests passed" "$logs/ctest_gpu.log" | tail -1)")
+      while read -r line; do summary+=("  $line"); done \
+        < <(grep -E "\*\*\*(Failed|Timeout)|\(Failed\)|\(Timeout\)" "$logs/ctest_gpu.log" | head -20)
+      ;;
+    peer)
+      # shellcheck disable=SC2086
+      PEER_OUT=/tmp/device_check_peer PEER_JOBS=9 STRATA_FLAGS="--calib_precision bf16_ops" \
+        PEER_SCALE_TOL=0.005 PEER_RECIPES="$(echo $recipes)" \
+        timeout 240 bash tests/peer/peer.sh "$bin/strata" .whl $families > "$logs/peer.log" 2>&1
+      rc=$?
+      summary+=("peer rc=$rc $(elapsed "$t0")")
+      while read -r line; do summary+=("  $line"); done < <(grep "^PEER" "$logs/peer.log")
+      ;;
+    bench)
+      for arch in $bench; do
+        t1=$(date +%s)
+        timeout 280 bash bench/gpu_bench.sh --arch "$arch" --bin "$bin" --skip free,hf,peak \
+          --profile --deadline 200 --out "$out/bench_$arch" > "$logs/bench_$arch.log" 2>&1
+        rc=$?
+        summary+=("bench $arch rc=$rc $(elapsed "$t1")")
+        while read -r line; do summary+=("  $line"); done < <(tail -12 "$logs/bench_$arch.log")
+      done
+      ;;
+    *) echo "device_check: unknown part $part (tests, peer, bench)" >&2; exit 2 ;;
+  esac
+done
+echo "== device_check summary (logs in $logs)"
+printf '%s\n' "${summary[@]}"
