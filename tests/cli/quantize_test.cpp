@@ -358,5 +358,5 @@ TEST(Quantize, BadEvalDataFailsBeforeAnyWork) {
   }
   RunResult help = run_strata("quantize --help", tmp.path());
   EXPECT_NE(help.out.find("--eval_data FILE"), std::string::npos) << help.out;
-  EXPECT_NE(help.out.find("runs on the CPU"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("on --device with --max_gpu_memory_gb"), std::string::npos) << help.out;
 }
