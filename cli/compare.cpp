@@ -18,20 +18,19 @@ namespace strata::cli {
 int cmd_compare(const std::vector<std::string>& argv) {
   Args args(
       "compare",
-      "Runs SRC and its quantized export QUANTIZED side by side, one decoder layer at a time "
-      "(on the\n"
-      "GPU by default when there is one), the export as a server runs it (weights dequantized; "
-      "each quantized linear's input\n"
-      "quantized with the export's input scales, NVFP4 per-16 blocks under the static global "
-      "scale\n"
-      "or FP8 per tensor; the KV cache through the export's kv_cache_quant_algo with its k/v\n"
-      "scales), and reports the KL divergence of the export's next-token distributions from the\n"
-      "source's (mean, median, p99, max), top-1 agreement, both perplexities, each decoder "
-      "layer's\n"
-      "relative output error (given the source's inputs, and end to end) and, per MoE layer, the\n"
-      "tokens routed to each expert and the routing agreement. Data: --tokens, --text, or by\n"
-      "default the held-out slice of the bundled corpus (data/calib/heldout, never calibrated "
-      "on).");
+      "Runs SRC and its quantized export QUANTIZED side by side, one decoder layer at a time (on\n"
+      "the GPU by default when there is one), the export as a server runs it (weights "
+      "dequantized;\n"
+      "each quantized linear's input quantized with the export's input scales, NVFP4 per-16 "
+      "blocks\n"
+      "under the static global scale or FP8 per tensor; the KV cache through the export's\n"
+      "kv_cache_quant_algo with its k/v scales), and reports the KL divergence of the export's\n"
+      "next-token distributions from the source's (mean, median, p99, max), top-1 agreement, both\n"
+      "perplexities, each decoder layer's relative output error (given the source's inputs, and "
+      "end\n"
+      "to end) and, per MoE layer, the tokens routed to each expert and the routing agreement.\n"
+      "Data: --tokens, --text, or by default the held-out slice of the bundled corpus\n"
+      "(data/calib/heldout, never calibrated on).");
   args.positional("SRC", "the source Hugging Face checkpoint directory");
   args.positional(
       "QUANTIZED",
