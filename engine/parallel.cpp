@@ -19,7 +19,10 @@ std::vector<bool> owned_batches(const Comm& comm, size_t batches) {
 
 std::string encode_calibration(const MaxCalibrator& calib) {
   std::string out;
-  auto put = [&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
+  // An empty vector's data() may be null: nothing is appended or copied for n == 0.
+  auto put = [&](const void* p, size_t n) {
+    if (n > 0) out.append(static_cast<const char*>(p), n);
+  };
   for (const auto& [name, s] : calib.stats()) {
     const uint32_t len = static_cast<uint32_t>(name.size());
     put(&len, 4);
@@ -51,7 +54,7 @@ void merge_calibration(const std::string& bytes, MaxCalibrator& calib) {
   size_t i = 0;
   auto get = [&](void* p, size_t n) {
     STRATA_ASSERT(i + n <= bytes.size(), "calibration statistics truncated");
-    std::memcpy(p, bytes.data() + i, n);
+    if (n > 0) std::memcpy(p, bytes.data() + i, n);
     i += n;
   };
   while (i < bytes.size()) {
