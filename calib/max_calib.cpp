@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "ops/ops.h"
+#include "quant/encode.h"
 
 namespace strata {
 
@@ -184,23 +185,6 @@ std::optional<float> headroom_amax(const std::vector<int64_t>& hist) {
   return static_cast<float>(headroom <= *upper ? *upper : headroom);
 }
 
-namespace {
-
-// A value as a tensor of `dtype` holds it (round to nearest even).
-float round_to(DType dtype, float x) {
-  switch (dtype) {
-    case DType::kBF16:
-      return bf16_to_f32(f32_to_bf16(x));
-    case DType::kF16:
-      return f16_to_f32(f32_to_f16(x));
-    default:
-      STRATA_ASSERT(dtype == DType::kF32, "affine KV bias in dtype ", dtype_name(dtype));
-      return x;
-  }
-}
-
-}  // namespace
-
 std::optional<KvAffine> kv_affine(const MaxCalibrator::Stat& s, DType dtype) {
   KvAffine r;
   float count = 0.0f;  // ModelOpt's _cnt, promoted to fp32 in the running mean
@@ -211,13 +195,16 @@ std::optional<KvAffine> kv_affine(const MaxCalibrator::Stat& s, DType dtype) {
     STRATA_ASSERT(r.bias.size() == C, "sequence statistics of ", C, " and ", r.bias.size(),
                   " channels");
     for (size_t c = 0; c < C; ++c) {
-      const float m = round_to(dtype, static_cast<float>(q.sum[c] / static_cast<double>(q.tokens)));
-      r.bias[c] = count == 0.0f ? m : round_to(dtype, (r.bias[c] * count + m) / (count + 1.0f));
+      const float m = quant_detail::round_to(
+          dtype, static_cast<float>(q.sum[c] / static_cast<double>(q.tokens)));
+      r.bias[c] = count == 0.0f
+                      ? m
+                      : quant_detail::round_to(dtype, (r.bias[c] * count + m) / (count + 1.0f));
     }
     count += 1.0f;
     for (size_t c = 0; c < C; ++c) {
-      const float hi = round_to(dtype, q.max[c] - r.bias[c]);
-      const float lo = round_to(dtype, r.bias[c] - q.min[c]);
+      const float hi = quant_detail::round_to(dtype, q.max[c] - r.bias[c]);
+      const float lo = quant_detail::round_to(dtype, r.bias[c] - q.min[c]);
       if (std::isnan(hi) || std::isnan(lo) || std::isnan(r.amax)) {
         r.amax = NAN;
       } else {

@@ -173,4 +173,16 @@ double Args::get_double(const std::string& name) const {
   fail("strata ", command_, ": ", name, " expects a number, got '", v, "'");
 }
 
+int Args::choice(const std::string& name, const std::string& choices) const {
+  const std::string v = get(name);
+  int i = 0;
+  for (size_t at = 0;; ++i) {
+    const size_t bar = choices.find('|', at);
+    if (choices.substr(at, bar - at) == v) return i;
+    if (bar == std::string::npos) break;
+    at = bar + 1;
+  }
+  fail(name, " must be ", choices, ", not '", v, "'");
+}
+
 }  // namespace strata::cli

@@ -37,6 +37,8 @@ class Args {
   std::optional<std::string> get_optional(const std::string& name) const;
   int64_t get_int(const std::string& name) const;
   double get_double(const std::string& name) const;
+  // The index of the option's value among `choices` ("a|b|c"); any other value is an error.
+  int choice(const std::string& name, const std::string& choices) const;
 
  private:
   struct Spec {

@@ -6,6 +6,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/device_flag.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -92,27 +93,13 @@ int cmd_compare(const std::vector<std::string>& argv) {
   job.simulate_kv_cache = !args.flag_set("--no_kv_sim");
   job.bf16_between_layers = !args.flag_set("--fp32");
   job.progress = !args.flag_set("--quiet");
-  if (auto dev = args.get_optional("--device")) {
-    STRATA_CHECK(*dev == "cpu" || *dev == "cuda", "--device must be cpu or cuda, not '", *dev, "'");
-    job.device_explicit = true;
-    if (*dev == "cuda") {
-      STRATA_CHECK(cuda_compiled(),
-                   "--device cuda: this strata was built without CUDA; use --device cpu");
-      STRATA_CHECK(cuda_device_count() > 0,
-                   "--device cuda: no CUDA device is visible (check nvidia-smi and "
-                   "CUDA_VISIBLE_DEVICES); use --device cpu");
-      job.cuda = true;
-    }
-  } else {
-    job.cuda = cuda_compiled() && cuda_device_count() > 0;
-  }
+  const std::optional<bool> cuda = device_flag(args);
+  job.device_explicit = cuda.has_value();
+  job.cuda = cuda.value_or(cuda_usable());
   const double gpu_gb = args.get_double("--max_gpu_memory_gb");
   STRATA_CHECK(gpu_gb >= 0, "--max_gpu_memory_gb must not be negative");
   job.max_gpu_memory_bytes = static_cast<uint64_t>(gpu_gb * 1024.0 * 1024.0 * 1024.0);
-  const std::string gemm = args.get("--gpu_gemm");
-  STRATA_CHECK(gemm == "bf16" || gemm == "fp32", "--gpu_gemm must be bf16 or fp32, not '", gemm,
-               "'");
-  job.gemm_bf16 = gemm == "bf16";
+  job.gemm_bf16 = args.choice("--gpu_gemm", "bf16|fp32") == 0;
 
   const auto report = args.get_optional("--report");
   if (report) prepare_report_dir(*report);  // a bad DIR fails before the comparison runs

@@ -13,6 +13,7 @@
 #include "calib/dataset.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/device_flag.h"
 #include "cli/launcher.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -47,25 +48,12 @@ constexpr bool kSanitizerBuild = false;
 
 namespace {
 
-// `flag` must be one of `choices` ("a|b|c"); returns its index.
-int choice(const Args& args, const std::string& flag, const std::string& choices) {
-  const std::string v = args.get(flag);
-  int i = 0;
-  for (size_t at = 0;; ++i) {
-    const size_t bar = choices.find('|', at);
-    if (choices.substr(at, bar - at) == v) return i;
-    if (bar == std::string::npos) break;
-    at = bar + 1;
-  }
-  fail(flag, " must be ", choices, ", not '", v, "'");
-}
-
 GpuOptions gpu_options(const Args& args) {
   GpuOptions g;
-  g.gemm_bf16 = choice(args, "--gpu_gemm", "bf16|fp32") == 0;
-  g.weight_buffers = choice(args, "--gpu_weight_buffers", "auto|1|2");
-  g.quantize = choice(args, "--gpu_quantize", "on|off") == 0;
-  g.warp_attention = choice(args, "--gpu_attention", "auto|warp") == 1;
+  g.gemm_bf16 = args.choice("--gpu_gemm", "bf16|fp32") == 0;
+  g.weight_buffers = args.choice("--gpu_weight_buffers", "auto|1|2");
+  g.quantize = args.choice("--gpu_quantize", "on|off") == 0;
+  g.warp_attention = args.choice("--gpu_attention", "auto|warp") == 1;
   g.profile = args.flag_set("--gpu_profile");
   return g;
 }
@@ -91,7 +79,7 @@ TestHooks test_hooks(const Args& args) {
     STRATA_CHECK(t.gpu_expert_slice > 0, "--test_gpu_expert_slice must be positive");
   }
   if (args.has("--test_gpu_ranks_exchange"))
-    t.gpu_exchange_on_main = choice(args, "--test_gpu_ranks_exchange", "thread|main") == 1;
+    t.gpu_exchange_on_main = args.choice("--test_gpu_ranks_exchange", "thread|main") == 1;
   return t;
 }
 
@@ -236,7 +224,7 @@ QuantizeJob job_inputs(const Args& args) {
   job.calib.min_tokens = std::min<int64_t>(args.get_int("--calib_min_tokens"), calib_seq);
   job.calib.text_field = args.get("--calib_text_field");
   job.calib.seed = static_cast<uint64_t>(args.get_int("--seed"));
-  job.precision = choice(args, "--calib_precision", "fp32_layers|bf16_ops") == 1
+  job.precision = args.choice("--calib_precision", "fp32_layers|bf16_ops") == 1
                       ? CalibPrecision::kBf16Ops
                       : CalibPrecision::kFp32Layers;
   if (auto data = args.get_optional("--calib_data")) {
@@ -268,25 +256,14 @@ void print_plan(const QuantizeJob& job) {
 // --device: where the calibration forward runs (default: cuda when built with CUDA and a GPU is
 // visible).
 void choose_device(const Args& args, QuantizeJob& job) {
-  if (auto dev = args.get_optional("--device")) {
-    STRATA_CHECK(*dev == "cpu" || *dev == "cuda", "--device must be cpu or cuda, not '", *dev, "'");
-    job.device_explicit = true;
-    if (*dev == "cuda") {
-      // The recipe first: on any machine, a recipe the GPU path cannot run is named as such.
-      STRATA_CHECK(
-          job.recipe.calibration != CalibrationMethod::kNvfp4ActHeadroom,
-          "--device cuda: the recipe's nvfp4_act_headroom calibration needs per-16-block "
-          "amax histograms, which only the CPU forward's observers keep; use --device cpu");
-      STRATA_CHECK(cuda_compiled(),
-                   "--device cuda: this strata was built without CUDA; use --device cpu");
-      STRATA_CHECK(cuda_device_count() > 0,
-                   "--device cuda: no CUDA device is visible (check nvidia-smi and "
-                   "CUDA_VISIBLE_DEVICES); use --device cpu");
-      job.device = QuantizeJob::Device::kCuda;
-    }
-  } else if (cuda_compiled() && cuda_device_count() > 0) {
-    job.device = QuantizeJob::Device::kCuda;
-  }
+  // The recipe first: on any machine, a recipe the GPU path cannot run is named as such.
+  const std::optional<bool> cuda = device_flag(args, [&] {
+    STRATA_CHECK(job.recipe.calibration != CalibrationMethod::kNvfp4ActHeadroom,
+                 "--device cuda: the recipe's nvfp4_act_headroom calibration needs per-16-block "
+                 "amax histograms, which only the CPU forward's observers keep; use --device cpu");
+  });
+  job.device_explicit = cuda.has_value();
+  if (cuda.value_or(cuda_usable())) job.device = QuantizeJob::Device::kCuda;
 }
 
 // The rest of the job: output and resume folders, memory caps, device, GPU switches, test hooks.

@@ -44,4 +44,16 @@ __device__ __forceinline__ float from_e4m3(uint8_t b) {
   return (b & 0x80u) ? -v : v;
 }
 
+// ceil(log2(d)) for a positive finite fp32 d, exactly, from its bits (quant/mxfp8.cpp).
+__device__ __forceinline__ int ceil_log2(float d) {
+  const uint32_t u = __float_as_uint(d);
+  const int exponent_field = static_cast<int>(u >> 23);
+  const uint32_t mantissa = u & 0x7FFFFFu;
+  if (exponent_field == 0) {
+    const int floor_log2 = (31 - __clz(static_cast<int>(mantissa))) - 149;
+    return floor_log2 + ((mantissa & (mantissa - 1)) == 0 ? 0 : 1);
+  }
+  return exponent_field - 127 + (mantissa != 0 ? 1 : 0);
+}
+
 }  // namespace strata::cuda_fp

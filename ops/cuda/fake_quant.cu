@@ -45,18 +45,6 @@ __device__ __forceinline__ float pow2(int e) {
   return __uint_as_float(1u << (e + 149));
 }
 
-// ceil(log2(d)) for a positive finite fp32 d, exactly, from its bits (quant/mxfp8.cpp).
-__device__ __forceinline__ int ceil_log2(float d) {
-  const uint32_t u = __float_as_uint(d);
-  const int exponent_field = static_cast<int>(u >> 23);
-  const uint32_t mantissa = u & 0x7FFFFFu;
-  if (exponent_field == 0) {
-    const int floor_log2 = (31 - __clz(static_cast<int>(mantissa))) - 149;
-    return floor_log2 + ((mantissa & (mantissa - 1)) == 0 ? 0 : 1);
-  }
-  return exponent_field - 127 + (mantissa != 0 ? 1 : 0);
-}
-
 __global__ void k_nvfp4(float* x, int64_t n_blocks, float global_scale) {
   const float six_global = __fmul_rn(6.0f, global_scale);
   for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < n_blocks;
@@ -115,7 +103,7 @@ __global__ void k_mxfp8(float* x, int64_t n_blocks) {
     const float d = __fmul_rn(block_amax, kInv448);
     int exponent = -127;
     if (d != 0.0f) {
-      exponent = ceil_log2(d);
+      exponent = cuda_fp::ceil_log2(d);
       exponent = exponent < -127 ? -127 : (exponent > 127 ? 127 : exponent);
     }
     const float inv_scale = pow2(-exponent), scale = pow2(exponent);

@@ -33,7 +33,8 @@ constexpr float kInv448 = 1.0f / 448.0f;  // fl32(1/448), as quant/mxfp8.cpp
 constexpr int64_t kNvfp4BlockSize = 16;   // quant/nvfp4.h
 constexpr int64_t kMxfp8BlockSize = 32;   // quant/mxfp8.h
 
-// quant_detail::round_to on the host: round to `dtype` and back, nearest even.
+// quant_detail::round_to on the host (quant/encode.h, which this C++17 CUDA unit cannot
+// include): round to `dtype` and back, nearest even.
 float round_to(DType dtype, float x) {
   if (dtype == DType::kBF16) return bf16_to_f32(f32_to_bf16(x));
   if (dtype == DType::kF16) return f16_to_f32(f32_to_f16(x));
@@ -154,18 +155,6 @@ __global__ void fp8_kernel(const void* w, int64_t n, float weight_amax, float di
   }
 }
 
-// ceil(log2(d)) for a positive finite fp32 d, exactly, from its bits (quant/mxfp8.cpp).
-__device__ __forceinline__ int ceil_log2(float d) {
-  const uint32_t u = __float_as_uint(d);
-  const int exponent_field = static_cast<int>(u >> 23);
-  const uint32_t mantissa = u & 0x7FFFFFu;
-  if (exponent_field == 0) {
-    const int floor_log2 = (31 - __clz(static_cast<int>(mantissa))) - 149;
-    return floor_log2 + ((mantissa & (mantissa - 1)) == 0 ? 0 : 1);
-  }
-  return exponent_field - 127 + (mantissa != 0 ? 1 : 0);
-}
-
 template <int kSrc>
 __global__ void mxfp8_kernel(const void* w, int64_t n_blocks, uint8_t* out, uint8_t* scales,
                              Err* err) {
@@ -183,7 +172,7 @@ __global__ void mxfp8_kernel(const void* w, int64_t n_blocks, uint8_t* out, uint
     }
     if (!ok) continue;
     const float d = __fmul_rn(block_amax, kInv448);
-    const int e = d == 0.0f ? -127 : min(max(ceil_log2(d), -127), 127);
+    const int e = d == 0.0f ? -127 : min(max(cuda_fp::ceil_log2(d), -127), 127);
     scales[b] = static_cast<uint8_t>(e + 127);
     // 2^-e as fp32: a normal for -e >= -126, else the subnormal 2^-127.
     const float inv_scale =

@@ -1,0 +1,25 @@
+#include "cli/device_flag.h"
+
+#include "core/device.h"
+#include "core/error.h"
+
+namespace strata::cli {
+
+std::optional<bool> device_flag(const Args& args, const std::function<void()>& refuse_cuda) {
+  const std::optional<std::string> dev = args.get_optional("--device");
+  if (!dev) return std::nullopt;
+  if (args.choice("--device", "cpu|cuda") == 0) return false;
+  if (refuse_cuda) refuse_cuda();
+  STRATA_CHECK(cuda_compiled(),
+               "--device cuda: this strata was built without CUDA; use --device cpu");
+  STRATA_CHECK(cuda_device_count() > 0,
+               "--device cuda: no CUDA device is visible (check nvidia-smi and "
+               "CUDA_VISIBLE_DEVICES); use --device cpu");
+  return true;
+}
+
+bool cuda_usable() {
+  return cuda_compiled() && cuda_device_count() > 0;
+}
+
+}  // namespace strata::cli
