@@ -68,43 +68,43 @@ struct Tally {
   uint64_t bytes = 0;
 };
 
-enum class Recipe : uint8_t { kNvfp4, kNvfp4ExpertsOnly, kFp8 };
-constexpr std::array<Recipe, 3> kRecipes = {Recipe::kNvfp4, Recipe::kNvfp4ExpertsOnly,
-                                            Recipe::kFp8};
+enum class EstimateRecipe : uint8_t { kNvfp4, kNvfp4ExpertsOnly, kFp8 };
+constexpr std::array<EstimateRecipe, 3> kRecipes = {
+    EstimateRecipe::kNvfp4, EstimateRecipe::kNvfp4ExpertsOnly, EstimateRecipe::kFp8};
 
-std::string_view recipe_key(Recipe r) {
+std::string_view recipe_key(EstimateRecipe r) {
   switch (r) {
-    case Recipe::kNvfp4:
+    case EstimateRecipe::kNvfp4:
       return "nvfp4";
-    case Recipe::kNvfp4ExpertsOnly:
+    case EstimateRecipe::kNvfp4ExpertsOnly:
       return "nvfp4_experts_only";
-    case Recipe::kFp8:
+    case EstimateRecipe::kFp8:
       return "fp8";
   }
-  STRATA_ASSERT(false, "unhandled Recipe");
+  STRATA_ASSERT(false, "unhandled EstimateRecipe");
 }
 
-std::string_view recipe_label(Recipe r) {
+std::string_view recipe_label(EstimateRecipe r) {
   switch (r) {
-    case Recipe::kNvfp4:
+    case EstimateRecipe::kNvfp4:
       return "NVFP4";
-    case Recipe::kNvfp4ExpertsOnly:
+    case EstimateRecipe::kNvfp4ExpertsOnly:
       return "NVFP4 experts only";
-    case Recipe::kFp8:
+    case EstimateRecipe::kFp8:
       return "FP8";
   }
-  STRATA_ASSERT(false, "unhandled Recipe");
+  STRATA_ASSERT(false, "unhandled EstimateRecipe");
 }
 
-bool recipe_quantizes(Recipe r, TensorKind kind) {
+bool recipe_quantizes(EstimateRecipe r, TensorKind kind) {
   switch (r) {
-    case Recipe::kNvfp4:
-    case Recipe::kFp8:
+    case EstimateRecipe::kNvfp4:
+    case EstimateRecipe::kFp8:
       return kind_is_quantized_by_default(kind);
-    case Recipe::kNvfp4ExpertsOnly:
+    case EstimateRecipe::kNvfp4ExpertsOnly:
       return kind == TensorKind::kRoutedExperts;
   }
-  STRATA_ASSERT(false, "unhandled Recipe");
+  STRATA_ASSERT(false, "unhandled EstimateRecipe");
 }
 
 bool ends_with(std::string_view s, std::string_view suffix) {
@@ -121,7 +121,8 @@ int64_t logical_params(const TensorEntry& e, const TensorClass& c) {
 }
 
 // The estimated output bytes of one tensor under a recipe; *quantized says whether it was.
-uint64_t estimate_bytes(Recipe r, const TensorEntry& e, const TensorClass& c, bool* quantized) {
+uint64_t estimate_bytes(EstimateRecipe r, const TensorEntry& e, const TensorClass& c,
+                        bool* quantized) {
   *quantized = false;
   const uint64_t source = e.end - e.begin;
   if (!recipe_quantizes(r, c.kind)) return source;
@@ -142,16 +143,16 @@ uint64_t estimate_bytes(Recipe r, const TensorEntry& e, const TensorClass& c, bo
   const uint64_t mk = static_cast<uint64_t>(m) * static_cast<uint64_t>(k);
   const uint64_t scalars = static_cast<uint64_t>(modules) * (4 + 4);
   switch (r) {
-    case Recipe::kNvfp4:
-    case Recipe::kNvfp4ExpertsOnly:
+    case EstimateRecipe::kNvfp4:
+    case EstimateRecipe::kNvfp4ExpertsOnly:
       if (k % 16 != 0) return source;
       *quantized = true;
       return mk / 2 + mk / 16 + scalars;
-    case Recipe::kFp8:
+    case EstimateRecipe::kFp8:
       *quantized = true;
       return mk + scalars;
   }
-  STRATA_ASSERT(false, "unhandled Recipe");
+  STRATA_ASSERT(false, "unhandled EstimateRecipe");
 }
 
 std::string basename_of(const std::string& path) {

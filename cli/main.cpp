@@ -13,19 +13,8 @@
 #include "cli/commands.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "engine/comm.h"
-
-#ifndef STRATA_VERSION
-#define STRATA_VERSION "0.0.0"
-#endif
 
 namespace strata::cli {
-
-int cmd_version(const std::vector<std::string>&) {
-  std::printf("strata %s (%s%s)\n", STRATA_VERSION,
-              cuda_compiled() ? "CUDA backend built" : "CPU only", mpi_compiled() ? ", MPI" : "");
-  return 0;
-}
 
 namespace {
 void print_usage() {

@@ -14,17 +14,25 @@ std::FILE* g_file = nullptr;
 
 const char* level_tag(LogLevel level) {
   switch (level) {
-    case LogLevel::kDebug: return "debug";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kWarn: return "warning";
-    case LogLevel::kError: return "error";
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kWarn:
+      return "warning";
+    case LogLevel::kError:
+      return "error";
   }
   return "?";
 }
 }  // namespace
 
-void log_set_level(LogLevel level) { g_level.store(level); }
-LogLevel log_level() { return g_level.load(std::memory_order_relaxed); }
+void log_set_level(LogLevel level) {
+  g_level.store(level);
+}
+LogLevel log_level() {
+  return g_level.load(std::memory_order_relaxed);
+}
 
 void log_write(LogLevel level, const std::string& message) {
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -41,6 +49,12 @@ void log_set_rank_output(const std::string& prefix, LogLevel stderr_level, std::
   g_prefix = prefix;
   g_stderr_level = stderr_level;
   g_file = file;
+}
+
+std::string format_double(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
 }
 
 }  // namespace strata

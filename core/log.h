@@ -13,6 +13,9 @@ enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 void log_set_level(LogLevel level);
 LogLevel log_level();
 void log_write(LogLevel level, const std::string& message);
+
+// `v` formatted by the printf conversion `f` (one double): format_double("%.3f", x).
+std::string format_double(const char* f, double v);
 // Ranks of a scaled-out run: `prefix` starts every message ("rank 1: "); messages below
 // `stderr_level` skip stderr; when `file` is set every message that passes log_level() is also
 // appended to it (cli: --log_dir).
@@ -20,7 +23,8 @@ void log_set_rank_output(const std::string& prefix, LogLevel stderr_level, std::
 
 template <typename... Args>
 void log_debug(Args&&... args) {
-  if (log_level() <= LogLevel::kDebug) log_write(LogLevel::kDebug, str(std::forward<Args>(args)...));
+  if (log_level() <= LogLevel::kDebug)
+    log_write(LogLevel::kDebug, str(std::forward<Args>(args)...));
 }
 template <typename... Args>
 void log_info(Args&&... args) {

@@ -274,12 +274,6 @@ void measure_logits(const ModelForward& src, const ModelForward& q, const Batch&
   }
 }
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 Json number_or_null(double v) {
   return std::isfinite(v) ? Json(v) : Json(nullptr);
 }
@@ -373,8 +367,8 @@ CompareResult run_compare(const CompareJob& job) {
     e.rel_error = relative_error(local.data(), hs.data(), T * H);
     e.rel_error_end_to_end = relative_error(hq.data(), hs.data(), T * H);
     r.layers.push_back(e);
-    std::string detail = str("layer ", l, ": rel_error ", fmt("%.3g", e.rel_error), ", end to end ",
-                             fmt("%.3g", e.rel_error_end_to_end));
+    std::string detail = str("layer ", l, ": rel_error ", format_double("%.3g", e.rel_error),
+                             ", end to end ", format_double("%.3g", e.rel_error_end_to_end));
     if (route_s.routed()) {
       STRATA_CHECK(route_q.routed() && route_local.routed(), job.quantized_dir, ": layer ", l,
                    " is a MoE layer in SRC but not in QUANTIZED");
@@ -391,7 +385,7 @@ CompareResult run_compare(const CompareJob& job) {
         auto it = uncalibrated->find(l);
         x.uncalibrated = it == uncalibrated->end() ? std::vector<int64_t>{} : it->second;
       }
-      detail += str(", routing agreement ", fmt("%.3f", x.routing_agreement));
+      detail += str(", routing agreement ", format_double("%.3f", x.routing_agreement));
       r.experts.push_back(std::move(x));
     }
     progress.step(detail);
@@ -467,11 +461,12 @@ Json compare_json(const CompareResult& r) {
 std::string compare_headline(const CompareResult& r) {
   std::ostringstream os;
   os << "KL divergence (source || quantized) per position\n";
-  os << "  mean " << fmt("%.6g", r.mean_kl) << "  median " << fmt("%.6g", r.median_kl) << "  p99 "
-     << fmt("%.6g", r.p99_kl) << "  max " << fmt("%.6g", r.max_kl) << "\n";
-  os << "top-1 agreement " << fmt("%.4f", r.top1_agreement) << "\n";
-  os << "perplexity  source " << fmt("%.4f", r.ppl_source) << "  quantized "
-     << fmt("%.4f", r.ppl_quantized) << "\n";
+  os << "  mean " << format_double("%.6g", r.mean_kl) << "  median "
+     << format_double("%.6g", r.median_kl) << "  p99 " << format_double("%.6g", r.p99_kl)
+     << "  max " << format_double("%.6g", r.max_kl) << "\n";
+  os << "top-1 agreement " << format_double("%.4f", r.top1_agreement) << "\n";
+  os << "perplexity  source " << format_double("%.4f", r.ppl_source) << "  quantized "
+     << format_double("%.4f", r.ppl_quantized) << "\n";
   return os.str();
 }
 
@@ -492,12 +487,14 @@ std::string compare_table(const CompareResult& r) {
   os << compare_headline(r) << "\n";
   os << "layer   rel_error  end_to_end\n";
   for (const LayerError& e : r.layers)
-    os << fmt("%5.0f", static_cast<double>(e.index)) << "  " << fmt("%10.4g", e.rel_error) << "  "
-       << fmt("%10.4g", e.rel_error_end_to_end) << "\n";
+    os << format_double("%5.0f", static_cast<double>(e.index)) << "  "
+       << format_double("%10.4g", e.rel_error) << "  "
+       << format_double("%10.4g", e.rel_error_end_to_end) << "\n";
   for (const ExpertStats& x : r.experts) {
     os << "\nMoE layer " << x.layer << " (" << x.router << "): " << x.experts << " experts, top-"
-       << x.top_k << "; routing agreement " << fmt("%.4f", x.routing_agreement)
-       << " (given the source's inputs " << fmt("%.4f", x.routing_agreement_local) << ")\n";
+       << x.top_k << "; routing agreement " << format_double("%.4f", x.routing_agreement)
+       << " (given the source's inputs " << format_double("%.4f", x.routing_agreement_local)
+       << ")\n";
     os << "  tokens per expert, source/quantized:";
     for (int64_t e = 0; e < x.experts; ++e)
       os << (e % 8 == 0 ? "\n   " : "") << " " << e << ":" << x.tokens_source[e] << "/"

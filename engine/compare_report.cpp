@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "io/safetensors_writer.h"
 
 namespace strata {
@@ -15,12 +16,6 @@ namespace strata {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 
 // 10^e as a tick label: "1" for 0, else "1e-3", "1e2".
 std::string decade_label(int64_t e) {
@@ -316,7 +311,7 @@ std::string swatch(Rgb c) {
 }
 
 std::string number(double v, const char* f = "%.6g") {
-  return std::isfinite(v) ? fmt(f, v) : std::string("n/a");
+  return std::isfinite(v) ? format_double(f, v) : std::string("n/a");
 }
 
 void headline_html(std::ostringstream& os, const CompareResult& r) {
@@ -379,8 +374,8 @@ void tables_html(std::ostringstream& os, const CompareResult& r, const KlHistogr
         "</th><th>positions</th></tr>\n<tr><td>0</td><td>0</td><td>"
      << h.zero << "</td></tr>\n";
   for (size_t i = 0; i < h.counts.size(); ++i)
-    os << "<tr><td>" << fmt("%.3g", h.lower_edge(i)) << "</td><td>" << fmt("%.3g", h.upper_edge(i))
-       << "</td><td>" << h.counts[i] << "</td></tr>\n";
+    os << "<tr><td>" << format_double("%.3g", h.lower_edge(i)) << "</td><td>"
+       << format_double("%.3g", h.upper_edge(i)) << "</td><td>" << h.counts[i] << "</td></tr>\n";
   os << "</table>\n";
 }
 
@@ -414,7 +409,7 @@ void write_compare_report(const CompareResult& r, const std::string& dir) {
       "The bar at 0 counts the positions whose KL is zero (or rounding's tiny negatives): ", h.zero,
       ". ", swatch(kBlue), "KL > 0.");
   if (h.clamped > 0)
-    hist += str(" ", h.clamped, " positions below ", fmt("%.3g", h.lower_edge(0)),
+    hist += str(" ", h.clamped, " positions below ", format_double("%.3g", h.lower_edge(0)),
                 " are counted in the first bin.");
   plots.push_back({"kl_histogram.png", "histogram of the per-position KL divergence",
                    "KL divergence per position",

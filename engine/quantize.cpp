@@ -178,10 +178,6 @@ void remove_except(const std::string& dir, const std::vector<std::string>& keep)
   }
 }
 
-std::string mib(uint64_t b) {
-  return human_bytes(static_cast<double>(b));
-}
-
 }  // namespace
 
 uint64_t MemoryEstimate::fixed() const {
@@ -201,27 +197,29 @@ uint64_t MemoryEstimate::minimum() const {
 std::string MemoryEstimate::describe() const {
   const std::string two = calibrated ? "2 x " : "";
   const std::string weights = on_gpu ? "2 x layer codes from the device " : "2 x layer weights ";
-  return str(mib(total()), " = process baseline ", mib(baseline), " + ",
-             calibrated ? str(weights, mib(layer_weights), on_gpu ? "" : " fp32", " + ")
-                        : std::string("weight-only, no calibration forward: "),
-             two, "layer source pages ", mib(layer_source), " + ", workers,
-             " x quantizer temporaries ", mib(quantizer),
-             fused_outputs ? str(" + fused expert outputs ", mib(fused_outputs)) : std::string(""),
-             " + embedding/lm_head pages ", mib(outside_pages),
-             calibrated
-                 ? str(" + activation store ", mib(activations),
-                       spilled ? str(" (one micro-batch; all ", mib(activations_all), " spilled)")
-                               : std::string(""),
-                       " + micro-batch working set ", mib(working))
-                 : std::string(""),
-             " + threads ", mib(threads),
-             on_gpu ? str(" + pinned buffers ", mib(pinned), " + CUDA context ",
-                          context_measured ? str(mib(device_context), " (measured, + lazy loading)")
-                          : device_context ? str(mib(device_context), " (allowance)")
-                                           : std::string("(measured once it exists)"))
-                    : std::string(""),
-             startup_peak > fixed() + activations ? str("; start-up peaked at ", mib(startup_peak))
-                                                  : std::string(""));
+  return str(
+      human_bytes(total()), " = process baseline ", human_bytes(baseline), " + ",
+      calibrated ? str(weights, human_bytes(layer_weights), on_gpu ? "" : " fp32", " + ")
+                 : std::string("weight-only, no calibration forward: "),
+      two, "layer source pages ", human_bytes(layer_source), " + ", workers,
+      " x quantizer temporaries ", human_bytes(quantizer),
+      fused_outputs ? str(" + fused expert outputs ", human_bytes(fused_outputs)) : std::string(""),
+      " + embedding/lm_head pages ", human_bytes(outside_pages),
+      calibrated
+          ? str(" + activation store ", human_bytes(activations),
+                spilled ? str(" (one micro-batch; all ", human_bytes(activations_all), " spilled)")
+                        : std::string(""),
+                " + micro-batch working set ", human_bytes(working))
+          : std::string(""),
+      " + threads ", human_bytes(threads),
+      on_gpu
+          ? str(" + pinned buffers ", human_bytes(pinned), " + CUDA context ",
+                context_measured ? str(human_bytes(device_context), " (measured, + lazy loading)")
+                : device_context ? str(human_bytes(device_context), " (allowance)")
+                                 : std::string("(measured once it exists)"))
+          : std::string(""),
+      startup_peak > fixed() + activations ? str("; start-up peaked at ", human_bytes(startup_peak))
+                                           : std::string(""));
 }
 
 MemoryEstimate estimate_memory(const QuantPlan& plan, const Checkpoint& ckpt,
@@ -340,7 +338,8 @@ std::string describe_plan(const QuantPlan& plan, const Checkpoint& ckpt, const C
   mem.startup_peak = peak_rss_bytes();
   os << "memory      at most " << mem.describe() << " (CPU path; the run measures its baseline)\n";
   if (mem.calibrated)
-    os << "            least with the activation store spilled: " << mib(mem.minimum()) << "\n";
+    os << "            least with the activation store spilled: " << human_bytes(mem.minimum())
+       << "\n";
   for (const std::string& w : plan.warnings)
     os << "warning     " << w << "\n";
   return os.str();
@@ -756,8 +755,8 @@ void QuantizeRun::embed() {
     if (on_gpu) create_dir(offload, "--offload_folder");
     if (result.memory.spilled) {
       create_dir(offload, "--offload_folder");
-      log_info("activation store: ", mib(result.memory.activations_all), " spilled to ", offload,
-               " (", micro.groups.size(), " micro-batches)");
+      log_info("activation store: ", human_bytes(result.memory.activations_all), " spilled to ",
+               offload, " (", micro.groups.size(), " micro-batches)");
     }
     store = std::make_unique<ActivationStore>(
         micro.tokens, fwd->hidden_size(), fopts.bf16_between_layers ? DType::kBF16 : DType::kF32,

@@ -9,14 +9,6 @@
 namespace fs = std::filesystem;
 
 namespace strata {
-namespace {
-
-std::string mib(uint64_t b) {
-  return human_bytes(static_cast<double>(b));
-}
-
-}  // namespace
-
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
@@ -85,8 +77,8 @@ MemoryEstimate fit_memory_cap(MemoryEstimate m, uint64_t cap, std::optional<uint
   least.activations = least.activations_one;
   if (least.on_gpu && !least.context_measured) least.device_context = 0;
   STRATA_CHECK(cap == 0 || least.total() <= cap, "--max_cpu_memory_gb ",
-               static_cast<double>(cap) / (1024.0 * 1024.0 * 1024.0), " (", mib(cap),
-               ") is below the least this run needs, ", mib(least.total()),
+               static_cast<double>(cap) / (1024.0 * 1024.0 * 1024.0), " (", human_bytes(cap),
+               ") is below the least this run needs, ", human_bytes(least.total()),
                least.calibrated ? " with the activation store spilled" : "",
                least.on_gpu && !least.context_measured ? ", before the CUDA context's" : "", ": ",
                least.describe(), "; raise it, or lower --batch_size or --calib_seq");
@@ -124,8 +116,8 @@ void check_memory_cap(const MemoryEstimate& m, uint64_t cap, const std::string& 
   MemoryEstimate c = m;
   if (c.on_gpu && !c.context_measured) c.device_context = 0;
   STRATA_CHECK(cap == 0 || c.total() <= cap, "--max_cpu_memory_gb ",
-               static_cast<double>(cap) / (1024.0 * 1024.0 * 1024.0), " (", mib(cap),
-               ") is below this run's memory bound ", when, ", ", mib(c.total()),
+               static_cast<double>(cap) / (1024.0 * 1024.0 * 1024.0), " (", human_bytes(cap),
+               ") is below this run's memory bound ", when, ", ", human_bytes(c.total()),
                c.on_gpu && !c.context_measured ? " before the CUDA context's" : "", ": ",
                c.describe(), "; raise it, or lower --batch_size or --calib_seq");
 }

@@ -19,13 +19,13 @@
 namespace strata {
 namespace {
 
-constexpr uint64_t kAlign = 4096;
+constexpr uint64_t kPageAlign = 4096;
 
 uint64_t align_down(uint64_t x) {
-  return x / kAlign * kAlign;
+  return x / kPageAlign * kPageAlign;
 }
 uint64_t align_up(uint64_t x) {
-  return (x + kAlign - 1) / kAlign * kAlign;
+  return (x + kPageAlign - 1) / kPageAlign * kPageAlign;
 }
 
 }  // namespace

@@ -116,7 +116,7 @@ class AtomicFile {
   bool committed_ = false;
 };
 
-constexpr uint64_t kAlign = 8;
+constexpr uint64_t kHeaderAlign = 8;
 
 uint64_t round_up(uint64_t x, uint64_t a) {
   return (x + a - 1) / a * a;
@@ -227,7 +227,7 @@ SafetensorsLayout safetensors_layout(const std::vector<TensorSpec>& tensors,
     fail(path,
          ": cannot encode the header (a tensor or metadata name is not valid UTF-8): ", e.what());
   }
-  text.resize(round_up(text.size(), kAlign), ' ');
+  text.resize(round_up(text.size(), kHeaderAlign), ' ');
   layout.head.resize(8);
   for (int i = 0; i < 8; ++i)
     layout.head[static_cast<size_t>(i)] = static_cast<char>(uint64_t{text.size()} >> (8 * i));

@@ -9,12 +9,6 @@
 namespace strata::model {
 namespace {
 
-double number_or(const Json& j, const char* key, double fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  STRATA_CHECK(j[key].is_number(), "config.json: '", key, "' must be a number");
-  return j[key].get<double>();
-}
-
 int64_t int_or(const Json& j, const char* key, int64_t fallback, const std::string& path) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
   STRATA_CHECK(j[key].is_number_integer(), path, ": '", key, "' must be an integer");

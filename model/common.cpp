@@ -19,6 +19,12 @@ bool has_key(const Json& j, const char* key) {
   return j.is_object() && j.contains(key) && !j[key].is_null();
 }
 
+double number_or(const Json& j, const char* key, double fallback) {
+  if (!has_key(j, key)) return fallback;
+  STRATA_CHECK(j[key].is_number(), "config.json: '", key, "' must be a number");
+  return j[key].get<double>();
+}
+
 namespace {
 
 // A ModelOpt-quantized weight (strata's own exports, spec/format.md §1, §2, §7), dequantized to

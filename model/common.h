@@ -36,6 +36,10 @@ ActQuant served_kv_quant(const Checkpoint& ckpt, ActQuant::Kind kv, const std::s
 // for a setting left at the model class's default).
 bool has_key(const Json& j, const char* key);
 
+// The number `key` of the config object `j`, or `fallback` where it is absent or null; another
+// type is a strata::Error naming the key.
+double number_or(const Json& j, const char* key, double fallback);
+
 // RoPE parameters from the config's normalised rope fields; an unknown rope type is an error.
 ops::RopeParams rope_params(const ModelConfig& config);
 

@@ -21,24 +21,21 @@
 
 #include "core/error.h"
 #include "model/blocks.h"
+#include "model/common.h"
 
 namespace strata::model {
 namespace {
-
-bool present(const Json& j, const char* key) {
-  return j.contains(key) && !j[key].is_null();
-}
 
 // An integer setting spelled `flat` (transformers 5.x) or linear_attn_config.`nested` (the remote
 // code); both present must agree, neither is an error.
 int64_t linear_attn_int(const ModelConfig& c, const char* flat, const char* nested) {
   const Json& t = c.text;
   std::optional<int64_t> a, b;
-  if (present(t, flat)) {
+  if (has_key(t, flat)) {
     STRATA_CHECK(t[flat].is_number_integer(), c.path, ": '", flat, "' must be an integer");
     a = t[flat].get<int64_t>();
   }
-  if (present(t, "linear_attn_config") && present(t["linear_attn_config"], nested)) {
+  if (has_key(t, "linear_attn_config") && has_key(t["linear_attn_config"], nested)) {
     const Json& v = t["linear_attn_config"][nested];
     STRATA_CHECK(v.is_number_integer(), c.path, ": 'linear_attn_config.", nested,
                  "' must be an integer");
@@ -51,12 +48,6 @@ int64_t linear_attn_int(const ModelConfig& c, const char* flat, const char* nest
   const int64_t v = a ? *a : *b;
   STRATA_CHECK(v > 0, c.path, ": '", flat, "' must be positive, got ", v);
   return v;
-}
-
-double number_or(const Json& j, const char* key, double fallback) {
-  if (!present(j, key)) return fallback;
-  STRATA_CHECK(j[key].is_number(), "config.json: '", key, "' must be a number");
-  return j[key].get<double>();
 }
 
 // The KDA layers' shape: n_heads heads of head_dim key (= value) channels, short convolutions of
@@ -80,7 +71,7 @@ SigmoidMoeConfig kimi_linear_moe_config(const ModelConfig& c) {
   mc.top_k = c.num_experts_per_tok;
   mc.n_group = static_cast<int64_t>(number_or(t, "num_expert_group", number_or(t, "n_group", 1)));
   mc.topk_group = static_cast<int64_t>(number_or(t, "topk_group", 1));
-  if (present(t, "use_grouped_topk") && t["use_grouped_topk"].is_boolean() &&
+  if (has_key(t, "use_grouped_topk") && t["use_grouped_topk"].is_boolean() &&
       !t["use_grouped_topk"].get<bool>()) {
     // A plain top-k over all experts is grouped routing with one group; with several groups
     // configured, which of the two the remote code runs is not verified: refused.
@@ -239,7 +230,7 @@ void check_kimi_linear_config(const ModelConfig& c) {
   const Json& t = c.text;
   auto string_is = [&](const Json& j, const std::string& where, const char* key,
                        std::initializer_list<const char*> allowed) {
-    if (!present(j, key)) return;
+    if (!has_key(j, key)) return;
     STRATA_CHECK(j[key].is_string(), c.path, ": '", where, key, "' must be a string");
     const std::string v = j[key].get<std::string>();
     for (const char* a : allowed) {
@@ -253,7 +244,7 @@ void check_kimi_linear_config(const ModelConfig& c) {
   string_is(t, "", "topk_method", {"noaux_tc"});
   // Newer variants of the architecture (K3-style) that change the math: refused, not guessed.
   auto refuse = [&](const Json& j, const std::string& where, const char* key) {
-    if (!present(j, key)) return;
+    if (!has_key(j, key)) return;
     if (j[key].is_boolean() && !j[key].get<bool>()) return;
     fail(c.path, ": '", where, key, "' (", j[key].dump(),
          ") belongs to a Kimi-Linear variant strata does not implement");
@@ -261,13 +252,13 @@ void check_kimi_linear_config(const ModelConfig& c) {
   for (const char* key : {"mla_use_output_gate", "routed_expert_hidden_size", "latent_moe_use_norm",
                           "attn_res_block_size"})
     refuse(t, "", key);
-  if (present(t, "linear_attn_config")) {
+  if (has_key(t, "linear_attn_config")) {
     STRATA_CHECK(t["linear_attn_config"].is_object(), c.path,
                  ": 'linear_attn_config' must be an object");
     for (const char* key : {"gate_lower_bound", "use_full_rank_gate"})
       refuse(t["linear_attn_config"], "linear_attn_config.", key);
   }
-  STRATA_CHECK(!present(t, "mla_use_nope") || !t["mla_use_nope"].is_boolean() ||
+  STRATA_CHECK(!has_key(t, "mla_use_nope") || !t["mla_use_nope"].is_boolean() ||
                    t["mla_use_nope"].get<bool>(),
                c.path, ": mla_use_nope false (rotary MLA layers) is not supported for kimi_linear");
   STRATA_CHECK(c.kv_lora_rank > 0, c.path, ": kv_lora_rank must be set for the MLA layers");

@@ -35,19 +35,16 @@
 
 #include "core/error.h"
 #include "model/blocks.h"
+#include "model/common.h"
 #include "model/layer.h"
 
 namespace strata::model {
 namespace {
 
-bool present(const Json& j, const char* key) {
-  return j.is_object() && j.contains(key) && !j[key].is_null();
-}
-
 // A positive integer setting, or transformers' default when the config has none.
 int64_t positive_int(const ModelConfig& c, const char* key, int64_t fallback) {
   const Json& t = c.text;
-  if (!present(t, key)) return fallback;
+  if (!has_key(t, key)) return fallback;
   STRATA_CHECK(t[key].is_number_integer() && t[key].get<int64_t>() > 0, c.path, ": '", key,
                "' must be a positive integer, got ", t[key].dump());
   return t[key].get<int64_t>();
@@ -58,9 +55,9 @@ int64_t positive_int(const ModelConfig& c, const char* key, int64_t fallback) {
 double partial_rotary_factor(const ModelConfig& c) {
   const Json& t = c.text;
   const bool given =
-      present(t, "partial_rotary_factor") ||
-      (present(t, "rope_parameters") && present(t["rope_parameters"], "partial_rotary_factor")) ||
-      (present(t, "rope_scaling") && present(t["rope_scaling"], "partial_rotary_factor"));
+      has_key(t, "partial_rotary_factor") ||
+      (has_key(t, "rope_parameters") && has_key(t["rope_parameters"], "partial_rotary_factor")) ||
+      (has_key(t, "rope_scaling") && has_key(t["rope_scaling"], "partial_rotary_factor"));
   return given ? c.rope.partial_rotary_factor : 0.25;
 }
 
@@ -224,7 +221,7 @@ class Qwen3NextLayer : public Layer {
     }
     // Qwen3-Next renormalises when norm_topk_prob (its default true); Qwen3.5 always.
     const Json& t = c_.text;
-    const bool renorm = qwen35_ || !present(t, "norm_topk_prob") || c_.norm_topk_prob;
+    const bool renorm = qwen35_ || !has_key(t, "norm_topk_prob") || c_.norm_topk_prob;
     STRATA_CHECK(b.has(m + "shared_expert.gate_proj.weight"), c_.path, ": '", m,
                  "shared_expert.gate_proj.weight' is missing; every ", c_.text_model_type,
                  " MoE layer has a shared expert");
@@ -262,7 +259,7 @@ class Qwen3NextLayer : public Layer {
 
 void check_qwen3_next_config(const ModelConfig& c) {
   const Json& t = c.text;
-  if (present(t, "hidden_act")) {
+  if (has_key(t, "hidden_act")) {
     STRATA_CHECK(t["hidden_act"] == "silu", c.path, ": hidden_act ", t["hidden_act"].dump(),
                  " is not supported by the ", c.text_model_type, " forward (only silu)");
   }

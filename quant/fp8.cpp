@@ -11,8 +11,6 @@ namespace strata {
 
 namespace {
 
-// fl32(1/448) = 0x1.24924ap-9, the reciprocal PyTorch's CUDA division by 448.0 multiplies with.
-constexpr float kInv448 = 1.0f / 448.0f;
 constexpr int64_t kChunk = 4096;  // elements decoded at a time
 
 template <quant_detail::Encoders kEncoders>

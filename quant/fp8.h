@@ -36,6 +36,10 @@
 
 namespace strata {
 
+// fl32(1/448) = 0x1.24924ap-9, the reciprocal PyTorch's CUDA division by 448.0 multiplies with
+// (ModelOpt's scales are amax / 448.0 on a CUDA tensor: a product by this constant).
+inline constexpr float kInv448 = 1.0f / 448.0f;
+
 // One FP8-quantized weight W[..., out, in]:
 //   weight  F8_E4M3  [..., out, in]  same layout as W, one byte per element
 //   scale   F32      []              weight_scale

@@ -6,12 +6,11 @@
 #include <vector>
 
 #include "core/error.h"
+#include "quant/fp8.h"
 
 namespace strata {
 
 namespace {
-
-constexpr float kInv448 = 1.0f / 448.0f;  // fl32(1/448), see quant/fp8.cpp
 
 // ceil(log2(d)) for a positive finite fp32 d, exactly, from its bits.
 int ceil_log2(float d) {

@@ -13,15 +13,19 @@ echo "== release build =="
 # architecture (the suite runs no GPU code; the default preset, for real builds, compiles sm_90
 # and sm_100), without benches and GPU test binaries (the CUDA libraries they test still compile,
 # into strata), without debug info (-g changes no generated code, and costs a third of the
-# compile), and with the test binaries' own sources at -O0 (the libraries under test keep -O2).
+# compile), with the test binaries' own sources at -O0 (the libraries under test keep -O2), and
+# as a unity build: batches of 16 C++ sources compiled as one, which halves the compile (each
+# batch parses the standard and test headers once). CUDA sources compile one by one. The default
+# preset builds file by file, so a source that compiles only beside its batch fails there.
 cmake --preset ci -DCMAKE_CUDA_ARCHITECTURES="${STRATA_TEST_CUDA_ARCHS:-90}" >/dev/null
 cmake --build --preset ci -j "$jobs"
 ctest --preset ci -j "$jobs"
 
 echo "== ASan + UBSan build =="
 # The `asan` preset: clang at -O0 with line tables only (-g1: file and line in every report, at
-# half the compile time of gcc with -g), CPU only, and with the libFuzzer targets, whose libraries
-# carry coverage instrumentation beside the sanitizers; one build serves the tests and the fuzz run.
+# half the compile time of gcc with -g), CPU only, in unity batches as above, and with the libFuzzer
+# targets, whose libraries carry coverage instrumentation beside the sanitizers; one build serves
+# the tests and the fuzz run.
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

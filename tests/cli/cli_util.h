@@ -16,6 +16,8 @@ namespace strata_cli_test {
 namespace fs = std::filesystem;
 
 inline const std::string kStrata = std::string(STRATA_BINARY_DIR) + "/bin/strata";
+// The fixture models, one directory each.
+inline const std::string kFixtures = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/";
 
 inline std::string read_file(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);

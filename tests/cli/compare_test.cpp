@@ -21,7 +21,6 @@ using namespace strata_cli_test;
 using Json = nlohmann::json;
 
 const std::string kRoot = STRATA_SOURCE_DIR;
-const std::string kFixtures = kRoot + "/tests/fixtures/models/";
 
 const Json& reference() {
   static const Json j = Json::parse(read_file(kRoot + "/tests/fixtures/compare/reference.json"));

@@ -23,7 +23,7 @@
 namespace {
 
 namespace fs = std::filesystem;
-using Json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json;
 using namespace strata_cli_test;
 
 const std::string kDemo = std::string(STRATA_SOURCE_DIR) + "/demo/tiny-llama";
@@ -39,7 +39,7 @@ fs::path copy_demo(const TempDir& tmp) {
 
 // A safetensors file split into its header (parsed) and its data section.
 struct Shard {
-  Json header;
+  OrderedJson header;
   std::string data;
 };
 
@@ -48,7 +48,7 @@ Shard read_shard(const fs::path& p) {
   uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);  // little-endian host assumed, as strata does
   Shard s;
-  s.header = Json::parse(bytes.substr(8, n));
+  s.header = OrderedJson::parse(bytes.substr(8, n));
   s.data = bytes.substr(8 + n);
   return s;
 }
@@ -95,7 +95,7 @@ struct Expected {
 };
 
 Expected expected_from_config() {
-  Json c = Json::parse(read_file(fs::path(kDemo) / "config.json"));
+  OrderedJson c = OrderedJson::parse(read_file(fs::path(kDemo) / "config.json"));
   Expected e;
   e.H = c["hidden_size"];
   e.nH = c["num_attention_heads"];
@@ -140,22 +140,22 @@ TEST(Inspect, DemoJson) {
   RunResult r = run_strata("inspect '" + kDemo + "' --json", tmp.path());
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.err, "");
-  Json j = Json::parse(r.out);
+  OrderedJson j = OrderedJson::parse(r.out);
   Expected e = expected_from_config();
 
   EXPECT_EQ(j["schema"], "strata.inspect.v1");
   EXPECT_EQ(j["model_type"], "llama");
   EXPECT_EQ(j["family"], "llama");
   EXPECT_EQ(j["multimodal"], false);
-  EXPECT_EQ(j["architectures"], Json::array({"LlamaForCausalLM"}));
+  EXPECT_EQ(j["architectures"], OrderedJson::array({"LlamaForCausalLM"}));
   EXPECT_EQ(j["num_hidden_layers"], e.L);
-  Json dense = Json::array();
+  OrderedJson dense = OrderedJson::array();
   for (int64_t i = 0; i < e.L; ++i)
     dense.push_back(i);
   EXPECT_EQ(j["dense_layers"], dense);
-  EXPECT_EQ(j["moe_layers"], Json::array());
+  EXPECT_EQ(j["moe_layers"], OrderedJson::array());
 
-  const Json& k = j["kinds"];
+  const OrderedJson& k = j["kinds"];
   EXPECT_EQ(k["attention"]["params"], e.attention);
   EXPECT_EQ(k["attention"]["tensors"], 4 * e.L);
   EXPECT_EQ(k["attention"]["bytes"], 2 * e.attention);
@@ -185,7 +185,7 @@ TEST(Inspect, DemoJson) {
   EXPECT_EQ(j["dtypes"]["BF16"]["elements"], e.total);
   EXPECT_EQ(j["dtypes"]["BF16"]["bytes"], 2 * e.total);
 
-  const Json& est = j["estimates"];
+  const OrderedJson& est = j["estimates"];
   EXPECT_EQ(est["nvfp4"]["bytes"], e.nvfp4);
   EXPECT_EQ(est["nvfp4"]["quantized_tensors"], e.linears);
   EXPECT_EQ(est["fp8"]["bytes"], e.fp8);
@@ -193,7 +193,7 @@ TEST(Inspect, DemoJson) {
   // A dense model has no routed experts: nothing changes.
   EXPECT_EQ(est["nvfp4_experts_only"]["bytes"], 2 * e.total);
   EXPECT_EQ(est["nvfp4_experts_only"]["quantized_tensors"], 0);
-  EXPECT_EQ(j["unrecognized"], Json::array());
+  EXPECT_EQ(j["unrecognized"], OrderedJson::array());
 }
 
 TEST(Inspect, DemoHuman) {
@@ -226,21 +226,21 @@ TEST(Inspect, ListsUnrecognizedTensors) {
   fs::path dir = copy_demo(tmp);
   const std::string bad = "model.layers.0.mlp.upp_proj.weight";
   Shard s = read_shard(dir / kShard1);
-  Json renamed = Json::object();
+  OrderedJson renamed = OrderedJson::object();
   for (auto& [key, value] : s.header.items()) {
     renamed[key == "model.layers.0.mlp.up_proj.weight" ? bad : key] = value;
   }
   s.header = renamed;
   write_shard(dir / kShard1, s);
-  Json index = Json::parse(read_file(dir / "model.safetensors.index.json"));
+  OrderedJson index = OrderedJson::parse(read_file(dir / "model.safetensors.index.json"));
   index["weight_map"].erase("model.layers.0.mlp.up_proj.weight");
   index["weight_map"][bad] = kShard1;
   write_file(dir / "model.safetensors.index.json", index.dump());
 
   RunResult r = run_strata("inspect '" + dir.string() + "' --json", tmp.path());
   ASSERT_EQ(r.rc, 0) << r.err;
-  Json j = Json::parse(r.out);
-  EXPECT_EQ(j["unrecognized"], Json::array({bad}));
+  OrderedJson j = OrderedJson::parse(r.out);
+  EXPECT_EQ(j["unrecognized"], OrderedJson::array({bad}));
   EXPECT_EQ(j["kinds"]["unrecognized"]["tensors"], 1);
   Expected e = expected_from_config();
   EXPECT_EQ(j["kinds"]["dense_mlp"]["params"], e.mlp - e.H * e.I);
@@ -274,10 +274,11 @@ int64_t elem_bytes(const std::string& dtype) {
 }
 
 // Writes <dir>/model.safetensors (zero-filled data) and <dir>/config.json.
-void write_checkpoint(const fs::path& dir, const Json& config, const std::vector<Spec>& specs) {
+void write_checkpoint(const fs::path& dir, const OrderedJson& config,
+                      const std::vector<Spec>& specs) {
   fs::create_directories(dir);
   Shard s;
-  s.header = Json::object();
+  s.header = OrderedJson::object();
   for (const Spec& t : specs) {
     const uint64_t begin = s.data.size();
     s.data.append(static_cast<size_t>(numel(t.shape) * elem_bytes(t.dtype)), '\0');
@@ -289,10 +290,10 @@ void write_checkpoint(const fs::path& dir, const Json& config, const std::vector
 }
 
 // Checks the --json report's kinds, estimates and unrecognised names against the specs.
-void check_report(const Json& j, const std::vector<Spec>& specs) {
+void check_report(const OrderedJson& j, const std::vector<Spec>& specs) {
   std::map<std::string, std::array<int64_t, 3>> kinds;  // tensors, params, bytes
   int64_t nvfp4 = 0, experts_only = 0, fp8 = 0, n_default = 0, n_experts = 0;
-  Json unrecognized = Json::array();
+  OrderedJson unrecognized = OrderedJson::array();
   for (const Spec& t : specs) {
     const int64_t n = numel(t.shape), bytes = n * elem_bytes(t.dtype);
     auto& k = kinds[t.kind];
@@ -331,24 +332,24 @@ void check_report(const Json& j, const std::vector<Spec>& specs) {
 
 TEST(Inspect, QwenMoe) {
   // H 32, 4 heads x 8 (2 KV heads), 4 experts of width 16, layer 0 kept dense.
-  Json config = {{"architectures", {"Qwen3MoeForCausalLM"}},
-                 {"model_type", "qwen3_moe"},
-                 {"hidden_size", 32},
-                 {"intermediate_size", 48},
-                 {"num_hidden_layers", 3},
-                 {"num_attention_heads", 4},
-                 {"num_key_value_heads", 2},
-                 {"head_dim", 8},
-                 {"vocab_size", 64},
-                 {"num_experts", 4},
-                 {"num_experts_per_tok", 2},
-                 {"moe_intermediate_size", 16},
-                 {"decoder_sparse_step", 1},
-                 {"mlp_only_layers", {0}},
-                 {"norm_topk_prob", true},
-                 {"rms_norm_eps", 1e-6},
-                 {"rope_theta", 1000000.0},
-                 {"tie_word_embeddings", true}};
+  OrderedJson config = {{"architectures", {"Qwen3MoeForCausalLM"}},
+                        {"model_type", "qwen3_moe"},
+                        {"hidden_size", 32},
+                        {"intermediate_size", 48},
+                        {"num_hidden_layers", 3},
+                        {"num_attention_heads", 4},
+                        {"num_key_value_heads", 2},
+                        {"head_dim", 8},
+                        {"vocab_size", 64},
+                        {"num_experts", 4},
+                        {"num_experts_per_tok", 2},
+                        {"moe_intermediate_size", 16},
+                        {"decoder_sparse_step", 1},
+                        {"mlp_only_layers", {0}},
+                        {"norm_topk_prob", true},
+                        {"rms_norm_eps", 1e-6},
+                        {"rope_theta", 1000000.0},
+                        {"tie_word_embeddings", true}};
   std::vector<Spec> specs = {{"model.embed_tokens.weight", {64, 32}, "embeddings"},
                              {"model.norm.weight", {32}, "norms"}};
   for (int l = 0; l < 3; ++l) {
@@ -386,10 +387,10 @@ TEST(Inspect, QwenMoe) {
   write_checkpoint(tmp.path() / "moe", config, specs);
   RunResult r = run_strata("inspect '" + (tmp.path() / "moe").string() + "' --json", tmp.path());
   ASSERT_EQ(r.rc, 0) << r.err;
-  Json j = Json::parse(r.out);
+  OrderedJson j = OrderedJson::parse(r.out);
   EXPECT_EQ(j["family"], "qwen_moe");
-  EXPECT_EQ(j["dense_layers"], Json::array({0}));
-  EXPECT_EQ(j["moe_layers"], Json::array({1, 2}));
+  EXPECT_EQ(j["dense_layers"], OrderedJson::array({0}));
+  EXPECT_EQ(j["moe_layers"], OrderedJson::array({1, 2}));
   check_report(j, specs);
 
   RunResult h = run_strata("inspect '" + (tmp.path() / "moe").string() + "'", tmp.path());
@@ -404,12 +405,12 @@ TEST(Inspect, KimiLinearFixture) {
   const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/kimi_linear";
   RunResult r = run_strata("inspect '" + dir + "' --json", tmp.path());
   ASSERT_EQ(r.rc, 0) << r.err;
-  Json j = Json::parse(r.out);
+  OrderedJson j = OrderedJson::parse(r.out);
   EXPECT_EQ(j["family"], "kimi_linear");
-  EXPECT_EQ(j["dense_layers"], Json::array({0}));
-  EXPECT_EQ(j["moe_layers"], Json::array({1, 2}));
-  EXPECT_EQ(j["linear_attention_layers"], Json::array({0, 2}));
-  EXPECT_EQ(j["unrecognized"], Json::array());
+  EXPECT_EQ(j["dense_layers"], OrderedJson::array({0}));
+  EXPECT_EQ(j["moe_layers"], OrderedJson::array({1, 2}));
+  EXPECT_EQ(j["linear_attention_layers"], OrderedJson::array({0, 2}));
+  EXPECT_EQ(j["unrecognized"], OrderedJson::array());
   EXPECT_EQ(j["kinds"]["dense_mlp"]["tensors"], 3);
   EXPECT_EQ(j["kinds"]["routed_experts"]["tensors"], 2 * 8 * 3);
   r = run_strata("inspect '" + dir + "'", tmp.path());
@@ -424,11 +425,11 @@ TEST(Inspect, MixtralFixture) {
   const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/mixtral";
   RunResult r = run_strata("inspect '" + dir + "' --json", tmp.path());
   ASSERT_EQ(r.rc, 0) << r.err;
-  Json j = Json::parse(r.out);
+  OrderedJson j = OrderedJson::parse(r.out);
   EXPECT_EQ(j["family"], "mixtral");
-  EXPECT_EQ(j["dense_layers"], Json::array());
-  EXPECT_EQ(j["moe_layers"], Json::array({0, 1, 2}));
-  EXPECT_EQ(j["unrecognized"], Json::array());
+  EXPECT_EQ(j["dense_layers"], OrderedJson::array());
+  EXPECT_EQ(j["moe_layers"], OrderedJson::array({0, 1, 2}));
+  EXPECT_EQ(j["unrecognized"], OrderedJson::array());
   EXPECT_EQ(j["kinds"]["routed_experts"]["tensors"], 3 * 8 * 3);
   EXPECT_EQ(j["kinds"]["router"]["tensors"], 3);
 }
@@ -440,11 +441,11 @@ TEST(Inspect, Glm4MoeFixture) {
   const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/glm4_moe";
   RunResult r = run_strata("inspect '" + dir + "' --json", tmp.path());
   ASSERT_EQ(r.rc, 0) << r.err;
-  Json j = Json::parse(r.out);
+  OrderedJson j = OrderedJson::parse(r.out);
   EXPECT_EQ(j["family"], "glm4_moe");
-  EXPECT_EQ(j["dense_layers"], Json::array({0}));
-  EXPECT_EQ(j["moe_layers"], Json::array({1, 2}));
-  EXPECT_EQ(j["unrecognized"], Json::array());
+  EXPECT_EQ(j["dense_layers"], OrderedJson::array({0}));
+  EXPECT_EQ(j["moe_layers"], OrderedJson::array({1, 2}));
+  EXPECT_EQ(j["unrecognized"], OrderedJson::array());
   EXPECT_EQ(j["kinds"]["routed_experts"]["tensors"], 2 * 8 * 3);
   EXPECT_EQ(j["kinds"]["shared_experts"]["tensors"], 2 * 3);
   EXPECT_EQ(j["kinds"]["router"]["tensors"], 2 * 2);
@@ -458,11 +459,11 @@ TEST(Inspect, MiniMaxM2Fixture) {
   const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/minimax_m2";
   RunResult r = run_strata("inspect '" + dir + "' --json", tmp.path());
   ASSERT_EQ(r.rc, 0) << r.err;
-  Json j = Json::parse(r.out);
+  OrderedJson j = OrderedJson::parse(r.out);
   EXPECT_EQ(j["family"], "minimax_m2");
-  EXPECT_EQ(j["dense_layers"], Json::array());
-  EXPECT_EQ(j["moe_layers"], Json::array({0, 1, 2}));
-  EXPECT_EQ(j["unrecognized"], Json::array());
+  EXPECT_EQ(j["dense_layers"], OrderedJson::array());
+  EXPECT_EQ(j["moe_layers"], OrderedJson::array({0, 1, 2}));
+  EXPECT_EQ(j["unrecognized"], OrderedJson::array());
   EXPECT_EQ(j["kinds"]["routed_experts"]["tensors"], 3 * 8 * 3);
   EXPECT_EQ(j["kinds"]["router"]["tensors"], 3 * 2);
 }
@@ -475,12 +476,12 @@ TEST(Inspect, Qwen3NextFixture) {
   const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/qwen3_next";
   RunResult r = run_strata("inspect '" + dir + "' --json", tmp.path());
   ASSERT_EQ(r.rc, 0) << r.err;
-  Json j = Json::parse(r.out);
+  OrderedJson j = OrderedJson::parse(r.out);
   EXPECT_EQ(j["family"], "qwen3_next");
-  EXPECT_EQ(j["dense_layers"], Json::array({2}));
-  EXPECT_EQ(j["moe_layers"], Json::array({0, 1}));
-  EXPECT_EQ(j["linear_attention_layers"], Json::array({0, 2}));
-  EXPECT_EQ(j["unrecognized"], Json::array());
+  EXPECT_EQ(j["dense_layers"], OrderedJson::array({2}));
+  EXPECT_EQ(j["moe_layers"], OrderedJson::array({0, 1}));
+  EXPECT_EQ(j["linear_attention_layers"], OrderedJson::array({0, 2}));
+  EXPECT_EQ(j["unrecognized"], OrderedJson::array());
   EXPECT_EQ(j["kinds"]["routed_experts"]["tensors"], 2 * 8 * 3);
   EXPECT_EQ(j["kinds"]["shared_experts"]["tensors"], 2 * 3);
   EXPECT_EQ(j["kinds"]["router"]["tensors"], 2 * 2);
@@ -497,15 +498,15 @@ TEST(Inspect, Qwen35MoeFixture) {
   const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/qwen3_5_moe";
   RunResult r = run_strata("inspect '" + dir + "' --json", tmp.path());
   ASSERT_EQ(r.rc, 0) << r.err;
-  Json j = Json::parse(r.out);
+  OrderedJson j = OrderedJson::parse(r.out);
   EXPECT_EQ(j["model_type"], "qwen3_5_moe");
   EXPECT_EQ(j["text_model_type"], "qwen3_5_moe_text");
   EXPECT_EQ(j["family"], "qwen3_5_moe");
   EXPECT_TRUE(j["multimodal"].get<bool>());
-  EXPECT_EQ(j["dense_layers"], Json::array());
-  EXPECT_EQ(j["moe_layers"], Json::array({0, 1, 2}));
-  EXPECT_EQ(j["linear_attention_layers"], Json::array({0, 2}));
-  EXPECT_EQ(j["unrecognized"], Json::array());
+  EXPECT_EQ(j["dense_layers"], OrderedJson::array());
+  EXPECT_EQ(j["moe_layers"], OrderedJson::array({0, 1, 2}));
+  EXPECT_EQ(j["linear_attention_layers"], OrderedJson::array({0, 2}));
+  EXPECT_EQ(j["unrecognized"], OrderedJson::array());
   EXPECT_EQ(j["kinds"]["routed_experts"]["tensors"], 3 * 8 * 3);
   EXPECT_EQ(j["kinds"]["shared_experts"]["tensors"], 3 * 3);
   EXPECT_EQ(j["kinds"]["router"]["tensors"], 3 * 2);
@@ -522,11 +523,11 @@ TEST(Inspect, DeepseekV32Fixture) {
   const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/deepseek_v32";
   RunResult r = run_strata("inspect '" + dir + "' --json", tmp.path());
   ASSERT_EQ(r.rc, 0) << r.err;
-  Json j = Json::parse(r.out);
+  OrderedJson j = OrderedJson::parse(r.out);
   EXPECT_EQ(j["family"], "deepseek_v32");
-  EXPECT_EQ(j["dense_layers"], Json::array({0}));
-  EXPECT_EQ(j["moe_layers"], Json::array({1, 2}));
-  EXPECT_EQ(j["unrecognized"], Json::array());
+  EXPECT_EQ(j["dense_layers"], OrderedJson::array({0}));
+  EXPECT_EQ(j["moe_layers"], OrderedJson::array({1, 2}));
+  EXPECT_EQ(j["unrecognized"], OrderedJson::array());
   EXPECT_EQ(j["kinds"]["routed_experts"]["tensors"], 2 * 8 * 3);
   EXPECT_EQ(j["kinds"]["shared_experts"]["tensors"], 2 * 3);
   EXPECT_EQ(j["kinds"]["router"]["tensors"], 2 * 2);
@@ -536,31 +537,31 @@ TEST(Inspect, DeepseekV32Fixture) {
 TEST(Inspect, MultimodalWrapper) {
   // Kimi-VL-style: a DeepSeek-V3 language model (MLA without q LoRA) under language_model.,
   // a vision tower and a projector. Layer 0 dense, layer 1 MoE with a shared expert.
-  Json text = {{"model_type", "deepseek_v3"},
-               {"hidden_size", 32},
-               {"intermediate_size", 48},
-               {"num_hidden_layers", 2},
-               {"num_attention_heads", 2},
-               {"num_key_value_heads", 2},
-               {"vocab_size", 64},
-               {"q_lora_rank", nullptr},
-               {"kv_lora_rank", 16},
-               {"qk_nope_head_dim", 8},
-               {"qk_rope_head_dim", 8},
-               {"v_head_dim", 8},
-               {"n_routed_experts", 4},
-               {"num_experts_per_tok", 2},
-               {"moe_intermediate_size", 16},
-               {"n_shared_experts", 1},
-               {"first_k_dense_replace", 1},
-               {"moe_layer_freq", 1},
-               {"rms_norm_eps", 1e-5},
-               {"rope_theta", 10000.0},
-               {"tie_word_embeddings", false}};
-  Json config = {{"architectures", {"KimiVLForConditionalGeneration"}},
-                 {"model_type", "kimi_vl"},
-                 {"text_config", text},
-                 {"vision_config", {{"model_type", "moonvit"}, {"hidden_size", 32}}}};
+  OrderedJson text = {{"model_type", "deepseek_v3"},
+                      {"hidden_size", 32},
+                      {"intermediate_size", 48},
+                      {"num_hidden_layers", 2},
+                      {"num_attention_heads", 2},
+                      {"num_key_value_heads", 2},
+                      {"vocab_size", 64},
+                      {"q_lora_rank", nullptr},
+                      {"kv_lora_rank", 16},
+                      {"qk_nope_head_dim", 8},
+                      {"qk_rope_head_dim", 8},
+                      {"v_head_dim", 8},
+                      {"n_routed_experts", 4},
+                      {"num_experts_per_tok", 2},
+                      {"moe_intermediate_size", 16},
+                      {"n_shared_experts", 1},
+                      {"first_k_dense_replace", 1},
+                      {"moe_layer_freq", 1},
+                      {"rms_norm_eps", 1e-5},
+                      {"rope_theta", 10000.0},
+                      {"tie_word_embeddings", false}};
+  OrderedJson config = {{"architectures", {"KimiVLForConditionalGeneration"}},
+                        {"model_type", "kimi_vl"},
+                        {"text_config", text},
+                        {"vision_config", {{"model_type", "moonvit"}, {"hidden_size", 32}}}};
   const std::string lm = "language_model.model.";
   std::vector<Spec> specs = {
       {lm + "embed_tokens.weight", {64, 32}, "embeddings"},
@@ -612,13 +613,13 @@ TEST(Inspect, MultimodalWrapper) {
   write_checkpoint(tmp.path() / "vl", config, specs);
   RunResult r = run_strata("inspect '" + (tmp.path() / "vl").string() + "' --json", tmp.path());
   ASSERT_EQ(r.rc, 0) << r.err;
-  Json j = Json::parse(r.out);
+  OrderedJson j = OrderedJson::parse(r.out);
   EXPECT_EQ(j["model_type"], "kimi_vl");
   EXPECT_EQ(j["text_model_type"], "deepseek_v3");
   EXPECT_EQ(j["family"], "deepseek_v3");
   EXPECT_EQ(j["multimodal"], true);
-  EXPECT_EQ(j["dense_layers"], Json::array({0}));
-  EXPECT_EQ(j["moe_layers"], Json::array({1}));
+  EXPECT_EQ(j["dense_layers"], OrderedJson::array({0}));
+  EXPECT_EQ(j["moe_layers"], OrderedJson::array({1}));
   ASSERT_EQ(j["dtypes"].size(), 2u);
   EXPECT_EQ(j["dtypes"]["F32"]["tensors"], 1);
   EXPECT_EQ(j["dtypes"]["F32"]["bytes"], 16);
@@ -635,20 +636,21 @@ TEST(Inspect, CompressedSources) {
   {
     RunResult r = run_strata("inspect '" + models + "kimi_k25_int4' --json", tmp.path());
     ASSERT_EQ(r.rc, 0) << r.err;
-    Json j = Json::parse(r.out);
+    OrderedJson j = OrderedJson::parse(r.out);
     EXPECT_EQ(j["source_quant_method"], "compressed-tensors");
-    const Json& c = j["compression"];
-    EXPECT_EQ(c["routed_experts"], Json({{"int4_pack g32",
-                                          {{"modules", 48},
-                                           {"tensors", 144},
-                                           {"bytes", j["kinds"]["routed_experts"]["bytes"]}}}}));
+    const OrderedJson& c = j["compression"];
+    EXPECT_EQ(c["routed_experts"],
+              OrderedJson({{"int4_pack g32",
+                            {{"modules", 48},
+                             {"tensors", 144},
+                             {"bytes", j["kinds"]["routed_experts"]["bytes"]}}}}));
     EXPECT_EQ(c["attention"].size(), 1u);
     EXPECT_EQ(c["attention"]["bf16"]["modules"], 15);
     EXPECT_EQ(c["attention"]["bf16"]["tensors"], 0);
     ASSERT_EQ(j["decompressed_tensors"].size(), 144u);
     EXPECT_EQ(j["decompressed_tensors"][0],
               "language_model.model.layers.1.mlp.experts.0.down_proj.weight_packed");
-    EXPECT_EQ(j["unrecognized"], Json::array());
+    EXPECT_EQ(j["unrecognized"], OrderedJson::array());
     // Vision tower (10 tensors) and projector (6), as the fixture script writes them.
     EXPECT_EQ(j["kinds"]["vision_tower"]["tensors"], 10);
     EXPECT_EQ(j["kinds"]["projector"]["tensors"], 6);
@@ -659,9 +661,9 @@ TEST(Inspect, CompressedSources) {
   {
     RunResult r = run_strata("inspect '" + models + "deepseek_v3_fp8' --json", tmp.path());
     ASSERT_EQ(r.rc, 0) << r.err;
-    Json j = Json::parse(r.out);
+    OrderedJson j = OrderedJson::parse(r.out);
     EXPECT_EQ(j["source_quant_method"], "fp8");
-    const Json& c = j["compression"];
+    const OrderedJson& c = j["compression"];
     // kv_a_proj_with_mqa stays bf16 in the fixture (its name does not end in _proj).
     EXPECT_EQ(c["attention"]["fp8_block 128x128"]["modules"], 12);
     EXPECT_EQ(c["attention"]["bf16"]["modules"], 3);
@@ -673,7 +675,7 @@ TEST(Inspect, CompressedSources) {
   {
     RunResult r = run_strata("inspect '" + models + "deepseek_v3_mxfp4' --json", tmp.path());
     ASSERT_EQ(r.rc, 0) << r.err;
-    Json j = Json::parse(r.out);
+    OrderedJson j = OrderedJson::parse(r.out);
     EXPECT_EQ(j["compression"]["routed_experts"]["mxfp4 b32"]["modules"], 48);
     // MXFP4 holds two values per byte: the experts' parameters are their logical sizes,
     // 2 layers x 8 experts x 3 x 32 x 64.
@@ -736,8 +738,8 @@ TEST(InspectBroken, OverlappingOffsets) {
   fs::path dir = copy_demo(tmp);
   Shard s = read_shard(dir / kShard1);
   // k_proj gets a byte range of its own size that starts inside q_proj's.
-  Json& q = s.header["model.layers.0.self_attn.q_proj.weight"];
-  Json& k = s.header["model.layers.0.self_attn.k_proj.weight"];
+  OrderedJson& q = s.header["model.layers.0.self_attn.q_proj.weight"];
+  OrderedJson& k = s.header["model.layers.0.self_attn.k_proj.weight"];
   uint64_t begin = q["data_offsets"][0].get<uint64_t>() + 64;
   uint64_t size = k["data_offsets"][1].get<uint64_t>() - k["data_offsets"][0].get<uint64_t>();
   k["data_offsets"] = {begin, begin + size};
@@ -749,7 +751,7 @@ TEST(InspectBroken, ShapeDisagreesWithByteSpan) {
   TempDir tmp;
   fs::path dir = copy_demo(tmp);
   Shard s = read_shard(dir / kShard1);
-  Json& k = s.header["model.layers.1.self_attn.k_proj.weight"];
+  OrderedJson& k = s.header["model.layers.1.self_attn.k_proj.weight"];
   k["shape"][1] = k["shape"][1].get<int64_t>() - 1;
   write_shard(dir / kShard1, s);
   expect_one_line_error(dir, tmp, {kShard1, "model.layers.1.self_attn.k_proj.weight"});
@@ -781,7 +783,7 @@ TEST(InspectBroken, MissingConfig) {
 TEST(InspectBroken, UnsupportedModelType) {
   TempDir tmp;
   fs::path dir = copy_demo(tmp);
-  Json c = Json::parse(read_file(dir / "config.json"));
+  OrderedJson c = OrderedJson::parse(read_file(dir / "config.json"));
   c["model_type"] = "gpt2";
   write_file(dir / "config.json", c.dump());
   expect_one_line_error(dir, tmp, {"config.json", "gpt2"});

@@ -13,7 +13,6 @@
 namespace {
 
 using namespace strata_cli_test;
-const std::string kFixtures = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/models/";
 
 // Token ids below the fixtures' vocabulary (384), one sequence per line.
 void write_tokens(const fs::path& p) {

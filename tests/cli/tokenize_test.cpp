@@ -24,7 +24,7 @@ namespace {
 using namespace strata_cli_test;
 using Ids = std::vector<int64_t>;
 
-const std::string kFixtures = std::string(STRATA_SOURCE_DIR) + "/tests/tokenizer/fixtures";
+const std::string kTokenizerFixtures = std::string(STRATA_SOURCE_DIR) + "/tests/tokenizer/fixtures";
 
 // strata tokenize prints one JSON list per line.
 std::vector<Ids> parse_output(const std::string& out) {
@@ -48,9 +48,9 @@ std::vector<Ids> lists_of(const nlohmann::json& j) {
 
 RunResult tokenize(const std::string& family, const std::string& flags, const fs::path& input,
                    const fs::path& scratch) {
-  return run_strata(
-      "tokenize --model '" + kFixtures + "/" + family + "' " + flags + " <'" + input.string() + "'",
-      scratch);
+  return run_strata("tokenize --model '" + kTokenizerFixtures + "/" + family + "' " + flags +
+                        " <'" + input.string() + "'",
+                    scratch);
 }
 
 class TokenizeCli : public ::testing::TestWithParam<std::string> {};
@@ -59,8 +59,8 @@ TEST_P(TokenizeCli, MatchesReferenceIds) {
   const std::string family = GetParam();
   TempDir tmp;
   const nlohmann::json expected =
-      nlohmann::json::parse(read_file(kFixtures + "/expected/" + family + ".json"));
-  const fs::path corpus = kFixtures + "/corpus.txt";
+      nlohmann::json::parse(read_file(kTokenizerFixtures + "/expected/" + family + ".json"));
+  const fs::path corpus = kTokenizerFixtures + "/corpus.txt";
 
   // Per line, without and with special tokens.
   for (const bool special : {false, true}) {
@@ -85,7 +85,7 @@ TEST_P(TokenizeCli, MatchesReferenceIds) {
   }
 
   // Ill-formed UTF-8 on stdin: the file has no newline, so per line and --whole give one list.
-  const fs::path invalid = kFixtures + "/invalid_utf8.bin";
+  const fs::path invalid = kTokenizerFixtures + "/invalid_utf8.bin";
   ASSERT_EQ(read_file(invalid).find('\n'), std::string::npos);
   for (const char* flags : {"--whole", ""}) {
     RunResult r = tokenize(family, flags, invalid, tmp.path());

@@ -15,7 +15,7 @@ using test::st_bytes;
 using test::TempDir;
 
 // Parses bytes held in memory, naming them "t.safetensors".
-SafetensorsHeader parse(const std::string& bytes) {
+SafetensorsHeader parse_header(const std::string& bytes) {
   return parse_safetensors_header(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
                                   "t.safetensors");
 }
@@ -25,7 +25,7 @@ void expect_parse_error(const std::string& bytes, std::initializer_list<std::str
   std::vector<std::string> all = {"t.safetensors"};
   all.insert(all.end(), parts.begin(), parts.end());
   try {
-    parse(bytes);
+    parse_header(bytes);
   } catch (const Error& e) {
     const std::string msg = e.what();
     for (const std::string& p : all) {
@@ -50,7 +50,7 @@ TEST(SafetensorsHeader, ValidFileSortedByOffset) {
                              entry("w", "BF16", "[2,2]", "[4,12]") + "," +
                              entry("s", "F32", "[]", "[0,4]") + "}    ";
   const std::string bytes = st_bytes(header, std::string(12, '\x01'));
-  SafetensorsHeader h = parse(bytes);
+  SafetensorsHeader h = parse_header(bytes);
   EXPECT_EQ(h.data_offset, 8 + header.size());
   ASSERT_EQ(h.entries.size(), 2u);
   EXPECT_EQ(h.entries[0].name, "s");
@@ -70,13 +70,13 @@ TEST(SafetensorsHeader, GapsTrailingBytesAndEmptyTensorsAreAllowed) {
   const std::string header = "{" + entry("a", "U8", "[4]", "[0,4]") + "," +
                              entry("b", "I32", "[1]", "[8,12]") + "," +
                              entry("e", "F16", "[0,3]", "[2,2]") + "}";
-  SafetensorsHeader h = parse(st_bytes(header, std::string(16, '\0')));
+  SafetensorsHeader h = parse_header(st_bytes(header, std::string(16, '\0')));
   EXPECT_EQ(h.entries.size(), 3u);
 }
 
 TEST(SafetensorsHeader, F4PacksTwoPerByte) {
   SafetensorsHeader h =
-      parse(st_bytes("{" + entry("q", "F4", "[2,6]", "[0,6]") + "}", std::string(6, '\0')));
+      parse_header(st_bytes("{" + entry("q", "F4", "[2,6]", "[0,6]") + "}", std::string(6, '\0')));
   ASSERT_EQ(h.entries.size(), 1u);
   EXPECT_EQ(h.entries[0].dtype, DType::kE2M1);
   expect_parse_error(st_bytes("{" + entry("q", "F4", "[2,6]", "[0,12]") + "}", std::string(12, 0)),
@@ -181,7 +181,7 @@ TEST(SafetensorsHeader, OverlappingTensors) {
                               data),
                      {"overlap"});
   // Touching ranges do not overlap.
-  EXPECT_NO_THROW(parse(st_bytes(
+  EXPECT_NO_THROW(parse_header(st_bytes(
       "{" + entry("a", "U8", "[4]", "[0,4]") + "," + entry("b", "U8", "[4]", "[4,8]") + "}",
       data)));
 }
@@ -190,7 +190,7 @@ TEST(SafetensorsHeader, MetadataErrors) {
   expect_parse_error(st_bytes("{\"__metadata__\":[\"pt\"]}"), {"__metadata__ must be an object"});
   expect_parse_error(st_bytes("{\"__metadata__\":{\"format\":1}}"),
                      {"__metadata__ value of \"format\" must be a string"});
-  EXPECT_EQ(parse(st_bytes("{\"__metadata__\":{}}")).entries.size(), 0u);
+  EXPECT_EQ(parse_header(st_bytes("{\"__metadata__\":{}}")).entries.size(), 0u);
 }
 
 // The outcome of one parse: the header's fields, or the error's message.

@@ -79,4 +79,21 @@ inline float float_of(uint32_t u) {
   return x;
 }
 
+// A ragged batch: sequences of these lengths concatenated; bounds [n + 1] and each token's
+// sequence start.
+struct Ragged {
+  std::vector<int64_t> bounds, start;
+  int64_t T = 0;
+  explicit Ragged(const std::vector<int64_t>& lengths) {
+    bounds.push_back(0);
+    for (int64_t len : lengths) {
+      for (int64_t i = 0; i < len; ++i)
+        start.push_back(bounds.back());
+      bounds.push_back(bounds.back() + len);
+    }
+    T = bounds.back();
+  }
+  int64_t seqs() const { return static_cast<int64_t>(bounds.size()) - 1; }
+};
+
 }  // namespace strata::ops::cuda

@@ -11,18 +11,6 @@
 namespace strata::ops::cuda {
 namespace {
 
-struct Ragged {
-  std::vector<int64_t> off = {0}, start;
-  explicit Ragged(const std::vector<int64_t>& lens) {
-    for (int64_t l : lens) {
-      for (int64_t i = 0; i < l; ++i)
-        start.push_back(off.back());
-      off.push_back(off.back() + l);
-    }
-  }
-  int64_t tokens() const { return off.back(); }
-};
-
 // A ragged batch with sequences shorter and longer than top_k, rows over several words, the real
 // model's 64 heads of 128 and the fixture's 8 of 32. Scores differ from the CPU's only by fused
 // multiply-adds; random inputs leave no near-tie at the boundary, so the masks are equal. Ties
@@ -32,7 +20,7 @@ TEST_F(CudaOps, IndexTopKMatchesCpuPerSequence) {
     int64_t nH, d, top;
   };
   const Ragged r({1, 9, 70, 8, 300});
-  const int64_t T = r.tokens(), words = (300 + 31) / 32;
+  const int64_t T = r.T, words = (300 + 31) / 32;
   gpu::DeviceBuffer dstart = up(r.start);
   for (const Case c : {Case{8, 32, 8}, Case{64, 128, 40}, Case{3, 4, 1}}) {
     for (bool zero_w : {false, true}) {
@@ -44,8 +32,8 @@ TEST_F(CudaOps, IndexTopKMatchesCpuPerSequence) {
       index_topk(dq.as<float>(), dk.as<float>(), dw.as<float>(), T, c.nH, c.d, scale, ws, c.top,
                  dstart.as<int64_t>(), dkeep.as<uint32_t>(), words, st());
       const auto keep = down<uint32_t>(dkeep, T * words);
-      for (size_t sq = 0; sq + 1 < r.off.size(); ++sq) {
-        const int64_t t0 = r.off[sq], L = r.off[sq + 1] - t0;
+      for (size_t sq = 0; sq + 1 < r.bounds.size(); ++sq) {
+        const int64_t t0 = r.bounds[sq], L = r.bounds[sq + 1] - t0;
         std::vector<uint32_t> want(L * words);
         ops::index_topk(q.data() + t0 * c.nH * c.d, k.data() + t0 * c.d, w.data() + t0 * c.nH, L,
                         c.nH, c.d, scale, ws, c.top, want.data(), words);
@@ -62,7 +50,7 @@ TEST_F(CudaOps, IndexTopKMatchesCpuPerSequence) {
 // matrix per head, its rows' masks by pointer) against the CPU: fp32 rounding only.
 TEST_F(CudaOps, AttentionKeepMaskMatchesCpu) {
   const Ragged r({3, 40, 17});
-  const int64_t T = r.tokens(), nH = 2, dq = 24, dv = 16, words = 2;
+  const int64_t T = r.T, nH = 2, dq = 24, dv = 16, words = 2;
   std::vector<uint32_t> keep(T * words);
   for (int64_t t = 0; t < T; ++t) {
     const int64_t p = t - r.start[t];
@@ -78,8 +66,8 @@ TEST_F(CudaOps, AttentionKeepMaskMatchesCpu) {
             nH, nH, dq, dv, scale, dstart.as<int64_t>(), dout.as<float>(), st(), 0, nullptr,
             dkeep.as<uint32_t>(), words);
   const auto out = down<float>(dout, T * nH * dv);
-  for (size_t sq = 0; sq + 1 < r.off.size(); ++sq) {
-    const int64_t t0 = r.off[sq], L = r.off[sq + 1] - t0;
+  for (size_t sq = 0; sq + 1 < r.bounds.size(); ++sq) {
+    const int64_t t0 = r.bounds[sq], L = r.bounds[sq + 1] - t0;
     std::vector<float> want(L * nH * dv);
     ops::attention_causal(q.data() + t0 * nH * dq, nH * dq, k.data() + t0 * nH * dq, nH * dq,
                           v.data() + t0 * nH * dv, nH * dv, L, nH, nH, dq, dv, scale, want.data(),
@@ -89,7 +77,7 @@ TEST_F(CudaOps, AttentionKeepMaskMatchesCpu) {
           << "warp kernel, seq " << sq << " element " << i;
   }
   // The softmax path on the 40-token sequence: S = q k^T per head, masked softmax, then P v.
-  const int64_t t0 = r.off[1], L = 40;
+  const int64_t t0 = r.bounds[1], L = 40;
   std::vector<float> S(nH * L * L);
   for (int64_t h = 0; h < nH; ++h)
     for (int64_t i = 0; i < L; ++i)

@@ -15,22 +15,7 @@
 namespace strata::ops::cuda {
 namespace {
 
-// A ragged batch: sequences of these lengths (one empty, one of a single token, some shorter
-// than the convolution), concatenated; bounds [n + 1] and each token's sequence start.
-struct Ragged {
-  std::vector<int64_t> bounds, start;
-  int64_t T = 0;
-  explicit Ragged(const std::vector<int64_t>& lengths) {
-    bounds.push_back(0);
-    for (int64_t len : lengths) {
-      for (int64_t i = 0; i < len; ++i)
-        start.push_back(bounds.back());
-      bounds.push_back(bounds.back() + len);
-    }
-    T = bounds.back();
-  }
-  int64_t seqs() const { return static_cast<int64_t>(bounds.size()) - 1; }
-};
+// Sequences of these lengths: one empty, one of a single token, some shorter than the convolution.
 const std::vector<int64_t> kLengths = {5, 1, 17, 0, 3, 40, 2};
 
 // Conv + SiLU against ops::causal_conv1d run per sequence, then ops::silu. Error: at most K

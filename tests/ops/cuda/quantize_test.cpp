@@ -54,7 +54,7 @@ TEST_F(CudaOps, WeightQuantizationIsTheCpuBackends) {
     float want = 0.0f;
     for (size_t i : groups[g])
       for (uint16_t b : host[i])
-        want = std::max(want, std::fabs(bf16_to_f32(b)));
+        want = std::max(want, std::fabs(strata::bf16_to_f32(b)));
     EXPECT_EQ(bits_of(ad[g]), bits_of(want)) << g;
     EXPECT_EQ(bits_of(ah[g]), bits_of(want)) << g;
   }
