@@ -48,6 +48,23 @@ std::string resume_dir_of(const QuantizeJob& job) {
   return job.resume_dir.empty() ? job.export_path + ".strata_resume" : job.resume_dir;
 }
 
+std::vector<std::string> first_step_tensors(const Checkpoint& ckpt) {
+  // `part` at the start of `name` or right after a dot.
+  auto has_component = [](std::string_view name, std::string_view part) {
+    for (size_t at = name.find(part); at != std::string_view::npos; at = name.find(part, at + 1)) {
+      if (at == 0 || name[at - 1] == '.') return true;
+    }
+    return false;
+  };
+  std::vector<std::string> names;
+  for (const std::string& n : ckpt.tensor_names()) {
+    if (has_component(n, "embed_tokens.") || has_component(n, "lm_head.") ||
+        has_component(n, "model.norm.") || has_component(n, "layers.0."))
+      names.push_back(n);
+  }
+  return names;
+}
+
 bool use_expert_parallel(bool asked, int ranks, bool calibrated, bool gpu_without_nccl,
                          int64_t experts) {
   return asked && ranks > 1 && calibrated && !gpu_without_nccl && experts > 0;

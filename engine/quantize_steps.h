@@ -12,6 +12,7 @@
 
 #include "engine/quantize.h"
 #include "engine/resume.h"
+#include "io/checkpoint.h"
 
 namespace strata {
 
@@ -27,6 +28,12 @@ std::set<std::string, std::less<>> local_hessian_modules(const QuantPlan& plan, 
 
 // The resume folder: --resume_dir, or "<export_path>.strata_resume".
 std::string resume_dir_of(const QuantizeJob& job);
+
+// What a run reads first, by name alone (no plan yet): the embedding, the final norm and the
+// lm_head ("embed_tokens.", "lm_head.", "model.norm."), and decoder layer 0 ("layers.0." at the
+// start of a name or after a dot). For the page cache only: a name missed or taken costs no
+// correctness.
+std::vector<std::string> first_step_tensors(const Checkpoint& ckpt);
 
 // Whether the routed experts of each layer are split over the ranks (docs/SCALEOUT.md "Expert
 // parallel"): asked for, with ranks, a calibration forward (on the CPU, or on the GPU when

@@ -259,7 +259,8 @@ ModeloptExporter::ModeloptExporter(const QuantPlan& plan, const ModelConfig& con
       out_dir_(std::move(out_dir)),
       options_(std::move(options)) {
   arch_ = resolve_arch(config_);
-  resolve_wrapper_prefixes(arch_, ckpt_.tensor_names(), ckpt_.dir());
+  const std::vector<std::string> names = ckpt_.tensor_names();
+  resolve_wrapper_prefixes(arch_, names, ckpt_.dir());
   for (const PlannedModule& m : plan_.modules) {
     layer_modules_[m.layer].push_back(&m);
     const int64_t e = routed_expert_index(m.module);
@@ -280,7 +281,7 @@ ModeloptExporter::ModeloptExporter(const QuantPlan& plan, const ModelConfig& con
                    "; the experts of one projection are written as one tensor");
     }
   }
-  for (const std::string& name : ckpt_.tensor_names()) {
+  for (const std::string& name : names) {
     const TensorClass c = classify_tensor(arch_, name);
     if (c.layer >= 0 && c.layer < plan_.num_layers && c.kind != TensorKind::kMtp) {
       layer_tensors_[c.layer].push_back(name);

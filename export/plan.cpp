@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <map>
-#include <regex>
+#include <memory>
 #include <set>
 
 #include "core/error.h"
+#include "core/regex.h"
 #include "model/groups.h"
 
 namespace strata {
@@ -62,23 +63,23 @@ std::string consumer_module(const QuantPlan& plan, const std::string& module) {
 
 namespace {
 
-// compressed-tensors' ignore entries: "re:<regex>" matched from the start of the module name, or
-// a module name (also matching as the last components of a prefixed name). The regexes are
-// compiled once.
+// compressed-tensors' ignore entries: "re:<regex>" matched from the start of the module name
+// (Python's re.match, here PCRE2), or a module name (also matching as the last components of a
+// prefixed name). The regexes are compiled once.
 class CtIgnore {
  public:
-  explicit CtIgnore(const std::vector<std::string>& entries) {
+  CtIgnore(const std::vector<std::string>& entries, const std::string& what) {
     for (const std::string& entry : entries) {
       if (entry.starts_with("re:")) {
-        regexes_.emplace_back(entry.substr(3));
+        regexes_.push_back(std::make_unique<Regex>(entry.substr(3), what + ".ignore"));
       } else {
         names_.push_back(entry);
       }
     }
   }
   bool ignores(const std::string& module) const {
-    for (const std::regex& re : regexes_) {
-      if (std::regex_search(module, re, std::regex_constants::match_continuous)) return true;
+    for (const std::unique_ptr<Regex>& re : regexes_) {
+      if (re->matches_at_start(module)) return true;
     }
     for (const std::string& entry : names_) {
       if (module == entry || (module.size() > entry.size() && module.ends_with(entry) &&
@@ -89,7 +90,7 @@ class CtIgnore {
   }
 
  private:
-  std::vector<std::regex> regexes_;
+  std::vector<std::unique_ptr<Regex>> regexes_;
   std::vector<std::string> names_;
 };
 
@@ -176,13 +177,12 @@ void check_source_quantization(const ModelConfig& config, const Checkpoint& ckpt
     std::optional<CtIgnore> ignored;  // compiled at the first INT4 module
     for (const PlannedModule& m : modules) {
       if (m.source != SourceCompression::kInt4Pack) continue;
-      if (!ignored) ignored.emplace(ignore);
+      if (!ignored) ignored.emplace(ignore, what);
       STRATA_CHECK(!ignored->ignores(m.module), what, ".ignore names '", m.module,
                    "' but the checkpoint stores it pack-quantized; the checkpoint and its config "
                    "disagree");
-      const std::optional<SourceWeight> sw = find_source_weight(ckpt, m.module);
-      STRATA_CHECK(groups.count(sw->group) == 1, ckpt.dir(), ": '", m.module,
-                   "' has INT4 groups of ", sw->group, " but ", what,
+      STRATA_CHECK(groups.count(m.source_group) == 1, ckpt.dir(), ": '", m.module,
+                   "' has INT4 groups of ", m.source_group, " but ", what,
                    " declares other group sizes");
     }
     return;
@@ -195,11 +195,15 @@ void check_source_quantization(const ModelConfig& config, const Checkpoint& ckpt
 
 std::string tensor_layout_refusal(const ArchInfo& arch, const Checkpoint& ckpt,
                                   const std::string& name) {
+  return tensor_layout_refusal(arch, ckpt, name, classify_tensor(arch, name));
+}
+
+std::string tensor_layout_refusal(const ArchInfo& arch, const Checkpoint& ckpt,
+                                  const std::string& name, const TensorClass& c) {
   constexpr std::string_view kTaken =
       "strata reads fused experts in transformers 5's layout: experts.gate_up_proj [E, 2I, H] "
       "(gate rows, then up rows) with experts.down_proj [E, H, I], in BF16/F16/F32 or as MXFP4 "
       "*_blocks/*_scales of that layout, without biases";
-  const TensorClass c = classify_tensor(arch, name);
   if (const std::string base = ckpt.view_base(name);
       !base.empty() && c.kind != TensorKind::kRoutedExperts) {
     return str("'", base, "' holds fused experts, which strata reads per expert as '", name,
@@ -251,7 +255,7 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
     if ((arch.family == ArchFamily::kQwen3Next || arch.family == ArchFamily::kQwen35Moe) &&
         name.ends_with(".linear_attn.conv1d.weight"))
       plan.excluded_extra.push_back(name.substr(0, name.size() - 7));
-    const std::string refused = tensor_layout_refusal(arch, ckpt, name);
+    const std::string refused = tensor_layout_refusal(arch, ckpt, name, c);
     STRATA_CHECK(refused.empty(), ckpt.dir(), ": ", refused);
     // The vision tower and projector of a multimodal wrapper are copied unquantized; their
     // linear weights are planned (as excluded) so that exclude_modules lists them (format.md §6).
@@ -270,6 +274,7 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
     m.layer = c.layer;
     m.kind = c.kind;
     m.source = sw->compression;
+    m.source_group = sw->group;
     m.dtype = sw->compression == SourceCompression::kNone ? e.dtype : DType::kBF16;
     m.shape = sw->shape;
     const RuleDecision& d = matcher.decide(m.module);

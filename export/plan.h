@@ -29,6 +29,7 @@ struct PlannedModule {
   DType dtype = DType::kBF16;  // as read: bf16 for a compressed source (decompressed)
   Shape shape;                 // of the weight, [out, in]
   SourceCompression source = SourceCompression::kNone;  // how the source stores it
+  int64_t source_group = 0;  // its group (SourceWeight::group): INT4 group, FP8 block, MXFP4 block
 };
 
 struct QuantPlan {
@@ -92,5 +93,8 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
 // names the family does not use), or "" when it takes it; `strata inspect` lists these.
 std::string tensor_layout_refusal(const ArchInfo& arch, const Checkpoint& ckpt,
                                   const std::string& name);
+// The same for a tensor already classified: c = classify_tensor(arch, name).
+std::string tensor_layout_refusal(const ArchInfo& arch, const Checkpoint& ckpt,
+                                  const std::string& name, const TensorClass& c);
 
 }  // namespace strata

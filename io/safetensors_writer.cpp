@@ -7,10 +7,11 @@
 
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <set>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -176,6 +177,32 @@ uint64_t TensorSpec::nbytes() const {
   return dtype_bytes(dtype, shape_numel(shape));
 }
 
+namespace {
+
+// `s` as a JSON string, as nlohmann's dump writes it: printable ASCII without quotes or
+// backslashes as is (every hub name), anything else through nlohmann itself (escapes, UTF-8
+// checked).
+void append_json_string(std::string& out, const std::string& s, const std::string& path) {
+  const bool plain = std::all_of(s.begin(), s.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u >= 0x20 && u < 0x80 && c != '"' && c != '\\';
+  });
+  if (plain) {
+    out += '"';
+    out += s;
+    out += '"';
+    return;
+  }
+  try {
+    out += Json(s).dump();
+  } catch (const nlohmann::json::exception& e) {
+    fail(path,
+         ": cannot encode the header (a tensor or metadata name is not valid UTF-8): ", e.what());
+  }
+}
+
+}  // namespace
+
 // The layout of a safetensors file:
 //   [0, 8)          header length N (u64, little-endian), N a multiple of 8
 //   [8, 8+N)        JSON header: __metadata__ first (when there is any), then each tensor in
@@ -187,12 +214,27 @@ uint64_t TensorSpec::nbytes() const {
 SafetensorsLayout safetensors_layout(const std::vector<TensorSpec>& tensors,
                                      const std::map<std::string, std::string>& metadata,
                                      const std::string& path) {
-  Json header = Json::object();
+  // The header's JSON written directly (a JSON tree of 200k entries and its dump took most of the
+  // exporter's start-up on a Kimi-K2-sized plan): compact, keys in this order, as nlohmann's
+  // dump() of the same object writes it (tests/io/writer_test.cpp compares the two).
+  std::string text = "{";
+  size_t name_bytes = 0;
+  for (const TensorSpec& t : tensors)
+    name_bytes += t.name.size();
+  text.reserve(name_bytes + 96 * tensors.size() + 64);
+  auto append_uint = [&](uint64_t v) {
+    char buf[24];
+    text.append(buf, static_cast<size_t>(std::to_chars(buf, buf + sizeof buf, v).ptr - buf));
+  };
   if (!metadata.empty()) {
-    Json m = Json::object();
-    for (const auto& [k, v] : metadata)
-      m[k] = v;
-    header["__metadata__"] = std::move(m);
+    text += "\"__metadata__\":{";
+    for (const auto& [k, v] : metadata) {
+      if (text.back() != '{') text += ',';
+      append_json_string(text, k, path);
+      text += ':';
+      append_json_string(text, v, path);
+    }
+    text += '}';
   }
   std::vector<size_t> order(tensors.size());
   for (size_t i = 0; i < order.size(); ++i)
@@ -200,7 +242,8 @@ SafetensorsLayout safetensors_layout(const std::vector<TensorSpec>& tensors,
   auto width = [&](size_t i) { return dtype_bits(tensors[i].dtype); };
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return width(a) > width(b); });
-  std::set<std::string_view> seen;
+  std::unordered_set<std::string_view> seen;
+  seen.reserve(tensors.size());
   SafetensorsLayout layout;
   layout.offsets.resize(tensors.size());
   uint64_t offset = 0;
@@ -209,24 +252,25 @@ SafetensorsLayout safetensors_layout(const std::vector<TensorSpec>& tensors,
     STRATA_CHECK(!t.name.empty(), path, ": a tensor has an empty name");
     STRATA_CHECK(t.name != "__metadata__", path, ": a tensor may not be named __metadata__");
     STRATA_CHECK(seen.insert(t.name).second, path, ": tensor '", t.name, "' given twice");
-    Json shape = Json::array();
-    for (int64_t d : t.shape)
-      shape.push_back(d);
-    Json entry = Json::object();
-    entry["dtype"] = std::string(dtype_safetensors_name(t.dtype));
-    entry["shape"] = std::move(shape);
-    entry["data_offsets"] = Json::array({offset, offset + t.nbytes()});
-    json_append(header, t.name, std::move(entry));  // distinct (seen): no search
+    if (text.size() > 1) text += ',';
+    append_json_string(text, t.name, path);
+    text += ":{\"dtype\":\"";
+    text += dtype_safetensors_name(t.dtype);
+    text += "\",\"shape\":[";
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      if (d > 0) text += ',';
+      STRATA_CHECK(t.shape[d] >= 0, path, ": tensor '", t.name, "' has a negative dimension");
+      append_uint(static_cast<uint64_t>(t.shape[d]));
+    }
+    text += "],\"data_offsets\":[";
+    append_uint(offset);
+    text += ',';
+    append_uint(offset + t.nbytes());
+    text += "]}";
     layout.offsets[i] = offset;
     offset += t.nbytes();
   }
-  std::string text;
-  try {
-    text = header.dump();
-  } catch (const nlohmann::json::exception& e) {
-    fail(path,
-         ": cannot encode the header (a tensor or metadata name is not valid UTF-8): ", e.what());
-  }
+  text += '}';
   text.resize(round_up(text.size(), kHeaderAlign), ' ');
   layout.head.resize(8);
   for (int i = 0; i < 8; ++i)

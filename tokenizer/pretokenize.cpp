@@ -1,8 +1,5 @@
 #include "tokenizer/pretokenize.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include <algorithm>
 
 #include "core/error.h"
@@ -15,31 +12,6 @@ namespace {
 // GPT-2's pattern, which ByteLevel(use_regex=true) splits with.
 constexpr const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
-// Per-thread PCRE2 match state: match data for one pair and a JIT stack large enough for long
-// runs of white space.
-struct MatchState {
-  pcre2_match_data* data = nullptr;
-  pcre2_match_context* context = nullptr;
-  pcre2_jit_stack* jit_stack = nullptr;
-  MatchState() {
-    data = pcre2_match_data_create(1, nullptr);
-    context = pcre2_match_context_create(nullptr);
-    jit_stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
-    STRATA_ASSERT(data && context && jit_stack, "PCRE2 allocation failed");
-    pcre2_jit_stack_assign(context, nullptr, jit_stack);
-  }
-  ~MatchState() {
-    pcre2_jit_stack_free(jit_stack);
-    pcre2_match_context_free(context);
-    pcre2_match_data_free(data);
-  }
-};
-
-MatchState& match_state() {
-  thread_local MatchState state;
-  return state;
-}
 
 // Unicode's White_Space property as a class body: what \s means to Oniguruma (Hugging Face
 // tokenizers) and Rust regex (tiktoken). PCRE2's \s differs (it also takes U+180E).
@@ -179,44 +151,6 @@ std::string translate_pattern(const std::string& pattern, const std::string& wha
   return translate(pattern, what);
 }
 
-Regex::Regex(const std::string& pattern, const std::string& what) : what_(what) {
-  std::string p = translate(pattern, what);
-  int err = 0;
-  PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(),
-                                   PCRE2_UTF | PCRE2_UCP, &err, &offset, nullptr);
-  if (!code) {
-    PCRE2_UCHAR msg[256];
-    pcre2_get_error_message(err, msg, sizeof(msg));
-    fail(what, ": pre-tokenizer pattern does not compile (", reinterpret_cast<const char*>(msg),
-         " at offset ", offset, " of the PCRE2 form '", p, "')");
-  }
-  pcre2_jit_compile(code,
-                    PCRE2_JIT_COMPLETE);  // falls back to the interpreter when JIT is unavailable
-  code_ = code;
-}
-
-Regex::~Regex() {
-  pcre2_code_free(static_cast<pcre2_code*>(code_));
-}
-
-bool Regex::find(std::string_view text, size_t start, size_t& begin, size_t& end) const {
-  MatchState& st = match_state();
-  int rc = pcre2_match(static_cast<pcre2_code*>(code_), reinterpret_cast<PCRE2_SPTR>(text.data()),
-                       text.size(), start, PCRE2_NO_UTF_CHECK, st.data, st.context);
-  if (rc == PCRE2_ERROR_NOMATCH) return false;
-  if (rc < 0) {
-    PCRE2_UCHAR msg[256];
-    pcre2_get_error_message(rc, msg, sizeof(msg));
-    fail(what_, ": pre-tokenizer regex failed on a text of ", text.size(), " bytes (",
-         reinterpret_cast<const char*>(msg), "); split the input into smaller pieces");
-  }
-  PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.data);
-  begin = ov[0];
-  end = ov[1];
-  return true;
-}
-
 void PreTokenizer::add_json(const Json& j, const std::string& what) {
   if (j.is_null()) return;
   STRATA_CHECK(j.is_object() && j.contains("type") && j["type"].is_string(), what,
@@ -244,7 +178,7 @@ void PreTokenizer::add_json(const Json& j, const std::string& what) {
     STRATA_CHECK(j.contains("behavior") && j["behavior"].is_string(), what,
                  ": Split needs a \"behavior\"");
     Step s;
-    s.regex = std::make_shared<Regex>(pattern, what);
+    s.regex = std::make_shared<Regex>(translate(pattern, what), what);
     s.behavior = behavior_from(j["behavior"].get<std::string>(), what);
     s.invert = get_bool(j, "invert", false, what);
     steps_.push_back(std::move(s));
@@ -258,7 +192,8 @@ void PreTokenizer::add_json(const Json& j, const std::string& what) {
     Step s;
     s.kind = Step::Kind::kByteLevel;
     s.add_prefix_space = get_bool(j, "add_prefix_space", true, what);
-    if (get_bool(j, "use_regex", true, what)) s.regex = std::make_shared<Regex>(kGpt2Pattern, what);
+    if (get_bool(j, "use_regex", true, what))
+      s.regex = std::make_shared<Regex>(translate(kGpt2Pattern, what), what);
     steps_.push_back(std::move(s));
     has_byte_level_ = true;
   } else {
@@ -277,7 +212,7 @@ PreTokenizer PreTokenizer::from_json(const Json& j, const std::string& what) {
 PreTokenizer PreTokenizer::from_pattern(const std::string& pattern, const std::string& what) {
   PreTokenizer p;
   Step s;
-  s.regex = std::make_shared<Regex>(pattern, what);
+  s.regex = std::make_shared<Regex>(translate(pattern, what), what);
   s.behavior = SplitBehavior::kIsolated;
   p.steps_.push_back(std::move(s));
   return p;

@@ -12,27 +12,10 @@
 #include <string_view>
 #include <vector>
 
+#include "core/regex.h"
 #include "io/json.h"
 
 namespace strata {
-
-// One compiled PCRE2 pattern (UTF + UCP, JIT when available). Thread-safe to use.
-class Regex {
- public:
-  // `pattern` in the Oniguruma / Rust-regex dialect; `what` names where it came from.
-  Regex(const std::string& pattern, const std::string& what);
-  ~Regex();
-  Regex(const Regex&) = delete;
-  Regex& operator=(const Regex&) = delete;
-
-  // Finds the first match at or after byte `start` of valid UTF-8 `text`. Returns false when
-  // there is none; otherwise sets [begin, end).
-  bool find(std::string_view text, size_t start, size_t& begin, size_t& end) const;
-
- private:
-  void* code_ = nullptr;  // pcre2_code_8*
-  std::string what_;
-};
 
 // The PCRE2 form of a pattern written for Oniguruma or Rust regex: \s and \S become Unicode's
 // White_Space set spelled out (PCRE2's own \s also matches U+180E, which those two do not); a

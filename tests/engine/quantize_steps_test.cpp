@@ -4,10 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+#include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "io/checkpoint.h"
+#include "io/safetensors_writer.h"
 
 namespace strata {
 namespace {
@@ -42,6 +47,40 @@ TEST(GroupMicroBatches, EdgeSizes) {
   EXPECT_TRUE(none.groups.empty());
   EXPECT_TRUE(none.tokens.empty());
   EXPECT_EQ(none.longest, 0);
+}
+
+// The names a run asks into the page cache before its plan exists: the embedding, final norm and
+// lm_head, and layer 0's tensors, at the start of a name or after a dot (wrappers); not layer 1,
+// 10 or 30, nor a norm inside a layer other than 0.
+TEST(FirstStepTensors, TheHeadAndLayerZeroByName) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("strata_first_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::vector<std::string> taken = {"model.embed_tokens.weight",
+                                          "lm_head.weight",
+                                          "model.norm.weight",
+                                          "model.layers.0.self_attn.q_proj.weight",
+                                          "model.layers.0.linear_attn.norm.weight",
+                                          "language_model.model.layers.0.mlp.gate.weight",
+                                          "language_model.model.embed_tokens.weight",
+                                          "layers.0.attention.wq.weight"};
+  const std::vector<std::string> left = {
+      "model.layers.1.self_attn.q_proj.weight", "model.layers.10.mlp.gate.weight",
+      "model.layers.30.input_layernorm.weight", "model.layers.3.linear_attn.norm.weight",
+      "vision_tower.blocks.0.norm.weight",      "model.xlayers.0.weight"};
+  NamedTensors tensors;
+  for (const auto* list : {&taken, &left}) {
+    for (const std::string& n : *list)
+      tensors.emplace_back(n, Tensor::scalar_f32(1.0f));
+  }
+  write_safetensors((dir / "model.safetensors").string(), tensors);
+  const Checkpoint ckpt = Checkpoint::open(dir.string());
+  std::vector<std::string> want = taken;
+  std::sort(want.begin(), want.end());
+  std::vector<std::string> got = first_step_tensors(ckpt);
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, want);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(UseExpertParallel, OnlyWithRanksAForwardOnTheCpuAndExperts) {

@@ -24,6 +24,9 @@ json.dump(c, open(p, 'w'))" "$d/config.json"
 }
 expect ignored "q['ignore'].append('re:.*experts.*')" \
   "ignore names 'language_model.model.layers.1.mlp.experts.0.down_proj' but the checkpoint stores it pack-quantized"
+# An ignore regex that does not compile (Python's re would raise too) names the pattern.
+expect bad_regex "q['ignore'].append('re:model.(layers')" \
+  "quantization_config.ignore: the pattern 'model.(layers' does not compile (missing closing parenthesis"
 expect group "q['config_groups']['group_0']['weights']['group_size'] = 64" "has INT4 groups of 32 but"
 expect asymmetric "q['config_groups']['group_0']['weights']['symmetric'] = False" "symmetric 4-bit int weights"
 expect method "q['quant_method'] = 'gptq'" "quant_method is 'gptq'"

@@ -48,6 +48,73 @@ TEST(WriteSafetensors, ExactBytes) {
   EXPECT_EQ(dir.list(), (std::vector<std::string>{"x.safetensors"}));  // no temp left
 }
 
+// The header is written directly, not through a JSON tree: it must equal nlohmann's compact
+// dump of the same object (the reference here), also for names that need escapes (quotes,
+// backslashes, control characters: \n and \u0001), multi-byte UTF-8, DEL, and metadata.
+TEST(WriteSafetensors, HeaderEqualsJsonDump) {
+  const std::vector<std::string> names = {"model.layers.0.mlp.experts.17.gate_proj.weight",
+                                          "q\"uote",
+                                          "back\\slash",
+                                          "new\nline\ttab",
+                                          std::string("ctl\x01\x1f", 5),
+                                          "caf\xc3\xa9 \xe2\x82\xac",
+                                          "del\x7f"};
+  for (bool with_metadata : {false, true}) {
+    std::vector<TensorSpec> specs;
+    for (size_t i = 0; i < names.size(); ++i)
+      specs.push_back({names[i], i % 2 ? DType::kBF16 : DType::kU8, {static_cast<int64_t>(i), 3}});
+    specs.push_back({"scalar", DType::kF32, {}});
+    std::map<std::string, std::string> metadata;
+    if (with_metadata) metadata = {{"format", "pt"}, {"k\"ey", "v\\al\n"}};
+    const SafetensorsLayout layout = safetensors_layout(specs, metadata, "h.safetensors");
+
+    Json want = Json::object();
+    if (with_metadata) {
+      Json m = Json::object();
+      for (const auto& [k, v] : metadata)
+        m[k] = v;
+      want["__metadata__"] = m;
+    }
+    // Data order: widest elements first (F32, then BF16, then U8), given order within a width.
+    std::vector<size_t> order;
+    for (int bits : {32, 16, 8}) {
+      for (size_t i = 0; i < specs.size(); ++i) {
+        if (dtype_bits(specs[i].dtype) == bits) order.push_back(i);
+      }
+    }
+    uint64_t offset = 0;
+    for (size_t i : order) {
+      Json shape = Json::array();
+      for (int64_t d : specs[i].shape)
+        shape.push_back(d);
+      want[specs[i].name] =
+          Json::object({{"dtype", std::string(dtype_safetensors_name(specs[i].dtype))},
+                        {"shape", shape},
+                        {"data_offsets", Json::array({offset, offset + specs[i].nbytes()})}});
+      offset += specs[i].nbytes();
+    }
+    std::string text = want.dump();
+    text.resize((text.size() + 7) / 8 * 8, ' ');
+    ASSERT_GE(layout.head.size(), 8u);
+    EXPECT_EQ(layout.head.substr(8), text) << with_metadata;
+    uint64_t n = 0;
+    for (int b = 0; b < 8; ++b)
+      n |= uint64_t{static_cast<uint8_t>(layout.head[static_cast<size_t>(b)])} << (8 * b);
+    EXPECT_EQ(n, text.size());
+    EXPECT_EQ(layout.file_size, layout.head.size() + offset);
+  }
+  expect_error(
+      [] {
+        (void)safetensors_layout({{"\xff", DType::kU8, {1}}}, {}, "b.safetensors");
+      },
+      {"b.safetensors", "not valid UTF-8"});
+  expect_error(
+      [] {
+        (void)safetensors_layout({{"a", DType::kU8, {1}}}, {{"\xc3", "v"}}, "m.safetensors");
+      },
+      {"m.safetensors", "not valid UTF-8"});
+}
+
 TEST(WriteSafetensors, RoundTripAllDtypes) {
   TempDir dir;
   NamedTensors tensors;
