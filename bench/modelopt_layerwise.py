@@ -127,8 +127,13 @@ def main():
     model, placed = load(a.model, a.cap_gib, a.offload_folder)
     t_load = time.perf_counter() - t0
     say("loaded in %.2f s (modules by device: %s)" % (t_load, json.dumps(placed, sort_keys=True)))
-    if len(placed) < 2:
+    offloaded = [d for d in placed if d in ("cpu", "disk")] if cuda else \
+        [d for d in placed if d == "disk"]
+    if not offloaded:
         say("warning: nothing offloaded: the whole model fits in the cap")
+    if offloaded and len(placed) == len(offloaded):
+        say("warning: everything offloaded: no module fits in the cap (ModelOpt's export then "
+            "fails: its dummy forward starts on the meta device)")
 
     device = torch.device("cuda" if cuda else "cpu")
 
