@@ -469,18 +469,22 @@ fi
 # a GPU, --small: host memory capped, the rest offloaded to disk). Stopped at --modelopt_timeout or
 # the deadline, whichever comes first; then its per-layer lines say how far it got.
 R[mo_s]=""
+mo_ready() {  # installs the wheels once, puts them on PYTHONPATH for the rest of this script
+  [ -n "$wheels" ] || { if [ -d "$here/../.whl" ]; then wheels=$here/../.whl; else wheels=-; fi; }
+  . "$here/../tests/peer/modelopt_env.sh" && modelopt_env "$py" "$wheels" "$work/modelopt_site"
+}
 if { [ -n "$gpu" ] || [ "$small" = 1 ]; } && ! skipped modelopt; then
+  mo_ready >"$logs/modelopt_env.log" 2>&1
+  rc=$?
   limit=$modelopt_timeout
   if [ "$deadline" != 0 ]; then
     left=$((deadline - $(elapsed)))
     [ "$left" -lt "$limit" ] && limit=$left
   fi
-  [ -n "$wheels" ] || { if [ -d "$here/../.whl" ]; then wheels=$here/../.whl; else wheels=-; fi; }
-  if [ "$limit" -lt 30 ]; then
-    notes+=("ModelOpt not run: $limit s left before the ${deadline} s deadline")
-  # Installs the wheels once and puts them on PYTHONPATH for the rest of this script.
-  elif ! { . "$here/../tests/peer/modelopt_env.sh" && modelopt_env "$py" "$wheels" "$work/modelopt_site"; } >"$logs/modelopt_env.log" 2>&1; then
+  if [ $rc != 0 ]; then
     notes+=("ModelOpt not run: $(tail -1 "$logs/modelopt_env.log")")
+  elif [ "$limit" -lt 30 ]; then
+    notes+=("ModelOpt not run: $limit s left before the ${deadline} s deadline")
   else
     R[mo_version]=$(sed -n 's/^modelopt \([^ ]*\) .*/\1/p' "$logs/modelopt_env.log" | tail -1)
     R[mo_cap]=${R[cap_gb]}
