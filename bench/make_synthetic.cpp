@@ -577,14 +577,14 @@ int main(int argc, char** argv) {
                                   s.top_k > s.topk_group * (s.experts / s.n_group))) {
     // transformers scores each group by its top two experts and takes top_k from topk_group
     // groups.
-    std::fprintf(stderr,
-                 "make_synthetic: deepseek_v3 routes in %lld groups (top %lld): --experts must be "
-                 "a multiple of %lld with at least 2 a group, and --top_k at most %lld experts a "
-                 "group x %lld groups (got %lld experts, top-%lld)\n",
-                 static_cast<long long>(s.n_group), static_cast<long long>(s.topk_group),
-                 static_cast<long long>(s.n_group), static_cast<long long>(s.experts / s.n_group),
-                 static_cast<long long>(s.topk_group), static_cast<long long>(s.experts),
-                 static_cast<long long>(s.top_k));
+    std::fprintf(
+        stderr,
+        "make_synthetic: deepseek_v3 routes in %lld groups and keeps %lld: --experts must be a "
+        "multiple of %lld with at least 2 a group, and --top_k at most the experts of %lld "
+        "groups (got %lld experts, top-%lld)\n",
+        static_cast<long long>(s.n_group), static_cast<long long>(s.topk_group),
+        static_cast<long long>(s.n_group), static_cast<long long>(s.topk_group),
+        static_cast<long long>(s.experts), static_cast<long long>(s.top_k));
     return 2;
   }
   if (s.arch == "kimi_k2") {
