@@ -102,25 +102,26 @@ def export_bytes(cfg):
     gpt-oss config: every routed expert's weights in NVFP4 (half a byte per value plus one FP8
     scale per 16; gpt-oss's fused [E, in/2, out] and [E, in/16, out] tensors hold the same bytes),
     everything else in bf16 (shared experts too; gpt-oss's expert and router biases, attention
-    biases and sinks as the checkpoint stores them, bf16). A compressed source (INT4, MXFP4)
+    biases and sinks as the checkpoint stores them, bf16) but the DeepSeek-V3 family's routing
+    correction bias, fp32 as its checkpoints store it. A compressed source (INT4, MXFP4)
     does not change it: its experts are written in NVFP4 all the same. Per-tensor scales and
     the config files are left out (kilobytes)."""
     s = Shapes(cfg)
     bf16 = 2 * s.vocab * s.h + s.h  # embedding, lm_head, final norm
-    nvfp4 = 0
+    nvfp4 = f32 = 0
     for layer in range(s.layers):
         bf16 += s.attn_weights + s.attn_norms + 2 * s.h  # attention, its norms, two layer norms
         if s.gpt_oss:  # q/k/v/o biases and the sinks
             bf16 += s.heads * s.hd + 2 * s.kv * s.hd + s.h + s.heads
         if s.is_moe(layer):
             bf16 += s.experts * s.h + 3 * s.h * s.shared_i  # router, shared experts
-            bf16 += s.experts if s.mla else 0  # the routing correction bias
+            f32 += s.experts if s.mla else 0  # the routing correction bias
             if s.gpt_oss:  # the router's bias, the experts' gate_up and down biases
                 bf16 += s.experts + s.experts * (2 * s.moe_i + s.h)
             nvfp4 += s.experts * 3 * s.h * s.moe_i
         else:
             bf16 += 3 * s.h * s.dense_i
-    return int(2 * bf16 + nvfp4 * (0.5 + 1 / 16))
+    return int(2 * bf16 + 4 * f32 + nvfp4 * (0.5 + 1 / 16))
 
 
 def cmd_export_bytes(a):

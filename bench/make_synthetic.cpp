@@ -1,14 +1,14 @@
 // Writes a synthetic checkpoint of about the requested size, for bench/quantize_bench.sh (Llama)
-// and bench/gpu_bench.sh (Qwen3-MoE, Kimi-K2 INT4, gpt-oss MXFP4): config.json, one shard per
-// decoder layer plus one for the embedding, final norm and lm_head, and
+// and bench/gpu_bench.sh (Qwen3-MoE, DeepSeek-V3, Kimi-K2 INT4, gpt-oss MXFP4): config.json, one
+// shard per decoder layer plus one for the embedding, final norm and lm_head, and
 // model.safetensors.index.json. Weights are pseudo-random (uniform, scaled by sqrt(3 / fan-in) so
 // every linear keeps unit variance and the forward stays finite); norms are ones. Shards are
 // generated and written by --threads workers, one whole layer each; shard i's values depend only on
 // i, so the bytes do not depend on the thread count.
 //
-//   build/dev/bin/make_synthetic DIR [--arch llama|qwen3_moe|kimi_k2|gpt_oss] [--gib G] [--layers
-//   N]
-//                                    [--threads T] [--hidden H] [--intermediate I] [--vocab V]
+//   build/dev/bin/make_synthetic DIR [--arch llama|qwen3_moe|deepseek_v3|kimi_k2|gpt_oss]
+//                                    [--gib G] [--layers N] [--threads T] [--hidden H]
+//                                    [--intermediate I] [--vocab V]
 //                                    [--experts E] [--top_k K]
 //
 // --arch llama (the default; hidden 2048, intermediate 5632, 16/4 heads of 128, vocab 32000).
@@ -16,6 +16,17 @@
 // experts of width 768, top-8, vocab 151936) with fewer layers; --intermediate sets the expert
 // width, --experts and --top_k the routed experts. The config.json is the one transformers 5.17
 // writes for Qwen3MoeForCausalLM.
+// --arch deepseek_v3: DeepSeek-V3's layout (model_type deepseek_v3, DeepseekV3ForCausalLM) scaled
+// down, all bf16 with no quantization_config: MLA attention (q_lora_rank, kv_lora_rank, q/k 128 +
+// 64 RoPE and v 128 head dims), layers 0-2 dense (first_k_dense_replace 3), then MoE layers of
+// 256 routed experts, top-8, routed in 8 groups of which the best 4 are kept (n_group 8,
+// topk_group 4), sigmoid scores with an e_score_correction_bias (fp32, as DeepSeek ships it),
+// routed_scaling_factor 2.5, norm_topk_prob, one shared expert; vocab 129280, YaRN (factor 40)
+// as its config.json has it, no MTP layer (num_nextn_predict_layers 0). Hidden 1024 (DeepSeek-V3's
+// 7168 / 7), expert width 208 (2048 / 9.8), and as for kimi_k2 below the heads (one per 56 of H,
+// DeepSeek-V3's proportion: 16), ranks and dense width follow the hidden size. --experts must be a
+// multiple of the 8 groups with at least 2 a group, --top_k at most 4 groups' worth. 61 layers
+// (DeepSeek-V3's count) make about 20.2 GB.
 // --arch kimi_k2: Kimi-K2-Thinking's layout (model_type kimi_k2, the DeepSeek-V3 family) scaled
 // down: MLA attention, layer 0 dense (first_k_dense_replace 1), then MoE layers of 384 routed
 // experts, top-8, one group (n_group = topk_group = 1), sigmoid scores with an
@@ -185,21 +196,25 @@ struct Shapes {
   std::string arch = "llama";
   int64_t H = 2048, I = 5632, V = 32000;
   int64_t head_dim = 128, heads = 16, kv_heads = 4;
-  int64_t experts = 0, top_k = 0;  // qwen3_moe, kimi_k2
-  // kimi_k2 (MLA): LoRA ranks, head dims, the dense layers' width and the INT4 group.
+  int64_t experts = 0, top_k = 0;  // qwen3_moe, deepseek_v3, kimi_k2, gpt_oss
+  // deepseek_v3, kimi_k2 (MLA): LoRA ranks, head dims, the dense layers' width and count, the
+  // routing groups (n_group, topk_group) and the INT4 group (kimi_k2's compressed experts).
   int64_t q_lora = 0, kv_lora = 0, nope = 128, rope = 64, v_dim = 128, dense_I = 0;
-  int64_t first_dense = 1, shared = 1, group = 32;
+  int64_t first_dense = 1, shared = 1, group = 32, n_group = 1, topk_group = 1;
   int64_t window = 128;  // gpt_oss: the sliding layers' window
 
+  // The DeepSeek-V3 family: MLA attention, dense layers below first_dense, then routed experts
+  // with sigmoid scores and a correction bias, and a shared expert.
+  bool mla() const { return arch == "deepseek_v3" || arch == "kimi_k2"; }
   bool moe_layer(int64_t l) const {
-    return arch == "qwen3_moe" || arch == "gpt_oss" || (arch == "kimi_k2" && l >= first_dense);
+    return arch == "qwen3_moe" || arch == "gpt_oss" || (mla() && l >= first_dense);
   }
 
   // Parameters and bytes of decoder layer l and of everything outside the layers.
   double layer_params(int64_t l) const {
     const double h = static_cast<double>(H), i = static_cast<double>(I),
                  e = static_cast<double>(experts);
-    if (arch == "kimi_k2") {
+    if (mla()) {
       const double nh = static_cast<double>(heads), ql = static_cast<double>(q_lora),
                    kl = static_cast<double>(kv_lora);
       const double attn = ql * h + nh * static_cast<double>(nope + rope) * ql +
@@ -224,14 +239,14 @@ struct Shapes {
       const double routed = static_cast<double>(experts) * 3 * static_cast<double>(I * H);
       return 2.0 * (layer_params(l) - routed) + routed * (0.5 + 1.0 / 32.0);
     }
-    if (arch != "kimi_k2" || !moe_layer(l)) return 2.0 * layer_params(l);
-    // Routed experts at 4 bits plus a bf16 scale per group (and 8 bytes of shape); the
-    // correction bias in fp32; the rest bf16.
-    const double routed = static_cast<double>(experts) * 3 * static_cast<double>(I * H);
-    const double rest = layer_params(l) - routed - static_cast<double>(experts);
-    return 2.0 * rest + 4.0 * static_cast<double>(experts) +
-           routed * (0.5 + 2.0 / static_cast<double>(group)) +
-           8.0 * 3 * static_cast<double>(experts);
+    if (!mla() || !moe_layer(l)) return 2.0 * layer_params(l);
+    // The correction bias in fp32; kimi_k2's routed experts at 4 bits plus a bf16 scale per
+    // group (and 8 bytes of shape); the rest bf16.
+    const double e = static_cast<double>(experts);
+    if (arch == "deepseek_v3") return 2.0 * (layer_params(l) - e) + 4.0 * e;
+    const double routed = e * 3 * static_cast<double>(I * H);
+    const double rest = layer_params(l) - routed - e;
+    return 2.0 * rest + 4.0 * e + routed * (0.5 + 2.0 / static_cast<double>(group)) + 8.0 * 3 * e;
   }
   double outside_params() const {
     return 2.0 * static_cast<double>(V * H) + static_cast<double>(H);
@@ -245,38 +260,48 @@ struct Shapes {
              ",\"num_attention_heads\":" + n(heads) + ",\"num_key_value_heads\":" + n(kv_heads) +
              ",\"head_dim\":" + n(head_dim) + ",\"vocab_size\":" + n(V) +
              ",\"rms_norm_eps\":1e-5,\"rope_theta\":500000.0,\"torch_dtype\":\"bfloat16\"}\n";
-    if (arch == "kimi_k2")
-      // The keys of Kimi-K2-Thinking's config.json (transformers 4 style, rope_scaling), its
-      // sizes scaled down; bos/eos at Kimi-K2's distance from the end of the vocabulary.
-      return "{\n  \"architectures\": [\"DeepseekV3ForCausalLM\"],\n"
-             "  \"attention_bias\": false,\n  \"attention_dropout\": 0.0,\n"
-             "  \"bos_token_id\": " +
-             n(V - 256) + ",\n  \"eos_token_id\": " + n(V - 255) +
-             ",\n  \"first_k_dense_replace\": " + n(first_dense) +
-             ",\n  \"hidden_act\": \"silu\",\n  \"hidden_size\": " + n(H) +
-             ",\n  \"initializer_range\": 0.02,\n  \"intermediate_size\": " + n(dense_I) +
-             ",\n  \"kv_lora_rank\": " + n(kv_lora) +
-             ",\n  \"max_position_embeddings\": 262144,\n  \"model_type\": \"kimi_k2\",\n"
-             "  \"moe_intermediate_size\": " +
-             n(I) + ",\n  \"moe_layer_freq\": 1,\n  \"n_group\": 1,\n  \"n_routed_experts\": " +
-             n(experts) + ",\n  \"n_shared_experts\": " + n(shared) +
-             ",\n  \"norm_topk_prob\": true,\n  \"num_attention_heads\": " + n(heads) +
-             ",\n  \"num_experts_per_tok\": " + n(top_k) +
-             ",\n  \"num_hidden_layers\": " + n(layers) +
-             ",\n  \"num_key_value_heads\": " + n(heads) +
-             ",\n  \"num_nextn_predict_layers\": 0,\n  \"pretraining_tp\": 1,\n"
-             "  \"q_lora_rank\": " +
-             n(q_lora) + ",\n  \"qk_nope_head_dim\": " + n(nope) +
-             ",\n  \"qk_rope_head_dim\": " + n(rope) +
-             ",\n  \"rms_norm_eps\": 1e-06,\n  \"rope_scaling\": {\n    \"beta_fast\": 1.0,\n"
-             "    \"beta_slow\": 1.0,\n    \"factor\": 64.0,\n    \"mscale\": 1.0,\n"
-             "    \"mscale_all_dim\": 1.0,\n    \"original_max_position_embeddings\": 4096,\n"
-             "    \"type\": \"yarn\"\n  },\n  \"rope_theta\": 50000.0,\n"
-             "  \"routed_scaling_factor\": 2.827,\n  \"scoring_func\": \"sigmoid\",\n"
-             "  \"tie_word_embeddings\": false,\n  \"topk_group\": 1,\n"
-             "  \"topk_method\": \"noaux_tc\",\n  \"torch_dtype\": \"bfloat16\",\n"
-             "  \"use_cache\": true,\n  \"v_head_dim\": " +
-             n(v_dim) + ",\n  \"vocab_size\": " + n(V) +
+    if (mla()) {
+      // The keys of DeepSeek-V3's and Kimi-K2-Thinking's config.json (transformers 4 style,
+      // rope_scaling; no MTP layer), their sizes scaled down. Where the two differ: Kimi-K2's
+      // bos/eos at its distance from the end of the vocabulary, its context, YaRN and routing
+      // scale, and its INT4 experts' quantization_config.
+      const bool kimi = arch == "kimi_k2";
+      std::string c =
+          "{\n  \"architectures\": [\"DeepseekV3ForCausalLM\"],\n"
+          "  \"attention_bias\": false,\n  \"attention_dropout\": 0.0,\n"
+          "  \"bos_token_id\": " +
+          n(kimi ? V - 256 : 0) + ",\n  \"eos_token_id\": " + n(kimi ? V - 255 : 1) +
+          ",\n  \"first_k_dense_replace\": " + n(first_dense) +
+          ",\n  \"hidden_act\": \"silu\",\n  \"hidden_size\": " + n(H) +
+          ",\n  \"initializer_range\": 0.02,\n  \"intermediate_size\": " + n(dense_I) +
+          ",\n  \"kv_lora_rank\": " + n(kv_lora) +
+          ",\n  \"max_position_embeddings\": " + (kimi ? "262144" : "163840") +
+          ",\n  \"model_type\": \"" + arch + "\",\n  \"moe_intermediate_size\": " + n(I) +
+          ",\n  \"moe_layer_freq\": 1,\n  \"n_group\": " + n(n_group) +
+          ",\n  \"n_routed_experts\": " + n(experts) + ",\n  \"n_shared_experts\": " + n(shared) +
+          ",\n  \"norm_topk_prob\": true,\n  \"num_attention_heads\": " + n(heads) +
+          ",\n  \"num_experts_per_tok\": " + n(top_k) + ",\n  \"num_hidden_layers\": " + n(layers) +
+          ",\n  \"num_key_value_heads\": " + n(heads) +
+          ",\n  \"num_nextn_predict_layers\": 0,\n  \"pretraining_tp\": 1,\n"
+          "  \"q_lora_rank\": " +
+          n(q_lora) + ",\n  \"qk_nope_head_dim\": " + n(nope) +
+          ",\n  \"qk_rope_head_dim\": " + n(rope) +
+          ",\n  \"rms_norm_eps\": 1e-06,\n  \"rope_scaling\": {\n    \"beta_fast\": " +
+          (kimi ? "1.0" : "32.0") +
+          ",\n    \"beta_slow\": 1.0,\n    \"factor\": " + (kimi ? "64.0" : "40.0") +
+          ",\n    \"mscale\": 1.0,\n    \"mscale_all_dim\": 1.0,\n"
+          "    \"original_max_position_embeddings\": 4096,\n    \"type\": \"yarn\"\n  },\n"
+          "  \"rope_theta\": " +
+          (kimi ? "50000.0" : "10000.0") +
+          ",\n  \"routed_scaling_factor\": " + (kimi ? "2.827" : "2.5") +
+          ",\n  \"scoring_func\": \"sigmoid\",\n  \"tie_word_embeddings\": false,\n"
+          "  \"topk_group\": " +
+          n(topk_group) +
+          ",\n  \"topk_method\": \"noaux_tc\",\n  \"torch_dtype\": \"bfloat16\",\n"
+          "  \"use_cache\": true,\n  \"v_head_dim\": " +
+          n(v_dim) + ",\n  \"vocab_size\": " + n(V);
+      if (!kimi) return c + "\n}\n";
+      return c +
              ",\n  \"quantization_config\": {\n    \"quant_method\": \"compressed-tensors\",\n"
              "    \"format\": \"pack-quantized\",\n    \"quantization_status\": \"compressed\",\n"
              "    \"config_groups\": {\n      \"group_0\": {\n        \"targets\": [\"Linear\"],\n"
@@ -291,6 +316,7 @@ struct Shapes {
              "      \"re:.*self_attn.*\",\n      \"re:.*shared_experts.*\",\n"
              "      \"re:.*mlp\\\\.(gate|up|gate_up|down)_proj.*\"\n    ],\n"
              "    \"kv_cache_scheme\": null\n  }\n}\n";
+    }
     if (arch == "gpt_oss") {
       // The keys transformers 5.17 writes for GptOssForCausalLM, with the hub's MXFP4
       // quantization_config.
@@ -350,7 +376,7 @@ struct Shapes {
 
   // One decoder layer's tensors, in the order the shard holds them.
   NamedTensors layer(int64_t l, Rng& rng) const {
-    if (arch == "kimi_k2") return kimi_layer(l, rng);
+    if (mla()) return mla_layer(l, rng);
     if (arch == "gpt_oss") return gpt_oss_layer(l, rng);
     const std::string p = "model.layers." + std::to_string(l) + ".";
     const int64_t q = heads * head_dim, kv = kv_heads * head_dim;
@@ -408,9 +434,10 @@ struct Shapes {
     return t;
   }
 
-  // A Kimi-K2 (DeepSeek-V3 family) decoder layer: MLA attention, then a dense MLP (layers below
-  // first_dense) or the router, the INT4 routed experts and the shared expert.
-  NamedTensors kimi_layer(int64_t l, Rng& rng) const {
+  // A DeepSeek-V3 family decoder layer: MLA attention, then a dense MLP (layers below
+  // first_dense) or the router, the routed experts (bf16, or kimi_k2's INT4) and the shared
+  // expert.
+  NamedTensors mla_layer(int64_t l, Rng& rng) const {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     NamedTensors t;
     t.emplace_back(p + "input_layernorm.weight", ones_bf16(H));
@@ -443,6 +470,10 @@ struct Shapes {
       for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
         const bool down = proj[0] == 'd';
         const int64_t out = down ? H : I, in = down ? I : H;
+        if (arch == "deepseek_v3") {
+          add(t, rng, x + proj + ".weight", {out, in});
+          continue;
+        }
         t.emplace_back(x + proj + ".weight_packed", random_int4_packed(rng, out, in));
         t.emplace_back(x + proj + ".weight_scale", random_int4_scales(rng, out, in, group));
         t.emplace_back(x + proj + ".weight_shape", shape_i32(out, in));
@@ -462,7 +493,8 @@ int main(int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') {
     std::fprintf(
         stderr,
-        "usage: make_synthetic DIR [--arch llama|qwen3_moe|kimi_k2|gpt_oss] [--gib G] [--layers N] "
+        "usage: make_synthetic DIR [--arch llama|qwen3_moe|deepseek_v3|kimi_k2|gpt_oss] [--gib G] "
+        "[--layers N] "
         "[--threads T] [--hidden H] [--intermediate I] [--vocab V] [--experts E] [--top_k K]\n");
     return 2;
   }
@@ -504,15 +536,20 @@ int main(int argc, char** argv) {
   }
   if (s.arch == "qwen3_moe") {
     s.H = 2048, s.I = 768, s.V = 151936, s.heads = 32, s.kv_heads = 4, s.experts = 128, s.top_k = 8;
+  } else if (s.arch == "deepseek_v3") {
+    s.H = 1024, s.I = 208, s.V = 129280, s.experts = 256, s.top_k = 8;
+    s.first_dense = 3, s.n_group = 8, s.topk_group = 4;
   } else if (s.arch == "kimi_k2") {
     s.H = 1280, s.I = 384, s.V = 163840, s.experts = 384, s.top_k = 8;
   } else if (s.arch == "gpt_oss") {
     s.H = 1600, s.I = 1600, s.V = 201088, s.head_dim = 64, s.heads = 32, s.kv_heads = 4;
     s.experts = 128, s.top_k = 4;
   } else if (s.arch != "llama") {
-    std::fprintf(stderr,
-                 "make_synthetic: --arch must be llama, qwen3_moe, kimi_k2 or gpt_oss, got %s\n",
-                 s.arch.c_str());
+    std::fprintf(
+        stderr,
+        "make_synthetic: --arch must be llama, qwen3_moe, deepseek_v3, kimi_k2 or gpt_oss, got "
+        "%s\n",
+        s.arch.c_str());
     return 2;
   }
   if (hidden > 0) s.H = hidden;
@@ -523,18 +560,34 @@ int main(int argc, char** argv) {
   if (s.arch == "llama")
     s.heads = std::max<int64_t>(s.H / s.head_dim, 1),
     s.kv_heads = std::max<int64_t>(s.heads / 4, 1);
-  if (s.arch == "kimi_k2") {
-    // Kimi-K2's proportions to its hidden size 7168: 64 heads (one per 112; here one per 80, so
-    // 1280 gives 16; fewer where that does not divide H: Kimi-K2's config has no head_dim, so
-    // readers derive one from H), kv_lora_rank 512 (~H / 14; here H / 10), q_lora_rank 3 x
-    // kv_lora_rank, dense width 18432 (2.57 x H).
-    s.heads = std::max<int64_t>(s.H / 80, 1);
+  if (s.mla()) {
+    // The proportions to the hidden size 7168 of DeepSeek-V3 and Kimi-K2: 128 and 64 heads (one
+    // per 56 and 112; here one per 56 and 80, so 1024 and 1280 give 16; fewer where that does not
+    // divide H: their configs have no head_dim, so readers derive one from H), kv_lora_rank 512
+    // (~H / 14; here H / 10), q_lora_rank 3 x kv_lora_rank, dense width 18432 (2.57 x H).
+    s.heads = std::max<int64_t>(s.H / (s.arch == "kimi_k2" ? 80 : 56), 1);
     while (s.H % s.heads != 0)
       --s.heads;
     s.kv_lora = round_up(std::max<int64_t>(s.H / 10, 1), 32);
     s.q_lora = 3 * s.kv_lora;
     s.dense_I = round_up(s.H * 26 / 10, 128);
     s.top_k = std::min(s.top_k, s.experts);
+  }
+  if (s.arch == "deepseek_v3" && (s.experts % s.n_group != 0 || s.experts / s.n_group < 2 ||
+                                  s.top_k > s.topk_group * (s.experts / s.n_group))) {
+    // transformers scores each group by its top two experts and takes top_k from topk_group
+    // groups.
+    std::fprintf(
+        stderr,
+        "make_synthetic: deepseek_v3 routes in %lld groups and keeps %lld: --experts must be a "
+        "multiple of %lld with at least 2 a group, and --top_k at most the experts of %lld "
+        "groups (got %lld experts, top-%lld)\n",
+        static_cast<long long>(s.n_group), static_cast<long long>(s.topk_group),
+        static_cast<long long>(s.n_group), static_cast<long long>(s.topk_group),
+        static_cast<long long>(s.experts), static_cast<long long>(s.top_k));
+    return 2;
+  }
+  if (s.arch == "kimi_k2") {
     if (s.H % s.group != 0 || s.I % s.group != 0) {
       std::fprintf(stderr,
                    "make_synthetic: kimi_k2 needs --hidden and --intermediate divisible by the "
@@ -625,10 +678,16 @@ int main(int argc, char** argv) {
   if (s.experts > 0)
     std::printf(", %lld experts top-%lld", static_cast<long long>(s.experts),
                 static_cast<long long>(s.top_k));
-  if (s.arch == "kimi_k2")
-    std::printf(", MLA q/kv rank %lld/%lld, %lld heads, routed experts INT4 g%lld",
+  if (s.mla())
+    std::printf(", MLA q/kv rank %lld/%lld, %lld heads, %lld dense layers",
                 static_cast<long long>(s.q_lora), static_cast<long long>(s.kv_lora),
-                static_cast<long long>(s.heads), static_cast<long long>(s.group));
+                static_cast<long long>(s.heads),
+                static_cast<long long>(std::min(s.first_dense, layers)));
+  if (s.arch == "deepseek_v3")
+    std::printf(", %lld groups top-%lld, routed experts bf16", static_cast<long long>(s.n_group),
+                static_cast<long long>(s.topk_group));
+  if (s.arch == "kimi_k2")
+    std::printf(", routed experts INT4 g%lld", static_cast<long long>(s.group));
   if (s.arch == "gpt_oss")
     std::printf(", %lld/%lld heads, window %lld, experts MXFP4", static_cast<long long>(s.heads),
                 static_cast<long long>(s.kv_heads), static_cast<long long>(s.window));

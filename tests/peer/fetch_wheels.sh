@@ -4,7 +4,10 @@
 # image lacks (issue 19: pydantic, pydantic-core, annotated-types, typing-inspection,
 # typing-extensions >= 4.16, omegaconf, pulp < 4; requests and its dependencies, which
 # modelopt.torch.utils imports and transformers 5 no longer pulls in; and omegaconf's
-# antlr4-python3-runtime 4.9, built into a wheel here). torch, transformers and the rest are the machine's own. For Python 3.12 on x86-64.
+# antlr4-python3-runtime 4.9, built into a wheel here; accelerate and its psutil, for
+# bench/gpu_bench.sh's ModelOpt layerwise + offload step, whose offload is accelerate's and whose
+# export ModelOpt's accelerate plugin streams). torch, transformers and the rest are the machine's
+# own. For Python 3.12 on x86-64. tests/peer/modelopt_env.sh installs them there.
 #   tests/peer/fetch_wheels.sh [DIR]   (default .whl/, git-ignored)
 set -euo pipefail
 dir=${1:-.whl}
@@ -13,7 +16,7 @@ python3 -m pip download -q --no-deps -d "$dir" --python-version 3.12 --implement
   --only-binary=:all: --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   --platform any nvidia-modelopt==0.47.0 pydantic pydantic-core annotated-types typing-inspection \
   "typing-extensions>=4.16" "omegaconf>=2.3.0" "pulp<4" requests urllib3 idna certifi \
-  charset-normalizer
+  charset-normalizer accelerate psutil
 # antlr4-python3-runtime 4.9 exists only as an sdist: build its (pure-Python) wheel here, so that
 # the GPU machine installs wheels only.
 sdist=$(mktemp -d)

@@ -33,16 +33,9 @@ recipes=(${PEER_RECIPES:-nvfp4-kv_fp8_cast fp8-kv_fp8_cast nvfp4_experts_only-kv
          nvfp4-kv_fp8_affine nvfp4-kv_nvfp4_affine})
 work=${PEER_OUT:-$(mktemp -d)}
 mkdir -p "$work"
-site="$work/site"
-if [ "$wheels" != - ] && [ ! -d "$site/modelopt" ]; then
-  python3 -m pip install -q --no-index --no-deps --target "$site" "$wheels"/*.whl \
-    || { echo "PEER setup: FAIL: cannot install the wheels of $wheels"; exit 1; }
-fi
-[ "$wheels" = - ] || export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-python3 -c "import modelopt, torch, transformers; print('modelopt', modelopt.__version__, \
-'torch', torch.__version__, 'transformers', transformers.__version__)" \
-  || { echo "PEER setup: FAIL: modelopt does not import"; exit 1; }
 here=$(dirname "$(realpath "$0")")
+. "$here/modelopt_env.sh"
+modelopt_env python3 "$wheels" "$work/site" 2>&1 || { echo "PEER setup: FAIL: modelopt is not importable"; exit 1; }
 if [ "${PEER_JOBS:-1}" -gt 1 ] && [ ${#families[@]} -gt 1 ]; then
   # One child per family, each with the wheels installed above (WHEELS "-", PYTHONPATH kept).
   for family in "${families[@]}"; do
