@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/parallel.h"
 #include "core/transpose.h"
 #include "io/json.h"
 #include "io/source_weights.h"
@@ -281,8 +282,15 @@ ModeloptExporter::ModeloptExporter(const QuantPlan& plan, const ModelConfig& con
                    "; the experts of one projection are written as one tensor");
     }
   }
-  for (const std::string& name : names) {
-    const TensorClass c = classify_tensor(arch_, name);
+  // Classified on several threads (208k names on a Kimi-K2), distributed in name order.
+  std::vector<TensorClass> classes(names.size());
+  parallel_chunks(names.size(), startup_threads(), 4096, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i)
+      classes[i] = classify_tensor(arch_, names[i]);
+  });
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    const TensorClass& c = classes[i];
     if (c.layer >= 0 && c.layer < plan_.num_layers && c.kind != TensorKind::kMtp) {
       layer_tensors_[c.layer].push_back(name);
     } else if (c.kind == TensorKind::kEmbedding) {
@@ -296,13 +304,21 @@ ModeloptExporter::ModeloptExporter(const QuantPlan& plan, const ModelConfig& con
       outputs_.push_back(std::move(t));
     step_end_.push_back(outputs_.size());
   };
+  // Each layer's outputs on several threads, appended in step order (every layer has its entry
+  // first: the threads only read the map).
+  for (int64_t l = 0; l < plan_.num_layers; ++l)
+    layer_tensors_[l];
+  std::vector<std::vector<TensorSpec>> layer_specs(static_cast<size_t>(plan_.num_layers));
+  parallel_chunks(layer_specs.size(), startup_threads(), 1, [&](size_t begin, size_t end) {
+    for (size_t l = begin; l < end; ++l) {
+      layer_specs[l] = outputs_of(layer_tensors_.at(static_cast<int64_t>(l)));
+      for (TensorSpec& t : kv_outputs(static_cast<int64_t>(l)))
+        layer_specs[l].push_back(std::move(t));
+    }
+  });
   append(outputs_of(head_tensors_));
-  for (int64_t l = 0; l < plan_.num_layers; ++l) {
-    std::vector<TensorSpec> specs = outputs_of(layer_tensors_[l]);
-    for (TensorSpec& t : kv_outputs(l))
-      specs.push_back(std::move(t));
+  for (std::vector<TensorSpec>& specs : layer_specs)
     append(std::move(specs));
-  }
   append(outputs_of(tail_tensors_));
   ShardOptions w;
   w.max_shard_bytes = options_.max_shard_bytes;

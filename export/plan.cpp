@@ -1,11 +1,13 @@
 #include "export/plan.h"
 
 #include <algorithm>
+#include <future>
 #include <map>
 #include <memory>
 #include <set>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "core/regex.h"
 #include "model/groups.h"
 
@@ -174,17 +176,22 @@ void check_source_quantization(const ModelConfig& config, const Checkpoint& ckpt
       }
     }
     only(SourceCompression::kInt4Pack);
-    std::optional<CtIgnore> ignored;  // compiled at the first INT4 module
-    for (const PlannedModule& m : modules) {
-      if (m.source != SourceCompression::kInt4Pack) continue;
-      if (!ignored) ignored.emplace(ignore, what);
-      STRATA_CHECK(!ignored->ignores(m.module), what, ".ignore names '", m.module,
-                   "' but the checkpoint stores it pack-quantized; the checkpoint and its config "
-                   "disagree");
-      STRATA_CHECK(groups.count(m.source_group) == 1, ckpt.dir(), ": '", m.module,
-                   "' has INT4 groups of ", m.source_group, " but ", what,
-                   " declares other group sizes");
-    }
+    if (found.count(SourceCompression::kInt4Pack) == 0) return;
+    const CtIgnore ignored(ignore, what);
+    // Every INT4 module against the ignore list: 69k regex matches on a Kimi-K2, on several
+    // threads; the first refusal in module order is the one reported.
+    parallel_chunks(modules.size(), startup_threads(), 4096, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) {
+        const PlannedModule& m = modules[i];
+        if (m.source != SourceCompression::kInt4Pack) continue;
+        STRATA_CHECK(!ignored.ignores(m.module), what, ".ignore names '", m.module,
+                     "' but the checkpoint stores it pack-quantized; the checkpoint and its config "
+                     "disagree");
+        STRATA_CHECK(groups.count(m.source_group) == 1, ckpt.dir(), ": '", m.module,
+                     "' has INT4 groups of ", m.source_group, " but ", what,
+                     " declares other group sizes");
+      }
+    });
     return;
   }
   if (method == "modelopt") return;  // strata's own exports; the plan refuses quantized weights
@@ -238,15 +245,50 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
   // The INT4 weight_shape tensors are read below, one per module and spread over the files: asked
   // for all at once, a cold start waits for them at the disk's queue depth (a 61-layer Kimi-K2
   // shape has 70k of them), not one page fault at a time.
+  // Asked on a helper thread (69k madvise calls) while the tensors are classified.
   std::vector<std::string> shapes;
   for (const std::string& name : names) {
     if (name.ends_with(".weight_shape")) shapes.push_back(name);
   }
-  ckpt.will_need(shapes);
+  std::future<void> asked =
+      std::async(std::launch::async, [&ckpt, &shapes] { ckpt.will_need(shapes); });
+  // What each tensor is, read for every name independently (on several threads: a Kimi-K2 has
+  // 208k tensors), then planned in name order below. A refusal is the first in name order, as a
+  // sequential loop gives it (core/parallel.h).
+  struct Facts {
+    TensorClass c;
+    bool tower = false;  // a vision tower's or projector's 2-D weight (planned as excluded)
+    std::string module;  // a linear module's name (else empty)
+    std::optional<SourceWeight> sw;
+  };
+  std::vector<Facts> facts(names.size());
+  parallel_chunks(names.size(), startup_threads(), 4096, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      const std::string& name = names[i];
+      Facts& f = facts[i];
+      f.c = classify_tensor(arch, name);
+      const std::string refused = tensor_layout_refusal(arch, ckpt, name, f.c);
+      STRATA_CHECK(refused.empty(), ckpt.dir(), ": ", refused);
+      // The vision tower and projector of a multimodal wrapper are copied unquantized; their
+      // linear weights are planned (as excluded) so that exclude_modules lists them (format.md
+      // §6).
+      f.tower = (f.c.kind == TensorKind::kVision || f.c.kind == TensorKind::kProjector) &&
+                name.ends_with(".weight") && ckpt.entry(name).shape.size() == 2;
+      if (f.c.role != TensorRole::kLinearWeight && !f.tower) continue;
+      for (std::string_view suffix : {".weight", ".weight_packed", ".weight_blocks"}) {
+        if (name.size() > suffix.size() && name.ends_with(suffix))
+          f.module = name.substr(0, name.size() - suffix.size());
+      }
+      f.sw = find_source_weight(ckpt, f.module);
+      STRATA_ASSERT(f.sw.has_value(), "no source weight for ", f.module);
+    }
+  });
+  asked.get();
   bool head_stored = false;
-  for (const std::string& name : names) {
-    const TensorClass c = classify_tensor(arch, name);
-    const TensorEntry& e = ckpt.entry(name);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    const Facts& f = facts[i];
+    const TensorClass& c = f.c;
     if (c.kind == TensorKind::kLmHead) head_stored = true;
     if (c.kind == TensorKind::kEmbedding && name.ends_with(".weight"))
       plan.excluded_extra.push_back(name.substr(0, name.size() - 7));
@@ -255,22 +297,12 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
     if ((arch.family == ArchFamily::kQwen3Next || arch.family == ArchFamily::kQwen35Moe) &&
         name.ends_with(".linear_attn.conv1d.weight"))
       plan.excluded_extra.push_back(name.substr(0, name.size() - 7));
-    const std::string refused = tensor_layout_refusal(arch, ckpt, name, c);
-    STRATA_CHECK(refused.empty(), ckpt.dir(), ": ", refused);
-    // The vision tower and projector of a multimodal wrapper are copied unquantized; their
-    // linear weights are planned (as excluded) so that exclude_modules lists them (format.md §6).
-    const bool tower = (c.kind == TensorKind::kVision || c.kind == TensorKind::kProjector) &&
-                       name.ends_with(".weight") && e.shape.size() == 2;
-    if (c.role != TensorRole::kLinearWeight && !tower) continue;
-    std::string module;
-    for (std::string_view suffix : {".weight", ".weight_packed", ".weight_blocks"}) {
-      if (name.size() > suffix.size() && name.ends_with(suffix))
-        module = name.substr(0, name.size() - suffix.size());
-    }
-    const std::optional<SourceWeight> sw = find_source_weight(ckpt, module);
-    STRATA_ASSERT(sw.has_value(), "no source weight for ", module);
+    if (f.module.empty()) continue;
+    const TensorEntry& e = ckpt.entry(name);
+    const bool tower = f.tower;
+    const std::optional<SourceWeight>& sw = f.sw;
     PlannedModule m;
-    m.module = module;
+    m.module = f.module;
     m.layer = c.layer;
     m.kind = c.kind;
     m.source = sw->compression;

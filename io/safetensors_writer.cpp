@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/parallel.h"
 #include "io/json.h"
 
 namespace strata {
@@ -211,7 +212,7 @@ void append_json_string(std::string& out, const std::string& s, const std::strin
 //                   tensors). Data order: tensors with the widest elements first (8-, 4-, 2-,
 //                   then 1-byte and packed), the given order within each width, so that every
 //                   tensor starts at a multiple of its element size.
-SafetensorsLayout safetensors_layout(const std::vector<TensorSpec>& tensors,
+SafetensorsLayout safetensors_layout(std::span<const TensorSpec> tensors,
                                      const std::map<std::string, std::string>& metadata,
                                      const std::string& path) {
   // The header's JSON written directly (a JSON tree of 200k entries and its dump took most of the
@@ -341,8 +342,9 @@ PlannedShardWriter::PlannedShardWriter(std::string out_dir, std::vector<TensorSp
     bytes += n;
     shard_of_.push_back(ranges.size() - 1);
   }
+  shards_.resize(ranges.size());
   for (size_t k = 0; k < ranges.size(); ++k) {
-    Shard s;
+    Shard& s = shards_[k];
     // One shard is <prefix>.safetensors with no index, as transformers' save_pretrained (which
     // ModelOpt's export calls) writes a checkpoint that fits one shard.
     s.final_name = ranges.size() == 1 ? options_.prefix + ".safetensors"
@@ -350,11 +352,16 @@ PlannedShardWriter::PlannedShardWriter(std::string out_dir, std::vector<TensorSp
     s.partial_name = "." + s.final_name + ".partial";
     s.begin = ranges[k].first;
     s.end = ranges[k].second;
-    s.layout = safetensors_layout({plan_.begin() + static_cast<int64_t>(s.begin),
-                                   plan_.begin() + static_cast<int64_t>(s.end)},
-                                  options_.metadata, path_of(s.final_name));
-    shards_.push_back(std::move(s));
   }
+  // The shards' layouts on several threads (a Kimi-K2 export plans 280k tensors).
+  parallel_chunks(shards_.size(), startup_threads(), 1, [&](size_t begin, size_t end) {
+    for (size_t k = begin; k < end; ++k) {
+      Shard& s = shards_[k];
+      s.layout =
+          safetensors_layout(std::span<const TensorSpec>(plan_).subspan(s.begin, s.end - s.begin),
+                             options_.metadata, path_of(s.final_name));
+    }
+  });
 }
 
 PlannedShardWriter::~PlannedShardWriter() {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -47,7 +48,7 @@ struct SafetensorsLayout {
   std::vector<uint64_t> offsets;  // file offset of each tensor's data, in the given order
   uint64_t file_size = 0;
 };
-SafetensorsLayout safetensors_layout(const std::vector<TensorSpec>& tensors,
+SafetensorsLayout safetensors_layout(std::span<const TensorSpec> tensors,
                                      const std::map<std::string, std::string>& metadata,
                                      const std::string& path);
 

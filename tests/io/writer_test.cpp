@@ -105,12 +105,14 @@ TEST(WriteSafetensors, HeaderEqualsJsonDump) {
   }
   expect_error(
       [] {
-        (void)safetensors_layout({{"\xff", DType::kU8, {1}}}, {}, "b.safetensors");
+        (void)safetensors_layout(std::vector<TensorSpec>{{"\xff", DType::kU8, {1}}}, {},
+                                 "b.safetensors");
       },
       {"b.safetensors", "not valid UTF-8"});
   expect_error(
       [] {
-        (void)safetensors_layout({{"a", DType::kU8, {1}}}, {{"\xc3", "v"}}, "m.safetensors");
+        (void)safetensors_layout(std::vector<TensorSpec>{{"a", DType::kU8, {1}}}, {{"\xc3", "v"}},
+                                 "m.safetensors");
       },
       {"m.safetensors", "not valid UTF-8"});
 }
