@@ -558,7 +558,7 @@ frac() {  # flops, seconds -> percent of the measured bf16 matmul rate
   [ -n "${R[read_seq_s]}" ] && echo "| cold read, cat shard by shard | ${R[read_seq_s]} | $(ratio "${R[read_seq_s]}" "${R[read_s]}") | | $(ratio "${R[ckpt_gb]}" "${R[read_seq_s]}") GB/s; resident before ${R[res_read_seq]} |"
   [ -n "${R[read_par_s]}" ] && echo "| cold read, 8 cats in parallel | ${R[read_par_s]} | $(ratio "${R[read_par_s]}" "${R[read_s]}") | | $(ratio "${R[ckpt_gb]}" "${R[read_par_s]}") GB/s; resident before ${R[res_read_par]} |"
   [ -n "${R[write_s]}" ] && echo "| write $(awk -v b="${R[export_est]}" 'BEGIN {printf "%.2f", b / 1e9}') GB (an export's size), fsync | ${R[write_s]} | $(ratio "${R[write_s]}" "${R[read_s]}") | | $(awk -v b="${R[export_est]}" -v s="${R[write_s]}" 'BEGIN {printf "%.2f", b / 1e9 / s}') GB/s; bytes of the checkpoint's shards, staged in /dev/shm |"
-  [ -n "${R[rw_s]}" ] && echo "| cold read (8 readers) and that write at once | ${R[rw_s]} | $(ratio "${R[rw_s]}" "${R[read_s]}") | | the floor of a run that reads everything and writes its export on this disk; resident before ${R[res_rw]} |"
+  [ -n "${R[rw_s]}" ] && echo "| cold read (8 readers) and that write at once | ${R[rw_s]} | $(ratio "${R[rw_s]}" "${R[read_s]}") | | the floor of a run that reads everything and writes its export on this disk: $(awk -v c="${R[ckpt_bytes]}" -v e="${R[export_est]}" -v s="${R[rw_s]}" 'BEGIN {printf "%.2f", (c + e) / 1e9 / s}') GB/s read + written; resident before ${R[res_rw]} |"
   for name in free capped; do
     [ -n "${R[${name}_s]:-}" ] || continue
     label="strata, GPU memory unconstrained"
@@ -568,7 +568,7 @@ frac() {  # flops, seconds -> percent of the measured bf16 matmul rate
     cs=${R[${name}_compute_s]:-}
     if [ -n "$cs" ]; then fr="$(frac "${R[calib_flops]}" "$cs") of bf16 rate over its ${cs} s computing"
     else fr="$(frac "${R[calib_flops]}" "$t") of bf16 rate over the whole wall time"; fi
-    echo "| $label | $t | $(ratio "$t" "${R[read_s]}") | ${R[${name}_gpu_mib]} | own peak ${R[${name}_own_gib]:-?} GiB; waited ${R[${name}_wait_s]:-?} s for weights; $fr; output ${R[${name}_out_gb]:-?} GB; peak RSS ${R[${name}_rss_mib]:-?} MiB, bound ${R[${name}_bound_mib]:-?} MiB; resident before ${R[res_$name]}${xhf:+; x transformers $xhf} |"
+    echo "| $label | $t | $(ratio "$t" "${R[read_s]}") | ${R[${name}_gpu_mib]} | own peak ${R[${name}_own_gib]:-?} GiB; waited ${R[${name}_wait_s]:-?} s for weights; $fr; output ${R[${name}_out_gb]:-?} GB; disk $(awk -v c="${R[ckpt_gb]}" -v o="${R[${name}_out_gb]:-0}" -v t="$t" 'BEGIN {printf "%.2f", (c + o) / t}') GB/s read + written over the run; peak RSS ${R[${name}_rss_mib]:-?} MiB, bound ${R[${name}_bound_mib]:-?} MiB; resident before ${R[res_$name]}${xhf:+; x transformers $xhf} |"
   done
   if [ -n "${R[compare_s]:-}" ]; then
     echo "| strata compare of the source with the unconstrained run's export, $(wc -l <"$work/compare_tokens.jsonl") x $seq_len tokens | ${R[compare_s]} | $(ratio "${R[compare_s]}" "${R[read_s]}") | ${R[compare_gpu_mib]} | layers on ${R[compare_device]:-?}; mean KL ${R[compare_kl]:-?}, top-1 ${R[compare_top1]:-?}; $(ratio "${R[compare_s]}" "${R[free_s]:-}") x the quantize run; resident before ${R[res_compare]} |"

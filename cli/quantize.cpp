@@ -449,6 +449,32 @@ void print_summary(const QuantizeJob& job, const QuantizeResult& r, uint64_t pea
   } else {
     std::printf("checkpoint bytes read: %llu\n", static_cast<unsigned long long>(r.bytes_read));
   }
+  // The disk's rate over the whole run, the number to hold against the floor of reading the
+  // checkpoint while writing the export (bench/gpu_bench.sh measures that floor). Not for a
+  // resumed run, which read only what was left but finished the whole export.
+  if (r.resumed_at_step == 0 && r.seconds > 0.0) {
+    uint64_t read = r.bytes_read, written = 0;
+    if (ranks > 1) {
+      read = 0;
+      for (const std::string& b : s.read_per_rank)
+        read += std::stoull(b);
+    }
+    for (const std::string& f : r.files) {
+      std::error_code ec;
+      const uint64_t n = std::filesystem::file_size(std::filesystem::path(job.export_path) / f, ec);
+      if (!ec) written += n;
+    }
+    // Decimal units, as disks are rated.
+    auto decimal = [](double b) {
+      return b >= 1e9   ? str(format_double("%.2f", b / 1e9), " GB")
+             : b >= 1e6 ? str(format_double("%.2f", b / 1e6), " MB")
+                        : str(format_double("%.1f", b / 1e3), " kB");
+    };
+    std::printf("disk: %s read and %s written in %.2f s, %s/s over the run\n",
+                decimal(static_cast<double>(read)).c_str(),
+                decimal(static_cast<double>(written)).c_str(), r.seconds,
+                decimal(static_cast<double>(read + written) / r.seconds).c_str());
+  }
 }
 
 // --eval_data: the comparison `strata compare MODEL EXPORT --tokens FILE` (a .jsonl file whose

@@ -73,6 +73,44 @@ TEST(Quantize, DryRunEstimatesACompressedSourcesOutput) {
   }
 }
 
+// The summary's disk line: the checkpoint bytes the run read (the line above it) and the bytes of
+// every file in the export (summed here from the directory), in decimal units, and their sum over
+// the run's seconds.
+TEST(Quantize, SummaryGivesTheDisksRateOverTheRun) {
+  TempDir tmp;
+  write_tokens(tmp.path() / "t.jsonl");
+  const std::string out = (tmp.path() / "out").string();
+  RunResult run = run_strata(
+      "quantize --model '" + kFixtures + "qwen3_moe' --recipe nvfp4-kv_fp8 --calib_data '" +
+          (tmp.path() / "t.jsonl").string() + "' --calib_min_tokens 1 --export_path '" + out + "'",
+      tmp.path());
+  ASSERT_EQ(run.rc, 0) << run.err;
+  const size_t r = run.out.find("checkpoint bytes read: ");
+  const size_t d = run.out.find("disk: ");
+  ASSERT_NE(r, std::string::npos) << run.out;
+  ASSERT_NE(d, std::string::npos) << run.out;
+  const double read = std::stod(run.out.substr(r + 23));
+  double written = 0;
+  for (const auto& e : fs::recursive_directory_iterator(out))
+    if (e.is_regular_file()) written += static_cast<double>(e.file_size());
+  // The fixture is under 1 MB each way: kB with one decimal.
+  std::istringstream line(run.out.substr(d + 6));
+  double r_kb = 0, w_kb = 0, seconds = 0, rate = 0;
+  std::string unit1, w1, w2, unit2, w3, w4, w5, rate_unit;
+  line >> r_kb >> unit1 >> w1 >> w2 >> w_kb >> unit2 >> w3 >> w4 >> seconds >> w5 >> rate >>
+      rate_unit;
+  EXPECT_EQ(unit1, "kB") << run.out;
+  EXPECT_EQ(unit2, "kB") << run.out;
+  EXPECT_NEAR(r_kb, read / 1e3, 0.051) << run.out;
+  EXPECT_NEAR(w_kb, written / 1e3, 0.051) << run.out;
+  ASSERT_GT(seconds, 0.0) << run.out;
+  // MB/s or kB/s: (read + written) / seconds, within the printed seconds' rounding (0.005 s).
+  const double scale = rate_unit == "MB/s" ? 1e6 : rate_unit == "kB/s" ? 1e3 : 0.0;
+  ASSERT_GT(scale, 0.0) << run.out;
+  EXPECT_GT(rate * scale, (read + written) / (seconds + 0.005) * 0.99) << run.out;
+  EXPECT_LT(rate * scale, (read + written) / std::max(seconds - 0.005, 1e-3) * 1.01) << run.out;
+}
+
 // A layer whose experts all reached the threshold gets no line; when none has such experts, one
 // line says so (a 61-layer run printed 60 lines of "0 of 384").
 TEST(Quantize, ExpertSummaryNamesOnlyLayersWithScarceExperts) {
