@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/parallel.h"
 #include "core/transpose.h"
 #include "io/fused_experts.h"
 #include "io/json.h"
@@ -179,9 +180,15 @@ Checkpoint Checkpoint::open(const std::string& dir) {
                  shard_files[0], ", ", shard_files[1], ", ...)");
   }
 
-  // Open every shard (validating its header) and record where each tensor lives.
+  // Open every shard (validating its header; on several threads, the first failing shard in
+  // order reported) and record where each tensor lives.
+  std::vector<std::optional<SafetensorsFile>> opened(shard_files.size());
+  parallel_chunks(shard_files.size(), startup_threads(), 1, [&](size_t begin, size_t end) {
+    for (size_t s = begin; s < end; ++s)
+      opened[s].emplace(SafetensorsFile::open((root / shard_files[s]).string()));
+  });
   for (size_t s = 0; s < shard_files.size(); ++s) {
-    c.shards_.push_back(SafetensorsFile::open((root / shard_files[s]).string()));
+    c.shards_.push_back(std::move(*opened[s]));
     const std::vector<TensorEntry>& entries = c.shards_.back().entries();
     for (size_t e = 0; e < entries.size(); ++e) {
       auto [it, inserted] = c.where_.emplace(entries[e].name, Where{s, e, false});
