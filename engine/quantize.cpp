@@ -10,6 +10,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -962,7 +963,8 @@ void QuantizeRun::disk_full(const DiskFullError& e) {
 
 QuantizeResult run_quantize(const QuantizeJob& job) {
   QuantizeResult result;
-  QuantizeRun run(job, result);
+  auto owned = std::make_unique<QuantizeRun>(job, result);
+  QuantizeRun& run = *owned;
   run.resolve_plan();
   run.choose_device();
   run.check_output();
@@ -984,6 +986,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   } catch (const DiskFullError& e) {
     run.disk_full(e);
   }
+  if (job.leave_for_exit) (void)owned.release();  // reclaimed by the process's exit
   return result;
 }
 

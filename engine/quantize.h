@@ -57,6 +57,11 @@ struct QuantizeJob {
   GpuOptions gpu;                     // engine/options.h: the --gpu_* flags
   TestHooks test;                     // engine/options.h: the hidden --test_* flags
   CalibPrecision precision = CalibPrecision::kFp32Layers;  // --calib_precision
+  // The process ends right after a successful run (the CLI, one process, nothing after it): the
+  // run's mappings, host and pinned buffers, device memory and helper threads are left for the
+  // exit to reclaim instead of being freed one by one (issue 22: the exit is outside the layer
+  // loop). The output is complete and durable before run_quantize returns either way.
+  bool leave_for_exit = false;
 };
 
 // Host memory a run needs, an upper bound on its peak RSS (docs/QUANTIZE.md "Memory and
