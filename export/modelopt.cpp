@@ -320,6 +320,8 @@ ModeloptExporter::ModeloptExporter(const QuantPlan& plan, const ModelConfig& con
   for (std::vector<TensorSpec>& specs : layer_specs)
     append(std::move(specs));
   append(outputs_of(tail_tensors_));
+  for (const TensorSpec& t : outputs_)
+    output_bytes_ += t.nbytes();  // asked once a layer by the progress line
   ShardOptions w;
   w.max_shard_bytes = options_.max_shard_bytes;
   writer_ = std::make_unique<PlannedShardWriter>(out_dir_, outputs_, w);
@@ -441,10 +443,7 @@ uint64_t ModeloptExporter::source_bytes(int64_t step) const {
 }
 
 uint64_t ModeloptExporter::output_bytes() const {
-  uint64_t n = 0;
-  for (const TensorSpec& t : outputs_)
-    n += t.nbytes();
-  return n;
+  return output_bytes_;
 }
 
 uint64_t ModeloptExporter::disk_bytes(uint64_t block) const {

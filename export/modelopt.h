@@ -187,6 +187,7 @@ class ModeloptExporter {
   ArchInfo arch_;
   std::unique_ptr<PlannedShardWriter> writer_;
   std::vector<TensorSpec> outputs_;  // every output tensor, in write order
+  uint64_t output_bytes_ = 0;        // the sum of their bytes
   std::vector<size_t> step_end_;     // step s writes outputs_ [step_end_[s-1], step_end_[s])
   std::map<int64_t, std::vector<std::string>> layer_tensors_;           // layer -> checkpoint names
   std::map<int64_t, std::vector<const PlannedModule*>> layer_modules_;  // layer -> its modules
