@@ -299,16 +299,15 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
       plan.excluded_extra.push_back(name.substr(0, name.size() - 7));
     if (f.module.empty()) continue;
     const TensorEntry& e = ckpt.entry(name);
-    const bool tower = f.tower;
-    const std::optional<SourceWeight>& sw = f.sw;
+    const SourceWeight& sw = *f.sw;
     PlannedModule m;
     m.module = f.module;
     m.layer = c.layer;
     m.kind = c.kind;
-    m.source = sw->compression;
-    m.source_group = sw->group;
-    m.dtype = sw->compression == SourceCompression::kNone ? e.dtype : DType::kBF16;
-    m.shape = sw->shape;
+    m.source = sw.compression;
+    m.source_group = sw.group;
+    m.dtype = sw.compression == SourceCompression::kNone ? e.dtype : DType::kBF16;
+    m.shape = sw.shape;
     const RuleDecision& d = matcher.decide(m.module);
     m.format = d.format;
     m.rule = d.rule;
@@ -316,7 +315,7 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
     // Multi-token-prediction layers are not run by calibration and not loaded by consumers as
     // part of the decoder: they stay in the source dtype whatever the recipe says; so do the
     // vision tower and the projector (calibration runs the language model only).
-    if (m.kind == TensorKind::kMtp || tower) m.format = QFormat::kNone;
+    if (m.kind == TensorKind::kMtp || f.tower) m.format = QFormat::kNone;
     if (m.format != QFormat::kNone) {
       const std::string rule = m.rule >= 0 ? recipe.rules[m.rule].origin : "the recipe";
       STRATA_CHECK(m.shape.size() == 2, rule, " quantizes '", m.module,

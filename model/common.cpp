@@ -135,6 +135,12 @@ ActQuant served_input_quant(const Checkpoint& ckpt, const std::string& weight_na
   return {};
 }
 
+ops::Weight ServedBinder::matrix(const std::string& name, const Shape& shape) {
+  ops::Weight w = inner_.matrix(name, shape);
+  if (activations_) w.input_quant = served_input_quant(ckpt_, name);
+  return w;
+}
+
 ActQuant served_kv_quant(const Checkpoint& ckpt, ActQuant::Kind kv, const std::string& cache) {
   if (kv == ActQuant::Kind::kNone) return {};
   STRATA_ASSERT(kv == ActQuant::Kind::kFp8 || kv == ActQuant::Kind::kNvfp4, "KV cache format");

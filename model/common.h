@@ -8,6 +8,7 @@
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
 #include "model/forward.h"
+#include "model/layer.h"
 #include "ops/ops.h"
 
 namespace strata::model {
@@ -31,6 +32,34 @@ ActQuant served_input_quant(const Checkpoint& ckpt, const std::string& weight_na
 // along each head under the global scale fl32(scale · 448) · fl32(1/2688), as ModelOpt's fake
 // quantizer takes the amax scale · 448.
 ActQuant served_kv_quant(const Checkpoint& ckpt, ActQuant::Kind kv, const std::string& cache);
+
+// strata compare's serving simulation over another binder, for one bind(): its matrices carry the
+// export's input quantization (served_input_quant) when `activations`, the attention the KV
+// cache's (served_kv_quant) for `kv`; every weight is the inner binder's. The CPU and GPU
+// forwards wrap their binders in it when the simulation is on.
+class ServedBinder final : public Binder {
+ public:
+  ServedBinder(Binder& inner, const Checkpoint& ckpt, bool activations, ActQuant::Kind kv)
+      : inner_(inner), ckpt_(ckpt), activations_(activations), kv_(kv) {}
+  ops::Weight matrix(const std::string& name, const Shape& shape) override;
+  ops::Weight vector(const std::string& name, const Shape& shape) override {
+    return inner_.vector(name, shape);
+  }
+  bool has(const std::string& name) const override { return inner_.has(name); }
+  Shape shape_of(const std::string& name) const override { return inner_.shape_of(name); }
+  bool holds_expert(int64_t e, int64_t experts) const override {
+    return inner_.holds_expert(e, experts);
+  }
+  ActQuant kv_quant(const std::string& cache) const override {
+    return served_kv_quant(ckpt_, kv_, cache);
+  }
+
+ private:
+  Binder& inner_;
+  const Checkpoint& ckpt_;
+  bool activations_;
+  ActQuant::Kind kv_;
+};
 
 // Whether the JSON object `j` holds `key` with a value other than null (hub configs write null
 // for a setting left at the model class's default).

@@ -28,22 +28,12 @@ namespace {
 
 // Weights read from the checkpoint into fp32 (decompressed where the source is compressed),
 // owned by the layer; routed experts of other ranks are not read.
-// With the serving simulation on (ForwardOptions), the matrices carry the export's input
-// quantization and the attention its KV-cache quantization.
 class CpuBinder final : public model::Binder {
  public:
-  CpuBinder(const Checkpoint& ckpt, const ExpertExchange* exchange, const ForwardOptions& options)
-      : ckpt_(ckpt),
-        exchange_(exchange),
-        activations_(options.simulate_activations),
-        kv_cache_(options.kv_cache) {}
+  CpuBinder(const Checkpoint& ckpt, const ExpertExchange* exchange)
+      : ckpt_(ckpt), exchange_(exchange) {}
   ops::Weight matrix(const std::string& name, const Shape& shape) override {
-    ops::Weight w = load(name, shape, false);
-    if (activations_) w.input_quant = model::served_input_quant(ckpt_, name);
-    return w;
-  }
-  ActQuant kv_quant(const std::string& cache) const override {
-    return model::served_kv_quant(ckpt_, kv_cache_, cache);
+    return load(name, shape, false);
   }
   ops::Weight vector(const std::string& name, const Shape& shape) override {
     return load(name, shape, true);
@@ -61,8 +51,6 @@ class CpuBinder final : public model::Binder {
   }
   const Checkpoint& ckpt_;
   const ExpertExchange* exchange_;
-  bool activations_;
-  ActQuant::Kind kv_cache_;
   std::deque<std::vector<float>> storage_;
 };
 
@@ -72,10 +60,13 @@ class CpuLayer : public DecoderLayer {
   CpuLayer(std::unique_ptr<model::Layer> layer, const Checkpoint& ckpt, ExpertExchange* exchange,
            const ForwardOptions& options)
       : layer_(std::move(layer)),
-        binder_(ckpt, exchange, options),
+        binder_(ckpt, exchange),
         exchange_(exchange),
         bf16_ops_(options.bf16_ops) {
-    layer_->bind(binder_);
+    // With the serving simulation on (ForwardOptions), the matrices carry the export's input
+    // quantization and the attention its KV-cache quantization.
+    model::ServedBinder served(binder_, ckpt, options.simulate_activations, options.kv_cache);
+    layer_->bind(served);
   }
   void forward(const Batch& batch, float* x, Observer* observer) override {
     ops::CpuBackend be(observer, exchange_);

@@ -105,10 +105,9 @@ class BlobBinder final : public model::Binder {
  public:
   // decompressed: where each decompressed weight lands (by its "<M>.weight" name), or null.
   BlobBinder(const Checkpoint& ckpt, const LayerBlob& blob, const uint8_t* base,
-             DeviceBuffer* converted, bool gemm_bf16, const Stream& stream, const Serving& serving,
+             DeviceBuffer* converted, bool gemm_bf16, const Stream& stream,
              std::map<std::string, ops::StoredWeight>* decompressed = nullptr)
-      : serving_(serving),
-        ckpt_(ckpt),
+      : ckpt_(ckpt),
         blob_(blob),
         base_(base),
         converted_(converted),
@@ -133,12 +132,7 @@ class BlobBinder final : public model::Binder {
   }
 
   ops::Weight matrix(const std::string& name, const Shape& shape) override {
-    ops::Weight w = weight(name, shape);
-    if (serving_.activations) w.input_quant = model::served_input_quant(ckpt_, name);
-    return w;
-  }
-  ActQuant kv_quant(const std::string& cache) const override {
-    return model::served_kv_quant(ckpt_, serving_.kv_cache, cache);
+    return weight(name, shape);
   }
 
   ops::Weight weight(const std::string& name, const Shape& shape) {
@@ -300,7 +294,6 @@ class BlobBinder final : public model::Binder {
     return converted_->as<uint8_t>() + at;
   }
 
-  const Serving& serving_;
   const Checkpoint& ckpt_;
   const LayerBlob& blob_;
   const uint8_t* base_;
@@ -316,16 +309,9 @@ class BlobBinder final : public model::Binder {
 // Shapes only, from the checkpoint's headers: for the sizing runs, which need no weights.
 class ShapeBinder final : public model::Binder {
  public:
-  explicit ShapeBinder(const Checkpoint& ckpt, Serving serving = {})
-      : ckpt_(ckpt), serving_(serving) {}
+  explicit ShapeBinder(const Checkpoint& ckpt) : ckpt_(ckpt) {}
   ops::Weight matrix(const std::string& name, const Shape& shape) override {
-    ops::Weight w = weight(name, shape);
-    // The serving simulation's quantized copies count in the sizing runs' scratch.
-    if (serving_.activations) w.input_quant = model::served_input_quant(ckpt_, name);
-    return w;
-  }
-  ActQuant kv_quant(const std::string& cache) const override {
-    return model::served_kv_quant(ckpt_, serving_.kv_cache, cache);
+    return weight(name, shape);
   }
   ops::Weight weight(const std::string& name, const Shape& shape) {
     if (export_weight(ckpt_, name, shape, nullptr, nullptr)) return {nullptr, shape, false};
@@ -360,7 +346,6 @@ class ShapeBinder final : public model::Binder {
     return shape;
   }
   const Checkpoint& ckpt_;
-  Serving serving_;
 };
 
 std::string layer_prefix(const std::string& model_prefix, int64_t l) {
@@ -389,8 +374,10 @@ Survey survey_layers(const ModelConfig& c, const Checkpoint& ckpt, const model::
   const ops::Tokens t = sizing_tokens(kSizingTokens);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     auto layer = family.make_layer(c, l, layer_prefix(model_prefix, l));
-    ShapeBinder binder(ckpt, serving);
-    layer->bind(binder);
+    ShapeBinder binder(ckpt);
+    // The serving simulation's quantized copies count in the sizing runs' scratch.
+    model::ServedBinder served(binder, ckpt, serving.activations, serving.kv_cache);
+    layer->bind(served);
     be->clear_slots();
     be->reset_high_water();
     layer->forward(*be, t, nullptr);
@@ -439,11 +426,12 @@ struct GpuForward::Impl {
                 uint64_t* largest_deferred = nullptr) {
     layer = family.make_layer(c, l, layer_prefix(model_prefix, l));
     if (base) decompressed.clear();
-    BlobBinder binder(ckpt, blob, base, &converted, opt.gemm_bf16, stream, serving,
+    BlobBinder binder(ckpt, blob, base, &converted, opt.gemm_bf16, stream,
                       base ? &decompressed : nullptr);
     binder.hold_experts_of(opt.expert_rank, opt.expert_ranks);
     binder.defer_routed_experts(defer);
-    layer->bind(binder);
+    model::ServedBinder served(binder, ckpt, serving.activations, serving.kv_cache);
+    layer->bind(served);
     if (largest_deferred) *largest_deferred = binder.largest_deferred();
     return binder.used();
   }

@@ -47,8 +47,7 @@ __device__ __forceinline__ float pow2(int e) {
 
 __global__ void k_nvfp4(float* x, int64_t n_blocks, float global_scale) {
   const float six_global = __fmul_rn(6.0f, global_scale);
-  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < n_blocks;
-       b += int64_t{gridDim.x} * blockDim.x) {
+  FOR_N(b, n_blocks) {
     float* v = x + b * kNvfp4Block;
     float block_amax = 0.0f;
     bool nan = false;
@@ -74,8 +73,7 @@ __global__ void k_nvfp4(float* x, int64_t n_blocks, float global_scale) {
 }
 
 __global__ void k_fp8(float* x, int64_t n, float scale) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
+  FOR_N(i, n) {
     if (is_nan(x[i])) continue;
     float q = __fdiv_rn(x[i], scale);
     q = q < -448.0f ? -448.0f : (448.0f < q ? 448.0f : q);  // std::clamp
@@ -84,8 +82,7 @@ __global__ void k_fp8(float* x, int64_t n, float scale) {
 }
 
 __global__ void k_mxfp8(float* x, int64_t n_blocks) {
-  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < n_blocks;
-       b += int64_t{gridDim.x} * blockDim.x) {
+  FOR_N(b, n_blocks) {
     float* v = x + b * kMxfp8Block;
     float block_amax = 0.0f;
     bool finite = true;
