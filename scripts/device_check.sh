@@ -8,7 +8,8 @@
 #        [--tests REGEX] [--recipes "R1 R2"] [--families "F1 F2"] [--bench "ARCH ..."]
 #        [--bench_skip STEPS]'
 #
-# --parts     which parts run, in this order (default tests,peer)
+# --parts     which parts run, in this order (default tests,peer); parts joined by + run at the
+#             same time (tests+peer: neither is timed)
 # --tests     a ctest -R regex over the `gpu` label (default: every GPU test)
 # --recipes   peer recipes (default: those added since the last H200 peer: the affine KV modes,
 #             nvfp4_act_headroom, the Kimi-K3 fp8_pb_wo recipe, nvfp4_mlp_only-novit)
@@ -23,7 +24,7 @@
 # The peer, and gpu_bench.sh's ModelOpt step, need the wheels of tests/peer/fetch_wheels.sh carried
 # as .whl/.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 bin=/tmp/strata-bundle/build/bin
 out=${OUT:-out/device_check}
 parts=tests,peer
@@ -45,17 +46,18 @@ while [ $# -gt 0 ]; do
     --bench) bench="$2"; shift 2 ;;
     --bench_skip) bench_skip="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "device_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 [ -x "$bin/strata" ] || { echo "device_check: no strata in $bin (run under the bundle's run.sh)" >&2; exit 2; }
 logs=$out/logs
 mkdir -p "$logs"
-summary=()
 elapsed() { echo $(( $(date +%s) - $1 ))s; }
 
-for part in ${parts//,/ }; do
+# One part; its summary lines go to $logs/summary_PART.txt, so that parts can run side by side.
+run_part() {
+  local part=$1 t0 rc summary=()
   t0=$(date +%s)
   case "$part" in
     tests)
@@ -85,8 +87,17 @@ for part in ${parts//,/ }; do
         while read -r line; do summary+=("  $line"); done < <(tail -12 "$logs/bench_$arch.log")
       done
       ;;
-    *) echo "device_check: unknown part $part (tests, peer, bench)" >&2; exit 2 ;;
+    *) summary+=("device_check: unknown part $part (tests, peer, bench)") ;;
   esac
+  printf '%s\n' "${summary[@]}" > "$logs/summary_$part.txt"
+}
+
+# Groups run in order; the parts of one group (joined by +) run at the same time.
+for group in ${parts//,/ }; do
+  for part in ${group//+/ }; do run_part "$part" & done
+  wait
 done
 echo "== device_check summary (logs in $logs)"
-printf '%s\n' "${summary[@]}"
+for group in ${parts//,/ }; do
+  for part in ${group//+/ }; do cat "$logs/summary_$part.txt"; done
+done
