@@ -71,6 +71,9 @@ int cmd_compare(const std::vector<std::string>& argv) {
               "GEMM inputs of the GPU forward (fp32 accumulation either way); fp32 is closer to "
               "the CPU's fp32 forward",
               "bf16");
+  args.hidden_option("--test_gpu_chunk_tokens", "N",
+                     "the GPU comparison runs chunks of at most N tokens (one sequence when "
+                     "longer), as a tight --max_gpu_memory_gb would make them");
   args.flag("--quiet,-q", "no progress, only warnings and errors");
   if (!args.parse(argv)) return 0;
   if (args.flag_set("--quiet")) log_set_level(LogLevel::kWarn);
@@ -100,6 +103,10 @@ int cmd_compare(const std::vector<std::string>& argv) {
   STRATA_CHECK(gpu_gb >= 0, "--max_gpu_memory_gb must not be negative");
   job.max_gpu_memory_bytes = static_cast<uint64_t>(gpu_gb * 1024.0 * 1024.0 * 1024.0);
   job.gemm_bf16 = args.choice("--gpu_gemm", "bf16|fp32") == 0;
+  if (args.has("--test_gpu_chunk_tokens")) {
+    job.test_chunk_tokens = args.get_int("--test_gpu_chunk_tokens");
+    STRATA_CHECK(job.test_chunk_tokens > 0, "--test_gpu_chunk_tokens must be positive");
+  }
 
   const auto report = args.get_optional("--report");
   if (report) prepare_report_dir(*report);  // a bad DIR fails before the comparison runs

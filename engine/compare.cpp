@@ -334,20 +334,21 @@ CompareResult run_compare(const CompareJob& job) {
       read_uncalibrated(job.quantized_dir);
   std::unique_ptr<CompareLayers> layers;
   bool cuda = job.cuda;
+  CompareGpuOptions g;
+  g.max_gpu_memory_bytes = job.max_gpu_memory_bytes;
+  g.gemm_bf16 = job.gemm_bf16;
+  g.test_chunk_tokens = job.test_chunk_tokens;
+  g.bf16_between_layers = job.bf16_between_layers;
+  g.simulate_activations = oq.simulate_activations;
+  g.kv_cache = oq.kv_cache;
   if (cuda) {
-    if (std::string why = gpu_compare_unsupported(cs, ks, cq, kq); !why.empty()) {
+    if (std::string why = gpu_compare_unsupported(cs, ks, cq, kq, g); !why.empty()) {
       STRATA_CHECK(!job.device_explicit, "--device cuda: ", why, "; use --device cpu");
       log_warn("compare: the GPU forward cannot run this model (", why, "); running on the CPU");
       cuda = false;
     }
   }
   if (cuda) {
-    CompareGpuOptions g;
-    g.max_gpu_memory_bytes = job.max_gpu_memory_bytes;
-    g.gemm_bf16 = job.gemm_bf16;
-    g.bf16_between_layers = job.bf16_between_layers;
-    g.simulate_activations = oq.simulate_activations;
-    g.kv_cache = oq.kv_cache;
     layers = gpu_compare_layers(cs, ks, cq, kq, batch, g);
   } else {
     layers = std::make_unique<CpuCompareLayers>(*src, *q, batch);

@@ -53,6 +53,7 @@ struct CompareJob {
   bool cuda = false, device_explicit = false;
   uint64_t max_gpu_memory_bytes = 0;  // --max_gpu_memory_gb; 0: the device's free memory
   bool gemm_bf16 = true;              // --gpu_gemm bf16|fp32
+  int64_t test_chunk_tokens = 0;      // --test_gpu_chunk_tokens (CompareGpuOptions)
 };
 
 struct LayerError {

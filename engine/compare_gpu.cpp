@@ -29,7 +29,7 @@ namespace strata {
 #if !STRATA_WITH_CUDA
 
 std::string gpu_compare_unsupported(const ModelConfig&, const Checkpoint&, const ModelConfig&,
-                                    const Checkpoint&) {
+                                    const Checkpoint&, const CompareGpuOptions&) {
   return "this strata was built without CUDA";
 }
 
@@ -42,17 +42,20 @@ std::unique_ptr<CompareLayers> gpu_compare_layers(const ModelConfig&, const Chec
 #else
 
 std::string gpu_compare_unsupported(const ModelConfig& cs, const Checkpoint& ks,
-                                    const ModelConfig& cq, const Checkpoint& kq) {
+                                    const ModelConfig& cq, const Checkpoint& kq,
+                                    const CompareGpuOptions& o) {
   if (std::string why = gpu::GpuForward::unsupported(cs, ks); !why.empty())
     return ks.dir() + ": " + why;
-  if (std::string why = gpu::GpuForward::unsupported(cq, kq); !why.empty())
+  if (std::string why = gpu::GpuForward::unsupported(cq, kq, {o.simulate_activations, o.kv_cache});
+      !why.empty())
     return kq.dir() + ": " + why;
   return "";
 }
 
 namespace {
 
-constexpr uint64_t kMargin = 64ull << 20;  // cuBLAS workspaces, alignment
+// Alignment and small allocations, as quantize's plan (engine/memory_plan.cpp) leaves them.
+constexpr uint64_t kSlack = 16ull << 20;
 
 // One model's side: its forward, its reader, its layers' blobs and their device buffer.
 struct Side {
@@ -121,12 +124,14 @@ class GpuCompareLayers final : public CompareLayers {
     const uint64_t meta = (2 * T + T + 2 * static_cast<uint64_t>(batch_.n_seqs()) + 2) * 8;
     const uint64_t fixed = src_.max_blob + exp_.max_blob + src_.max_converted + exp_.max_converted +
                            src_.forward.attention_bytes(longest, cap) +
-                           exp_.forward.attention_bytes(longest, cap) + meta + kMargin;
+                           exp_.forward.attention_bytes(longest, cap) + meta + kSlack;
     const uint64_t per_token = src_.forward.bytes_per_token(longest) +
                                exp_.forward.bytes_per_token(longest) +
                                static_cast<uint64_t>(H_) * 4;
     const uint64_t left = budget_.left() > fixed ? budget_.left() - fixed : 0;
-    const int64_t fit = static_cast<int64_t>(std::min<uint64_t>(left / per_token, T));
+    int64_t fit = static_cast<int64_t>(std::min<uint64_t>(left / per_token, T));
+    if (o.test_chunk_tokens > 0 && fit >= longest)
+      fit = std::max(longest, std::min(fit, o.test_chunk_tokens));
     STRATA_CHECK(fit >= longest,
                  "--max_gpu_memory_gb: ", static_cast<double>(budget_.limit()) / (1ull << 30),
                  " GiB cannot hold one layer of each model (",

@@ -27,14 +27,18 @@ class CompareLayers {
 struct CompareGpuOptions {
   uint64_t max_gpu_memory_bytes = 0;  // 0: the device's free memory
   bool gemm_bf16 = true;              // the GEMMs' inputs in bf16 (fp32 accumulation), or fp32
+  // Test hook: chunks of at most this many tokens (or one sequence, when longer), as a tight cap
+  // would make them; 0: as many as fit.
+  int64_t test_chunk_tokens = 0;
   bool bf16_between_layers = true;
   bool simulate_activations = false;
   ActQuant::Kind kv_cache = ActQuant::Kind::kNone;
 };
 
-// "" when both checkpoints' layers run on the GPU; else why not.
+// "" when both checkpoints' layers run on the GPU with o's serving simulation; else why not.
 std::string gpu_compare_unsupported(const ModelConfig& cs, const Checkpoint& ks,
-                                    const ModelConfig& cq, const Checkpoint& kq);
+                                    const ModelConfig& cq, const Checkpoint& kq,
+                                    const CompareGpuOptions& o);
 
 // Both models' layers on the GPU, chunks of whole sequences under the memory cap. Throws
 // strata::Error without CUDA, or when one sequence does not fit the cap.

@@ -173,8 +173,15 @@ GpuMemoryPlan plan_gpu_memory(const GpuMemoryInputs& in) {
     p.expert_slice = slice;
     return p;
   };
-  if (can_slice && in.force_expert_slice > 0 && in.force_expert_slice < E)
+  if (in.force_expert_slice > 0) {
+    // The test hook must slice, or the tests that use it would pass on unsliced runs.
+    STRATA_CHECK(can_slice,
+                 "--test_gpu_expert_slice: this run has no routed experts of a "
+                 "compressed source to decompress in slices");
+    STRATA_CHECK(in.force_expert_slice < E, "--test_gpu_expert_slice ", in.force_expert_slice,
+                 ": a slice must be below the layer's ", E, " routed experts");
     return with_slice(in.force_expert_slice);
+  }
   if (!can_slice) return plan_fixed(in);
   const GpuMemoryPlan tokens = tokens_of(in);
   if (least_layout(in, tokens).fits) return plan_fixed(in);

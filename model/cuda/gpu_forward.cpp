@@ -246,13 +246,17 @@ class BlobBinder final : public model::Binder {
     }
     return decompressed(sw.module + ".weight", c, shape);
   }
-  // A compressed weight: deferred (a routed expert's, with defer_routed_experts), else
-  // decompressed into the converted weights in the GEMM dtype, and in bf16 for the device's
-  // weight quantization.
+  // A compressed weight: deferred (a routed expert's of a compressed source, with
+  // defer_routed_experts: ops::decompress_weights takes those kinds), else decompressed into the
+  // converted weights in the GEMM dtype, and in bf16 for the device's weight quantization. An
+  // export's weights (strata compare, or an export read as a source) are never deferred.
   ops::Weight decompressed(const std::string& name, const ops::Compressed& c, const Shape& shape) {
     ops::Weight w{nullptr, shape, false};
     const int64_t n = shape_numel(shape);
-    if (defer_ && routed_expert_of(name) >= 0) {
+    using K = ops::Compressed::Kind;
+    const bool source_kind =
+        c.kind == K::kInt4Pack || c.kind == K::kMxfp4 || c.kind == K::kFp8Block;
+    if (defer_ && source_kind && routed_expert_of(name) >= 0) {
       largest_deferred_ = std::max(largest_deferred_, static_cast<uint64_t>(n) * 2);
       w.compressed = c;
       if (decompressed_)
@@ -437,7 +441,8 @@ struct GpuForward::Impl {
   }
 };
 
-std::string GpuForward::unsupported(const ModelConfig& config, const Checkpoint& ckpt) {
+std::string GpuForward::unsupported(const ModelConfig& config, const Checkpoint& ckpt,
+                                    Serving serving) {
   for (const std::string& n : ckpt.tensor_names()) {
     if (n.find(".layers.") == std::string::npos) continue;
     const DType t = ckpt.entry(n).dtype;
@@ -454,7 +459,7 @@ std::string GpuForward::unsupported(const ModelConfig& config, const Checkpoint&
   // router groups) are checked there.
   try {
     const model::Family& family = model::family_of(config);
-    survey_layers(config, ckpt, family, model::find_prefixes(config, ckpt).model, {});
+    survey_layers(config, ckpt, family, model::find_prefixes(config, ckpt).model, {}, serving);
   } catch (const Error& e) {
     return e.what();
   }

@@ -43,8 +43,10 @@ struct Serving {
 
 class GpuForward {
  public:
-  // "" when the GPU forward supports the model; else why not (the run then stays on the CPU).
-  static std::string unsupported(const ModelConfig& config, const Checkpoint& ckpt);
+  // "" when the GPU forward supports the model, run with `serving`'s simulation; else why not
+  // (the run then stays on the CPU).
+  static std::string unsupported(const ModelConfig& config, const Checkpoint& ckpt,
+                                 Serving serving = {});
 
   GpuForward(const ModelConfig& config, const Checkpoint& ckpt, DeviceBudget& budget,
              const Stream& stream, GpuForwardOptions options, Serving serving = {});

@@ -98,15 +98,17 @@ __global__ void k_attention_bf16(const float* q, int64_t qs, const float* k, int
   for (int64_t j = first; j <= t; ++j) {
     if (!skip(j)) m = fmaxf(m, score(j));
   }
-  // kFlash: e_j = exp(s_j - m), summed in fp32, rounded before it weighs v_j; out / sum.
-  // kEager: e_j = exp(bf16(s_j - m)); p_j = bf16(e_j / sum), summed with v in fp32.
-  float l = 0.0f;
+  // As ops::attention_causal (ops.cpp softmax_row), the sum in fp64. kFlash: e_j = exp(s_j - m),
+  // rounded before it weighs v_j; out / fp32(sum). kEager: e_j = exp(bf16(s_j - m));
+  // p_j = bf16(e_j * fp32(1 / sum)), summed with v in fp32.
+  double l = 0.0;
   if (eager) {
     for (int64_t j = first; j <= t; ++j) {
       if (!skip(j)) l += expf(bf16r(__fsub_rn(score(j), m)));
     }
     if (sinks) l += expf(bf16r(__fsub_rn(sinks[h], m)));
   }
+  const float inv = eager ? static_cast<float>(1.0 / l) : 0.0f;
   float acc[kMaxDvPerLane];
   for (int i = 0; i < kMaxDvPerLane; ++i)
     acc[i] = 0.0f;
@@ -114,7 +116,7 @@ __global__ void k_attention_bf16(const float* q, int64_t qs, const float* k, int
     if (skip(j)) continue;
     float p;
     if (eager) {
-      p = bf16r(__fdiv_rn(expf(bf16r(__fsub_rn(score(j), m))), l));
+      p = bf16r(__fmul_rn(expf(bf16r(__fsub_rn(score(j), m))), inv));
     } else {
       const float e = expf(__fsub_rn(score(j), m));
       l += e;
@@ -130,7 +132,7 @@ __global__ void k_attention_bf16(const float* q, int64_t qs, const float* k, int
   float* oi = out + (t * nH + h) * dv;
   for (int i = 0; i < kMaxDvPerLane; ++i) {
     const int64_t d = lane + 32 * i;
-    if (d < dv) oi[d] = bf16r(eager ? acc[i] : __fdiv_rn(acc[i], l));
+    if (d < dv) oi[d] = bf16r(eager ? acc[i] : __fdiv_rn(acc[i], static_cast<float>(l)));
   }
 }
 
@@ -166,7 +168,7 @@ __global__ void k_causal_softmax(float* s, int64_t rows, int64_t L, float scale,
     if (rounding == 2) {
       p = in(j) ? expf(bf16r(__fsub_rn(r[j], mx))) : 0.0f;
     } else {
-      p = in(j) ? expf(r[j] * scale - mx) : 0.0f;
+      p = in(j) ? expf(__fsub_rn(__fmul_rn(r[j], scale), mx)) : 0.0f;  // rounded as the CPU
     }
     r[j] = p;
     sum += p;
@@ -175,6 +177,7 @@ __global__ void k_causal_softmax(float* s, int64_t rows, int64_t L, float scale,
     sum += __shfl_xor_sync(0xffffffffu, sum, o);
   if (sinks) sum += rounding == 2 ? expf(bf16r(__fsub_rn(sink, mx))) : expf(sink - mx);
   const float inv = static_cast<float>(1.0 / sum);
+  __syncwarp();  // r[j] was written by lane (j - first) % 32, and is read below by lane j % 32
   // kFlash: exp(s - max) rounded before it weighs v, divided by the fp32 sum (here, before the
   // P·V GEMM instead of after it). kEager: each probability rounded.
   for (int64_t j = lane; j < L; j += 32) {

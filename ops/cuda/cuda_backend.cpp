@@ -813,6 +813,8 @@ void CudaBackend::route_softmax(float* logits, int64_t T, int64_t E, int64_t K,
                                 const SoftmaxRouting& r, int32_t* chosen, float* weight) {
   if (dry()) {
     STRATA_CHECK(K <= 32, "num_experts_per_tok ", K, " exceeds the GPU router's 32");
+    STRATA_CHECK(E <= cuda::kMaxRoutedExperts, "num_experts ", E, " exceeds the GPU router's ",
+                 cuda::kMaxRoutedExperts);
     return;
   }
   int32_t* counts = moe_ints_.as<int32_t>();
@@ -828,6 +830,8 @@ void CudaBackend::route_sigmoid(float* logits, int64_t T, int64_t E, int64_t K,
   if (dry()) {
     STRATA_CHECK(K <= 32, "num_experts_per_tok ", K, " exceeds the GPU router's 32");
     STRATA_CHECK(r.n_group <= 64, "n_group ", r.n_group, " exceeds the GPU router's 64");
+    STRATA_CHECK(E <= cuda::kMaxRoutedExperts, "num_experts ", E, " exceeds the GPU router's ",
+                 cuda::kMaxRoutedExperts);
     return;
   }
   int32_t* counts = moe_ints_.as<int32_t>();
@@ -1115,7 +1119,7 @@ void CudaBackend::moe_exchanged(const float* n, int64_t T, int64_t H, int64_t K,
   for (const Mlp& m : experts)
     STRATA_ASSERT(!m.gate.deferred(), "expert parallelism: deferred experts (never sliced)");
   const int N = exchange_ ? exchange_->ranks() : opt_.expert_ranks;
-  const int me = exchange_ ? exchange_->rank() : 0;
+  const int me = exchange_ ? exchange_->rank() : opt_.expert_rank;
   const int64_t e0 = E * me / N, e1 = E * (me + 1) / N, Em = e1 - e0;  // the experts held here
   const int64_t G = N * Em;
   const uint64_t es = static_cast<uint64_t>(esz());

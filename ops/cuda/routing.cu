@@ -20,8 +20,8 @@ using launch::st;
 
 constexpr int kMaxTopK = 32;
 constexpr int kMaxGroups = 64;
-constexpr int kWarps = 4;          // tokens a block
-constexpr int kMaxExperts = 1024;  // 2 floats an expert a warp: 4 warps within 48 KiB
+constexpr int kWarps = 4;  // tokens a block
+constexpr int kMaxExperts = kMaxRoutedExperts;
 constexpr unsigned kAll = 0xffffffffu;
 
 // The next pick of ops::top_k's repeated selection over v[0, n) (shared memory), the indices in

@@ -3,12 +3,14 @@
 // CpuBackend::route_softmax, CpuBackend::route_sigmoid). Top-k is ops::top_k's: largest first, ties
 // to the lower expert. expf is within 2 ulp of the host's exp, so a choice differs from the CPU's
 // only where two candidates are within an ulp or two. chosen and weight are [T, K]; counts[E] +=
-// tokens per expert (zero it first). K <= 32 (else strata::Error).
+// tokens per expert (zero it first). K <= 32 and E <= kMaxRoutedExperts (else strata::Error).
 #pragma once
 
 #include <cstdint>
 
 namespace strata::ops::cuda {
+
+inline constexpr int kMaxRoutedExperts = 1024;  // 2 floats an expert a warp: 4 warps in 48 KiB
 
 // Softmax routing (Qwen MoE): p = softmax(logits[t, :E]) (max subtracted, exp in fp32, sum in
 // fp64, as ops::softmax); the top K of p, weight = p (/ the fp32 sum of the top K when norm).

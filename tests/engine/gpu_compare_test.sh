@@ -6,7 +6,8 @@
 #    bits).
 # 2. MODEL quantized with RECIPE (on the CPU, once), then `strata compare MODEL EXPORT` with
 #    --device cpu and --device cuda --gpu_gemm GEMM (FLAGS to the GPU run, e.g. a small
-#    --max_gpu_memory_gb for chunks of one sequence): the serving simulation is bit-identical
+#    --max_gpu_memory_gb and --test_gpu_chunk_tokens for chunks of one sequence; with FLAGS the
+#    run must report more than one chunk): the serving simulation is bit-identical
 #    (tests/ops/cuda/fake_quant_test.cpp), so the numbers differ only by the GEMMs' summation
 #    order (fp32) or their bf16 inputs (bf16), and by the few quantized values that this moves
 #    across a rounding boundary. Bounds (REL, docs/COMPARE.md "On the GPU"): mean KL, every
@@ -32,8 +33,16 @@ cp -r "$src" "$work/copy"
   --calib_size "$count" --calib_min_tokens 1 --device cpu --export_path "$work/export" >/dev/null
 "$strata" compare -q "$src" "$work/export" --tokens "$work/tokens.jsonl" --device cpu \
   --json "$work/cpu.json" >/dev/null
-"$strata" compare -q "$src" "$work/export" --tokens "$work/tokens.jsonl" --device cuda \
-  --gpu_gemm "$gemm" --json "$work/gpu.json" "$@" >/dev/null
+"$strata" compare "$src" "$work/export" --tokens "$work/tokens.jsonl" --device cuda \
+  --gpu_gemm "$gemm" --json "$work/gpu.json" "$@" > "$work/gpu.log" 2>&1 ||
+  { cat "$work/gpu.log"; exit 1; }
+chunks=$(sed -n 's/.*compare on the GPU: \([0-9]*\) chunk(s).*/\1/p' "$work/gpu.log")
+echo "GPU compare: ${chunks:-?} chunk(s)"
+if [ $# -gt 0 ] && ! [ "${chunks:-0}" -gt 1 ]; then
+  echo "FAIL: the capped GPU compare ran in ${chunks:-an unknown number of} chunk(s), not several"
+  cat "$work/gpu.log"
+  exit 1
+fi
 python3 - "$work" "$rel" <<'PY'
 import json, sys
 work, rel = sys.argv[1], float(sys.argv[2])

@@ -199,11 +199,19 @@ TEST(GpuMemoryPlan, ExpertsUnslicedWhereTheLayerFits) {
   GpuMemoryInputs in = sliced_experts(256 * kMiB);
   in.max_conv = 32 * kMiB;
   EXPECT_EQ(plan_gpu_memory(in).expert_slice, 0);
-  // The test hook forces a slice (below all the experts) whatever the budget.
+  // The test hook forces a slice (below all the experts) whatever the budget, and refuses where
+  // it cannot slice.
   in.force_expert_slice = 2;
   EXPECT_EQ(plan_gpu_memory(in).expert_slice, 2);
   in.force_expert_slice = 64;
-  EXPECT_EQ(plan_gpu_memory(in).expert_slice, 0);
+  EXPECT_EQ(refusal(in),
+            "--test_gpu_expert_slice 64: a slice must be below the layer's 64 routed "
+            "experts");
+  in.force_expert_slice = 2;
+  in.max_conv_deferred = in.max_conv;
+  EXPECT_EQ(refusal(in),
+            "--test_gpu_expert_slice: this run has no routed experts of a compressed "
+            "source to decompress in slices");
 }
 
 TEST(GpuMemoryPlan, ExpertSlicesRefusedOnlyWhenOneExpertAndOneSequenceDoNotFit) {

@@ -5,7 +5,8 @@
 # within its printed memory bound.
 #   tests/export/compressed_source_test.sh STRATA MODEL RECIPE [FLAGS...]
 # FLAGS go to both quantize runs (e.g. --device cuda: the device decompresses the source; exit 77
-# without a GPU). With --exact_mxfp4 the output is not expected to equal the bf16 path (the
+# without a GPU), but --test_gpu_expert_slice N to the compressed source's only (a bf16 source has
+# nothing to decompress in slices, and the hook refuses a run it cannot slice). With --exact_mxfp4 the output is not expected to equal the bf16 path (the
 # weights are converted in closed form); the checker then verifies that the NVFP4 export
 # dequantizes to the source exactly.
 set -euo pipefail
@@ -13,9 +14,12 @@ strata=$1 model=$2 recipe=$3
 shift 3
 flags=("$@")
 extra=""
-for f in "${flags[@]}"; do
+bf16_flags=()
+for ((i = 0; i < ${#flags[@]}; ++i)); do
+  f=${flags[i]}
   [ "$f" = --exact_mxfp4 ] && extra=exact
   if [ "$f" = cuda ] && ! nvidia-smi -L >/dev/null 2>&1; then echo "no GPU: skipped"; exit 77; fi
+  if [ "$f" = --test_gpu_expert_slice ]; then i=$((i + 1)); else bf16_flags+=("$f"); fi
 done
 src=tests/fixtures/models/$model
 work=$(mktemp -d)
@@ -26,11 +30,13 @@ ref=$src/reference.safetensors amax=(--amax "$src/reference.safetensors")
 [ -f "$ref" ] || { ref=tests/fixtures/models/deepseek_v3/reference.safetensors; amax=(); }
 python3 tests/fixtures/tokens_jsonl.py "$ref" > "$work/tokens.jsonl"
 count=$(wc -l < "$work/tokens.jsonl")
-run() {
-  "$strata" quantize -q --model "$1" --recipe "$recipe" --calib_data "$work/tokens.jsonl" --calib_size "$count" \
-    --calib_min_tokens 1 --batch_size 2 --export_path "$2" "${flags[@]}"
+run() {  # run SRC OUT FLAGS...
+  local src=$1 out=$2
+  shift 2
+  "$strata" quantize -q --model "$src" --recipe "$recipe" --calib_data "$work/tokens.jsonl" --calib_size "$count" \
+    --calib_min_tokens 1 --batch_size 2 --export_path "$out" "$@"
 }
-run "$src" "$work/out" | tee "$work/log"
+run "$src" "$work/out" "${flags[@]}" | tee "$work/log"
 source tests/memory_bound.sh
 peak_within_bound "$work/log" "$model $recipe"
 python3 tests/export/check_modelopt_export.py "$src" "$work/out" "${amax[@]}"
@@ -55,7 +61,7 @@ print(sorted(n for n in m if '.experts.' in n and n.endswith('.weight')
 fi
 if [ -z "$extra" ]; then
   python3 tests/export/decompress_reference.py "$src" "$work/bf16"
-  run "$work/bf16" "$work/out_bf16"
+  run "$work/bf16" "$work/out_bf16" "${bf16_flags[@]}"
   n=0
   for f in "$work/out"/* "$work/out_bf16"/*; do
     b=$(basename "$f")

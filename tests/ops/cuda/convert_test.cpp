@@ -1,5 +1,5 @@
-// ops/cuda/convert.h against core/dtype.h's conversions and io/source_weights.h's FP8-block,
-// INT4 pack-quantized and MXFP4 decompressions.
+// ops/cuda/convert.h against core/dtype.h's conversions, io/source_weights.h's FP8-block, INT4
+// pack-quantized and MXFP4 decompressions, and quant/'s dequantization of ModelOpt exports.
 #include <cmath>
 #include <cstring>
 #include <tuple>
@@ -11,6 +11,9 @@
 #include "io/source_weights.h"
 #include "ops/cuda/convert.h"
 #include "ops/ops.h"
+#include "quant/fp8.h"
+#include "quant/mxfp8.h"
+#include "quant/nvfp4.h"
 #include "tests/ops/cuda/cuda_test_util.h"
 
 namespace strata::ops::cuda {
@@ -401,6 +404,99 @@ TEST_F(CudaDecompressMany, Fp8Blocks) {
   }
   expect_each_like_cpu(values, scales, refs, 0, [&](const WeightTable& t, bool to_bf16) {
     dequant_fp8_block_many(t, out, in, 128, DType::kF32, to_bf16, st());
+  });
+}
+
+// A ModelOpt export's weights (strata compare on the GPU): quant/'s encodings of weights over
+// many binades (zeros, negatives, values that saturate), dequantized on the device bit for bit as
+// quant/'s nvfp4_dequantize, fp8_dequantize, fp8_pb_dequantize and mxfp8_dequantize, in fp32 and
+// rounded to bf16.
+class CudaExportDequant : public CudaOps {
+ protected:
+  static Tensor weights(int64_t out, int64_t in, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> e(-20.0f, 6.0f), u(-1.0f, 1.0f);
+    Tensor w = Tensor::zeros(DType::kF32, {out, in});
+    float* p = w.mutable_data<float>();
+    for (int64_t i = 0; i < out * in; ++i)
+      p[i] = i % 29 == 0 ? 0.0f : u(rng) * std::exp2(e(rng));
+    return w;
+  }
+  static float amax(const Tensor& w) {
+    float a = 0.0f;
+    for (int64_t i = 0; i < w.numel(); ++i)
+      a = std::max(a, std::fabs(w.data<float>()[i]));
+    return a;
+  }
+  template <typename T>
+  static std::vector<T> host(const Tensor& t) {
+    std::vector<T> v(t.nbytes() / sizeof(T));
+    std::memcpy(v.data(), t.bytes(), t.nbytes());
+    return v;
+  }
+  // launch(dst, to_bf16) must give ref (F32) bit for bit, and its bf16 rounding.
+  template <typename Launch>
+  void expect_like(const Tensor& ref, Launch launch) {
+    const int64_t n = ref.numel();
+    gpu::DeviceBuffer d16 = buffer(static_cast<uint64_t>(n) * 2);
+    gpu::DeviceBuffer d32 = buffer(static_cast<uint64_t>(n) * 4);
+    launch(d16.data(), true);
+    launch(d32.data(), false);
+    const auto g16 = down<uint16_t>(d16, static_cast<size_t>(n));
+    const auto g32 = down<float>(d32, static_cast<size_t>(n));
+    const float* r = ref.data<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(bits_of(g32[i]), bits_of(r[i]))
+          << "element " << i << " of " << shape_str(ref.shape());
+      ASSERT_EQ(g16[i], f32_to_bf16(r[i])) << "bf16 element " << i;
+    }
+  }
+};
+
+TEST_F(CudaExportDequant, Nvfp4BothBlocks) {
+  for (int64_t block : {kNvfp4BlockSize, kNvfp4Bs32BlockSize}) {
+    const Tensor w = weights(37, 192, 11);
+    // An amax above the weights' own max: the largest blocks do not reach code 6.
+    const Nvfp4Weight q = nvfp4_quantize(w, amax(w) * 1.5f, "test", block);
+    const Tensor ref = nvfp4_dequantize(q);
+    gpu::DeviceBuffer dp = up(host<uint8_t>(q.packed)), ds = up(host<uint8_t>(q.block_scale));
+    gpu::DeviceBuffer dg = up(host<float>(q.global_scale));
+    expect_like(ref, [&](void* dst, bool to_bf16) {
+      dequant_nvfp4_export(dp.as<uint8_t>(), ds.as<uint8_t>(), dg.as<float>(), 37, 192, block, dst,
+                           to_bf16, st());
+    });
+  }
+}
+
+TEST_F(CudaExportDequant, Fp8PerTensorAndPerBlock) {
+  {
+    const Tensor w = weights(600, 1100, 12);
+    const Fp8Weight q = fp8_quantize(w, amax(w), "test");
+    const Tensor ref = fp8_dequantize(q);
+    gpu::DeviceBuffer dw = up(host<uint8_t>(q.weight)), ds = up(host<float>(q.scale));
+    expect_like(ref, [&](void* dst, bool to_bf16) {
+      dequant_fp8_export(dw.as<uint8_t>(), ds.as<float>(), 600, 1100, 0, dst, to_bf16, st());
+    });
+  }
+  {
+    const Tensor w = weights(200, 300, 13);  // 2 x 3 blocks, the last row and column partial
+    const Fp8Weight q = fp8_pb_quantize(w, "test");
+    ASSERT_EQ(q.scale.numel(), 6);
+    const Tensor ref = fp8_pb_dequantize(q);
+    gpu::DeviceBuffer dw = up(host<uint8_t>(q.weight)), ds = up(host<float>(q.scale));
+    expect_like(ref, [&](void* dst, bool to_bf16) {
+      dequant_fp8_export(dw.as<uint8_t>(), ds.as<float>(), 200, 300, 128, dst, to_bf16, st());
+    });
+  }
+}
+
+TEST_F(CudaExportDequant, Mxfp8) {
+  const Tensor w = weights(45, 320, 14);
+  const Mxfp8Weight q = mxfp8_quantize(w, "test");
+  const Tensor ref = mxfp8_dequantize(q);
+  gpu::DeviceBuffer dw = up(host<uint8_t>(q.weight)), ds = up(host<uint8_t>(q.scale));
+  expect_like(ref, [&](void* dst, bool to_bf16) {
+    dequant_mxfp8_export(dw.as<uint8_t>(), ds.as<uint8_t>(), 45, 320, dst, to_bf16, st());
   });
 }
 
