@@ -347,6 +347,12 @@ grep -q -- "--max_gpu_memory_gb" <<<"$help" && has_cap=1
 # (At least 0.01: 0 would mean no cap.)
 [ -n "$cap_gb" ] || cap_gb=$(awk -v b="${R[ckpt_bytes]}" 'BEGIN {c = int(b / 2^30 / 10 * 100) / 100; printf "%.2f", c < 0.01 ? 0.01 : c}')
 R[cap_gb]=$cap_gb
+# Process start on its own: `strata --version` with the page cache dropped (the binary and the
+# CUDA libraries it loads read from disk, as in the runs below) and again warm.
+drop_cache >/dev/null
+t0=$(date +%s.%N); "$strata" --version >/dev/null 2>&1; t1=$(date +%s.%N)
+"$strata" --version >/dev/null 2>&1; t2=$(date +%s.%N)
+R[start_cold_s]=$(secs "$t0" "$t1") R[start_warm_s]=$(secs "$t1" "$t2")
 # cuda where the strata binary $1 has the CUDA backend and nvidia-smi found a GPU, else cpu (a
 # CPU-only strata, or --small on a machine without a GPU).
 strata_device() {
@@ -616,6 +622,8 @@ frac() {  # flops, seconds -> percent of the measured bf16 matmul rate
       echo "| $label | $t | $(ratio "$t" "${R[read_s]}") | $(ratio "$t" "${R[rw_s]}") | ${xhf:-not run} | ${xmo:-not run} |"
     done
   fi
+  echo
+  echo "process start (strata --version): ${R[start_cold_s]:-?} s with the page cache dropped, ${R[start_warm_s]:-?} s warm"
   for name in free capped; do
     [ -n "${R[${name}_phases]:-}" ] || continue
     echo

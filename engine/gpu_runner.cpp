@@ -25,6 +25,7 @@
 #include "model/cuda/gpu_forward.h"
 #include "ops/cuda/convert.h"
 #include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/gemm.h"
 #endif
 
 namespace strata {
@@ -86,6 +87,7 @@ std::unique_ptr<GpuEarlySetup> gpu_early_setup(const ModelConfig& config, const 
   early->done = std::async(std::launch::async, [e, hidden, store_bytes]() {
     set_cuda_device(0);
     gpu::cuda_memory_info();  // creates the context
+    ops::cuda::gemm_library_load();
     e->weights[0].reserve(e->blob_bytes);
     e->weights[1].reserve(e->blob_bytes);
     if (hidden) e->hidden.reserve(store_bytes);

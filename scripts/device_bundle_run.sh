@@ -37,7 +37,8 @@ if [ -f "$fixed/build/.cmake/GoogleTestAddTests.path" ]; then
 fi
 
 # The CUDA runtime (and cuBLAS, NCCL) come from that machine: the toolkit's library folders
-# first, then the ones PyTorch's wheels carry, for whatever `ldd` still cannot find.
+# first, then the ones PyTorch's wheels carry, for whatever `ldd` (or the cuBLAS probe) still
+# cannot find.
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib; do
   [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
 done
@@ -49,7 +50,14 @@ if ldd "$fixed/build/bin/strata" | grep -q "libmpi.*not found" && command -v mpi
     [ -e "$d/libmpi.so.40" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
   done
 fi
-if ldd "$fixed/build/bin/strata" | grep -q "not found"; then
+# cuBLAS is loaded at its first use (ops/cuda/gemm.cu), so ldd does not list it: looked for too.
+cublas_found() {
+  ldconfig -p 2>/dev/null | grep -q "libcublas\.so\." && return 0
+  local d IFS=:
+  for d in ${LD_LIBRARY_PATH:-}; do compgen -G "$d/libcublas.so.*" >/dev/null && return 0; done
+  return 1
+}
+if ldd "$fixed/build/bin/strata" | grep -q "not found" || ! cublas_found; then
   for d in $(python3 -c 'import nvidia, os; [print(os.path.join(p, s, "lib")) for p in nvidia.__path__ for s in os.listdir(p)]' 2>/dev/null); do
     [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
   done

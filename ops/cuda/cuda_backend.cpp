@@ -238,10 +238,13 @@ void decompress_weights(const Compressed& c, int64_t rows, int64_t cols, const v
     case Compressed::Kind::kFp8Block:
       cuda::dequant_fp8_block_many(t, rows, cols, c.group, c.scale_dtype, to_bf16, stream);
       return;
+    case Compressed::Kind::kNvfp4:  // an export's kinds: never deferred (model/cuda/gpu_forward)
+    case Compressed::Kind::kFp8:
+    case Compressed::Kind::kMxfp8:
     case Compressed::Kind::kNone:
       break;
   }
-  STRATA_ASSERT(false, "decompress_weights: not a compressed weight");
+  STRATA_ASSERT(false, "decompress_weights: not a compressed source's weight");
 }
 
 uint64_t CudaBackend::expert_slot_bytes(const Mlp& m, bool gemm_bf16) {

@@ -6,6 +6,11 @@
 
 namespace strata::ops::cuda {
 
+// Loads cuBLAS (libcublas.so.<major>, once a process; the first handle does too): a thread that
+// sets up the GPU ahead of its use calls it so that the load overlaps other work. Throws
+// strata::Error naming the library when it cannot be loaded.
+void gemm_library_load();
+
 // A cuBLAS handle whose work goes to `stream`; destroy it with gemm_handle_destroy (null: no-op).
 void* gemm_handle_create(void* stream);
 void gemm_handle_destroy(void* handle);
