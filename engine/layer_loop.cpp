@@ -82,12 +82,18 @@ StepFiles HostPlacement::end_step(int64_t, bool durable) {
 
 namespace {
 
+// What the writer thread did with a layer, and its seconds: in all, in pwrite, in fsync.
+struct WriterDone {
+  LayerReport report;
+  double busy = 0, write = 0, sync = 0;
+};
+
 // A layer handed to the writer, recorded once its shards are synced.
 struct Pending {
   int64_t layer = -1;
   std::unique_ptr<MaxCalibrator> calib;
-  std::unique_ptr<PrecomputedWeights> weights;          // quantized by the placement
-  std::future<std::pair<LayerReport, double> > report;  // and the writer's seconds
+  std::unique_ptr<PrecomputedWeights> weights;  // quantized by the placement
+  std::future<WriterDone> report;
   bool durable = false;
   StepFiles files;
   std::string old_input;
@@ -106,8 +112,11 @@ void run_layer_loop(LayerLoop& loop, Placement& p) {
   auto finish_pending = [&]() {
     if (pending.layer < 0) return;
     phase.lap(nullptr);
-    auto [r, busy] = pending.report.get();
-    times.writer_busy += busy;
+    WriterDone done = pending.report.get();
+    const LayerReport& r = done.report;
+    times.writer_busy += done.busy;
+    times.writer_write += done.write;
+    times.writer_sync += done.sync;
     if (pending.files.synced.valid()) pending.files.synced.get();
     phase.lap(&times.writer_wait);
     loop.layer_done(r);
@@ -164,9 +173,15 @@ void run_layer_loop(LayerLoop& loop, Placement& p) {
     ModeloptExporter* exporter = &loop.exporter;
     pending.report = std::async(std::launch::async, [exporter, l, cp, pw]() {
       PhaseTimer busy;
-      LayerReport r = exporter->write_layer(l, *cp, pw);
+      WriterDone d;
+      const double written = exporter->write_seconds();
+      d.report = exporter->write_layer(l, *cp, pw);
+      d.write = exporter->write_seconds() - written;
+      PhaseTimer sync;
       exporter->sync();
-      return std::make_pair(r, busy.lap(nullptr));
+      d.sync = sync.lap(nullptr);
+      d.busy = busy.lap(nullptr);
+      return d;
     });
     if (!p.overlap_writer()) finish_pending();
   }

@@ -51,7 +51,11 @@ std::string RunTimes::describe() const {
                           {"hidden states for resume (" + std::to_string(hidden_write_count) + "x)",
                            hidden_writes},
                           {"commits (fsync, manifest)", commit}});
-    if (writer_busy > 0) out += "; writer thread busy " + secs(writer_busy) + " s";
+    if (writer_busy > 0) {
+      out += "; writer thread busy " + secs(writer_busy) + " s";
+      if (writer_write > 0 || writer_sync > 0)
+        out += " (writing " + secs(writer_write) + ", fsync " + secs(writer_sync) + ")";
+    }
     out += "\n";
   }
   return out;

@@ -25,10 +25,12 @@ struct RunTimes {
   double writer_wait = 0;    //   waiting for the exporter (CPU path: the whole write_layer)
   double hidden_writes = 0;  //   resume: hidden states written and synced (count below)
   int64_t hidden_write_count = 0;
-  double commit = 0;       //   resume commits: fsync of the shards written, the manifest
-  double writer_busy = 0;  // the exporter's own time on its thread (overlaps the loop)
-  double tail = 0;         // the tensors after the layers (final norm, lm_head, ...), synced
-  double finish = 0;       // index, config files, sidecar files, resume folder removed
+  double commit = 0;        //   resume commits: fsync of the shards written, the manifest
+  double writer_busy = 0;   // the exporter's own time on its thread (overlaps the loop), of which
+  double writer_write = 0;  //   writing the layers' tensors (pwrite into the shards)
+  double writer_sync = 0;   //   fsync of the shards
+  double tail = 0;          // the tensors after the layers (final norm, lm_head, ...), synced
+  double finish = 0;        // index, config files, sidecar files, resume folder removed
   double total = 0;
 
   // "startup 0.31 s, calibration data 0.12 s, ..." lines for the summary.

@@ -106,7 +106,8 @@ class ModeloptExporter {
   // Files of the output directory that hold the work synced so far.
   std::vector<std::string> vouched_files() const { return writer_->vouched_files(); }
   uint64_t bytes_written() const { return writer_->bytes_written(); }
-  uint64_t output_bytes() const;  // of every planned tensor
+  double write_seconds() const { return writer_->write_seconds(); }  // in pwrite, so far
+  uint64_t output_bytes() const;                                     // of every planned tensor
   // About the space the finished export takes on a filesystem of `block`-byte blocks, from
   // above: the shards and index (PlannedShardWriter::disk_bytes), config.json and
   // hf_quant_config.json with room for every module's name, and the source files copied.

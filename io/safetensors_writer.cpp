@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -445,8 +446,10 @@ void PlannedShardWriter::add(const std::string& name, const Tensor& tensor) {
                "' is not in host memory; copy it to the CPU before writing");
   Shard& s = shards_[shard_of_[next_]];
   if (s.fd < 0) open_shard(s, shared_ || next_ == s.begin);
+  const auto t0 = std::chrono::steady_clock::now();
   pwrite_all(s.fd, tensor.bytes(), tensor.nbytes(), s.layout.offsets[next_ - s.begin],
              path_of(s.partial_name), path_of(s.final_name));
+  write_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.dirty = true;
   bytes_written_ += tensor.nbytes();
   ++next_;

@@ -79,6 +79,8 @@ class PlannedShardWriter {
   // shard at its full size, the index estimated from above; each file rounded up to a block.
   uint64_t disk_bytes(uint64_t block) const;
   uint64_t bytes_written() const { return bytes_written_; }
+  // Seconds spent in add()'s pwrite calls so far (the run's summary: the writer's share of I/O).
+  double write_seconds() const { return write_seconds_; }
   // The files of out_dir that hold work up to written(): complete shards under their final
   // names, the partly written shard under its partial name.
   std::vector<std::string> vouched_files() const;
@@ -121,6 +123,7 @@ class PlannedShardWriter {
   std::vector<Shard> shards_;
   size_t next_ = 0, synced_ = 0;
   uint64_t bytes_written_ = 0;
+  double write_seconds_ = 0;
   bool shared_ = false, publisher_ = true;
 };
 
