@@ -180,23 +180,28 @@ TEST_F(CudaOps, TransposedConversionMovesEveryElementAndConvertsLikeTheFlatOne) 
   }
 }
 
-// The decompressions: the device's bf16 bits and its fp32 values (of those bits) against the CPU's.
+// The decompressions: the device's bf16 bits and its fp32 values against the CPU's.
 class CudaDecompress : public CudaOps {
  protected:
-  // Calls launch(dst, to_bf16) for a bf16 and an fp32 output of ref's size; both must be ref.
+  // Calls launch(dst, to_bf16) for a bf16 and an fp32 output of ref's size. A BF16 ref (a source's
+  // decompression): both outputs are ref's values. An F32 ref (an export's dequantization): the
+  // fp32 output is ref bit for bit, the bf16 one its rounding.
   template <typename Launch>
   void expect_like_cpu(const Tensor& ref, Launch launch) {
     const int64_t n = ref.numel();
+    const bool f32 = ref.dtype() == DType::kF32;
     gpu::DeviceBuffer d16 = buffer(static_cast<uint64_t>(n) * 2);
     gpu::DeviceBuffer d32 = buffer(static_cast<uint64_t>(n) * 4);
     launch(d16.data(), true);
     launch(d32.data(), false);
     const auto g16 = down<uint16_t>(d16, static_cast<size_t>(n));
     const auto g32 = down<float>(d32, static_cast<size_t>(n));
-    const uint16_t* r = ref.data<uint16_t>();
     for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(g16[i], r[i]) << "element " << i << " of " << shape_str(ref.shape());
-      ASSERT_EQ(bits_of(g32[i]), static_cast<uint32_t>(r[i]) << 16) << "element " << i;
+      const uint32_t want32 = f32 ? bits_of(ref.data<float>()[i])
+                                  : static_cast<uint32_t>(ref.data<uint16_t>()[i]) << 16;
+      const uint16_t want16 = f32 ? f32_to_bf16(ref.data<float>()[i]) : ref.data<uint16_t>()[i];
+      ASSERT_EQ(g16[i], want16) << "element " << i << " of " << shape_str(ref.shape());
+      ASSERT_EQ(bits_of(g32[i]), want32) << "fp32 element " << i;
     }
   }
 };
@@ -411,7 +416,7 @@ TEST_F(CudaDecompressMany, Fp8Blocks) {
 // many binades (zeros, negatives, values that saturate), dequantized on the device bit for bit as
 // quant/'s nvfp4_dequantize, fp8_dequantize, fp8_pb_dequantize and mxfp8_dequantize, in fp32 and
 // rounded to bf16.
-class CudaExportDequant : public CudaOps {
+class CudaExportDequant : public CudaDecompress {
  protected:
   static Tensor weights(int64_t out, int64_t in, uint32_t seed) {
     std::mt19937 rng(seed);
@@ -434,23 +439,6 @@ class CudaExportDequant : public CudaOps {
     std::memcpy(v.data(), t.bytes(), t.nbytes());
     return v;
   }
-  // launch(dst, to_bf16) must give ref (F32) bit for bit, and its bf16 rounding.
-  template <typename Launch>
-  void expect_like(const Tensor& ref, Launch launch) {
-    const int64_t n = ref.numel();
-    gpu::DeviceBuffer d16 = buffer(static_cast<uint64_t>(n) * 2);
-    gpu::DeviceBuffer d32 = buffer(static_cast<uint64_t>(n) * 4);
-    launch(d16.data(), true);
-    launch(d32.data(), false);
-    const auto g16 = down<uint16_t>(d16, static_cast<size_t>(n));
-    const auto g32 = down<float>(d32, static_cast<size_t>(n));
-    const float* r = ref.data<float>();
-    for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(bits_of(g32[i]), bits_of(r[i]))
-          << "element " << i << " of " << shape_str(ref.shape());
-      ASSERT_EQ(g16[i], f32_to_bf16(r[i])) << "bf16 element " << i;
-    }
-  }
 };
 
 TEST_F(CudaExportDequant, Nvfp4BothBlocks) {
@@ -461,7 +449,7 @@ TEST_F(CudaExportDequant, Nvfp4BothBlocks) {
     const Tensor ref = nvfp4_dequantize(q);
     gpu::DeviceBuffer dp = up(host<uint8_t>(q.packed)), ds = up(host<uint8_t>(q.block_scale));
     gpu::DeviceBuffer dg = up(host<float>(q.global_scale));
-    expect_like(ref, [&](void* dst, bool to_bf16) {
+    expect_like_cpu(ref, [&](void* dst, bool to_bf16) {
       dequant_nvfp4_export(dp.as<uint8_t>(), ds.as<uint8_t>(), dg.as<float>(), 37, 192, block, dst,
                            to_bf16, st());
     });
@@ -474,7 +462,7 @@ TEST_F(CudaExportDequant, Fp8PerTensorAndPerBlock) {
     const Fp8Weight q = fp8_quantize(w, amax(w), "test");
     const Tensor ref = fp8_dequantize(q);
     gpu::DeviceBuffer dw = up(host<uint8_t>(q.weight)), ds = up(host<float>(q.scale));
-    expect_like(ref, [&](void* dst, bool to_bf16) {
+    expect_like_cpu(ref, [&](void* dst, bool to_bf16) {
       dequant_fp8_export(dw.as<uint8_t>(), ds.as<float>(), 600, 1100, 0, dst, to_bf16, st());
     });
   }
@@ -484,7 +472,7 @@ TEST_F(CudaExportDequant, Fp8PerTensorAndPerBlock) {
     ASSERT_EQ(q.scale.numel(), 6);
     const Tensor ref = fp8_pb_dequantize(q);
     gpu::DeviceBuffer dw = up(host<uint8_t>(q.weight)), ds = up(host<float>(q.scale));
-    expect_like(ref, [&](void* dst, bool to_bf16) {
+    expect_like_cpu(ref, [&](void* dst, bool to_bf16) {
       dequant_fp8_export(dw.as<uint8_t>(), ds.as<float>(), 200, 300, 128, dst, to_bf16, st());
     });
   }
@@ -495,7 +483,7 @@ TEST_F(CudaExportDequant, Mxfp8) {
   const Mxfp8Weight q = mxfp8_quantize(w, "test");
   const Tensor ref = mxfp8_dequantize(q);
   gpu::DeviceBuffer dw = up(host<uint8_t>(q.weight)), ds = up(host<uint8_t>(q.scale));
-  expect_like(ref, [&](void* dst, bool to_bf16) {
+  expect_like_cpu(ref, [&](void* dst, bool to_bf16) {
     dequant_mxfp8_export(dw.as<uint8_t>(), ds.as<uint8_t>(), 45, 320, dst, to_bf16, st());
   });
 }
