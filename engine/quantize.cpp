@@ -407,6 +407,7 @@ class QuantizeRun {
   // A write refused for want of space: one line naming the file and about how much more space
   // the run needs on that filesystem to finish (docs/QUANTIZE.md "Full disk").
   [[noreturn]] void disk_full(const DiskFullError& e);
+  bool lead_rank() const { return lead; }
 
  private:
   // Step `next - 1` is written: make it durable, then record it with the file holding the next
@@ -963,22 +964,41 @@ void QuantizeRun::disk_full(const DiskFullError& e) {
 
 QuantizeResult run_quantize(const QuantizeJob& job) {
   QuantizeResult result;
+  // Each step before the embedding, by its wall time on this thread: one info line (the summary's
+  // `startup` and `calibration data` are their sum).
+  PhaseTimer step_timer;
+  std::string steps;
+  auto step = [&](const char* name) {
+    const double s = step_timer.lap(nullptr);
+    if (s >= 0.005)
+      steps += str(steps.empty() ? "" : ", ", name, " ", format_double("%.2f", s), " s");
+  };
   auto owned = std::make_unique<QuantizeRun>(job, result);
   QuantizeRun& run = *owned;
+  step("config and checkpoint headers");
   run.resolve_plan();
+  step("plan");
   run.choose_device();
+  step("device choice");
   run.check_output();
   run.choose_expert_parallel();
+  step("output check");
   run.calibration_data();
+  step("forward and calibration data");
   run.plan_memory();
+  step("memory plan");
   try {
     run.prepare_resume();
+    step("output folder and resume record");
     if (result.already_complete) return result;  // the same run finished before: nothing to do
     run.open_exporter();
+    step("exporter");
     run.remeasure_baseline();
     run.start_gpu_early();
     run.log_resume();
     run.start_head();
+    step("GPU and head started");
+    if (run.lead_rank() && !steps.empty()) log_info("start-up steps: ", steps);
     run.embed();
     run.run_layers();
     run.write_tail();
