@@ -398,6 +398,7 @@ run_strata() {  # name, extra flags... (RUN_BIN: another strata binary; KEEP_OUT
     # Wall time per phase, from the summary's "time ..." and "layers ..." lines.
     R[${name}_phases]=$(sed -n 's/^time //p' "$logs/strata_$name.log" | tail -1)
     R[${name}_layer_phases]=$(sed -n 's/^layers \([0-9.]* s = .*\)/\1/p' "$logs/strata_$name.log" | tail -1)
+    R[${name}_startup_steps]=$(sed -n 's/^strata: info: start-up steps: //p' "$logs/strata_$name.log" | tail -1)
     # --profile (strata's --gpu_profile): device time by part of the forward.
     R[${name}_profile]=$(sed -n 's/^strata: info: GPU profile: //p; s/^strata: info:   \(.*\)/\1/p' "$logs/strata_$name.log" | paste -sd';' | sed 's/;/; /g')
   fi
@@ -629,6 +630,7 @@ frac() {  # flops, seconds -> percent of the measured bf16 matmul rate
     echo
     echo "strata $name, wall time by phase: ${R[${name}_phases]}"
     [ -n "${R[${name}_layer_phases]:-}" ] && echo "strata $name, the layer loop: ${R[${name}_layer_phases]}"
+    [ -n "${R[${name}_startup_steps]:-}" ] && echo "strata $name, start-up steps: ${R[${name}_startup_steps]}"
     [ -n "${R[${name}_profile]:-}" ] && echo "strata $name, device time (--gpu_profile): ${R[${name}_profile]}"
   done
   echo
