@@ -120,6 +120,13 @@ void copy_to_host(void* dst, const void* src, size_t bytes, Stream& stream) {
   stream.synchronize();
 }
 
+void copy_to_host_async(void* dst, const void* src, size_t bytes, Stream& stream) {
+  if (bytes == 0) return;
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost,
+                        static_cast<cudaStream_t>(stream.native())),
+        "copy to host");
+}
+
 void copy_device(void* dst, const void* src, size_t bytes, Stream& stream) {
   if (bytes == 0) return;
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,

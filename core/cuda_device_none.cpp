@@ -54,6 +54,9 @@ void copy_to_device(void*, const void*, size_t, Stream&) {
 void copy_to_host(void*, const void*, size_t, Stream&) {
   no_cuda();
 }
+void copy_to_host_async(void*, const void*, size_t, Stream&) {
+  no_cuda();
+}
 void copy_device(void*, const void*, size_t, Stream&) {
   no_cuda();
 }

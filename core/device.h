@@ -106,6 +106,9 @@ class DeviceBuffer {
 // stream before returning (the host data is ready). copy_device copies device to device.
 void copy_to_device(void* dst, const void* src, size_t bytes, Stream& stream);
 void copy_to_host(void* dst, const void* src, size_t bytes, Stream& stream);
+// As copy_to_host without the synchronization: `dst` (pinned, to run asynchronously) holds the
+// bytes once the stream is synchronized.
+void copy_to_host_async(void* dst, const void* src, size_t bytes, Stream& stream);
 void copy_device(void* dst, const void* src, size_t bytes, Stream& stream);
 void fill_zero(void* dst, size_t bytes, Stream& stream);
 

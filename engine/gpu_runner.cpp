@@ -127,7 +127,8 @@ class DevicePlacement : public Placement {
   bool overlap_writer() const override { return true; }
   void finish() override;
   uint64_t pinned_bytes() const override {
-    return host_weights_[0].bytes() + host_weights_[1].bytes() + stage_.bytes();
+    return host_weights_[0].bytes() + host_weights_[1].bytes() + stage_.bytes() +
+           (quant_ ? quant_->staging_bytes() : 0);
   }
   uint64_t pinned_hidden_bytes() const override { return hstore_.bytes(); }
 

@@ -197,6 +197,8 @@ class CudaBackend final : public Backend {
   // beside the forward: the amax slots are the observers' (max_slots), the encoders' outputs go
   // to the scratch (reserve_scratch: the largest module's).
   void use_for_quantization(int device);
+  // The pinned host memory use_for_quantization took (the run's memory bound counts it).
+  uint64_t staging_bytes() const;
   // The buffer a deferred weight (StoredWeight::compressed) is decompressed into, in bf16, before
   // weight_amaxes and quantize_weight read it: `bytes` for the largest such module.
   void reserve_decompression(uint64_t bytes);
@@ -255,6 +257,8 @@ class CudaBackend final : public Backend {
   void* blas_ = nullptr;
   gpu::DeviceBuffer scratch_, slots_dev_, rows_dev_, moe_ints_;
   std::unique_ptr<strata::cuda::Stream> qstream_;  // weight quantization
+  static constexpr uint64_t kStageChecks = 64;     // the check words' room before the codes
+  gpu::PinnedBuffer qstage_;                       // the encoders' outputs back to the host
   uint64_t arena_at_ = 0, high_water_ = 0;
   std::vector<std::vector<std::string>> slot_names_;
   std::vector<int64_t> slot_rows_;

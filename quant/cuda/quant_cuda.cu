@@ -252,8 +252,34 @@ void weight_amax(const void* w, DType dtype, int64_t n, float* out, Stream& stre
   check(cudaGetLastError(), "weight_amax");
 }
 
+unsigned long long* check_slots(Stream& stream) {
+  return error_slots(stream);
+}
+
 float nvfp4_quantize(const void* w, DType dtype, int64_t rows, int64_t cols, float weight_amax,
                      uint8_t* packed, uint8_t* block_scale, std::string_view name, Stream& stream) {
+  Err* err = error_slots(stream);
+  const float global_scale = nvfp4_quantize_deferred(w, dtype, rows, cols, weight_amax, packed,
+                                                     block_scale, name, err, stream);
+  Err host[2];
+  read_errors(err, host, stream);
+  nvfp4_check(host, name, weight_amax, cols);
+  return global_scale;
+}
+
+void nvfp4_check(const unsigned long long checks[2], std::string_view name, float weight_amax,
+                 int64_t cols) {
+  STRATA_CHECK(checks[0] == ULLONG_MAX, "nvfp4: tensor ", name,
+               " has a NaN or infinite element at ", "flat index ", checks[0],
+               "; no format can give it a finite scale");
+  STRATA_CHECK(checks[1] == ULLONG_MAX, "nvfp4: tensor ", name, " has |W| above the weight amax ",
+               weight_amax, " it was given in row ", checks[1] / cols,
+               "; the amax must be at least max|W|");
+}
+
+float nvfp4_quantize_deferred(const void* w, DType dtype, int64_t rows, int64_t cols,
+                              float weight_amax, uint8_t* packed, uint8_t* block_scale,
+                              std::string_view name, unsigned long long* err, Stream& stream) {
   const Src src = src_of(dtype, name, "nvfp4");
   check_shape(rows, cols, kNvfp4BlockSize, name, "nvfp4");
   STRATA_CHECK(std::isfinite(weight_amax) && weight_amax > 0.0f, "nvfp4: weight amax ", weight_amax,
@@ -264,18 +290,11 @@ float nvfp4_quantize(const void* w, DType dtype, int64_t rows, int64_t cols, flo
   STRATA_CHECK(global_scale > 0.0f, "nvfp4: weight amax ", weight_amax, " of ", name,
                " is too small for an fp32 weight_scale_2");
   const int64_t n_blocks = rows * cols / kNvfp4BlockSize;
-  Err* err = error_slots(stream);
   dispatch(src, [&](auto s) {
     nvfp4_kernel<decltype(s)::value><<<blocks_for(n_blocks), kThreads, 0, native(stream)>>>(
         w, n_blocks, weight_amax, global_scale, packed, block_scale, err);
   });
-  Err host[2];
-  read_errors(err, host, stream);
-  STRATA_CHECK(host[0] == ULLONG_MAX, "nvfp4: tensor ", name, " has a NaN or infinite element at ",
-               "flat index ", host[0], "; no format can give it a finite scale");
-  STRATA_CHECK(host[1] == ULLONG_MAX, "nvfp4: tensor ", name, " has |W| above the weight amax ",
-               weight_amax, " it was given in row ", host[1] / cols,
-               "; the amax must be at least max|W|");
+  check(cudaGetLastError(), "quantizer launch");
   return global_scale;
 }
 

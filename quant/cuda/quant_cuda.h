@@ -30,6 +30,17 @@ void weight_amax(const void* w, DType dtype, int64_t n, float* out, Stream& stre
 // value) as for nvfp4_quantize. Returns weight_scale_2 = nvfp4_global_scale(weight_amax).
 float nvfp4_quantize(const void* w, DType dtype, int64_t rows, int64_t cols, float weight_amax,
                      uint8_t* packed, uint8_t* block_scale, std::string_view name, Stream& stream);
+// nvfp4_quantize in two halves, so that a caller synchronizes once for the codes and the checks:
+// nvfp4_quantize_deferred throws at once for what the host can check (the amax), launches the
+// encoder with its device checks in `checks` (two device words from check_slots), and returns
+// weight_scale_2; once the stream has run and the two words are on the host (copied with the
+// codes), nvfp4_check throws as nvfp4_quantize would.
+unsigned long long* check_slots(Stream& stream);  // the stream's two words, set to "none"
+float nvfp4_quantize_deferred(const void* w, DType dtype, int64_t rows, int64_t cols,
+                              float weight_amax, uint8_t* packed, uint8_t* block_scale,
+                              std::string_view name, unsigned long long* checks, Stream& stream);
+void nvfp4_check(const unsigned long long checks[2], std::string_view name, float weight_amax,
+                 int64_t cols);
 
 // FP8 per tensor: out F8_E4M3 bytes [n]. Returns weight_scale = fp8_weight_scale(weight_amax).
 // fp32_quotient: divide in fp32 by the fp32 scale whatever the dtype, as for an F32 copy of the

@@ -2,9 +2,11 @@
 // backend's, byte for byte, on the same bf16 weights; the amaxes also against a max computed here.
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "ops/cpu_backend.h"
 #include "ops/cuda/cuda_backend.h"
 #include "tests/ops/cuda/cuda_test_util.h"
@@ -77,6 +79,70 @@ TEST_F(CudaOps, WeightQuantizationIsTheCpuBackends) {
     const QuantizedWeight mxh = cpu_be.quantize_weight(on(false, i), QFormat::kMxfp8, 0.0f, "w");
     EXPECT_TRUE(same_bytes(mxd.mxfp8->weight, mxh.mxfp8->weight)) << i;
     EXPECT_TRUE(same_bytes(mxd.mxfp8->scale, mxh.mxfp8->scale)) << i;
+  }
+}
+
+// The device's checks come back with the codes (one synchronization a weight): a NaN, and |W|
+// above the amax given, are one-line errors naming the element or row the CPU backend's name;
+// the backend quantizes the next weight normally after each.
+TEST_F(CudaOps, WeightQuantizationRefusesWhatTheCpuRefuses) {
+  const int64_t R = 8, C = 64;
+  std::vector<uint16_t> good;
+  for (float x : normal(static_cast<size_t>(R * C), 1.0f))
+    good.push_back(f32_to_bf16(x));
+  float amax = 0.0f;
+  for (uint16_t b : good)
+    amax = std::max(amax, std::fabs(strata::bf16_to_f32(b)));
+  int64_t first_row = -1;  // the first row with |W| above amax / 2
+  for (int64_t i = 0; i < R * C && first_row < 0; ++i) {
+    if (std::fabs(strata::bf16_to_f32(good[static_cast<size_t>(i)])) > amax / 2) first_row = i / C;
+  }
+  std::vector<uint16_t> nan = good;
+  nan[3 * C + 17] = 0x7FC0;  // flat element 209
+  CudaBackend gpu_be(budget(), s(), CudaBackendOptions{}, 4, 0);
+  gpu_be.reserve_scratch(static_cast<uint64_t>(R * C));
+  gpu_be.use_for_quantization(0);
+  CpuBackend cpu_be(nullptr, nullptr);
+  auto message = [](const auto& run) {
+    try {
+      run();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  gpu::DeviceBuffer d_good = up(good), d_nan = up(nan);
+  struct Case {
+    gpu::DeviceBuffer* dev;
+    const std::vector<uint16_t>* host;
+    float amax;
+    std::string gpu_says, cpu_says;
+  } cases[] = {
+      {&d_nan, &nan, amax, "NaN or infinite element at flat index 209", "flat element 209"},
+      {&d_good, &good, amax / 2, "has |W| above the weight amax",
+       "in row " + std::to_string(first_row) + ","},
+  };
+  for (const Case& c : cases) {
+    const std::string cpu = message([&] {
+      cpu_be.quantize_weight(StoredWeight{c.host->data(), DType::kBF16, R, C}, QFormat::kNvfp4,
+                             c.amax, "w");
+    });
+    EXPECT_NE(cpu.find(c.cpu_says), std::string::npos) << cpu;
+    const std::string gpu = message([&] {
+      gpu_be.quantize_weight(StoredWeight{c.dev->data(), DType::kBF16, R, C}, QFormat::kNvfp4,
+                             c.amax, "w");
+    });
+    EXPECT_NE(gpu.find("nvfp4: tensor w has"), std::string::npos) << gpu;
+    EXPECT_NE(gpu.find(c.gpu_says), std::string::npos) << gpu;
+    if (c.amax < amax) {
+      EXPECT_NE(gpu.find("in row " + std::to_string(first_row) + ";"), std::string::npos) << gpu;
+    }
+    const QuantizedWeight ok = gpu_be.quantize_weight(
+        StoredWeight{d_good.data(), DType::kBF16, R, C}, QFormat::kNvfp4, amax, "w");
+    const QuantizedWeight ref = cpu_be.quantize_weight(
+        StoredWeight{good.data(), DType::kBF16, R, C}, QFormat::kNvfp4, amax, "w");
+    EXPECT_TRUE(same_bytes(ok.nvfp4->packed, ref.nvfp4->packed));
+    EXPECT_TRUE(same_bytes(ok.nvfp4->block_scale, ref.nvfp4->block_scale));
   }
 }
 
