@@ -168,17 +168,23 @@ void run_layer_loop(LayerLoop& loop, Placement& p) {
     phase.lap(&times.quantize);
     const MaxCalibrator* cp = pending.calib.get();
     const PrecomputedWeights* pw = pending.weights.get();
-    // The writer thread quantizes what is left, writes, and syncs its shards, so that the step's
-    // commit finds them durable.
+    // The writer thread quantizes what is left and writes; at a durable step it syncs its shards,
+    // so that the step's commit finds them durable; at another it only starts their writeback and
+    // goes on (the commit of the next durable step syncs whatever is left): a fsync every layer
+    // held the writer, and with it the loop, while the disk flushed each layer.
     ModeloptExporter* exporter = &loop.exporter;
-    pending.report = std::async(std::launch::async, [exporter, l, cp, pw]() {
+    pending.report = std::async(std::launch::async, [exporter, l, cp, pw, durable]() {
       PhaseTimer busy;
       WriterDone d;
       const double written = exporter->write_seconds();
       d.report = exporter->write_layer(l, *cp, pw);
       d.write = exporter->write_seconds() - written;
       PhaseTimer sync;
-      exporter->sync();
+      if (durable) {
+        exporter->sync();
+      } else {
+        exporter->start_writeback();
+      }
       d.sync = sync.lap(nullptr);
       d.busy = busy.lap(nullptr);
       return d;

@@ -102,6 +102,7 @@ class ModeloptExporter {
   void resume(int64_t next_step);
   // Makes everything written so far durable; then publish() renames the complete shards.
   void sync() { writer_->sync(); }
+  void start_writeback() { writer_->start_writeback(); }  // PlannedShardWriter's
   void publish() { writer_->publish(); }
   // Files of the output directory that hold the work synced so far.
   std::vector<std::string> vouched_files() const { return writer_->vouched_files(); }

@@ -462,6 +462,14 @@ void PlannedShardWriter::skip(const std::string& name) {
   ++next_;
 }
 
+void PlannedShardWriter::start_writeback() {
+#ifdef __linux__
+  for (const Shard& s : shards_) {
+    if (s.dirty && s.fd >= 0) (void)::sync_file_range(s.fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+  }
+#endif
+}
+
 void PlannedShardWriter::sync() {
   for (Shard& s : shards_) {
     if (!s.dirty) {

@@ -100,6 +100,10 @@ class PlannedShardWriter {
   void skip(const std::string& name);
   // Makes every tensor added so far durable (fsync of the shards written to since last time).
   void sync();
+  // Starts writing back to the disk what add() wrote since the last sync, without waiting for it
+  // (Linux sync_file_range; a no-op elsewhere): durable only after the next sync(), which then
+  // has less left to flush. Errors surface at that sync().
+  void start_writeback();
   // Renames every shard whose tensors are all written and synced to its final name.
   void publish();
   // After every planned tensor is written: publishes, writes <prefix>.safetensors.index.json

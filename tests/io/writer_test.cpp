@@ -425,6 +425,36 @@ TEST(PlannedShardWriter, ResumeAfterEveryTensorGivesTheSameBytes) {
   }
 }
 
+// start_writeback between tensors (the GPU loop's non-durable steps) changes no byte and makes
+// nothing durable: only sync() lets publish() rename a shard, and the finished files are the
+// reference's.
+TEST(PlannedShardWriter, StartWritebackIsNotASync) {
+  TempDir ref, dir;
+  ShardOptions opt;
+  opt.max_shard_bytes = 100;
+  write_reference(ref.path());
+  const auto ts = five();
+  PlannedShardWriter w(dir.path(), specs_of(ts), opt);
+  w.add(ts[0].first, ts[0].second);
+  w.add(ts[1].first, ts[1].second);  // shard 1 complete
+  w.start_writeback();
+  w.publish();
+  EXPECT_EQ(w.vouched_files(), std::vector<std::string>{});  // nothing synced yet
+  EXPECT_FALSE(fs::exists(dir.file("model-00001-of-00004.safetensors")));
+  w.sync();
+  w.publish();
+  EXPECT_TRUE(fs::exists(dir.file("model-00001-of-00004.safetensors")));
+  for (size_t i = 2; i < ts.size(); ++i) {
+    w.add(ts[i].first, ts[i].second);
+    w.start_writeback();
+  }
+  w.finish();
+  std::vector<std::string> files = dir.list();
+  ASSERT_EQ(files, ref.list());
+  for (const std::string& f : files)
+    EXPECT_EQ(read_bytes(dir.file(f)), read_bytes(ref.file(f))) << f;
+}
+
 TEST(PlannedShardWriter, Errors) {
   TempDir dir;
   ShardOptions opt;
