@@ -815,9 +815,8 @@ void CudaBackend::gated_delta_rule(const Tokens& t, const float* q, const float*
 void CudaBackend::route_softmax(float* logits, int64_t T, int64_t E, int64_t K,
                                 const SoftmaxRouting& r, int32_t* chosen, float* weight) {
   if (dry()) {
-    STRATA_CHECK(K <= 32, "num_experts_per_tok ", K, " exceeds the GPU router's 32");
-    STRATA_CHECK(E <= cuda::kMaxRoutedExperts, "num_experts ", E, " exceeds the GPU router's ",
-                 cuda::kMaxRoutedExperts);
+    const std::string why = cuda::routing_unsupported(E, K);
+    STRATA_CHECK(why.empty(), why);
     return;
   }
   int32_t* counts = moe_ints_.as<int32_t>();
@@ -831,10 +830,8 @@ void CudaBackend::route_softmax(float* logits, int64_t T, int64_t E, int64_t K,
 void CudaBackend::route_sigmoid(float* logits, int64_t T, int64_t E, int64_t K,
                                 const SigmoidRouting& r, int32_t* chosen, float* weight) {
   if (dry()) {
-    STRATA_CHECK(K <= 32, "num_experts_per_tok ", K, " exceeds the GPU router's 32");
-    STRATA_CHECK(r.n_group <= 64, "n_group ", r.n_group, " exceeds the GPU router's 64");
-    STRATA_CHECK(E <= cuda::kMaxRoutedExperts, "num_experts ", E, " exceeds the GPU router's ",
-                 cuda::kMaxRoutedExperts);
+    const std::string why = cuda::grouped_routing_unsupported(E, K, r.n_group, r.topk_group);
+    STRATA_CHECK(why.empty(), why);
     return;
   }
   int32_t* counts = moe_ints_.as<int32_t>();

@@ -20,8 +20,8 @@ using launch::st;
 
 constexpr int kMaxTopK = 32;
 constexpr int kMaxGroups = 64;
-constexpr int kWarps = 4;  // tokens a block
-constexpr int kMaxExperts = kMaxRoutedExperts;
+constexpr int kWarps = 4;          // tokens a block
+constexpr int kMaxExperts = 1024;  // 2 floats an expert a warp: 4 warps within 48 KiB
 constexpr unsigned kAll = 0xffffffffu;
 
 // The next pick of ops::top_k's repeated selection over v[0, n) (shared memory), the indices in
@@ -185,13 +185,25 @@ __global__ void k_route_sigmoid(const float* logits, int64_t T, int64_t E, int64
 
 }  // namespace
 
+std::string routing_unsupported(int64_t E, int64_t K) {
+  if (K > kMaxTopK) return str("num_experts_per_tok ", K, " exceeds the GPU router's ", kMaxTopK);
+  if (E > kMaxExperts) return str(E, " experts exceed the GPU router's ", kMaxExperts);
+  return "";
+}
+
+std::string grouped_routing_unsupported(int64_t E, int64_t K, int64_t n_group, int64_t topk_group) {
+  if (!(n_group >= 1 && n_group <= kMaxGroups && E % n_group == 0 && topk_group >= 1 &&
+        topk_group <= n_group))
+    return str("n_group ", n_group, " / topk_group ", topk_group,
+               " unsupported by the GPU router (n_group <= ", kMaxGroups, " dividing the experts)");
+  return routing_unsupported(E, K);
+}
+
 void route_softmax_topk(const float* logits, int64_t T, int64_t E, int64_t K, bool norm,
                         int32_t* chosen, float* weight, int32_t* counts, void* s) {
   if (T == 0) return;
-  STRATA_CHECK(K <= kMaxTopK, "GPU routing: num_experts_per_tok ", K,
-               " exceeds 32; use --device cpu");
-  STRATA_CHECK(E <= kMaxExperts, "GPU routing: ", E, " experts exceed the router's ", kMaxExperts,
-               "; use --device cpu");
+  const std::string why = routing_unsupported(E, K);
+  STRATA_CHECK(why.empty(), "GPU routing: ", why, "; use --device cpu");
   k_route<<<static_cast<unsigned>((T + kWarps - 1) / kWarps), 32 * kWarps, smem_bytes(E), st(s)>>>(
       logits, T, E, K, norm, chosen, weight, counts);
   launched("route_softmax_topk");
@@ -200,14 +212,8 @@ void route_sigmoid_grouped(const float* logits, int64_t T, int64_t E, int64_t K,
                            int64_t n_group, int64_t topk_group, bool norm, float scaling,
                            int32_t* chosen, float* weight, int32_t* counts, void* s) {
   if (T == 0) return;
-  STRATA_CHECK(K <= kMaxTopK, "GPU routing: num_experts_per_tok ", K,
-               " exceeds 32; use --device cpu");
-  STRATA_CHECK(n_group >= 1 && n_group <= kMaxGroups && E % n_group == 0 && topk_group >= 1 &&
-                   topk_group <= n_group,
-               "GPU routing: n_group ", n_group, " / topk_group ", topk_group,
-               " unsupported (n_group <= 64 dividing the experts); use --device cpu");
-  STRATA_CHECK(E <= kMaxExperts, "GPU routing: ", E, " experts exceed the router's ", kMaxExperts,
-               "; use --device cpu");
+  const std::string why = grouped_routing_unsupported(E, K, n_group, topk_group);
+  STRATA_CHECK(why.empty(), "GPU routing: ", why, "; use --device cpu");
   k_route_sigmoid<<<static_cast<unsigned>((T + kWarps - 1) / kWarps), 32 * kWarps, smem_bytes(E),
                     st(s)>>>(logits, T, E, K, bias, n_group, topk_group, norm, scaling, chosen,
                              weight, counts);

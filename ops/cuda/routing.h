@@ -3,14 +3,21 @@
 // CpuBackend::route_softmax, CpuBackend::route_sigmoid). Top-k is ops::top_k's: largest first, ties
 // to the lower expert. expf is within 2 ulp of the host's exp, so a choice differs from the CPU's
 // only where two candidates are within an ulp or two. chosen and weight are [T, K]; counts[E] +=
-// tokens per expert (zero it first). K <= 32 and E <= kMaxRoutedExperts (else strata::Error).
+// tokens per expert (zero it first). The shapes they take: routing_unsupported (else
+// strata::Error).
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace strata::ops::cuda {
 
-inline constexpr int kMaxRoutedExperts = 1024;  // 2 floats an expert a warp: 4 warps in 48 KiB
+// "" when route_softmax_topk takes E experts and K a token (routing_unsupported), or
+// route_sigmoid_grouped takes them in n_group groups keeping topk_group
+// (grouped_routing_unsupported); else why not. The launchers throw it; CudaBackend's sizing pass
+// checks it before any work, so that such a model stays on the CPU.
+std::string routing_unsupported(int64_t E, int64_t K);
+std::string grouped_routing_unsupported(int64_t E, int64_t K, int64_t n_group, int64_t topk_group);
 
 // Softmax routing (Qwen MoE): p = softmax(logits[t, :E]) (max subtracted, exp in fp32, sum in
 // fp64, as ops::softmax); the top K of p, weight = p (/ the fp32 sum of the top K when norm).

@@ -165,6 +165,15 @@ TEST_F(CudaOps, SigmoidGroupedRoutingFollowsTheFormula) {
 
 // Shapes the kernels cannot take are refused before the launch with a strata::Error.
 TEST_F(CudaOps, RoutingRefusesUnsupportedShapes) {
+  // The shapes the launchers below refuse, named before any launch (the backend's sizing pass).
+  EXPECT_EQ(routing_unsupported(1024, 32), "");
+  EXPECT_EQ(grouped_routing_unsupported(256, 8, 8, 4), "");
+  EXPECT_EQ(routing_unsupported(64, 33), "num_experts_per_tok 33 exceeds the GPU router's 32");
+  EXPECT_EQ(routing_unsupported(1025, 8), "1025 experts exceed the GPU router's 1024");
+  EXPECT_NE(grouped_routing_unsupported(60, 4, 7, 2), "");  // 7 does not divide 60
+  EXPECT_NE(grouped_routing_unsupported(64, 4, 8, 9), "");  // keeps more groups than there are
+  EXPECT_NE(grouped_routing_unsupported(64, 4, 0, 1), "");
+  EXPECT_NE(grouped_routing_unsupported(2048, 4, 8, 4), "");
   gpu::DeviceBuffer any = buffer(1 << 16);
   EXPECT_THROW(route_softmax_topk(any.as<float>(), 4, 64, 33, true, any.as<int32_t>(),
                                   any.as<float>(), any.as<int32_t>(), st()),
