@@ -44,6 +44,15 @@ __device__ __forceinline__ float from_e4m3(uint8_t b) {
   return (b & 0x80u) ? -v : v;
 }
 
+// core/dtype.h e2m1_to_f32: S.EE.M, code in [0, 16): 0, 0.5, 1, 1.5, 2, 3, 4, 6 with the sign of
+// bit 3, from the code's bits (no table in local memory); exact.
+__device__ __forceinline__ float from_e2m1(uint32_t code) {
+  const uint32_t e = (code >> 1) & 3u, m = code & 1u;
+  const float v = e == 0 ? 0.5f * static_cast<float>(m)
+                         : __uint_as_float(((e + 126u) << 23) | (m << 22));  // 2^(e-1)·(1 + m/2)
+  return (code & 8u) ? -v : v;
+}
+
 // ceil(log2(d)) for a positive finite fp32 d, exactly, from its bits (quant/mxfp8.cpp).
 __device__ __forceinline__ int ceil_log2(float d) {
   const uint32_t u = __float_as_uint(d);

@@ -507,10 +507,8 @@ void QuantizeRun::choose_device() {
   if (on_gpu) {
     // Checked first, so the refusal names the recipe's CPU-only algorithm whatever the machine has.
     std::string why =
-        plan.recipe.algorithm.searches()
-            ? str("weight scale search (algorithm ",
-                  weight_calib_method_name(plan.recipe.algorithm.method),
-                  ") has a CPU implementation only (docs/QUANTIZE.md \"Scale search\")")
+        !device_search_unsupported(plan.recipe.algorithm).empty()
+            ? device_search_unsupported(plan.recipe.algorithm)
         : plan.recipe.calibration == CalibrationMethod::kNvfp4ActHeadroom
             ? "the recipe's nvfp4_act_headroom calibration needs per-16-block amax histograms, "
               "which only the CPU forward's observers keep (calib/max_calib.h)"

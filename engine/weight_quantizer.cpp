@@ -14,6 +14,8 @@ WeightQuantizer::WeightQuantizer(const QuantPlan& plan, int64_t first_layer,
                                  bool compressed) {
   layers_.resize(static_cast<size_t>(plan.num_layers));
   std::vector<std::map<std::string, int> > group_of(layers_.size());
+  const WeightCalib& algo = plan.recipe.algorithm;
+  if (algo.searches()) search_ = ops::WeightSearch{algo, {}};
   std::set<std::string> compressed_groups;
   for (const PlannedModule& m : plan.modules) {
     if (!compressed && m.source != SourceCompression::kNone)
@@ -25,7 +27,8 @@ WeightQuantizer::WeightQuantizer(const QuantPlan& plan, int64_t first_layer,
     // weight is given for.
     if (m.layer < first_layer || m.layer >= plan.num_layers || m.format == QFormat::kNone ||
         m.format == QFormat::kW4A16Nvfp4Bs32 || m.format == QFormat::kMxfp4 ||
-        m.format == QFormat::kFp8PbWo ||
+        m.format == QFormat::kFp8PbWo || algo.method == WeightCalib::Method::kLocalHessian ||
+        (m.format == QFormat::kFp8 && algo.searches() && !algo.fp8_scale_sweep) ||
         compressed_groups.count(weight_group_key(plan, m.module)) || !take(m))
       continue;
     Layer& L = layers_[static_cast<size_t>(m.layer)];
@@ -97,8 +100,11 @@ PrecomputedWeights WeightQuantizer::quantize(
     const PlannedModule& m = *j.module;
     ops::StoredWeight w = weight(m.module);
     w.fp32_quotient = j.fp32_quotient;
-    out[m.module] = backend.quantize_weight(
-        w, m.format, j.group < 0 ? 0.0f : amax[static_cast<size_t>(j.group)], m.module);
+    const bool searched =
+        search_ && (m.format == QFormat::kNvfp4 || m.format == QFormat::kW4A16Nvfp4);
+    out[m.module] = backend.quantize_weight(w, m.format,
+                                            j.group < 0 ? 0.0f : amax[static_cast<size_t>(j.group)],
+                                            m.module, searched ? &*search_ : nullptr);
   }
   return out;
 }

@@ -10,10 +10,16 @@
 // scale) except routed experts (export/plan.h fp8_shares_weight_amax: each expert's gate/up pair,
 // or a fused-experts plan's projection and layer); MXFP8 needs none. All of a layer's amaxes are
 // computed in one backend call, then each module is encoded.
+//
+// Under a weight scale search (the recipe's algorithm: mse, fp8_scale_sweep) the NVFP4 modules'
+// block scales are searched by the backend (ops::WeightSearch); FP8 modules under plain mse (a
+// search over a whole shared-amax group) and every module under local_hessian (its input
+// statistics are the exporter's) are left to the exporter.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +55,7 @@ class WeightQuantizer {
     std::vector<std::vector<const PlannedModule*> > groups;  // group -> the modules of its amax
   };
   std::vector<Layer> layers_;
+  std::optional<ops::WeightSearch> search_;  // the recipe's NVFP4 scale search, if any
   uint64_t encoded_bytes_ = 0;
   size_t max_groups_ = 0;
 };

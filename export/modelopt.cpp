@@ -975,9 +975,10 @@ std::vector<std::pair<std::string, Tensor>> ModeloptExporter::quantize_module(
         // the plain search, as in ModelOpt.
         const BlockHessian* h = calib ? calib->hessian(M) : nullptr;
         const std::vector<double> hessian = h ? h->normalized() : std::vector<double>{};
-        const float a = group_weight_amax();
-        const std::vector<uint8_t> scales = nvfp4_search_block_scales(w, a, algo, hessian, M);
-        q = nvfp4_quantize_with_scales(w, a, scales, M);
+        const ops::WeightSearch search{algo, hessian};
+        q = *host_backend()
+                 .quantize_weight(stored(w), m.format, group_weight_amax(), M, &search)
+                 .nvfp4;
       } else {
         const int mx_max = exact_mxfp4_group_max(m);
         q = mx_max >= 0 ? *mxfp4_to_nvfp4_exact(ckpt_.tensor(M + ".weight_blocks"),

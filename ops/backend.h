@@ -238,6 +238,15 @@ struct StoredWeight {
   bool fp32_quotient = false;
 };
 
+// An NVFP4 weight's scale search (Backend::quantize_weight): the recipe's algorithm (mse or
+// fp8_scale_sweep), and for local_hessian the module's BlockHessian::normalized() (empty: the
+// squared error, as for a module no calibration token reached). FP8's mse search spans a group
+// and stays the exporter's (export/modelopt.h).
+struct WeightSearch {
+  WeightCalib calib;
+  std::span<const double> hessian;
+};
+
 // Names the part of a layer that the ops issued since the previous mark belong to (the CUDA
 // backend's device-time profile, --gpu_profile; the CPU ignores it).
 enum class Phase { kStart, kNorms, kMixer, kFfn };
@@ -427,8 +436,11 @@ class Backend {
   // tensors; throws strata::Error naming `name` as the encoders do. Both are synchronous and safe
   // to call from another thread than the forward's only on a backend of their own (the CUDA one
   // then uses its own stream).
+  // search: NVFP4 block scales chosen by a weight scale search (quant/scale_search.h) instead of
+  // each block's own amax, with the same bytes on both backends; nullptr: max calibration.
   virtual QuantizedWeight quantize_weight(const StoredWeight& w, QFormat format, float amax,
-                                          std::string_view name) = 0;
+                                          std::string_view name,
+                                          const WeightSearch* search = nullptr) = 0;
 
  protected:
   bool bf16_ops_ = false;

@@ -11,6 +11,7 @@
 #include "quant/fp8.h"
 #include "quant/mxfp8.h"
 #include "quant/nvfp4.h"
+#include "quant/scale_search.h"
 
 namespace strata {
 
@@ -560,13 +561,20 @@ void CpuBackend::weight_amaxes(const std::vector<std::vector<StoredWeight>>& gro
 }
 
 QuantizedWeight CpuBackend::quantize_weight(const StoredWeight& w, QFormat format, float amax,
-                                            std::string_view name) {
+                                            std::string_view name, const WeightSearch* search) {
   const Tensor t = stored_tensor(w);
+  STRATA_ASSERT(search == nullptr || format == QFormat::kNvfp4 || format == QFormat::kW4A16Nvfp4,
+                "a scale search for ", name, " in ", qformat_name(format));
   QuantizedWeight q;
   switch (format) {
     case QFormat::kNvfp4:
     case QFormat::kW4A16Nvfp4:
-      q.nvfp4 = nvfp4_quantize(t, amax, name);
+      q.nvfp4 =
+          search
+              ? nvfp4_quantize_with_scales(
+                    t, amax,
+                    nvfp4_search_block_scales(t, amax, search->calib, search->hessian, name), name)
+              : nvfp4_quantize(t, amax, name);
       break;
     case QFormat::kFp8:
       // fp32_quotient: the same values in fp32, whose quotient nothing rounds (fp8.h).

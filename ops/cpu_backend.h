@@ -72,7 +72,8 @@ class CpuBackend final : public Backend {
            const float* weight, std::span<const Mlp> experts, float* y) override;
   void weight_amaxes(const std::vector<std::vector<StoredWeight>>& groups, float* out) override;
   QuantizedWeight quantize_weight(const StoredWeight& w, QFormat format, float amax,
-                                  std::string_view name) override;
+                                  std::string_view name,
+                                  const WeightSearch* search = nullptr) override;
 
  private:
   Observer* observer_;

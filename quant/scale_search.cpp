@@ -97,6 +97,29 @@ uint8_t nvfp4_static_block_scale(float block_amax, float global_amax) {
   return quant_detail::fast_f32_to_e4m3(s);
 }
 
+std::string device_search_unsupported(const WeightCalib& c) {
+  if (c.method == WeightCalib::Method::kLocalHessian) {
+    return "weight scale search local_hessian weighs each block by its input statistics, which "
+           "only the CPU forward accumulates (docs/QUANTIZE.md \"Scale search\")";
+  }
+  if (c.searches() && !c.fp8_scale_sweep &&
+      mse_multipliers(c).size() > static_cast<size_t>(kMaxDeviceSearchCandidates)) {
+    return str("weight scale search mse with ", mse_multipliers(c).size(),
+               " multipliers (the device takes at most ", kMaxDeviceSearchCandidates,
+               "; raise step_size)");
+  }
+  return {};
+}
+
+std::vector<uint8_t> nvfp4_sweep_scales(float global_amax) {
+  std::vector<uint8_t> sweep;
+  for (int b = kFirstE4m3; b <= kLastE4m3; ++b) {
+    const float cand = e4m3_to_f32(static_cast<uint8_t>(b)) / 448.0f;
+    sweep.push_back(nvfp4_static_block_scale(global_amax * cand, global_amax));
+  }
+  return sweep;
+}
+
 // ---- BlockHessian ------------------------------------------------------------------------------
 
 BlockHessian::BlockHessian(int64_t cols) : cols_(cols) {
@@ -154,15 +177,8 @@ std::vector<uint8_t> nvfp4_search_block_scales(const Tensor& weight, float globa
                "local_hessian: the input statistics of ", name, " have ",
                hessian.size() / (kBlock * kBlock), " blocks of 16 features, the weight ", blocks);
   const float global = nvfp4_global_scale(global_amax);  // weight_scale_2
-  // fp8_scale_sweep: the candidate bytes, each the export of its candidate amax A * fl32(e/448)
-  // (which gives the byte back; computed, not assumed).
-  std::vector<uint8_t> sweep;
-  if (c.fp8_scale_sweep) {
-    for (int b = kFirstE4m3; b <= kLastE4m3; ++b) {
-      const float cand = e4m3_to_f32(static_cast<uint8_t>(b)) / 448.0f;
-      sweep.push_back(nvfp4_static_block_scale(global_amax * cand, global_amax));
-    }
-  }
+  const std::vector<uint8_t> sweep =
+      c.fp8_scale_sweep ? nvfp4_sweep_scales(global_amax) : std::vector<uint8_t>{};
   const std::vector<float> mult = c.fp8_scale_sweep ? std::vector<float>{} : mse_multipliers(c);
   std::vector<uint8_t> out(static_cast<size_t>(rows * blocks));
   std::vector<float> row(static_cast<size_t>(width));

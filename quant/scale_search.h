@@ -70,6 +70,17 @@ std::vector<float> mse_multipliers(const WeightCalib& c);
 //   [2^-9, 448]; e4m3 round to nearest even.
 uint8_t nvfp4_static_block_scale(float block_amax, float global_amax);
 
+// Why the CUDA backend cannot run this search (empty when it can): local_hessian needs the
+// input statistics only the CPU forward accumulates; the device takes at most
+// kMaxDeviceSearchCandidates candidates a block (quant/cuda/quant_cuda.h Nvfp4Search).
+constexpr int kMaxDeviceSearchCandidates = 256;
+std::string device_search_unsupported(const WeightCalib& c);
+
+// fp8_scale_sweep's candidate block scales under the global amax A, in the order tried: the
+// exported byte of each candidate amax A * fl32(e4m3 / 448) for the bytes 0x01..0x7E (which gives
+// each byte back; computed, not assumed).
+std::vector<uint8_t> nvfp4_sweep_scales(float global_amax);
+
 // The per-input-block second moment of one linear's input, as ModelOpt's local_hessian
 // accumulates it (_LocalHessianAccumulator): for each block n of 16 input features,
 // H[n] = (Σ_t x_t[16n..16n+15] x_t[16n..16n+15]ᵀ) / tokens, a [cols/16, 16, 16] array. Here the

@@ -17,7 +17,8 @@
 # --out DIR     logs, JSON, reports and the table (default $OUT when set, else out/quality)
 # --work DIR    the model and the exports (large; default /tmp/strata-quality)
 # --gpu         max-calibrated rows on the GPU (`--device cuda`): auto = when nvidia-smi works;
-#               the scale-search rows always run on the CPU (docs/QUANTIZE.md "Scale search")
+#               mse and fp8_scale_sweep search on the GPU too; local_hessian always runs on the
+#               CPU (docs/QUANTIZE.md "Scale search")
 # --compare_device  where `strata compare` runs (default: compare's own default, the GPU when
 #               there is one)
 # --rows        the rows to run, in this order (default: all: bf16 nvfp4_max nvfp4_local_hessian
@@ -81,7 +82,7 @@ t_begin=$(date +%s.%N)
 since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 # True once --budget seconds have passed since the start.
 over_budget() { [ "$budget" != 0 ] && awk -v e="$(since "$t_begin")" -v b="$budget" 'BEGIN { exit !(e >= b) }'; }
-echo "== run_quality: $($strata --version 2>&1 | head -1); $(nproc) CPUs; max rows on $max_device; out $out; work $work"
+echo "== run_quality: $($strata --version 2>&1 | head -1); $(nproc) CPUs; max and mse/sweep rows on $max_device; out $out; work $work"
 
 # Data: unpack the archive once.
 calib_args=() eval_args=()
@@ -118,7 +119,7 @@ fi
 run_row() {
   local row="$1" export="$work/export_$1" device=$max_device q_s=0 c_s log
   case "$row" in
-    nvfp4_mse|nvfp4_fp8_scale_sweep|nvfp4_local_hessian) device=cpu ;;
+    nvfp4_local_hessian) device=cpu ;;
   esac
   if [ "$row" = bf16 ]; then
     export="$model"

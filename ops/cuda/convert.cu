@@ -184,13 +184,7 @@ __global__ void k_dequant_int4_pack(Where where, int64_t out, int64_t in, int64_
 // MXFP4 (io/source_weights.h decompress_mxfp4): w[r, 32 g + j] = bf16(e2m1(code) * 2^(e - 127)),
 // code the low nibble of byte j / 2 of block [r, g] for even j, the high one for odd j; e the
 // block's E8M0 scale (0xFF: NaN; 0: 2^-127, a subnormal). The product is exact.
-__device__ __forceinline__ float e2m1_f32(uint32_t code) {
-  // 0, 0.5, 1, 1.5, 2, 3, 4, 6: from the code's bits (no table in local memory).
-  const uint32_t e = (code >> 1) & 3u, m = code & 1u;
-  const float v = e == 0 ? 0.5f * static_cast<float>(m)
-                         : __uint_as_float(((e + 126u) << 23) | (m << 22));  // 2^(e-1)·(1 + m/2)
-  return (code & 8u) ? -v : v;
-}
+using cuda_fp::from_e2m1;
 __device__ __forceinline__ float e8m0_f32(uint32_t e) {
   if (e == 0xFFu) return __uint_as_float(0x7fc00000u);
   if (e == 0) return __uint_as_float(0x00400000u);  // 2^-127
@@ -207,8 +201,8 @@ __global__ void k_dequant_mxfp4(Where where, int64_t out, int64_t groups, bool t
   FOR_N(b, out * groups * 16) {
     const uint8_t byte = blocks[b];
     const float sc = e8m0_f32(scales[b / 16]);
-    const uint16_t lo = f32_bf16_bits(__fmul_rn(e2m1_f32(byte & 0xFu), sc));
-    const uint16_t hi = f32_bf16_bits(__fmul_rn(e2m1_f32(byte >> 4), sc));
+    const uint16_t lo = f32_bf16_bits(__fmul_rn(from_e2m1(byte & 0xFu), sc));
+    const uint16_t hi = f32_bf16_bits(__fmul_rn(from_e2m1(byte >> 4), sc));
     if (to_bf16) {  // 4-byte aligned: dst is (a DeviceBuffer's, a slot's) and 2b is even
       static_cast<uint32_t*>(dst)[b] =
           static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
@@ -252,7 +246,7 @@ __global__ void k_dequant_nvfp4(const uint8_t* packed, const uint8_t* scales, co
     const uint8_t byte = packed[i / 2];
     const uint32_t code = (i % 2 == 0) ? (byte & 0xFu) : (byte >> 4);
     const float descale = __fmul_rn(cuda_fp::from_e4m3(scales[i / block]), g);
-    store(dst, i, __fmul_rn(e2m1_f32(code), descale), to_bf16);
+    store(dst, i, __fmul_rn(from_e2m1(code), descale), to_bf16);
   }
 }
 

@@ -24,6 +24,7 @@
 #include "ops/cuda/rope.h"
 #include "ops/cuda/routing.h"
 #include "quant/cuda/quant_cuda.h"
+#include "quant/scale_search.h"
 
 namespace strata::ops {
 
@@ -1319,9 +1320,33 @@ void CudaBackend::weight_amaxes(const std::vector<std::vector<StoredWeight>>& gr
 }
 
 QuantizedWeight CudaBackend::quantize_weight(const StoredWeight& stored, QFormat format, float amax,
-                                             std::string_view name) {
+                                             std::string_view name, const WeightSearch* search) {
   namespace qc = strata::quant::cuda;
   STRATA_ASSERT(qstream_, "quantize_weight: use_for_quantization first");
+  STRATA_ASSERT(search == nullptr || format == QFormat::kNvfp4 || format == QFormat::kW4A16Nvfp4,
+                "a scale search for ", name, " in ", qformat_name(format));
+  static_assert(qc::kMaxSearchCandidates == kMaxDeviceSearchCandidates);
+  STRATA_CHECK(search == nullptr || device_search_unsupported(search->calib).empty(),
+               "nvfp4: ", name, ": ",
+               search ? device_search_unsupported(search->calib) : std::string());
+  STRATA_ASSERT(search == nullptr || search->hessian.empty(), "a Hessian for ", name,
+                " on the device");
+  // The search's candidates, passed to the kernel by value.
+  std::optional<qc::Nvfp4Search> candidates;
+  if (search) {
+    candidates.emplace();
+    qc::Nvfp4Search& c = *candidates;
+    c.sweep = search->calib.fp8_scale_sweep;
+    if (c.sweep) {
+      const std::vector<uint8_t> bytes = nvfp4_sweep_scales(amax);
+      c.count = static_cast<int>(bytes.size());
+      std::copy(bytes.begin(), bytes.end(), c.bytes);
+    } else {
+      const std::vector<float> m = mse_multipliers(search->calib);
+      c.count = static_cast<int>(m.size());
+      std::copy(m.begin(), m.end(), c.multipliers);
+    }
+  }
   cudaSetDevice(qstream_->device());
   const StoredWeight w = decompressed_for_quantization(stored);
   const int64_t rows = w.rows, cols = w.cols;
@@ -1344,7 +1369,8 @@ QuantizedWeight CudaBackend::quantize_weight(const StoredWeight& stored, QFormat
                     "quantize_weight scratch");
       unsigned long long* checks = qc::check_slots(*qstream_);
       const float ws2 = qc::nvfp4_quantize_deferred(w.data, w.dtype, rows, cols, amax, arena,
-                                                    arena + packed_bytes, name, checks, *qstream_);
+                                                    arena + packed_bytes, name, checks, *qstream_,
+                                                    candidates ? &*candidates : nullptr);
       uint8_t* stage = qstage_.data();
       strata::cuda::copy_to_host_async(stage, checks, 2 * sizeof(unsigned long long), *qstream_);
       strata::cuda::copy_to_host_async(stage + kStageChecks, arena, codes, *qstream_);

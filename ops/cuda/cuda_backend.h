@@ -204,7 +204,8 @@ class CudaBackend final : public Backend {
   void reserve_decompression(uint64_t bytes);
   void weight_amaxes(const std::vector<std::vector<StoredWeight>>& groups, float* out) override;
   QuantizedWeight quantize_weight(const StoredWeight& w, QFormat format, float amax,
-                                  std::string_view name) override;
+                                  std::string_view name,
+                                  const WeightSearch* search = nullptr) override;
 
  private:
   struct Profile;

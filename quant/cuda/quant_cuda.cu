@@ -5,6 +5,7 @@
 // fast encoders, which tests/quant/encode_test.cpp proves equal to the reference conversions.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <math_constants.h>
 
 #include <algorithm>
 #include <climits>
@@ -108,9 +109,55 @@ __device__ __forceinline__ uint8_t to_e2m1(float x) {
 // (FP8) or block start (NVFP4) whose |W| exceeds the weight amax. ULLONG_MAX when none.
 using Err = unsigned long long;
 
-template <int kSrc>
+constexpr float kInv6 = 1.0f / 6.0f;  // quant/scale_search.cpp: fl32(1/6)
+
+// quant/scale_search.h nvfp4_static_block_scale.
+__device__ __forceinline__ uint8_t static_block_scale(float block_amax, float weight_amax) {
+  float s = __fmul_rn(block_amax, kInv6);
+  if (s == 0.0f) s = 1.0f;
+  s = __fdiv_rn(__fmul_rn(s, 448.0f), __fmul_rn(weight_amax, kInv6));
+  s = fminf(fmaxf(s, 0x1p-9f), 448.0f);
+  return cuda_fp::to_e4m3(s);
+}
+
+// The squared error of a block encoded with `scale` (scale_search.cpp nvfp4_block_error without a
+// Hessian): dw exact in double, summed in element order.
+__device__ __forceinline__ double block_error(const float v[16], uint8_t scale,
+                                              float global_scale) {
+  const float descale = __fmul_rn(cuda_fp::from_e4m3(scale), global_scale);
+  double e = 0.0;
+  for (int i = 0; i < 16; ++i) {
+    const float q = __fmul_rn(cuda_fp::from_e2m1(to_e2m1(__fdiv_rn(v[i], descale))), descale);
+    const double d = __dsub_rn(static_cast<double>(v[i]), static_cast<double>(q));
+    e = __dadd_rn(e, __dmul_rn(d, d));
+  }
+  return e;
+}
+
+// The searched block scale: the first candidate with the least error (nvfp4_search_block_scales).
+__device__ __forceinline__ uint8_t searched_scale(const float v[16], float block_amax,
+                                                  float weight_amax, float global_scale,
+                                                  const Nvfp4Search& search) {
+  double best = CUDART_INF;
+  uint8_t best_byte = 0;
+  for (int c = 0; c < search.count; ++c) {
+    const uint8_t s = search.sweep ? search.bytes[c]
+                                   : static_block_scale(
+                                         __fmul_rn(block_amax, search.multipliers[c]), weight_amax);
+    if (c == 0) best_byte = s;
+    const double e = block_error(v, s, global_scale);
+    if (e < best) {
+      best = e;
+      best_byte = s;
+    }
+  }
+  return best_byte;
+}
+
+template <int kSrc, bool kSearch>
 __global__ void nvfp4_kernel(const void* w, int64_t n_blocks, float weight_amax, float global_scale,
-                             uint8_t* packed, uint8_t* scales, Err* err) {
+                             uint8_t* packed, uint8_t* scales, Err* err,
+                             const __grid_constant__ Nvfp4Search search) {
   const float six_global = __fmul_rn(6.0f, global_scale);
   for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < n_blocks;
        b += int64_t{gridDim.x} * blockDim.x) {
@@ -122,10 +169,15 @@ __global__ void nvfp4_kernel(const void* w, int64_t n_blocks, float weight_amax,
       block_amax = fmaxf(block_amax, fabsf(v[i]));
     }
     if (block_amax > weight_amax) atomicMin(&err[1], static_cast<Err>(b * 16));
-    float s = __fdiv_rn(block_amax, six_global);
-    if (s == 0.0f) s = 1.0f;
-    s = fminf(fmaxf(s, 0x1p-9f), 448.0f);
-    const uint8_t scale_byte = cuda_fp::to_e4m3(s);
+    uint8_t scale_byte;
+    if constexpr (kSearch) {
+      scale_byte = searched_scale(v, block_amax, weight_amax, global_scale, search);
+    } else {
+      float s = __fdiv_rn(block_amax, six_global);
+      if (s == 0.0f) s = 1.0f;
+      s = fminf(fmaxf(s, 0x1p-9f), 448.0f);
+      scale_byte = cuda_fp::to_e4m3(s);
+    }
     scales[b] = scale_byte;
     const float descale = __fmul_rn(cuda_fp::from_e4m3(scale_byte), global_scale);
     for (int i = 0; i < 16; i += 2) {
@@ -279,8 +331,12 @@ void nvfp4_check(const unsigned long long checks[2], std::string_view name, floa
 
 float nvfp4_quantize_deferred(const void* w, DType dtype, int64_t rows, int64_t cols,
                               float weight_amax, uint8_t* packed, uint8_t* block_scale,
-                              std::string_view name, unsigned long long* err, Stream& stream) {
+                              std::string_view name, unsigned long long* err, Stream& stream,
+                              const Nvfp4Search* search) {
   const Src src = src_of(dtype, name, "nvfp4");
+  STRATA_CHECK(search == nullptr || (search->count > 0 && search->count <= kMaxSearchCandidates),
+               "nvfp4: a scale search of ", search ? search->count : 0, " candidates for ", name,
+               " (the device takes 1 to ", kMaxSearchCandidates, ")");
   check_shape(rows, cols, kNvfp4BlockSize, name, "nvfp4");
   STRATA_CHECK(std::isfinite(weight_amax) && weight_amax > 0.0f, "nvfp4: weight amax ", weight_amax,
                " of ", name,
@@ -291,8 +347,14 @@ float nvfp4_quantize_deferred(const void* w, DType dtype, int64_t rows, int64_t 
                " is too small for an fp32 weight_scale_2");
   const int64_t n_blocks = rows * cols / kNvfp4BlockSize;
   dispatch(src, [&](auto s) {
-    nvfp4_kernel<decltype(s)::value><<<blocks_for(n_blocks), kThreads, 0, native(stream)>>>(
-        w, n_blocks, weight_amax, global_scale, packed, block_scale, err);
+    if (search) {
+      nvfp4_kernel<decltype(s)::value, true><<<blocks_for(n_blocks), kThreads, 0, native(stream)>>>(
+          w, n_blocks, weight_amax, global_scale, packed, block_scale, err, *search);
+    } else {
+      nvfp4_kernel<decltype(s)::value, false>
+          <<<blocks_for(n_blocks), kThreads, 0, native(stream)>>>(
+              w, n_blocks, weight_amax, global_scale, packed, block_scale, err, Nvfp4Search{});
+    }
   });
   check(cudaGetLastError(), "quantizer launch");
   return global_scale;

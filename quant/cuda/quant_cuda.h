@@ -36,9 +36,21 @@ float nvfp4_quantize(const void* w, DType dtype, int64_t rows, int64_t cols, flo
 // weight_scale_2; once the stream has run and the two words are on the host (copied with the
 // codes), nvfp4_check throws as nvfp4_quantize would.
 unsigned long long* check_slots(Stream& stream);  // the stream's two words, set to "none"
+// A weight scale search's candidates (quant/scale_search.h nvfp4_search_block_scales, whose
+// arithmetic the device repeats exactly): every block tries `bytes` (fp8_scale_sweep) or its own
+// amax times each of `multipliers` (mse) and keeps the first with the least squared error.
+constexpr int kMaxSearchCandidates = 256;  // ModelOpt's defaults: 126 bytes, 39 multipliers
+struct Nvfp4Search {
+  bool sweep = false;
+  int count = 0;
+  uint8_t bytes[kMaxSearchCandidates] = {};
+  float multipliers[kMaxSearchCandidates] = {};
+};
+// search: nullptr for each block's own scale (max calibration).
 float nvfp4_quantize_deferred(const void* w, DType dtype, int64_t rows, int64_t cols,
                               float weight_amax, uint8_t* packed, uint8_t* block_scale,
-                              std::string_view name, unsigned long long* checks, Stream& stream);
+                              std::string_view name, unsigned long long* checks, Stream& stream,
+                              const Nvfp4Search* search = nullptr);
 void nvfp4_check(const unsigned long long checks[2], std::string_view name, float weight_amax,
                  int64_t cols);
 

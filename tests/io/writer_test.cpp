@@ -440,10 +440,10 @@ TEST(PlannedShardWriter, StartWritebackIsNotASync) {
   w.start_writeback();
   w.publish();
   EXPECT_EQ(w.vouched_files(), std::vector<std::string>{});  // nothing synced yet
-  EXPECT_FALSE(fs::exists(dir.file("model-00001-of-00004.safetensors")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("model-00001-of-00004.safetensors")));
   w.sync();
   w.publish();
-  EXPECT_TRUE(fs::exists(dir.file("model-00001-of-00004.safetensors")));
+  EXPECT_TRUE(std::filesystem::exists(dir.file("model-00001-of-00004.safetensors")));
   for (size_t i = 2; i < ts.size(); ++i) {
     w.add(ts[i].first, ts[i].second);
     w.start_writeback();

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "ops/cpu_backend.h"
 #include "ops/cuda/cuda_backend.h"
+#include "quant/scale_search.h"
 #include "tests/ops/cuda/cuda_test_util.h"
 
 namespace strata::ops::cuda {
@@ -80,6 +81,61 @@ TEST_F(CudaOps, WeightQuantizationIsTheCpuBackends) {
     EXPECT_TRUE(same_bytes(mxd.mxfp8->weight, mxh.mxfp8->weight)) << i;
     EXPECT_TRUE(same_bytes(mxd.mxfp8->scale, mxh.mxfp8->scale)) << i;
   }
+}
+
+// Searched NVFP4 block scales (mse's multipliers, fp8_scale_sweep, a narrower multiplier range)
+// on the device are the CPU reference's (quant/scale_search.h), codes and scale bytes, for bf16
+// and fp32 weights; the searches choose other scales than max calibration for some blocks (so the
+// comparison is not of two max encodings); local_hessian is refused on the device.
+TEST_F(CudaOps, ScaleSearchIsTheCpuBackends) {
+  const int64_t R = 64, C = 512;
+  std::vector<float> f32 = normal(static_cast<size_t>(R * C), 0.05f);
+  for (size_t i = 0; i < f32.size(); i += 37)
+    f32[i] *= 9.0f;  // outliers, so that blocks' best scales are not their own amax's
+  std::vector<uint16_t> bf16;
+  for (float x : f32)
+    bf16.push_back(f32_to_bf16(x));
+  float amax = 0.0f;
+  for (float x : f32)
+    amax = std::max(amax, std::fabs(x));
+  gpu::DeviceBuffer d_bf16 = up(bf16), d_f32 = up(f32);
+  CudaBackend gpu_be(budget(), s(), CudaBackendOptions{}, 4, 0);
+  gpu_be.reserve_scratch(static_cast<uint64_t>(R * C + R * C / 16));
+  gpu_be.use_for_quantization(0);
+  CpuBackend cpu_be(nullptr, nullptr);
+  WeightCalib mse;
+  mse.method = WeightCalib::Method::kMse;
+  WeightCalib sweep = mse;
+  sweep.fp8_scale_sweep = true;
+  WeightCalib narrow = mse;
+  narrow.start_multiplier = 0.5;
+  narrow.stop_multiplier = 1.5;
+  narrow.step_size = 0.01;  // 101 multipliers
+  for (const WeightCalib& calib : {mse, sweep, narrow}) {
+    const WeightSearch search{calib, {}};
+    for (const bool f : {false, true}) {
+      const StoredWeight wd{f ? d_f32.data() : d_bf16.data(), f ? DType::kF32 : DType::kBF16, R, C};
+      const StoredWeight wh{f ? static_cast<const void*>(f32.data()) : bf16.data(), wd.dtype, R, C};
+      const std::string what = weight_calib_description(calib) + (f ? " f32" : " bf16");
+      const QuantizedWeight d = gpu_be.quantize_weight(wd, QFormat::kNvfp4, amax, "w", &search);
+      const QuantizedWeight h = cpu_be.quantize_weight(wh, QFormat::kNvfp4, amax, "w", &search);
+      EXPECT_TRUE(same_bytes(d.nvfp4->packed, h.nvfp4->packed)) << what;
+      EXPECT_TRUE(same_bytes(d.nvfp4->block_scale, h.nvfp4->block_scale)) << what;
+      EXPECT_EQ(bits_of(d.nvfp4->global_scale.item_f32(0)),
+                bits_of(h.nvfp4->global_scale.item_f32(0)));
+      const QuantizedWeight plain = cpu_be.quantize_weight(wh, QFormat::kNvfp4, amax, "w");
+      int64_t other = 0;
+      for (int64_t b = 0; b < R * C / 16; ++b)
+        other += plain.nvfp4->block_scale.bytes()[b] != d.nvfp4->block_scale.bytes()[b];
+      EXPECT_GT(other, 0) << what << ": the search chose every block's max scale";
+    }
+  }
+  WeightCalib lh = mse;
+  lh.method = WeightCalib::Method::kLocalHessian;
+  const WeightSearch hessian_search{lh, {}};
+  EXPECT_THROW(gpu_be.quantize_weight(StoredWeight{d_bf16.data(), DType::kBF16, R, C},
+                                      QFormat::kNvfp4, amax, "w", &hessian_search),
+               Error);
 }
 
 // The device's checks come back with the codes (one synchronization a weight): a NaN, and |W|
