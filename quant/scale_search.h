@@ -122,4 +122,15 @@ std::vector<uint8_t> nvfp4_search_block_scales(const Tensor& weight, float globa
 float fp8_search_amax(std::span<const Tensor> weights, float amax, const WeightCalib& c,
                       std::string_view name);
 
+namespace quant_detail {
+// The error of one 16-block of `w` encoded with scale byte `scale` under weight_scale_2 `global`
+// (Σ dw², or dwᵀ H dw with `h` the block's 16x16 Hessian row-major; nullptr for the former): the
+// scalar reference of the searches' candidate error.
+double nvfp4_block_error(const float* w, uint8_t scale, float global, const double* h);
+// The same value computed faster, as the searches do: `descale` = e4m3_to_f32(scale) * global,
+// `ht` the block's Hessian transposed (column-major) or nullptr. Equal to the reference bit for
+// bit (tests/quant/scale_search_test.cpp).
+double nvfp4_block_error_fast(const float* w, float descale, const double* ht);
+}  // namespace quant_detail
+
 }  // namespace strata

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "core/dtype.h"
@@ -100,6 +101,113 @@ TEST(ScaleSearch, HessianWeightsTheError) {
   EXPECT_EQ(h.tokens(), 1);
   EXPECT_EQ(h.normalized()[7 * 16 + 7], 9.0);
   EXPECT_EQ(nvfp4_search_block_scales(w, A, kHessian, h.normalized(), "w")[0], 0x02);
+}
+
+// The searches' fast candidate error equals the scalar reference bit for bit: every positive
+// finite scale byte, on blocks with zeros, negative zeros, ties at the E2M1 midpoints, values
+// clipped above 6 x the descale, subnormal products, with and without a (non-symmetric, signed)
+// Hessian.
+TEST(ScaleSearch, FastBlockErrorIsTheReference) {
+  std::mt19937 rng(20261205);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const float global = 0x1.3p-7f;
+  std::vector<std::vector<float>> blocks;
+  for (int k = 0; k < 40; ++k) {
+    std::vector<float> b(16);
+    const float sd = std::ldexp(1.0f, k % 20 - 14);
+    for (float& v : b)
+      v = normal(rng) * sd;
+    blocks.push_back(b);
+  }
+  std::vector<float> edge(16);  // exact midpoints and sign cases under descale 1 x global
+  const float mids[] = {0.0f, -0.0f,  0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f,
+                        5.0f, -0.25f, -2.5f, -3.5f, 5.5f,  -6.0f, 7.0f, -100.0f};
+  for (int i = 0; i < 16; ++i)
+    edge[static_cast<size_t>(i)] = mids[i] * global;
+  blocks.push_back(edge);
+  std::vector<double> h(256), ht(256);
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 16; ++j) {
+      h[static_cast<size_t>(i * 16 + j)] = static_cast<double>(normal(rng)) + (i == j ? 4.0 : 0.0);
+    }
+  }
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j)
+      ht[static_cast<size_t>(j * 16 + i)] = h[static_cast<size_t>(i * 16 + j)];
+  int64_t compared = 0;
+  for (const std::vector<float>& b : blocks) {
+    for (int s = 0x01; s <= 0x7E; ++s) {
+      const uint8_t byte = static_cast<uint8_t>(s);
+      const float descale = e4m3_to_f32(byte) * global;
+      const double ref = quant_detail::nvfp4_block_error(b.data(), byte, global, nullptr);
+      const double fast = quant_detail::nvfp4_block_error_fast(b.data(), descale, nullptr);
+      const double ref_h = quant_detail::nvfp4_block_error(b.data(), byte, global, h.data());
+      const double fast_h = quant_detail::nvfp4_block_error_fast(b.data(), descale, ht.data());
+      ASSERT_EQ(std::memcmp(&ref, &fast, 8), 0) << s << ": " << ref << " vs " << fast;
+      ASSERT_EQ(std::memcmp(&ref_h, &fast_h, 8), 0) << s << ": " << ref_h << " vs " << fast_h;
+      compared += 2;
+    }
+  }
+  EXPECT_EQ(compared, 41 * 126 * 2);
+}
+
+// The search (whichever of its compiled versions this machine runs) picks, for every block, the
+// first candidate with the least reference error (nvfp4_block_error): sweep, multipliers and
+// local_hessian on a heavy-tailed weight.
+TEST(ScaleSearch, SearchIsTheArgminOfTheReferenceError) {
+  std::mt19937 rng(7);
+  std::student_t_distribution<float> heavy(3.0f);
+  const int64_t R = 6, C = 64;
+  std::vector<float> v(static_cast<size_t>(R * C));
+  for (float& x : v)
+    x = heavy(rng) * 0.01f;
+  const Tensor w = make_weight(DType::kF32, {R, C}, v);
+  float amax = 0.0f;
+  for (float x : v)
+    amax = std::max(amax, std::fabs(x));
+  std::vector<double> h(static_cast<size_t>(C / 16 * 256));
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (size_t n = 0; n < h.size(); n += 256) {
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j <= i; ++j) {
+        const double x = normal(rng) * 0.3 + (i == j ? 2.0 : 0.0);
+        h[n + static_cast<size_t>(i * 16 + j)] = h[n + static_cast<size_t>(j * 16 + i)] = x;
+      }
+  }
+  const float global = nvfp4_global_scale(amax);
+  const std::vector<float> mult = mse_multipliers(kMseBlocks);
+  for (const auto& [calib, hess] :
+       {std::pair{kSweep, std::vector<double>{}}, std::pair{kMseBlocks, std::vector<double>{}},
+        std::pair{kHessian, h}}) {
+    const std::vector<uint8_t> got = nvfp4_search_block_scales(w, amax, calib, hess, "w");
+    for (int64_t r = 0; r < R; ++r) {
+      for (int64_t b = 0; b < C / 16; ++b) {
+        const float* blk = v.data() + r * C + b * 16;
+        std::vector<uint8_t> cands;
+        if (calib.fp8_scale_sweep) {
+          cands = nvfp4_sweep_scales(amax);
+        } else {
+          float ba = 0.0f;
+          for (int i = 0; i < 16; ++i)
+            ba = std::max(ba, std::fabs(blk[i]));
+          for (float m : mult)
+            cands.push_back(nvfp4_static_block_scale(ba * m, amax));
+        }
+        const double* hb = hess.empty() ? nullptr : hess.data() + b * 256;
+        uint8_t best = cands[0];
+        double best_e = INFINITY;
+        for (uint8_t c : cands) {
+          const double e = quant_detail::nvfp4_block_error(blk, c, global, hb);
+          if (e < best_e) {
+            best_e = e;
+            best = c;
+          }
+        }
+        EXPECT_EQ(got[static_cast<size_t>(r * (C / 16) + b)], best)
+            << weight_calib_description(calib) << " row " << r << " block " << b;
+      }
+    }
+  }
 }
 
 TEST(ScaleSearch, BlockHessianIsTheSecondMomentPerBlock) {
