@@ -18,18 +18,67 @@ constexpr double kAnchorFloorRatio = 1e6;
 
 }  // namespace
 
-void MaxCalibrator::observe(std::string_view name, const float* x, int64_t rows, int64_t cols) {
-  record(name, ops::amax(x, rows * cols), rows);
-  if (rows > 0 && hessian_names_.count(name)) {
-    auto it = hessians_.find(name);
-    if (it == hessians_.end())
-      it = hessians_.emplace(std::string(name), std::make_unique<BlockHessian>(cols)).first;
-    it->second->accumulate(x, rows);
-  }
+BlockHessian& MaxCalibrator::hessian_of(std::string_view name, int64_t cols) {
+  auto it = hessians_.find(name);
+  if (it == hessians_.end())
+    it = hessians_.emplace(std::string(name), std::make_unique<BlockHessian>(cols)).first;
+  return *it->second;
+}
+
+void MaxCalibrator::observe_one(std::string_view name, float amax, const float* x, int64_t rows,
+                                int64_t cols, bool hessian) {
+  record(name, amax, rows);
+  if (hessian) hessian_of(name, cols).accumulate(x, rows);
   if (!block_histograms_) return;
   Stat& s = stats_.find(name)->second;
   if (s.hist.empty()) s.hist.assign(kHeadroomBins, 0);
   add_block_histogram(x, rows, cols, s.hist);
+}
+
+void MaxCalibrator::observe(std::string_view name, const float* x, int64_t rows, int64_t cols) {
+  const bool hessian = rows > 0 && hessian_names_.count(name);
+  if (hessian && !hessian_twin_.empty()) {
+    // Seen alone: no other name's sums follow this one's any more, nor this one another's.
+    hessian_twin_.erase(std::string(name));
+    std::erase_if(hessian_twin_, [&](const auto& kv) { return kv.second == name; });
+  }
+  observe_one(name, ops::amax(x, rows * cols), x, rows, cols, hessian);
+}
+
+void MaxCalibrator::observe_shared(std::span<const std::string> names, const float* x, int64_t rows,
+                                   int64_t cols) {
+  const float amax = ops::amax(x, rows * cols);
+  const std::string* first = nullptr;  // the first tracked name: accumulates
+  for (const std::string& n : names) {
+    const bool tracked = rows > 0 && hessian_names_.count(n);
+    if (!tracked || first == nullptr) {
+      if (tracked) {
+        first = &n;
+        // Its followers stay in step only if they see this observation too (checked below);
+        // a name that was following another now leads and follows no one.
+        hessian_twin_.erase(n);
+      }
+      observe_one(n, amax, x, rows, cols, tracked);
+      continue;
+    }
+    // A follower: in step with `first` when both are new, or when it followed it until now.
+    auto twin = hessian_twin_.find(n);
+    const bool fresh = !hessians_.count(n) && hessian_of(*first, cols).tokens() == rows;
+    if (fresh || (twin != hessian_twin_.end() && twin->second == *first)) {
+      observe_one(n, amax, x, rows, cols, false);
+      BlockHessian& h = hessian_of(n, cols);
+      h = hessian_of(*first, cols);  // the same sums, as accumulating x again would give
+      hessian_twin_[n] = *first;
+    } else {
+      if (twin != hessian_twin_.end()) hessian_twin_.erase(twin);
+      observe_one(n, amax, x, rows, cols, true);
+    }
+  }
+  // A name that follows one observed here without being observed itself has left its step.
+  auto here = [&](const std::string& n) {
+    return std::find(names.begin(), names.end(), n) != names.end();
+  };
+  std::erase_if(hessian_twin_, [&](const auto& kv) { return here(kv.second) && !here(kv.first); });
 }
 
 const BlockHessian* MaxCalibrator::hessian(std::string_view name) const {

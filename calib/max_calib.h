@@ -78,6 +78,11 @@ class MaxCalibrator : public Observer {
       : block_histograms_(block_histograms), sequence_stats_(sequence_stats) {}
 
   void observe(std::string_view name, const float* x, int64_t rows, int64_t cols) override;
+  // As observe() under each name, with the input's BlockHessian accumulated once: the tracked
+  // names that have seen exactly the same rows (always observed together) get a copy of the
+  // first one's sums, which are the sums they would have accumulated themselves.
+  void observe_shared(std::span<const std::string> names, const float* x, int64_t rows,
+                      int64_t cols) override;
   // Merges an amax already reduced elsewhere (the GPU forward's observers) over `rows` rows,
   // exactly as observe() merges its own (no histogram: the GPU forward keeps none).
   void record(std::string_view name, float amax, int64_t rows);
@@ -126,6 +131,12 @@ class MaxCalibrator : public Observer {
   std::map<std::string, Stat, std::less<>> stats_;
   std::set<std::string, std::less<>> hessian_names_;
   std::map<std::string, std::unique_ptr<BlockHessian>, std::less<>> hessians_;
+  // A tracked name -> the name whose BlockHessian its own equals, having seen the same rows in
+  // every observation so far (observe_shared copies it instead of accumulating again).
+  std::map<std::string, std::string, std::less<>> hessian_twin_;
+  void observe_one(std::string_view name, float amax, const float* x, int64_t rows, int64_t cols,
+                   bool hessian);
+  BlockHessian& hessian_of(std::string_view name, int64_t cols);
 };
 
 // ---- nvfp4_act_headroom (header comment) ----------------------------------------------------

@@ -59,6 +59,13 @@ class Observer {
   virtual ~Observer() = default;
   // x is [rows, cols] fp32, row-major.
   virtual void observe(std::string_view name, const float* x, int64_t rows, int64_t cols) = 0;
+  // x observed under several names at once (one input read by several modules: q/k/v, gate/up);
+  // by default each name on its own.
+  virtual void observe_shared(std::span<const std::string> names, const float* x, int64_t rows,
+                              int64_t cols) {
+    for (const std::string& n : names)
+      observe(n, x, rows, cols);
+  }
   // A MoE layer's routing, under its router's module name ("model.layers.3.mlp.gate"): chosen
   // [tokens, k], the experts each token was sent to (strata compare; the CPU backend reports it).
   virtual void observe_routing(std::string_view /*router*/, const int32_t* /*chosen*/,

@@ -69,8 +69,7 @@ void CpuBackend::release(uint64_t mark) {
 void CpuBackend::observe(const std::vector<std::string>& names, const float* x, int64_t rows,
                          int64_t cols) {
   if (!observer_) return;
-  for (const std::string& n : names)
-    observer_->observe(n, x, rows, cols);
+  observer_->observe_shared(names, x, rows, cols);
 }
 
 void CpuBackend::observe_sequences(const std::string& name, const float* x, const Tokens& t,

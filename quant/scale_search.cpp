@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "quant/encode.h"
 
 namespace strata {
@@ -176,17 +177,29 @@ BlockHessian::BlockHessian(int64_t cols) : cols_(cols) {
 
 void BlockHessian::accumulate(const float* x, int64_t rows) {
   const int64_t blocks = cols_ / kBlock;
-  for (int64_t t = 0; t < rows; ++t) {
-    const float* row = x + t * cols_;
-    for (int64_t n = 0; n < blocks; ++n) {
-      const float* v = row + n * kBlock;
-      double* h = sums_.data() + n * kBlock * kBlock;
-      for (int64_t i = 0; i < kBlock; ++i) {
-        const double vi = v[i];
-        for (int64_t j = 0; j < kBlock; ++j)
-          h[i * kBlock + j] += vi * static_cast<double>(v[j]);
+  // Blocks [b0, b1) over every row in token order: each sum is updated in the same order
+  // whatever the split, so several threads give the same bits as one.
+  auto run = [&](size_t b0, size_t b1) {
+    for (int64_t t = 0; t < rows; ++t) {
+      const float* row = x + t * cols_;
+      for (auto n = static_cast<int64_t>(b0); n < static_cast<int64_t>(b1); ++n) {
+        const float* v = row + n * kBlock;
+        double* h = sums_.data() + n * kBlock * kBlock;
+        for (int64_t i = 0; i < kBlock; ++i) {
+          const double vi = v[i];
+          for (int64_t j = 0; j < kBlock; ++j)
+            h[i * kBlock + j] += vi * static_cast<double>(v[j]);
+        }
       }
     }
+  };
+  // Threads only for work worth their start (about 2 M multiply-adds or more).
+  constexpr int64_t kParallelBlockRows = 8192;
+  if (rows * blocks >= kParallelBlockRows && blocks > 1) {
+    parallel_chunks(static_cast<size_t>(blocks), startup_threads(),
+                    static_cast<size_t>(std::max<int64_t>(1, kParallelBlockRows / rows)), run);
+  } else {
+    run(0, static_cast<size_t>(blocks));
   }
   tokens_ += rows;
 }
