@@ -11,12 +11,12 @@
 # --parts     which parts run, in this order (default tests,peer); parts joined by + run at the
 #             same time (tests+peer: neither is timed)
 # --tests     a ctest -R regex over the `gpu` label (default: every GPU test)
-# --recipes   peer recipes (default: those added since the last H200 peer: the affine KV modes,
-#             nvfp4_act_headroom, the Kimi-K3 fp8_pb_wo recipe, nvfp4_mlp_only-novit)
+# --recipes   peer recipes (default: the one issue 19 has not had on the H200, the calibrated
+#             NVFP4 KV cache nvfp4-kv_nvfp4; docs/QUANTIZE.md "Parity with ModelOpt" lists what ran)
 # --families  peer families (default: every fixture family with a transformers class)
-# --peer_deadline  seconds the peer may take (default 420: run alone, one family a process, 66
-#             cases take about 5 minutes); a peer stopped at it still reports the verdicts of the
-#             families that finished, read from their logs
+# --peer_deadline  seconds the peer may take (default 420; one family a process: 11 families x
+#             6 recipes took 202 s beside the GPU tests on 2026-12-05); a peer stopped at it still
+#             reports the verdicts of the families that finished, read from their logs
 # --bench     bench/gpu_bench.sh arches (qwen3_moe deepseek_v3 kimi_k2_int4 gpt_oss_mxfp4), capped
 #             runs with the device profile, each stopped at 280 s (deadline 200 s): two fit in a
 #             call beside nothing else (default "gpt_oss_mxfp4 kimi_k2_int4")
@@ -32,10 +32,7 @@ bin=/tmp/strata-bundle/build/bin
 out=${OUT:-out/device_check}
 parts=tests,peer
 tests=""
-recipes="nvfp4-kv_fp8_affine fp8-kv_fp8_affine nvfp4-kv_nvfp4_affine
-         general/ptq/nvfp4_act_headroom-kv_fp8_cast
-         models/moonshotai/Kimi-K3/ptq/nvfp4_experts-fp8_pb_attention
-         general/ptq/nvfp4_mlp_only-novit-kv_fp8"
+recipes="nvfp4-kv_nvfp4"
 families="llama qwen3 qwen3_moe deepseek_v3 kimi_linear glm4_moe minimax_m2 mixtral qwen3_next
           deepseek_v32 gpt_oss"
 bench="gpt_oss_mxfp4 kimi_k2_int4"
