@@ -346,19 +346,22 @@ def compare(strata_dir, modelopt_dir, label, scale_tol, json_path=None, ulp=0):
     ok = not (only_s or only_m or meta_bad or byte_bad or scale_bad or cfg_diff) and \
         (not byte_follow or bool(ulp))
     # ModelOpt matches a recipe's patterns against transformers' in-memory module names. A pattern
-    # written with the checkpoint's name (Kimi-K3's `*block_sparse_moe.experts.*`) matches nothing
-    # in transformers 5's Mixtral, MiniMax-M2 and Kimi-Linear, which call that block `mlp` in
-    # memory, so ModelOpt leaves those modules in bf16; strata matches the checkpoint's names, as
-    # servers load them, and quantizes them. Said so when that is every tensor difference.
+    # written with the checkpoint's name (Kimi-K3's `*block_sparse_moe.experts.*`,
+    # `*self_attn.f_a_proj*`) matches nothing where transformers 5 renames the module in memory
+    # (`mlp` in Mixtral, MiniMax-M2 and Kimi-Linear; Kimi-Linear's `forget_gate`), so ModelOpt
+    # leaves those modules in bf16; strata matches the checkpoint's names, as servers load them,
+    # and quantizes them. Said so when that is every tensor difference.
+    renamed_in_memory = (".block_sparse_moe.", ".self_attn.f_a_proj", ".self_attn.f_b_proj")
     missed = {module_of(n) for n in only_s + meta_bad}
     pattern_miss = bool(missed) and not (only_m or byte_bad or scale_bad) and all(
-        mod is not None and ".block_sparse_moe." in mod
+        mod is not None and any(seg in mod for seg in renamed_in_memory)
         and m.get(mod + ".weight", ("",))[0] in ("BF16", "F16", "F32") for mod in missed)
     if pattern_miss:
-        lines.append(f"  note: ModelOpt left {len(missed)} modules named *.block_sparse_moe.* in the "
-                     "checkpoint in bf16: transformers 5 calls them mlp.* in memory, where the "
-                     "recipe's checkpoint-name pattern matches nothing; strata quantizes them by the "
-                     "checkpoint's names, which servers load (ModelOpt's pattern miss)")
+        lines.append(f"  note: ModelOpt left {len(missed)} modules in bf16 whose checkpoint names "
+                     f"({', '.join(sorted({seg.strip('.') for seg in renamed_in_memory if any(seg in x for x in missed)}))}) "
+                     "transformers 5 renames in memory, where the recipe's checkpoint-name patterns "
+                     "match nothing; strata quantizes them by the checkpoint's names, which servers "
+                     "load (ModelOpt's pattern miss)")
     worst = max(scale_rel.values(), default=0.0)
     tags = [t for t, on in (("renamed", renamed), ("ModelOpt's pattern miss", pattern_miss)) if on]
     verdict = (f"PEER {label}: {'PASS' if ok else 'FAIL'}{' (' + ', '.join(tags) + ')' if tags else ''} "
