@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "ops/ops.h"
@@ -36,49 +37,36 @@ void MaxCalibrator::observe_one(std::string_view name, float amax, const float* 
 }
 
 void MaxCalibrator::observe(std::string_view name, const float* x, int64_t rows, int64_t cols) {
-  const bool hessian = rows > 0 && hessian_names_.count(name);
-  if (hessian && !hessian_twin_.empty()) {
-    // Seen alone: no other name's sums follow this one's any more, nor this one another's.
-    hessian_twin_.erase(std::string(name));
-    std::erase_if(hessian_twin_, [&](const auto& kv) { return kv.second == name; });
-  }
-  observe_one(name, ops::amax(x, rows * cols), x, rows, cols, hessian);
+  observe_one(name, ops::amax(x, rows * cols), x, rows, cols,
+              rows > 0 && hessian_names_.count(name));
 }
 
 void MaxCalibrator::observe_shared(std::span<const std::string> names, const float* x, int64_t rows,
                                    int64_t cols) {
   const float amax = ops::amax(x, rows * cols);
-  const std::string* first = nullptr;  // the first tracked name: accumulates
-  for (const std::string& n : names) {
-    const bool tracked = rows > 0 && hessian_names_.count(n);
-    if (!tracked || first == nullptr) {
-      if (tracked) {
-        first = &n;
-        // Its followers stay in step only if they see this observation too (checked below);
-        // a name that was following another now leads and follows no one.
-        hessian_twin_.erase(n);
-      }
-      observe_one(n, amax, x, rows, cols, tracked);
+  auto tracked = [&](const std::string& n) { return rows > 0 && hessian_names_.count(n) > 0; };
+  // The first tracked name accumulates; a later one whose sums equal its sums before this
+  // observation (both new, or in step so far) takes a copy of them after it: the same rows added
+  // to the same sums give the same bits.
+  const std::string* lead = nullptr;
+  std::vector<bool> copy(names.size(), false);
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!tracked(names[i])) continue;
+    if (lead == nullptr) {
+      lead = &names[i];
       continue;
     }
-    // A follower: in step with `first` when both are new, or when it followed it until now.
-    auto twin = hessian_twin_.find(n);
-    const bool fresh = !hessians_.count(n) && hessian_of(*first, cols).tokens() == rows;
-    if (fresh || (twin != hessian_twin_.end() && twin->second == *first)) {
-      observe_one(n, amax, x, rows, cols, false);
-      BlockHessian& h = hessian_of(n, cols);
-      h = hessian_of(*first, cols);  // the same sums, as accumulating x again would give
-      hessian_twin_[n] = *first;
-    } else {
-      if (twin != hessian_twin_.end()) hessian_twin_.erase(twin);
-      observe_one(n, amax, x, rows, cols, true);
-    }
+    const BlockHessian *a = hessian(names[i]), *b = hessian(*lead);
+    copy[i] = a == nullptr ? b == nullptr
+                           : b != nullptr && a->tokens() == b->tokens() &&
+                                 a->sums().size() == b->sums().size() &&
+                                 std::memcmp(a->sums().data(), b->sums().data(),
+                                             a->sums().size() * sizeof(double)) == 0;
   }
-  // A name that follows one observed here without being observed itself has left its step.
-  auto here = [&](const std::string& n) {
-    return std::find(names.begin(), names.end(), n) != names.end();
-  };
-  std::erase_if(hessian_twin_, [&](const auto& kv) { return here(kv.second) && !here(kv.first); });
+  for (size_t i = 0; i < names.size(); ++i) {
+    observe_one(names[i], amax, x, rows, cols, tracked(names[i]) && !copy[i]);
+    if (copy[i]) hessian_of(names[i], cols) = hessian_of(*lead, cols);
+  }
 }
 
 const BlockHessian* MaxCalibrator::hessian(std::string_view name) const {

@@ -79,8 +79,8 @@ class MaxCalibrator : public Observer {
 
   void observe(std::string_view name, const float* x, int64_t rows, int64_t cols) override;
   // As observe() under each name, with the input's BlockHessian accumulated once: the tracked
-  // names that have seen exactly the same rows (always observed together) get a copy of the
-  // first one's sums, which are the sums they would have accumulated themselves.
+  // names whose sums equal the first one's (always observed together) get a copy of its sums,
+  // which are the sums they would have accumulated themselves.
   void observe_shared(std::span<const std::string> names, const float* x, int64_t rows,
                       int64_t cols) override;
   // Merges an amax already reduced elsewhere (the GPU forward's observers) over `rows` rows,
@@ -131,9 +131,6 @@ class MaxCalibrator : public Observer {
   std::map<std::string, Stat, std::less<>> stats_;
   std::set<std::string, std::less<>> hessian_names_;
   std::map<std::string, std::unique_ptr<BlockHessian>, std::less<>> hessians_;
-  // A tracked name -> the name whose BlockHessian its own equals, having seen the same rows in
-  // every observation so far (observe_shared copies it instead of accumulating again).
-  std::map<std::string, std::string, std::less<>> hessian_twin_;
   void observe_one(std::string_view name, float amax, const float* x, int64_t rows, int64_t cols,
                    bool hessian);
   BlockHessian& hessian_of(std::string_view name, int64_t cols);

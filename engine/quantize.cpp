@@ -506,9 +506,9 @@ void QuantizeRun::choose_device() {
   on_gpu = job.device == QuantizeJob::Device::kCuda && result.calibrated;
   if (on_gpu) {
     // Checked first, so the refusal names the recipe's CPU-only algorithm whatever the machine has.
+    const std::string search_why = device_search_unsupported(plan.recipe.algorithm);
     std::string why =
-        !device_search_unsupported(plan.recipe.algorithm).empty()
-            ? device_search_unsupported(plan.recipe.algorithm)
+        !search_why.empty() ? search_why
         : plan.recipe.calibration == CalibrationMethod::kNvfp4ActHeadroom
             ? "the recipe's nvfp4_act_headroom calibration needs per-16-block amax histograms, "
               "which only the CPU forward's observers keep (calib/max_calib.h)"

@@ -149,13 +149,11 @@ std::string device_search_unsupported(const WeightCalib& c) {
     return "weight scale search local_hessian weighs each block by its input statistics, which "
            "only the CPU forward accumulates (docs/QUANTIZE.md \"Scale search\")";
   }
-  if (c.searches() && !c.fp8_scale_sweep &&
-      mse_multipliers(c).size() > static_cast<size_t>(kMaxDeviceSearchCandidates)) {
-    return str("weight scale search mse with ", mse_multipliers(c).size(),
-               " multipliers (the device takes at most ", kMaxDeviceSearchCandidates,
-               "; raise step_size)");
-  }
-  return {};
+  if (!c.searches() || c.fp8_scale_sweep) return {};
+  const size_t n = mse_multipliers(c).size();
+  if (n <= static_cast<size_t>(kMaxDeviceSearchCandidates)) return {};
+  return str("weight scale search mse with ", n, " multipliers (the device takes at most ",
+             kMaxDeviceSearchCandidates, "; raise step_size)");
 }
 
 std::vector<uint8_t> nvfp4_sweep_scales(float global_amax) {
