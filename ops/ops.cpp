@@ -423,6 +423,46 @@ void l2_norm(float* x, int64_t rows, int64_t dim, float eps) {
 void gated_delta_rule(const float* q, const float* k, const float* v, const float* g,
                       const float* beta, int64_t T, int64_t n_heads, int64_t dk, int64_t dv,
                       float* out, bool head_decay) {
+  // The reference's arithmetic with its loops turned so that the inner one runs along a row of
+  // S (contiguous, vectorized): each column j still decays before its dot product and sums over
+  // i in ascending order, and the update of row i precedes its term of o, so every value is
+  // the reference's bit for bit (tests/ops/ops_test.cpp).
+#pragma omp parallel for schedule(static)
+  for (int64_t h = 0; h < n_heads; ++h) {
+    std::vector<float> S(static_cast<size_t>(dk * dv), 0.0f);  // [dk, dv]
+    std::vector<float> s(static_cast<size_t>(dv)), u(static_cast<size_t>(dv));
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t kq = (t * n_heads + h) * dk, vo = (t * n_heads + h) * dv;
+      std::fill(s.begin(), s.end(), 0.0f);
+      for (int64_t i = 0; i < dk; ++i) {
+        const float a = std::exp(head_decay ? g[t * n_heads + h] : g[kq + i]);
+        const float ki = k[kq + i];
+        float* Si = S.data() + i * dv;
+        for (int64_t j = 0; j < dv; ++j) {
+          Si[j] *= a;
+          s[j] += Si[j] * ki;
+        }
+      }
+      const float b = beta[t * n_heads + h];
+      for (int64_t j = 0; j < dv; ++j)
+        u[j] = b * (v[vo + j] - s[j]);
+      float* o = out + vo;
+      std::fill(o, o + dv, 0.0f);
+      for (int64_t i = 0; i < dk; ++i) {
+        const float ki = k[kq + i], qi = q[kq + i];
+        float* Si = S.data() + i * dv;
+        for (int64_t j = 0; j < dv; ++j) {
+          Si[j] += ki * u[j];
+          o[j] += Si[j] * qi;
+        }
+      }
+    }
+  }
+}
+
+void gated_delta_rule_reference(const float* q, const float* k, const float* v, const float* g,
+                                const float* beta, int64_t T, int64_t n_heads, int64_t dk,
+                                int64_t dv, float* out, bool head_decay) {
   // Heads are independent and each writes only its own output columns.
 #pragma omp parallel for schedule(static)
   for (int64_t h = 0; h < n_heads; ++h) {

@@ -176,6 +176,11 @@ void l2_norm(float* x, int64_t rows, int64_t dim, float eps);
 void gated_delta_rule(const float* q, const float* k, const float* v, const float* g,
                       const float* beta, int64_t T, int64_t n_heads, int64_t dk, int64_t dv,
                       float* out, bool head_decay = false);
+// Its scalar reference, the recurrence as written above, one element at a time: gated_delta_rule
+// gives its values bit for bit (its loops vectorize).
+void gated_delta_rule_reference(const float* q, const float* k, const float* v, const float* g,
+                                const float* beta, int64_t T, int64_t n_heads, int64_t dk,
+                                int64_t dv, float* out, bool head_decay = false);
 
 // Top-k of one row: indices of the k largest values, largest first; ties go to the lower index.
 // (Rows with NaN: unspecified.) CUDA: inside ops/cuda/routing.h, the same order.
