@@ -320,6 +320,12 @@ Report build_report(const std::string& dir) {
     }
   }
   std::sort(r.decompress.begin(), r.decompress.end());
+  // The one check quantize makes beside its start rather than in its plan.
+  std::string shape_tensor;
+  if (std::string why = int4_shape_mismatch(ckpt, &shape_tensor); !why.empty()) {
+    r.refused.emplace_back(shape_tensor, std::move(why));
+    std::sort(r.refused.begin(), r.refused.end());
+  }
   return r;
 }
 

@@ -27,6 +27,7 @@
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
 #include "io/safetensors_writer.h"
+#include "io/source_weights.h"
 #include "ops/ops.h"
 
 namespace strata::cli {
@@ -246,6 +247,8 @@ void print_plan(const QuantizeJob& job) {
   ModelConfig config = read_model_config(job.model_dir);
   Checkpoint ckpt = Checkpoint::open(job.model_dir);
   QuantPlan plan = make_plan(config, ckpt, job.recipe);
+  const std::string int4 = int4_shape_mismatch(ckpt);  // what a run checks beside its start
+  STRATA_CHECK(int4.empty(), int4);
   const bool print = world(launcher_from_environment()).rank() == 0;  // under mpirun, rank 0 alone
   comm_finalize();
   if (print)

@@ -446,14 +446,32 @@ void DevicePlacement::upload_positions() {
 }
 
 void DevicePlacement::load_hidden() {
-  if (mp_.tier == HiddenTier::kFile) return;
   ActivationStore& store = loop_.store;
+  const bool embed = static_cast<bool>(loop_.embed);  // layer 0's inputs are made here
+  if (mp_.tier == HiddenTier::kFile) {
+    if (!embed) return;
+    store.begin(1);
+    for (size_t b = 0; b < loop_.batches.size(); ++b) {
+      loop_.embed(sid(b), stage_.data());
+      store.write_raw(sid(b), stage_.data());
+    }
+    store.commit(loop_.resume_dir, false);
+    return;
+  }
   for (size_t b = 0; b < loop_.batches.size(); ++b) {
     const int64_t tok = mp_.token0[b];
     if (mp_.tier == HiddenTier::kPinned) {
-      store.read_raw(sid(b), host_at(tok));
+      if (embed) {
+        loop_.embed(sid(b), host_at(tok));
+      } else {
+        store.read_raw(sid(b), host_at(tok));
+      }
     } else {
-      store.read_raw(sid(b), stage_.data());
+      if (embed) {
+        loop_.embed(sid(b), stage_.data());
+      } else {
+        store.read_raw(sid(b), stage_.data());
+      }
       compute_.copy_to_device(dev_at(tok), stage_.data(), store.batch_bytes(sid(b)));
       compute_.synchronize();
     }

@@ -74,7 +74,7 @@ struct GpuLoop {
   const ModelConfig& config;
   const Checkpoint& ckpt;
   const QuantPlan& plan;
-  ActivationStore& store;  // holds the inputs of first_layer
+  ActivationStore& store;  // holds the inputs of first_layer, unless `embed` is set
   const std::vector<Batch>& batches;
   const ModeloptExporter& exporter;
   int64_t first_layer = 0;
@@ -98,6 +98,11 @@ struct GpuLoop {
   // expert_traffic: where the exchanges' bytes and seconds are added (the run's summary).
   bool expert_parallel = false;
   ExpertTraffic* expert_traffic = nullptr;
+  // Set when the run starts at layer 0 and the store holds nothing yet: writes micro-batch b's
+  // embedding (the store's index; bf16 [T_b, H]) to `out`. The placement embeds straight into
+  // its pinned or device hidden states (through its stage for the latter), or into the store's
+  // file when they stream from there, so that no file lies between the embedding and the GPU.
+  std::function<void(size_t b, void* out)> embed = {};
 };
 
 // "" when the GPU path can run this model; else why not.

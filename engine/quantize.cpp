@@ -28,6 +28,7 @@
 #include "engine/resume.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
+#include "io/source_weights.h"
 #include "model/forward.h"
 #include "ops/ops.h"
 #include "quant/fp8.h"
@@ -395,8 +396,9 @@ class QuantizeRun {
   void log_resume() const;
   // Step 0, the embedding table: begun on a helper thread (in order with ranks).
   void start_head();
-  // The first layer's inputs: the embeddings, or the hidden states the manifest names; then
-  // waits for the head.
+  // The first layer's inputs: the embeddings, or the hidden states the manifest names. A single
+  // process on the GPU leaves the embedding to the device placement, which writes it where the
+  // hidden states will live (GpuLoop::embed).
   void embed();
   // Steps 1..N, the decoder layers: the layer loop (engine/layer_loop.h) on the placement.
   void run_layers();
@@ -417,6 +419,12 @@ class QuantizeRun {
   void make_exporter();
   // Where the layers run: the device, the CPU, or no forward at all (weight-only formats).
   std::unique_ptr<Placement> placement();
+  // Waits for the head's step (start_head), which must be recorded before any layer's.
+  void wait_head();
+  // Throws the INT4 shape check's error, if any (waits for it).
+  void check_int4_shapes();
+  // Micro-batch b's embedding as the store holds it (its dtype, [T_b, H]).
+  void embed_batch(size_t b, void* out) const;
   // The process's RSS and its peak so far into m.baseline and m.startup_peak (core/rss.h), the
   // larger of theirs and the measured; with ranks the largest over the ranks.
   void measure_baseline(MemoryEstimate& m);
@@ -448,6 +456,15 @@ class QuantizeRun {
   std::unique_ptr<GpuEarlySetup> early;  // the CUDA context and pinned buffers, meanwhile
   double* commit_time = nullptr;         // in the layer loop: result.times.commit
   std::future<void> head_written;
+  // INT4 sources: every module's weight_shape against the shape the plan took from the headers
+  // (io/source_weights.h int4_shape_mismatch), read beside the start; joined before the first
+  // layer's step is recorded.
+  std::future<std::string> int4_shapes;
+  // The step and hidden file the run started from: `state` is the head thread's to change
+  // until wait_head().
+  int64_t begin_step = 0;
+  std::string begin_hidden;
+  bool device_embeds = false;  // embed() left the embedding to the GPU placement
   std::function<int(const std::string&)> owner;
   std::vector<Batch> batches;
   std::unique_ptr<ActivationStore> store;
@@ -498,6 +515,12 @@ void QuantizeRun::resolve_plan() {
                  "merged across ranks yet); run without mpirun");
   }
   result.calibrated = needs_activations(plan);
+}
+
+void QuantizeRun::check_int4_shapes() {
+  if (!int4_shapes.valid()) return;
+  const std::string wrong = int4_shapes.get();
+  if (!wrong.empty()) fail(wrong);
 }
 
 void QuantizeRun::choose_device() {
@@ -639,6 +662,11 @@ void QuantizeRun::make_exporter() {
 }
 
 void QuantizeRun::open_exporter() {
+  const bool int4 =
+      std::any_of(plan.modules.begin(), plan.modules.end(),
+                  [](const PlannedModule& m) { return m.source == SourceCompression::kInt4Pack; });
+  if (int4)
+    int4_shapes = std::async(std::launch::async, [this] { return int4_shape_mismatch(ckpt); });
   make_exporter();
   STRATA_ASSERT(exporter->steps() == state.steps, "steps");
   // With expert parallelism a routed expert's tensors belong to the rank that holds the expert.
@@ -699,6 +727,7 @@ void QuantizeRun::log_resume() const {
 
 void QuantizeRun::commit(int64_t next, const std::string& hidden_path,
                          const std::string& old_input) {
+  if (next >= 2) check_int4_shapes();  // the head's commit (next 1) runs on its own thread
   // Test hook (tests/engine/kill_resume_test.sh): a kill lands mid-run on tiny fixtures.
   const int64_t slow_ms = job.test.slow_layer_ms;
   if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
@@ -740,6 +769,8 @@ void QuantizeRun::commit(int64_t next, const std::string& hidden_path,
 
 void QuantizeRun::start_head() {
   phase.lap(&result.times.startup);
+  begin_step = state.next_step;
+  begin_hidden = state.hidden_file;
   // Step 0 (the embedding table copied to the export, synced, recorded). A single process writes
   // it on a helper thread while the first hidden states are computed (they only read the table);
   // it is waited for before the layers. With ranks its commit is collective, so it runs here, in
@@ -758,10 +789,18 @@ void QuantizeRun::start_head() {
   phase.lap(&result.times.head);
 }
 
+void QuantizeRun::embed_batch(size_t b, void* out) const {
+  if (store->dtype() == DType::kBF16) {
+    fwd->embed_bf16(batches[b], static_cast<uint16_t*>(out));
+  } else {
+    fwd->embed(batches[b], static_cast<float*>(out));
+  }
+}
+
 void QuantizeRun::embed() {
   // With ranks, tensors every rank needs are read by their writer and broadcast.
   owner = [this](const std::string& n) { return exporter->owner_of(n); };
-  if (result.calibrated && state.next_step <= plan.num_layers) {
+  if (result.calibrated && begin_step <= plan.num_layers) {
     if (on_gpu) create_dir(offload, "--offload_folder");
     if (result.memory.spilled) {
       create_dir(offload, "--offload_folder");
@@ -772,30 +811,39 @@ void QuantizeRun::embed() {
         micro.tokens, fwd->hidden_size(), fopts.bf16_between_layers ? DType::kBF16 : DType::kF32,
         result.memory.spilled || on_gpu, offload,
         comm.size() > 1 ? owned_batches(comm, micro.groups.size()) : std::vector<bool>{});
-    int64_t most = 0;
     int64_t first_seq = 0;  // the calibration set's sequences, in micro-batch order
     for (size_t b = 0; b < micro.groups.size(); ++b) {
       batches.push_back(Batch::from_sequences(micro.groups[b], first_seq));
       first_seq += static_cast<int64_t>(micro.groups[b].size());
-      most = std::max(most, batches.back().n_tokens());
     }
-    std::vector<float> buf(static_cast<size_t>(most * fwd->hidden_size()));  // one micro-batch
-    if (state.hidden_file.empty()) {
+    if (begin_hidden.empty()) {
       const std::vector<std::string>& head = exporter->step_sources(0);
       share_tensors(comm, ckpt, head, owner);  // the embedding, read by one rank
-      store->begin(1);
-      for (size_t b = 0; b < batches.size(); ++b) {
-        if (!store->owns(b)) continue;
-        fwd->embed(batches[b], buf.data());
-        store->write(b, buf.data());
+      // A single process on the GPU: the placement embeds into pinned or device memory when the
+      // hidden states live there, instead of through the store's file and back.
+      device_embeds = on_gpu && comm.size() == 1;
+      if (!device_embeds) {
+        uint64_t most = 0;
+        for (size_t b = 0; b < batches.size(); ++b)
+          most = std::max(most, store->batch_bytes(b));
+        std::vector<uint8_t> buf(most);  // one micro-batch
+        store->begin(1);
+        for (size_t b = 0; b < batches.size(); ++b) {
+          if (!store->owns(b)) continue;
+          embed_batch(b, buf.data());
+          store->write_raw(b, buf.data());
+        }
+        store->commit(resume_dir, false);
+        if (comm.size() > 1) exporter->release_source(0);
       }
-      store->commit(resume_dir, false);
-      if (comm.size() > 1) exporter->release_source(0);
     } else {
-      store->load((fs::path(resume_dir) / state.hidden_file).string());
+      store->load((fs::path(resume_dir) / begin_hidden).string());
     }
   }
   phase.lap(&result.times.embedding);
+}
+
+void QuantizeRun::wait_head() {
   if (head_written.valid()) head_written.get();  // what the embedding did not hide
   phase.lap(&result.times.head);
 }
@@ -813,6 +861,7 @@ std::unique_ptr<Placement> QuantizeRun::placement() {
                         first_layer, job.max_gpu_memory_bytes, !result.memory.spilled, resume_dir,
                         job.gpu, job.exact_mxfp4, &comm, mine_ids, &result.times, warm.get(),
                         early.get(), job.test, fopts.bf16_ops});
+    if (device_embeds) gpu->embed = [this](size_t b, void* out) { embed_batch(b, out); };
     gpu->expert_parallel = expert_parallel;  // rows exchanged over NCCL (engine/gpu_runner.h)
     gpu->expert_traffic = &exchange.traffic;
     return make_gpu_placement(*gpu);
@@ -823,8 +872,11 @@ std::unique_ptr<Placement> QuantizeRun::placement() {
 }
 
 void QuantizeRun::run_layers() {
-  first_layer = first_layer_to_run(state.next_step, plan.num_layers);
-  if (first_layer >= plan.num_layers) return;
+  first_layer = first_layer_to_run(begin_step, plan.num_layers);
+  if (first_layer >= plan.num_layers) {
+    wait_head();
+    return;
+  }
   progress.emplace("quantize", plan.num_layers - first_layer, "layers", job.progress && lead);
   std::unique_ptr<Placement> where = placement();
   if (on_gpu) {
@@ -835,6 +887,7 @@ void QuantizeRun::run_layers() {
     check_memory_cap(result.memory, job.max_cpu_memory_bytes, "once the CUDA context exists");
   }
   phase.lap(on_gpu ? &result.times.device_setup : &result.times.layers);
+  wait_head();
   LayerLoop loop{
       plan,
       *exporter,
@@ -874,6 +927,7 @@ void QuantizeRun::write_tail() {
 }
 
 void QuantizeRun::finish() {
+  check_int4_shapes();
   result.bytes_read = ckpt.bytes_read();
   result.expert_bytes_sent = exchange.traffic.bytes_sent;
   result.expert_exchange_seconds = exchange.traffic.seconds;

@@ -1,7 +1,6 @@
 #include "export/plan.h"
 
 #include <algorithm>
-#include <future>
 #include <map>
 #include <memory>
 #include <set>
@@ -242,16 +241,6 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
   resolve_wrapper_prefixes(arch, names, ckpt.dir());
   plan.num_layers = arch.num_hidden_layers;
   RecipeMatcher matcher(recipe);
-  // The INT4 weight_shape tensors are read below, one per module and spread over the files: asked
-  // for all at once, a cold start waits for them at the disk's queue depth (a 61-layer Kimi-K2
-  // shape has 70k of them), not one page fault at a time.
-  // Asked on a helper thread (69k madvise calls) while the tensors are classified.
-  std::vector<std::string> shapes;
-  for (const std::string& name : names) {
-    if (name.ends_with(".weight_shape")) shapes.push_back(name);
-  }
-  std::future<void> asked =
-      std::async(std::launch::async, [&ckpt, &shapes] { ckpt.will_need(shapes); });
   // What each tensor is, read for every name independently (on several threads: a Kimi-K2 has
   // 208k tensors), then planned in name order below. A refusal is the first in name order, as a
   // sequential loop gives it (core/parallel.h).
@@ -283,7 +272,6 @@ QuantPlan make_plan(const ModelConfig& config, const Checkpoint& ckpt, const Rec
       STRATA_ASSERT(f.sw.has_value(), "no source weight for ", f.module);
     }
   });
-  asked.get();
   bool head_stored = false;
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& name = names[i];

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/parallel.h"
 
 namespace strata {
 
@@ -198,17 +199,21 @@ std::optional<SourceWeight> find_source_weight(const Checkpoint& ckpt, const std
                  "(only symmetric pack-quantized, as Kimi-K2-Thinking ships)");
     STRATA_CHECK(!ckpt.has(m + ".weight_g_idx"), ckpt.dir(), ": '", m,
                  ".weight_g_idx' is present: INT4 sources with activation order are not supported");
-    const Tensor shape = ckpt.metadata(m + ".weight_shape");
-    STRATA_CHECK(
-        (shape.dtype() == DType::kI32 || shape.dtype() == DType::kI64) && shape.numel() == 2,
-        ckpt.dir(), ": '", m, ".weight_shape' must hold two integers (out, in), got ",
-        dtype_name(shape.dtype()), " ", shape_str(shape.shape()));
-    w.shape = {read_int(shape, 0), read_int(shape, 1)};
-    STRATA_CHECK(w.shape[0] > 0 && w.shape[1] > 0, ckpt.dir(), ": '", m, ".weight_shape' is (",
-                 w.shape[0], ", ", w.shape[1], ")");
+    // The shape from the headers (weight_shape itself is compared later: int4_shape_mismatch).
+    const TensorEntry& p = ckpt.entry(w.stored);
     const TensorEntry& s = ckpt.entry(m + ".weight_scale");
-    const int64_t cols = s.shape.size() == 2 ? s.shape[1] : 0;
-    w.group = cols > 0 && w.shape[1] % cols == 0 ? w.shape[1] / cols : kInt4DefaultGroup;
+    const TensorEntry& d = ckpt.entry(m + ".weight_shape");
+    STRATA_CHECK((d.dtype == DType::kI32 || d.dtype == DType::kI64) && shape_numel(d.shape) == 2,
+                 ckpt.dir(), ": '", m, ".weight_shape' must hold two integers (out, in), got ",
+                 dtype_name(d.dtype), " ", shape_str(d.shape));
+    STRATA_CHECK(p.dtype == DType::kI32 && p.shape.size() == 2 && p.shape[0] > 0 && p.shape[1] > 0,
+                 ckpt.dir(), ": '", w.stored, "' is ", dtype_name(p.dtype), " ", shape_str(p.shape),
+                 "; pack-quantized INT4 codes are I32 [out, in/8]");
+    STRATA_CHECK(s.shape.size() == 2 && s.shape[0] == p.shape[0] && s.shape[1] > 0, ckpt.dir(),
+                 ": '", m, ".weight_scale' is ", shape_str(s.shape), "; '", w.stored, "' ",
+                 shape_str(p.shape), " needs [", p.shape[0], ", in/group]");
+    w.shape = {p.shape[0], p.shape[1] * 8};
+    w.group = w.shape[1] % s.shape[1] == 0 ? w.shape[1] / s.shape[1] : kInt4DefaultGroup;
     return w;
   }
   if (ckpt.has(m + ".weight_blocks")) {
@@ -238,6 +243,37 @@ std::optional<SourceWeight> find_source_weight(const Checkpoint& ckpt, const std
   w.dtype = e.dtype;
   w.shape = e.shape;
   return w;
+}
+
+std::string int4_shape_mismatch(const Checkpoint& ckpt, std::string* tensor) {
+  std::vector<std::string> names;  // every M.weight_shape beside an M.weight_packed
+  for (const std::string& n : ckpt.tensor_names()) {
+    if (!n.ends_with(".weight_packed")) continue;
+    const std::string shape = n.substr(0, n.size() - 6) + "shape";  // M.weight_shape
+    if (ckpt.has(shape)) names.push_back(shape);
+  }
+  ckpt.will_need(names);  // all at once, at the disk's queue depth
+  std::vector<std::string> wrong(names.size());
+  parallel_chunks(names.size(), startup_threads(), 1024, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      const std::optional<SourceWeight> sw =
+          find_source_weight(ckpt, names[i].substr(0, names[i].size() - 13));
+      const SourceWeight& w = *sw;
+      const Tensor shape = ckpt.metadata(names[i]);
+      const int64_t out = read_int(shape, 0), in = read_int(shape, 1);
+      if (out == w.shape[0] && in == w.shape[1]) continue;
+      wrong[i] = str(ckpt.dir(), ": '", names[i], "' is (", out, ", ", in, ") but '", w.stored,
+                     "' gives (", w.shape[0], ", ", w.shape[1],
+                     "): strata takes INT4 shapes from the packed tensors (rows a multiple of 8 "
+                     "long); the checkpoint may be damaged");
+    }
+  });
+  for (size_t i = 0; i < wrong.size(); ++i) {
+    if (wrong[i].empty()) continue;
+    if (tensor) *tensor = names[i];
+    return wrong[i];
+  }
+  return "";
 }
 
 Tensor read_source_weight(const Checkpoint& ckpt, const SourceWeight& w) {

@@ -75,6 +75,17 @@ struct SourceWeight {
 // have another shape or dtype is a strata::Error naming them.
 std::optional<SourceWeight> find_source_weight(const Checkpoint& ckpt, const std::string& module);
 
+// An INT4 module's shape is taken from its headers: [out, 8c] for M.weight_packed [out, c], in
+// groups of 8c / s for M.weight_scale [out, s]. M.weight_shape itself (8 bytes a module, spread
+// over the files: a 61-layer Kimi-K2 has 70k of them, which a cold start would wait for one
+// page at a time) is compared later by int4_shape_mismatch; a source whose rows are not a
+// multiple of 8 and of the group fails there.
+//
+// The first INT4 module of the checkpoint (in name order) whose M.weight_shape differs from the
+// shape taken from its headers, as an error message naming both (and its name in *tensor); ""
+// when every one agrees. Asks for every weight_shape at once, then reads them on several threads.
+std::string int4_shape_mismatch(const Checkpoint& ckpt, std::string* tensor = nullptr);
+
 // The module's weight: for kNone a view of the stored tensor; else a new BF16 tensor [out, in].
 Tensor read_source_weight(const Checkpoint& ckpt, const SourceWeight& w);
 

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "io/source_weights.h"
 #include "model/arch.h"
 #include "quant/fp8.h"
@@ -241,31 +242,73 @@ Ends::Ends(const ModelConfig& config, const Checkpoint& ckpt, const Prefixes& pr
       eps_(static_cast<float>(config.rms_norm_eps)),
       norm_offset_(norm_offset) {}
 
-void Ends::embed(const Batch& batch, float* hidden, bool round) const {
-  Tensor e = ckpt_.tensor(embed_name_);
-  STRATA_CHECK(e.ndim() == 2 && e.dim(1) == hidden_, ckpt_.dir(), ": '", embed_name_,
-               "' has shape ", shape_str(e.shape()), ", expected [vocab, ", hidden_, "]");
-  const uint16_t* bf16 = e.dtype() == DType::kBF16 ? e.data<uint16_t>() : nullptr;
+namespace {
+
+// The embedding table, its shape checked against the config.
+Tensor embedding_table(const Checkpoint& ckpt, const std::string& name, int64_t hidden) {
+  Tensor e = ckpt.tensor(name);
+  STRATA_CHECK(e.ndim() == 2 && e.dim(1) == hidden, ckpt.dir(), ": '", name, "' has shape ",
+               shape_str(e.shape()), ", expected [vocab, ", hidden, "]");
+  return e;
+}
+
+// Runs row(t) for every token of the batch on the start-up threads, after checking every id
+// against the table's rows (the first bad id in token order is the one reported).
+template <typename Row>
+void each_token_row(const Batch& batch, const Tensor& e, const Row& row) {
   for (int64_t t = 0; t < batch.n_tokens(); ++t) {
     const int32_t id = batch.tokens[t];
     STRATA_CHECK(id >= 0 && id < e.dim(0), "token id ", id, " is outside the vocabulary [0, ",
                  e.dim(0), ")");
-    float* row = hidden + t * hidden_;
+  }
+  parallel_chunks(static_cast<size_t>(batch.n_tokens()), startup_threads(), 256,
+                  [&](size_t begin, size_t end) {
+                    for (size_t t = begin; t < end; ++t)
+                      row(static_cast<int64_t>(t), static_cast<int64_t>(batch.tokens[t]));
+                  });
+}
+
+}  // namespace
+
+void Ends::embed(const Batch& batch, float* hidden, bool round) const {
+  const Tensor e = embedding_table(ckpt_, embed_name_, hidden_);
+  const uint16_t* bf16 = e.dtype() == DType::kBF16 ? e.data<uint16_t>() : nullptr;
+  const int64_t H = hidden_;
+  each_token_row(batch, e, [&](int64_t t, int64_t id) {
+    float* row = hidden + t * H;
     if (bf16) {
       // The common case, bit by bit: a bf16 value widens exactly, and rounding it to bf16 again
       // changes only a NaN (to the canonical 0x7FC0, as ops::round_bf16 does).
-      const uint16_t* src = bf16 + id * hidden_;
-      for (int64_t c = 0; c < hidden_; ++c) {
+      const uint16_t* src = bf16 + id * H;
+      for (int64_t c = 0; c < H; ++c) {
         const uint16_t v = round && (src[c] & 0x7FFF) > 0x7F80 ? 0x7FC0 : src[c];
         const uint32_t bits = static_cast<uint32_t>(v) << 16;
         std::memcpy(row + c, &bits, 4);
       }
-      continue;
+      return;
     }
-    for (int64_t c = 0; c < hidden_; ++c)
-      row[c] = e.item_f32(id * hidden_ + c);
-  }
-  if (round && !bf16) ops::round_bf16(hidden, batch.n_tokens() * hidden_);
+    for (int64_t c = 0; c < H; ++c)
+      row[c] = e.item_f32(id * H + c);
+    if (round) ops::round_bf16(row, H);
+  });
+}
+
+void Ends::embed_bf16(const Batch& batch, uint16_t* hidden) const {
+  const Tensor e = embedding_table(ckpt_, embed_name_, hidden_);
+  const uint16_t* bf16 = e.dtype() == DType::kBF16 ? e.data<uint16_t>() : nullptr;
+  const int64_t H = hidden_;
+  each_token_row(batch, e, [&](int64_t t, int64_t id) {
+    uint16_t* row = hidden + t * H;
+    if (bf16) {
+      const uint16_t* src = bf16 + id * H;
+      std::memcpy(row, src, static_cast<size_t>(H) * 2);
+      for (int64_t c = 0; c < H; ++c)  // a NaN becomes the canonical one, as in embed()
+        if ((row[c] & 0x7FFF) > 0x7F80) row[c] = 0x7FC0;
+      return;
+    }
+    for (int64_t c = 0; c < H; ++c)
+      row[c] = f32_to_bf16(e.item_f32(id * H + c));
+  });
 }
 
 namespace {

@@ -86,7 +86,11 @@ class Ends {
   // norm_offset: the final norm multiplies by norm_offset + its weight (model/layer.h Family).
   Ends(const ModelConfig& config, const Checkpoint& ckpt, const Prefixes& prefixes,
        float norm_offset = 0.0f);
+  // hidden [T, H] = the embedding rows of batch.tokens, rounded to bf16 when round_bf16.
   void embed(const Batch& batch, float* hidden, bool round_bf16) const;
+  // The same rounded to bf16, as bf16 bits: embed(batch, x, true) then the top half of each
+  // value's bits, without the fp32 rows in between.
+  void embed_bf16(const Batch& batch, uint16_t* hidden) const;
   void logits(const float* hidden, int64_t n_tokens, float* out) const;
   // The final norm and lm_head read once.
   std::unique_ptr<LogitsHead> head() const;

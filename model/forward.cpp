@@ -104,6 +104,9 @@ class DecoderModel : public ModelForward {
   void embed(const Batch& batch, float* hidden) const override {
     ends_.embed(batch, hidden, options_.bf16_between_layers);
   }
+  void embed_bf16(const Batch& batch, uint16_t* hidden) const override {
+    ends_.embed_bf16(batch, hidden);
+  }
 
   std::unique_ptr<DecoderLayer> layer(int64_t i) const override {
     STRATA_ASSERT(i >= 0 && i < num_layers());

@@ -94,6 +94,9 @@ class ModelForward {
   virtual int64_t num_layers() const = 0;
   // hidden [T, H] = embedding rows of batch.tokens.
   virtual void embed(const Batch& batch, float* hidden) const = 0;
+  // The same as bf16 bits [T, H], each the value embed() gives when the hidden states are
+  // rounded to bf16 between layers (what a bf16 activation store holds).
+  virtual void embed_bf16(const Batch& batch, uint16_t* hidden) const = 0;
   // Reads layer i's weights from the checkpoint.
   virtual std::unique_ptr<DecoderLayer> layer(int64_t i) const = 0;
   // logits [T, vocab] = lm_head(final_norm(hidden)).

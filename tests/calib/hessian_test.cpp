@@ -48,7 +48,9 @@ TEST(Hessian, SharedObservationsEqualSeparateOnes) {
       alone.observe(n, x.data(), rows, cols);
     for (const std::string& n : names) {
       ASSERT_EQ(joint.hessian(n) == nullptr, alone.hessian(n) == nullptr) << n;
-      if (alone.hessian(n)) EXPECT_TRUE(same_sums(joint.hessian(n), alone.hessian(n))) << n;
+      if (alone.hessian(n)) {
+        EXPECT_TRUE(same_sums(joint.hessian(n), alone.hessian(n))) << n;
+      }
       const auto* a = joint.find(n);
       const auto* b = alone.find(n);
       ASSERT_EQ(a == nullptr, b == nullptr);

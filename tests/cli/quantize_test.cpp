@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <sstream>
 #include <string>
 
@@ -254,6 +256,59 @@ TEST(Quantize, RefusalsComeBeforeAnyWork) {
   }
   EXPECT_EQ(read_file(tmp.path() / "full" / "keep.txt"), "user data");
   EXPECT_FALSE(fs::exists(tmp.path() / "o"));
+}
+
+// An INT4 source's shapes come from the packed tensors' headers (io/source_weights.h); each
+// module's own weight_shape is read beside the run's start and compared. One that disagrees (here
+// the fixture's first expert says 8 inputs fewer than its codes hold) stops quantize before any
+// layer is recorded, with one line naming the tensor, and no finished export; --dry-run and
+// inspect name it too.
+TEST(Quantize, Int4WeightShapeDisagreeingWithItsCodesIsRefused) {
+  TempDir tmp;
+  write_tokens(tmp.path() / "t.jsonl");
+  const fs::path model = tmp.path() / "kimi";
+  fs::copy(kFixtures + "kimi_k25_int4", model);
+  const std::string file = (model / "model.safetensors").string();
+  const std::string bad = "language_model.model.layers.1.mlp.experts.0.down_proj.weight_shape";
+  int32_t shape[2];
+  uint64_t at = 0;
+  {
+    const strata::SafetensorsFile f = strata::SafetensorsFile::open(file);
+    const strata::TensorEntry* e = f.find(bad);
+    ASSERT_NE(e, nullptr);
+    std::memcpy(shape, f.tensor(*e).data<int32_t>(), 8);
+    at = f.header().data_offset + e->begin;
+  }
+  ASSERT_EQ(shape[1] % 8, 0);
+  const int32_t wrong[2] = {shape[0], shape[1] - 8};
+  {
+    std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(static_cast<std::streamoff>(at));
+    io.write(reinterpret_cast<const char*>(wrong), 8);
+    ASSERT_TRUE(io.good());
+  }
+  const std::string needle = "'" + bad + "' is (" + std::to_string(shape[0]) + ", " +
+                             std::to_string(shape[1] - 8) + ") but";
+  const std::string cmd = "quantize --model '" + model.string() +
+                          "' --recipe nvfp4_experts_only-kv_fp8 --device cpu --calib_data '" +
+                          (tmp.path() / "t.jsonl").string() +
+                          "' --calib_size 3 --calib_min_tokens 1 -q";
+  const fs::path out = tmp.path() / "out";
+  for (const std::string& extra : {std::string(" --dry-run"), std::string()}) {
+    RunResult r = run_strata(cmd + " --export_path '" + out.string() + "'" + extra, tmp.path());
+    EXPECT_EQ(r.rc, 1) << extra << ": " << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("the checkpoint may be damaged"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  // Nothing that looks finished: no config, index or run record, no shard under its final name.
+  for (const char* f : {"config.json", "hf_quant_config.json", "strata_run.json"})
+    EXPECT_FALSE(fs::exists(out / f)) << f;
+  for (const auto& e : fs::directory_iterator(out))
+    EXPECT_NE(e.path().extension(), ".safetensors") << e.path();
+  RunResult i = run_strata("inspect '" + model.string() + "' --json", tmp.path());
+  ASSERT_EQ(i.rc, 0) << i.err;
+  EXPECT_NE(i.out.find("\"tensor\": \"" + bad + "\""), std::string::npos) << i.out;
 }
 
 // The GPU switches are documented flags; the test hooks parse but stay out of --help.

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -935,6 +936,130 @@ TEST(ForwardErrors, GptOssVariantsAreRefused) {
               testing::HasSubstr("'swiglu_limit' is 10.0"));
   EXPECT_THAT(forward_error("gpt_oss", [](Json& c) { c["num_experts_per_tok"] = 9; }),
               testing::HasSubstr("num_experts_per_tok"));
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// The llama fixture with its embedding table replaced: rows 1 and 2 hold the hand-made values
+// below (fp32 or bf16 bits), every other row zeros. Returns the directory.
+std::string embedding_copy(DType dtype, const std::vector<uint32_t>& row1,
+                           const std::vector<uint32_t>& row2) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() /
+      ("strata_embed_" + std::string(dtype_name(dtype)) + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::copy(kFixtures + std::string("llama"), dir);
+  SafetensorsFile f = SafetensorsFile::open((dir / "model.safetensors").string());
+  NamedTensors out;
+  for (const TensorEntry& e : f.entries()) {
+    if (e.name != "model.embed_tokens.weight") {
+      out.emplace_back(e.name, f.tensor(e).clone());
+      continue;
+    }
+    Tensor t = Tensor::zeros(dtype, e.shape);
+    const int64_t H = e.shape[1];
+    for (int64_t r : {1, 2}) {
+      const std::vector<uint32_t>& row = r == 1 ? row1 : row2;
+      for (size_t c = 0; c < row.size(); ++c) {
+        if (dtype == DType::kF32) {
+          t.mutable_data<uint32_t>()[r * H + static_cast<int64_t>(c)] = row[c];
+        } else {
+          t.mutable_data<uint16_t>()[r * H + static_cast<int64_t>(c)] =
+              static_cast<uint16_t>(row[c]);
+        }
+      }
+    }
+    out.emplace_back(e.name, std::move(t));
+  }
+  write_safetensors((dir / "model.safetensors").string(), out);
+  return dir.string();
+}
+
+// embed_bf16 gives, for every token and column, the bits worked out by hand below (round to
+// nearest even, NaN to the canonical 0x7FC0), and embed() with bf16 rounding the same values
+// widened; without rounding, embed() gives the fp32 table as stored. Sequences [1, 2, 1, 0], [2].
+void check_embedding(DType dtype, const std::vector<uint32_t>& row1,
+                     const std::vector<uint32_t>& row2, const std::vector<uint16_t>& want1,
+                     const std::vector<uint16_t>& want2) {
+  const std::string dir = embedding_copy(dtype, row1, row2);
+  const ModelConfig c = read_model_config(dir);
+  const Checkpoint ckpt = Checkpoint::open(dir);
+  const int64_t H = c.hidden_size;
+  const Batch batch = Batch::from_sequences({{1, 2, 1, 0}, {2}});
+  const std::vector<int> rows = {1, 2, 1, 0, 2};
+  auto want = [&](int64_t t, int64_t col) -> uint16_t {
+    const int r = rows[static_cast<size_t>(t)];
+    if (r == 0) return 0;
+    const std::vector<uint16_t>& w = r == 1 ? want1 : want2;
+    return col < static_cast<int64_t>(w.size()) ? w[static_cast<size_t>(col)] : 0;
+  };
+  ForwardOptions rounded;
+  rounded.bf16_between_layers = true;
+  auto fwd = ModelForward::create(c, ckpt, rounded);
+  std::vector<uint16_t> bits(static_cast<size_t>(batch.n_tokens() * H), 0xFFFF);
+  fwd->embed_bf16(batch, bits.data());
+  std::vector<float> wide(bits.size());
+  fwd->embed(batch, wide.data());
+  for (int64_t t = 0; t < batch.n_tokens(); ++t) {
+    for (int64_t col = 0; col < H; ++col) {
+      const size_t i = static_cast<size_t>(t * H + col);
+      EXPECT_EQ(bits[i], want(t, col)) << dtype_name(dtype) << " token " << t << " col " << col;
+      uint32_t w;
+      std::memcpy(&w, &wide[i], 4);
+      EXPECT_EQ(w, static_cast<uint32_t>(want(t, col)) << 16) << "token " << t << " col " << col;
+    }
+  }
+  if (dtype == DType::kF32) {
+    ForwardOptions fp32;
+    fp32.bf16_between_layers = false;
+    auto f32 = ModelForward::create(c, ckpt, fp32);
+    f32->embed(batch, wide.data());
+    for (int64_t t : {0, 1}) {  // rows 1 and 2
+      const std::vector<uint32_t>& row = t == 0 ? row1 : row2;
+      for (size_t col = 0; col < row.size(); ++col) {
+        uint32_t w;
+        std::memcpy(&w, &wide[static_cast<size_t>(t * H) + col], 4);
+        EXPECT_EQ(w, row[col]) << "token " << t << " col " << col;
+      }
+    }
+  }
+  const Batch bad = Batch::from_sequences({{1, static_cast<int32_t>(c.vocab_size)}});
+  std::vector<uint16_t> sink(static_cast<size_t>(2 * H));
+  std::string error;
+  try {
+    fwd->embed_bf16(bad, sink.data());
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_THAT(error, testing::HasSubstr("token id " + std::to_string(c.vocab_size) +
+                                        " is outside the vocabulary"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ForwardEmbedding, Fp32TableRoundsToNearestEven) {
+  // 1, 1 + 2^-8 (a tie: down to even), 1 + 3 * 2^-8 (a tie: up to even), 1 + 2^-8 + 2^-20
+  // (above the tie), -2.5, a NaN with payload, +inf, the largest float (rounds to inf), the
+  // smallest subnormal (to +0), -0.
+  check_embedding(DType::kF32,
+                  {0x3F800000, 0x3F808000, 0x3F818000, 0x3F808008, 0xC0200000, 0x7FA00001,
+                   0x7F800000, 0x7F7FFFFF, 0x00000001, 0x80000000},
+                  {0xFFC00001, 0x3F7FFFFF, 0x3F7F8000, 0x3F7E8000, 0xBF808001},
+                  {0x3F80, 0x3F80, 0x3F82, 0x3F81, 0xC020, 0x7FC0, 0x7F80, 0x7F80, 0x0000, 0x8000},
+                  // -NaN -> canonical; 1 - 2^-24 -> 1; 0x3F7F8000 is a tie between 0x3F7F and
+                  // 0x3F80 (even); 0x3F7E8000 a tie between 0x3F7E (even) and 0x3F7F; just above
+                  // the tie of -1 - 2^-8 -> away.
+                  {0x7FC0, 0x3F80, 0x3F80, 0x3F7E, 0xBF81});
+}
+
+TEST(ForwardEmbedding, Bf16TableIsCopiedWithCanonicalNans) {
+  check_embedding(DType::kBF16, {0x3F80, 0x7FA1, 0xFFC1, 0xFF80, 0x0001, 0x8000},
+                  {0x7F81, 0xC020, 0x7FC0}, {0x3F80, 0x7FC0, 0x7FC0, 0xFF80, 0x0001, 0x8000},
+                  {0x7FC0, 0xC020, 0x7FC0});
 }
 
 }  // namespace
