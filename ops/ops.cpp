@@ -420,9 +420,9 @@ void l2_norm(float* x, int64_t rows, int64_t dim, float eps) {
   }
 }
 
-void gated_delta_rule(const float* q, const float* k, const float* v, const float* g,
-                      const float* beta, int64_t T, int64_t n_heads, int64_t dk, int64_t dv,
-                      float* out, bool head_decay) {
+[[gnu::target_clones("avx2", "default")]] void gated_delta_rule(
+    const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t T,
+    int64_t n_heads, int64_t dk, int64_t dv, float* out, bool head_decay) {
   // The reference's arithmetic with its loops turned so that the inner one runs along a row of
   // S (contiguous, vectorized): each column j still decays before its dot product and sums over
   // i in ascending order, and the update of row i precedes its term of o, so every value is
