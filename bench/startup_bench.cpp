@@ -8,6 +8,8 @@
 //   headers           every shard's header parsed as strata parses it (the direct reader)
 //   open              Checkpoint::open: the index, every header, the cross-checks
 //   plan              make_plan: classification, source weights, the recipe's decisions
+//   int4 shapes       every INT4 module's weight_shape against its packed tensors (a run does
+//                     this on a helper thread beside its start)
 //   exporter          ModeloptExporter's constructor: the export's layout (nothing written)
 //   exclude_modules   the summary written into hf_quant_config.json at the end of the run
 // RECIPE defaults to nvfp4_experts_only-kv_fp8 (bench/gpu_bench.sh's).
@@ -26,6 +28,7 @@
 #include "io/hf_config.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
+#include "io/source_weights.h"
 
 namespace {
 
@@ -89,6 +92,12 @@ int main(int argc, char** argv) {
     time_phase("open", [&] { ckpt = strata::Checkpoint::open(dir); });
     strata::QuantPlan plan;
     time_phase("plan", [&] { plan = strata::make_plan(config, ckpt, recipe); });
+    // Beside the run's start, not before it (io/source_weights.h): after a dropped page cache its
+    // first run reads every INT4 weight_shape cold.
+    time_phase("int4 shapes", [&] {
+      const std::string wrong = strata::int4_shape_mismatch(ckpt);
+      if (!wrong.empty()) std::fprintf(stderr, "%s\n", wrong.c_str());
+    });
     const std::string out =
         (std::filesystem::temp_directory_path() / "strata_startup_bench_out").string();
     std::filesystem::create_directories(out);  // the exporter writes nothing here

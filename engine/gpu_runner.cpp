@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/gpu_memory.h"
 #include "core/log.h"
+#include "core/parallel.h"
 #include "engine/gpu_ranks.h"
 #include "engine/memory_plan.h"
 #include "engine/parallel.h"
@@ -32,22 +33,33 @@ namespace strata {
 
 std::unique_ptr<PageWarmer> gpu_warm_start(const Checkpoint& ckpt, const ModeloptExporter& exporter,
                                            int64_t first_layer, int64_t num_layers) {
-  LayerReader reader(ckpt);
-  std::vector<LayerBlob> blobs;
-  for (int64_t l = std::max<int64_t>(first_layer, 0); l <= num_layers; ++l)
-    blobs.push_back(reader.plan(exporter.step_sources(l + 1)));  // the last: the tail's
+  const LayerReader reader(ckpt);
+  const int64_t first = std::max<int64_t>(first_layer, 0);
+  // Layers first..num_layers-1, then the tail's step; planned on the start-up threads.
+  std::vector<LayerBlob> blobs(static_cast<size_t>(std::max<int64_t>(num_layers + 1 - first, 0)));
+  parallel_chunks(blobs.size(), startup_threads(), 1, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i)
+      blobs[i] = reader.plan(exporter.step_sources(first + static_cast<int64_t>(i) + 1));
+  });
   if (blobs.size() < 2) return nullptr;
   return std::make_unique<PageWarmer>(std::move(blobs), kWarmBytes);
 }
 
+uint64_t largest_blob(const std::vector<LayerBlob>& blobs, int64_t first_layer) {
+  uint64_t most = 0;
+  for (size_t l = static_cast<size_t>(std::max<int64_t>(first_layer, 0)); l < blobs.size(); ++l)
+    most = std::max(most, blobs[l].bytes);
+  return most;
+}
+
 #if !STRATA_WITH_CUDA
 
-std::unique_ptr<GpuEarlySetup> gpu_early_setup(const ModelConfig&, const Checkpoint&, int64_t,
-                                               int64_t, uint64_t, bool, uint64_t) {
+std::unique_ptr<GpuEarlySetup> gpu_early_setup(int64_t, int64_t, uint64_t, uint64_t, bool,
+                                               uint64_t) {
   return nullptr;
 }
-uint64_t gpu_layer_blob_bytes(const ModelConfig&, const Checkpoint&, int64_t, int64_t) {
-  return 0;
+std::vector<LayerBlob> gpu_layer_blobs(const ModelConfig&, const Checkpoint&, int64_t) {
+  return {};
 }
 std::string gpu_unsupported(const ModelConfig&, const Checkpoint&) {
   return "this strata was built without CUDA";
@@ -62,23 +74,25 @@ std::string gpu_unsupported(const ModelConfig& config, const Checkpoint& ckpt) {
   return gpu::GpuForward::unsupported(config, ckpt);
 }
 
-uint64_t gpu_layer_blob_bytes(const ModelConfig& config, const Checkpoint& ckpt,
-                              int64_t first_layer, int64_t num_layers) {
-  LayerReader reader(ckpt);
-  uint64_t most = 0;
-  for (const std::vector<std::string>& names :
-       gpu::GpuForward::layer_tensors(config, ckpt, std::max<int64_t>(first_layer, 0), num_layers))
-    most = std::max(most, reader.plan(names).bytes);
-  return most;
+std::vector<LayerBlob> gpu_layer_blobs(const ModelConfig& config, const Checkpoint& ckpt,
+                                       int64_t num_layers) {
+  const std::vector<std::vector<std::string> > names =
+      gpu::GpuForward::layer_tensors(config, ckpt, 0, num_layers);
+  const LayerReader reader(ckpt);
+  std::vector<LayerBlob> blobs(names.size());
+  parallel_chunks(names.size(), startup_threads(), 1, [&](size_t begin, size_t end) {
+    for (size_t l = begin; l < end; ++l)
+      blobs[l] = reader.plan(names[l]);
+  });
+  return blobs;
 }
 
-std::unique_ptr<GpuEarlySetup> gpu_early_setup(const ModelConfig& config, const Checkpoint& ckpt,
-                                               int64_t first_layer, int64_t num_layers,
-                                               uint64_t store_bytes, bool host_fits,
-                                               uint64_t max_gpu_memory_bytes) {
+std::unique_ptr<GpuEarlySetup> gpu_early_setup(int64_t first_layer, int64_t num_layers,
+                                               uint64_t blob_bytes, uint64_t store_bytes,
+                                               bool host_fits, uint64_t max_gpu_memory_bytes) {
   if (first_layer >= num_layers || cuda_device_count() == 0) return nullptr;
   auto early = std::make_unique<GpuEarlySetup>();
-  early->blob_bytes = gpu_layer_blob_bytes(config, ckpt, first_layer, num_layers);
+  early->blob_bytes = blob_bytes;
   // The hidden states go to pinned host memory when two layers' weights and they exceed the
   // cap (the loop's own choice also counts its working set; a buffer it does not take is freed).
   const bool hidden = host_fits && max_gpu_memory_bytes > 0 &&
@@ -279,7 +293,10 @@ void DevicePlacement::plan_layers() {
         own.push_back(n);
       }
     }
-    blobs_[l] = reader_->plan(names);
+    // The run's plan of the layer when every tensor of it is this rank's to read.
+    const bool whole =
+        !ep_ && loop_.layer_blobs && static_cast<size_t>(l) < loop_.layer_blobs->size();
+    blobs_[l] = whole ? (*loop_.layer_blobs)[static_cast<size_t>(l)] : reader_->plan(names);
     if (comm_) {
       // Each tensor read by the rank that writes it (rank 0 for one no step names).
       std::set<std::string> sources(loop_.exporter.step_sources(l + 1).begin(),

@@ -58,17 +58,21 @@ struct GpuEarlySetup {
   uint64_t blob_bytes = 0;               // the largest layer's blob (weights[i] hold it)
   gpu::PinnedBuffer weights[2], hidden;  // hidden: empty when not allocated early
 };
-// nullptr without CUDA or without layers to run. store_bytes: the bf16 hidden states' size;
-// host_fits: they may stay in host memory.
-std::unique_ptr<GpuEarlySetup> gpu_early_setup(const ModelConfig& config, const Checkpoint& ckpt,
-                                               int64_t first_layer, int64_t num_layers,
-                                               uint64_t store_bytes, bool host_fits,
-                                               uint64_t max_gpu_memory_bytes);
+// nullptr without CUDA or without layers to run. blob_bytes: the largest blob of the layers to run
+// (gpu_layer_blobs); store_bytes: the bf16 hidden states' size; host_fits: they may stay in host
+// memory.
+std::unique_ptr<GpuEarlySetup> gpu_early_setup(int64_t first_layer, int64_t num_layers,
+                                               uint64_t blob_bytes, uint64_t store_bytes,
+                                               bool host_fits, uint64_t max_gpu_memory_bytes);
 
-// The largest of layers [first_layer, num_layers)' weights as the device placement reads them
-// (one pinned blob); 0 without CUDA.
-uint64_t gpu_layer_blob_bytes(const ModelConfig& config, const Checkpoint& ckpt,
-                              int64_t first_layer, int64_t num_layers);
+// Every decoder layer's weights as the device placement reads them (one pinned blob a layer,
+// io/layer_reader.h), planned once on the start-up threads and shared by the memory estimate, the
+// early setup and the placement (each planned them itself before: four passes over a Kimi-K2's
+// 208k tensors). Empty without CUDA.
+std::vector<LayerBlob> gpu_layer_blobs(const ModelConfig& config, const Checkpoint& ckpt,
+                                       int64_t num_layers);
+// The largest blob of layers [first_layer, blobs.size()); 0 when none.
+uint64_t largest_blob(const std::vector<LayerBlob>& blobs, int64_t first_layer);
 
 struct GpuLoop {
   const ModelConfig& config;
@@ -103,6 +107,8 @@ struct GpuLoop {
   // its pinned or device hidden states (through its stage for the latter), or into the store's
   // file when they stream from there, so that no file lies between the embedding and the GPU.
   std::function<void(size_t b, void* out)> embed = {};
+  // gpu_layer_blobs' (indexed by layer), or nullptr: the placement plans its layers itself.
+  const std::vector<LayerBlob>* layer_blobs = nullptr;
 };
 
 // "" when the GPU path can run this model; else why not.

@@ -88,7 +88,8 @@ struct QuantizeJob {
 //   working         one micro-batch's working set (fp32 buffer, layer intermediates, attention)
 //   threads         the stacks and allocator arenas of the threads the run starts after the
 //                   baseline: kThreadAllowance for each of the CPU kernels' threads, the
-//                   exporter's workers and kHelperThreads (reader, writer, head, sync)
+//                   exporter's workers and kHelperThreads (reader, writer, head, sync), and
+//                   the early reads' kFirstReadThreads with their kFirstReadBytes buffers
 //   pinned          GPU path: the pinned buffers of engine/gpu_runner.cpp, two layer blobs and
 //                   the one-micro-batch staging buffer
 //   device_context  GPU path: the CUDA context's and libraries' host memory. Before the context
@@ -136,6 +137,10 @@ inline constexpr uint64_t kCudaLazyLoadingAllowance = 256ull << 20;
 // CPU kernel thread on the test fixtures, taken as 1 MiB.
 inline constexpr uint64_t kThreadAllowance = 1ull << 20;
 inline constexpr uint64_t kHelperThreads = 4;
+// The early page-cache reads of the first step's tensors (the run's start, single process):
+// threads, and each one's read buffer (io/layer_reader.h PageWarmer).
+inline constexpr uint64_t kFirstReadThreads = 4;
+inline constexpr uint64_t kFirstReadBytes = 1ull << 20;
 // micro_batch_tokens: tokens per micro-batch (empty when weight-only).
 // expert_ranks > 1: expert parallelism over that many ranks, so that a rank holds only its
 // share of each layer's `experts` routed experts (the largest share). baseline and startup_peak

@@ -170,6 +170,7 @@ struct PageWarmer::Impl {
   std::vector<Piece> pieces;
   std::vector<uint64_t> blob_end;  // bytes of blobs [0, b]
   uint64_t window = 0;
+  uint64_t read_bytes = LayerReader::kReadChunkBytes;  // one pread's most, the buffer's size
   std::mutex mu;
   std::condition_variable cv;
   uint64_t consumed = 0;  // bytes of the blobs the consumer has read (under mu)
@@ -180,7 +181,8 @@ struct PageWarmer::Impl {
   std::vector<std::thread> pool;
 
   void work() {
-    std::vector<uint8_t> buf(LayerReader::kReadChunkBytes);
+    // Not zero-filled: only the bytes a pread writes become resident.
+    std::unique_ptr<uint8_t[]> buf(new uint8_t[read_bytes]);
     std::map<std::string, int> fds;
     for (;;) {
       size_t i;
@@ -198,8 +200,8 @@ struct PageWarmer::Impl {
       if (it->second < 0) break;
       uint64_t got = 0;
       while (got < p.length) {
-        const ssize_t n =
-            ::pread(it->second, buf.data(), p.length - got, static_cast<off_t>(p.offset + got));
+        const ssize_t n = ::pread(it->second, buf.get(), std::min(read_bytes, p.length - got),
+                                  static_cast<off_t>(p.offset + got));
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break;
         got += static_cast<uint64_t>(n);
@@ -212,9 +214,11 @@ struct PageWarmer::Impl {
   }
 };
 
-PageWarmer::PageWarmer(std::vector<LayerBlob> blobs, uint64_t window, int threads)
+PageWarmer::PageWarmer(std::vector<LayerBlob> blobs, uint64_t window, int threads,
+                       uint64_t read_bytes)
     : impl_(std::make_unique<Impl>()) {
   impl_->window = window;
+  impl_->read_bytes = std::clamp<uint64_t>(read_bytes, 4096, LayerReader::kReadChunkBytes);
   uint64_t total = 0;
   for (const LayerBlob& b : blobs) {
     for (const LayerBlob::Range& r : b.ranges) {

@@ -89,11 +89,14 @@ class LayerReader {
 // reading while the loop computes, quantizes and writes. Blobs are read in the order given (in
 // kReadChunkBytes preads) but never more than `window` bytes beyond what the consumer has
 // declared done with advance(), so the page cache holds at most about `window` bytes of
-// read-ahead. The destructor stops after the reads in flight and joins. A failed read ends the
-// warming silently: the consumer's own read reports it.
+// read-ahead. Each thread reads through a buffer of `read_bytes` (at most kReadChunkBytes), one
+// pread at most that long at a time: the process holds threads x read_bytes, and the disk's queue
+// that much ahead of anyone else's reads. The destructor stops after the reads in flight and
+// joins. A failed read ends the warming silently: the consumer's own read reports it.
 class PageWarmer {
  public:
-  PageWarmer(std::vector<LayerBlob> blobs, uint64_t window, int threads = 4);
+  PageWarmer(std::vector<LayerBlob> blobs, uint64_t window, int threads = 4,
+             uint64_t read_bytes = LayerReader::kReadChunkBytes);
   ~PageWarmer();
   PageWarmer(const PageWarmer&) = delete;
   PageWarmer& operator=(const PageWarmer&) = delete;

@@ -9,7 +9,7 @@
 #        [--bench_skip STEPS] [--peer_deadline S]'
 #
 # --parts     which parts run, in this order (default tests,peer); parts joined by + run at the
-#             same time (tests+peer: neither is timed)
+#             same time (tests+peer: neither is timed); kda: bench/kda_bench (a few seconds)
 # --tests     a ctest -R regex over the `gpu` label (default: every GPU test)
 # --recipes   peer recipes (default: the one issue 19 has not had on the H200, the calibrated
 #             NVFP4 KV cache nvfp4-kv_nvfp4; docs/QUANTIZE.md "Parity with ModelOpt" lists what ran)
@@ -107,7 +107,16 @@ run_part() {
         while read -r line; do summary+=("  $line"); done < <(tail -12 "$logs/bench_$arch.log")
       done
       ;;
-    *) summary+=("device_check: unknown part $part (tests, peer, bench)") ;;
+    kda)
+      # The gated delta rule at Kimi-Linear-48B's sizes, then Qwen3-Next's decay per head
+      # (docs/PERFORMANCE.md "The Kimi-Linear recurrence").
+      { timeout 120 "$bin/kda_bench"; timeout 120 "$bin/kda_bench" --head_decay --heads 32; } \
+        > "$logs/kda_bench.log" 2>&1
+      rc=$?
+      summary+=("kda rc=$rc $(elapsed "$t0")")
+      while read -r line; do summary+=("  $line"); done < "$logs/kda_bench.log"
+      ;;
+    *) summary+=("device_check: unknown part $part (tests, peer, bench, kda)") ;;
   esac
   printf '%s\n' "${summary[@]}" > "$logs/summary_$part.txt"
 }
