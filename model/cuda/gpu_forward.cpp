@@ -1,10 +1,13 @@
 #include "model/cuda/gpu_forward.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
+#include <mutex>
 #include <optional>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "io/source_weights.h"
 #include "model/arch.h"
 #include "model/common.h"
@@ -373,23 +376,38 @@ struct Survey {
 Survey survey_layers(const ModelConfig& c, const Checkpoint& ckpt, const model::Family& family,
                      const std::string& model_prefix, GpuForwardOptions options,
                      Serving serving = {}) {
+  // Every layer's sizing run, on the start-up threads (a sizing backend each: a Kimi-K2's 61
+  // layers took about 0.3 s in a row, twice a run); the survey is their maxima, whatever the
+  // order, and a refusal the first layer's in order (core/parallel.h).
   Survey s;
-  auto be = ops::CudaBackend::sizing(options);
+  std::mutex mu;
   const ops::Tokens t = sizing_tokens(kSizingTokens);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    auto layer = family.make_layer(c, l, layer_prefix(model_prefix, l));
-    ShapeBinder binder(ckpt);
-    // The serving simulation's quantized copies count in the sizing runs' scratch.
-    model::ServedBinder served(binder, ckpt, serving.activations, serving.kv_cache);
-    layer->bind(served);
-    be->clear_slots();
-    be->reset_high_water();
-    layer->forward(*be, t, nullptr);
-    s.bytes_per_token =
-        std::max(s.bytes_per_token, (be->high_water() + kSizingTokens - 1) / kSizingTokens);
-    s.max_slots = std::max<int64_t>(s.max_slots, static_cast<int64_t>(be->slot_count()));
-  }
-  s.expert_slot = be->expert_slot_high();
+  parallel_chunks(
+      static_cast<size_t>(std::max<int64_t>(c.num_hidden_layers, 0)), startup_threads(), 1,
+      [&](size_t begin, size_t end) {
+        auto be = ops::CudaBackend::sizing(options);
+        Survey part;
+        for (size_t i = begin; i < end; ++i) {
+          const int64_t l = static_cast<int64_t>(i);
+          auto layer = family.make_layer(c, l, layer_prefix(model_prefix, l));
+          ShapeBinder binder(ckpt);
+          // The serving simulation's quantized copies count in the sizing runs'
+          // scratch.
+          model::ServedBinder served(binder, ckpt, serving.activations, serving.kv_cache);
+          layer->bind(served);
+          be->clear_slots();
+          be->reset_high_water();
+          layer->forward(*be, t, nullptr);
+          part.bytes_per_token = std::max(part.bytes_per_token,
+                                          (be->high_water() + kSizingTokens - 1) / kSizingTokens);
+          part.max_slots =
+              std::max<int64_t>(part.max_slots, static_cast<int64_t>(be->slot_count()));
+        }
+        const std::lock_guard<std::mutex> lock(mu);
+        s.bytes_per_token = std::max(s.bytes_per_token, part.bytes_per_token);
+        s.max_slots = std::max(s.max_slots, part.max_slots);
+        s.expert_slot = std::max(s.expert_slot, be->expert_slot_high());
+      });
   return s;
 }
 
@@ -443,15 +461,29 @@ struct GpuForward::Impl {
 
 std::string GpuForward::unsupported(const ModelConfig& config, const Checkpoint& ckpt,
                                     Serving serving) {
-  for (const std::string& n : ckpt.tensor_names()) {
-    if (n.find(".layers.") == std::string::npos) continue;
-    const DType t = ckpt.entry(n).dtype;
-    if (t == DType::kF32 || t == DType::kF16 || t == DType::kBF16) continue;
-    // Compressed sources (DeepSeek FP8 blocks, INT4 pack-quantized, MXFP4), their values and
-    // companions: decompressed on the device (ops/cuda/convert.h).
-    if (compressed_module_of(ckpt, n) || is_compressed_aux(ckpt, n)) continue;
-    if (export_tensor(ckpt, n)) continue;  // a ModelOpt export's (strata compare)
-    return str("tensor '", n, "' has dtype ", dtype_name(t),
+  // The first layer tensor in name order whose dtype the device cannot read (on the start-up
+  // threads: a Kimi-K2 has 208k tensors).
+  const std::vector<std::string> names = ckpt.tensor_names();
+  std::atomic<size_t> first_bad{names.size()};
+  parallel_chunks(names.size(), startup_threads(), 4096, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end && i < first_bad.load(); ++i) {
+      const std::string& n = names[i];
+      if (n.find(".layers.") == std::string::npos) continue;
+      const DType t = ckpt.entry(n).dtype;
+      if (t == DType::kF32 || t == DType::kF16 || t == DType::kBF16) continue;
+      // Compressed sources (DeepSeek FP8 blocks, INT4 pack-quantized, MXFP4), their values and
+      // companions: decompressed on the device (ops/cuda/convert.h).
+      if (compressed_module_of(ckpt, n) || is_compressed_aux(ckpt, n)) continue;
+      if (export_tensor(ckpt, n)) continue;  // a ModelOpt export's (strata compare)
+      size_t seen = first_bad.load();
+      while (i < seen && !first_bad.compare_exchange_weak(seen, i)) {
+      }
+      return;
+    }
+  });
+  if (first_bad < names.size()) {
+    const std::string& n = names[first_bad];
+    return str("tensor '", n, "' has dtype ", dtype_name(ckpt.entry(n).dtype),
                " (the GPU forward reads F32, F16 and BF16 weights, DeepSeek FP8 blocks, INT4 "
                "pack-quantized and MXFP4 weights)");
   }
