@@ -314,11 +314,23 @@ void DevicePlacement::plan_layers() {
       own_[l] = plan_share(loop_.ckpt, placed, [me](const std::string&) { return me; });
     }
     max_blob_ = std::max(max_blob_, blobs_[l].bytes);
-    max_conv_ = std::max(max_conv_, f_->converted_bytes(l, blobs_[l]));
-    uint64_t largest = 0;  // with the routed experts deferred (memory_plan.h "Slices")
-    max_conv_deferred_ =
-        std::max(max_conv_deferred_, f_->converted_bytes(l, blobs_[l], true, &largest));
-    largest_deferred_ = std::max(largest_deferred_, largest);
+  }
+  // What each layer converts on the device, whole and with its routed experts deferred
+  // (memory_plan.h "Slices"): a bind per layer and way, on the start-up threads (a Kimi-K2's
+  // 61 layers of 1152 experts took most of a second in a row).
+  const size_t first = static_cast<size_t>(loop_.first_layer), n = static_cast<size_t>(L_) - first;
+  std::vector<uint64_t> conv(n), conv_deferred(n), largest(n);
+  parallel_chunks(n, startup_threads(), 1, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      const int64_t l = static_cast<int64_t>(first + i);
+      conv[i] = f_->converted_bytes(l, blobs_[l]);
+      conv_deferred[i] = f_->converted_bytes(l, blobs_[l], true, &largest[i]);
+    }
+  });
+  for (size_t i = 0; i < n; ++i) {
+    max_conv_ = std::max(max_conv_, conv[i]);
+    max_conv_deferred_ = std::max(max_conv_deferred_, conv_deferred[i]);
+    largest_deferred_ = std::max(largest_deferred_, largest[i]);
   }
   tail_ = reader_->plan(loop_.exporter.step_sources(L_ + 1));
 }

@@ -541,8 +541,17 @@ uint64_t GpuForward::bytes_per_token(int64_t longest) const {
 
 uint64_t GpuForward::converted_bytes(int64_t l, const LayerBlob& blob, bool defer_experts,
                                      uint64_t* largest_deferred) const {
-  return impl_->bind(l, blob, nullptr, defer_experts && impl_->opt.expert_ranks <= 1,
-                     largest_deferred);
+  // A layer and binder of its own (the forward's are set_layer's), so that layers can be sized
+  // on several threads.
+  const Impl& im = *impl_;
+  auto layer = im.family.make_layer(im.c, l, layer_prefix(im.model_prefix, l));
+  BlobBinder binder(im.ckpt, blob, nullptr, nullptr, im.opt.gemm_bf16, im.stream);
+  binder.hold_experts_of(im.opt.expert_rank, im.opt.expert_ranks);
+  binder.defer_routed_experts(defer_experts && im.opt.expert_ranks <= 1);
+  model::ServedBinder served(binder, im.ckpt, im.serving.activations, im.serving.kv_cache);
+  layer->bind(served);
+  if (largest_deferred) *largest_deferred = binder.largest_deferred();
+  return binder.used();
 }
 
 uint64_t GpuForward::expert_slot_bytes() const {
