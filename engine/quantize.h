@@ -137,6 +137,10 @@ inline constexpr uint64_t kCudaLazyLoadingAllowance = 256ull << 20;
 // CPU kernel thread on the test fixtures, taken as 1 MiB.
 inline constexpr uint64_t kThreadAllowance = 1ull << 20;
 inline constexpr uint64_t kHelperThreads = 4;
+// Allocations from this size on are mapped and unmapped each time (mallopt M_MMAP_THRESHOLD) when
+// the layers run on the CPU, so that freed layer tensors leave the resident set (QuantizeRun's
+// choose_device says why).
+inline constexpr uint64_t kCpuMmapThreshold = 4ull << 20;
 // The early page-cache reads of the first step's tensors (the run's start, single process):
 // threads, and each one's read buffer (io/layer_reader.h PageWarmer).
 inline constexpr uint64_t kFirstReadThreads = 4;
