@@ -117,5 +117,22 @@ TEST(PageWarmer, ReadsAheadOfTheConsumerWithinItsWindow) {
   EXPECT_EQ(settle(bytes[0] + bytes[1]), bytes[0] + bytes[1]);
 }
 
+// With reads smaller than its pieces (the run's early reads use 1 MiB), the warmer still reads
+// every planned byte once, and the bytes land in the page cache: the same bytes as a plain read.
+TEST(PageWarmer, SmallReadsCoverEveryPlannedByte) {
+  const Checkpoint ckpt = Checkpoint::open(kModel);
+  LayerReader reader(ckpt);
+  const LayerBlob blob = reader.plan(with_prefix(ckpt, "model.layers.0."));
+  uint64_t bytes = 0;
+  for (const LayerBlob::Range& r : blob.ranges)
+    bytes += r.length;
+  ASSERT_GT(bytes, 3u * 4096);  // several reads of the smallest size
+  PageWarmer warm({blob}, bytes, 2, 4096);
+  for (int i = 0; i < 2000 && warm.bytes_read() < bytes; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(warm.bytes_read(), bytes);
+}
+
 }  // namespace
 }  // namespace strata
