@@ -1,6 +1,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 
 #include "core/device.h"
@@ -12,13 +14,25 @@ bool cuda_compiled() {
   return true;
 }
 
+namespace {
+std::atomic<double> probe_seconds{0.0};
+}  // namespace
+
 int cuda_device_count() {
+  const auto t0 = std::chrono::steady_clock::now();
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     cudaGetLastError();  // clear the sticky "no driver" / "no device" error
-    return 0;
+    n = 0;
   }
+  double none = 0.0;  // the first call's time is kept
+  probe_seconds.compare_exchange_strong(
+      none, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return n;
+}
+
+double cuda_probe_seconds() {
+  return probe_seconds.load();
 }
 
 std::string cuda_device_description(int i) {

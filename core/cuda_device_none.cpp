@@ -9,6 +9,9 @@ bool cuda_compiled() {
 int cuda_device_count() {
   return 0;
 }
+double cuda_probe_seconds() {
+  return 0.0;
+}
 std::string cuda_device_description(int) {
   return {};
 }

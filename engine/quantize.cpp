@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/progress.h"
@@ -1042,7 +1043,11 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   // Each step before the embedding, by its wall time on this thread: one info line (the summary's
   // `startup` and `calibration data` are their sum).
   PhaseTimer step_timer;
+  // The CUDA driver's start, when the CLI's device check asked for it before the run's clock.
   std::string steps;
+  if (cuda_probe_seconds() >= 0.005)
+    steps = str("CUDA device probe (before the run) ", format_double("%.2f", cuda_probe_seconds()),
+                " s");
   auto step = [&](const char* name) {
     const double s = step_timer.lap(nullptr);
     if (s >= 0.005)
