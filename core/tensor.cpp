@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -31,15 +32,21 @@ int64_t shape_numel(const Shape& shape) {
 }
 
 namespace {
+// Zeroed and 64-byte aligned. From calloc, which does not write a block it knows to be zero
+// already: a large one is freshly mapped (the kernel zeroes each page when it is first written),
+// so the zeroing costs nothing until then, instead of a pass that faults in every page only for
+// the caller to overwrite it (the writer's fused gpt-oss experts, 0.5 GB a layer, and every
+// decompressed or quantized tensor).
 struct AlignedBuffer {
+  void* raw;
   void* ptr;
   explicit AlignedBuffer(size_t n) {
-    size_t rounded = (n + 63) / 64 * 64;
-    ptr = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-    if (!ptr) throw std::bad_alloc();
-    std::memset(ptr, 0, rounded == 0 ? 64 : rounded);
+    const size_t rounded = std::max<size_t>((n + 63) / 64 * 64, 64);
+    raw = std::calloc(rounded + 64, 1);
+    if (!raw) throw std::bad_alloc();
+    ptr = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(raw) + 63) / 64 * 64);
   }
-  ~AlignedBuffer() { std::free(ptr); }
+  ~AlignedBuffer() { std::free(raw); }
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
 };
@@ -114,13 +121,15 @@ Tensor Tensor::to_f32() const {
       dst[i] = bf16_to_f32(b);
     }
   } else {
-    for (int64_t i = 0; i < numel_; ++i) dst[i] = load_f32(dtype_, src, i);
+    for (int64_t i = 0; i < numel_; ++i)
+      dst[i] = load_f32(dtype_, src, i);
   }
   return out;
 }
 
 Tensor Tensor::reshape(Shape shape) const {
-  STRATA_ASSERT(shape_numel(shape) == numel_, "reshape ", shape_str(shape_), " to ", shape_str(shape));
+  STRATA_ASSERT(shape_numel(shape) == numel_, "reshape ", shape_str(shape_), " to ",
+                shape_str(shape));
   Tensor t = *this;
   t.shape_ = std::move(shape);
   return t;
