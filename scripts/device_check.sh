@@ -4,7 +4,7 @@
 # its own deadline so that one slow part cannot take the call; logs under $OUT/logs (or --out),
 # and a short table printed last.
 #
-#   bash .xfer/bundle/run.sh 'bash scripts/device_check.sh [--parts tests,peer,bench]
+#   bash .xfer/bundle/run.sh 'bash scripts/device_check.sh [--parts tests,peer,bench,kda]
 #        [--tests REGEX] [--recipes "R1 R2"] [--families "F1 F2"] [--bench "ARCH ..."]
 #        [--bench_skip STEPS] [--peer_deadline S]'
 #
