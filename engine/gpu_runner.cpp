@@ -487,20 +487,20 @@ void DevicePlacement::load_hidden() {
     store.commit(loop_.resume_dir, false);
     return;
   }
+  // Micro-batch b's inputs into `dst`: embedded, or as the store holds them.
+  auto fill = [&](size_t b, void* dst) {
+    if (embed) {
+      loop_.embed(sid(b), dst);
+    } else {
+      store.read_raw(sid(b), dst);
+    }
+  };
   for (size_t b = 0; b < loop_.batches.size(); ++b) {
     const int64_t tok = mp_.token0[b];
     if (mp_.tier == HiddenTier::kPinned) {
-      if (embed) {
-        loop_.embed(sid(b), host_at(tok));
-      } else {
-        store.read_raw(sid(b), host_at(tok));
-      }
+      fill(b, host_at(tok));
     } else {
-      if (embed) {
-        loop_.embed(sid(b), stage_.data());
-      } else {
-        store.read_raw(sid(b), stage_.data());
-      }
+      fill(b, stage_.data());
       compute_.copy_to_device(dev_at(tok), stage_.data(), store.batch_bytes(sid(b)));
       compute_.synchronize();
     }

@@ -246,19 +246,19 @@ std::optional<SourceWeight> find_source_weight(const Checkpoint& ckpt, const std
 }
 
 std::string int4_shape_mismatch(const Checkpoint& ckpt, std::string* tensor) {
-  std::vector<std::string> names;  // every M.weight_shape beside an M.weight_packed
+  std::vector<std::string> modules, names;  // every M with M.weight_packed, and M.weight_shape
   for (const std::string& n : ckpt.tensor_names()) {
     if (!n.ends_with(".weight_packed")) continue;
-    const std::string shape = n.substr(0, n.size() - 6) + "shape";  // M.weight_shape
-    if (ckpt.has(shape)) names.push_back(shape);
+    const std::string m = n.substr(0, n.size() - 14);
+    if (!ckpt.has(m + ".weight_shape")) continue;
+    modules.push_back(m);
+    names.push_back(m + ".weight_shape");
   }
   ckpt.will_need(names);  // all at once, at the disk's queue depth
   std::vector<std::string> wrong(names.size());
   parallel_chunks(names.size(), startup_threads(), 1024, [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
-      const std::optional<SourceWeight> sw =
-          find_source_weight(ckpt, names[i].substr(0, names[i].size() - 13));
-      const SourceWeight& w = *sw;
+      const SourceWeight w = *find_source_weight(ckpt, modules[i]);
       const Tensor shape = ckpt.metadata(names[i]);
       const int64_t out = read_int(shape, 0), in = read_int(shape, 1);
       if (out == w.shape[0] && in == w.shape[1]) continue;

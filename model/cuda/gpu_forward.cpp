@@ -444,18 +444,27 @@ struct GpuForward::Impl {
     be = std::make_unique<ops::CudaBackend>(budget, stream, opt, survey.max_slots,
                                             std::max<int64_t>(c.num_experts, 0));
   }
-  uint64_t bind(int64_t l, const LayerBlob& blob, const uint8_t* base, bool defer,
-                uint64_t* largest_deferred = nullptr) {
-    layer = family.make_layer(c, l, layer_prefix(model_prefix, l));
-    if (base) decompressed.clear();
-    BlobBinder binder(ckpt, blob, base, &converted, opt.gemm_bf16, stream,
-                      base ? &decompressed : nullptr);
+  // Layer l as a new model::Layer bound to `blob`: with `base` (the blob on the device) its
+  // weights converted into `converted` and its decompressed ones recorded; without, only sized.
+  // Returns the converted bytes it needs.
+  uint64_t bind_layer(std::unique_ptr<model::Layer>& to, int64_t l, const LayerBlob& blob,
+                      const uint8_t* base, DeviceBuffer* into,
+                      std::map<std::string, ops::StoredWeight>* recorded, bool defer,
+                      uint64_t* largest_deferred) const {
+    to = family.make_layer(c, l, layer_prefix(model_prefix, l));
+    BlobBinder binder(ckpt, blob, base, into, opt.gemm_bf16, stream, recorded);
     binder.hold_experts_of(opt.expert_rank, opt.expert_ranks);
     binder.defer_routed_experts(defer);
     model::ServedBinder served(binder, ckpt, serving.activations, serving.kv_cache);
-    layer->bind(served);
+    to->bind(served);
     if (largest_deferred) *largest_deferred = binder.largest_deferred();
     return binder.used();
+  }
+  // The forward's own layer (set_layer).
+  uint64_t bind(int64_t l, const LayerBlob& blob, const uint8_t* base, bool defer) {
+    if (base) decompressed.clear();
+    return bind_layer(layer, l, blob, base, &converted, base ? &decompressed : nullptr, defer,
+                      nullptr);
   }
 };
 
@@ -541,17 +550,11 @@ uint64_t GpuForward::bytes_per_token(int64_t longest) const {
 
 uint64_t GpuForward::converted_bytes(int64_t l, const LayerBlob& blob, bool defer_experts,
                                      uint64_t* largest_deferred) const {
-  // A layer and binder of its own (the forward's are set_layer's), so that layers can be sized
-  // on several threads.
-  const Impl& im = *impl_;
-  auto layer = im.family.make_layer(im.c, l, layer_prefix(im.model_prefix, l));
-  BlobBinder binder(im.ckpt, blob, nullptr, nullptr, im.opt.gemm_bf16, im.stream);
-  binder.hold_experts_of(im.opt.expert_rank, im.opt.expert_ranks);
-  binder.defer_routed_experts(defer_experts && im.opt.expert_ranks <= 1);
-  model::ServedBinder served(binder, im.ckpt, im.serving.activations, im.serving.kv_cache);
-  layer->bind(served);
-  if (largest_deferred) *largest_deferred = binder.largest_deferred();
-  return binder.used();
+  // A layer of its own (the forward's is set_layer's), so that layers can be sized on several
+  // threads.
+  std::unique_ptr<model::Layer> layer;
+  return impl_->bind_layer(layer, l, blob, nullptr, nullptr, nullptr,
+                           defer_experts && impl_->opt.expert_ranks <= 1, largest_deferred);
 }
 
 uint64_t GpuForward::expert_slot_bytes() const {
