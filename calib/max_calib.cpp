@@ -69,6 +69,13 @@ void MaxCalibrator::observe_shared(std::span<const std::string> names, const flo
   }
 }
 
+void MaxCalibrator::record_hessian(std::string_view name, int64_t cols,
+                                   std::span<const double> sums, int64_t rows) {
+  STRATA_ASSERT(hessian_names_.count(name), "local_hessian statistics of ", name,
+                ", which is not tracked");
+  if (rows > 0) hessian_of(name, cols).add(sums, rows);
+}
+
 const BlockHessian* MaxCalibrator::hessian(std::string_view name) const {
   auto it = hessians_.find(name);
   return it == hessians_.end() ? nullptr : it->second.get();

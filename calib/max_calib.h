@@ -115,6 +115,11 @@ class MaxCalibrator : public Observer {
   void track_hessians(std::set<std::string, std::less<>> names) {
     hessian_names_ = std::move(names);
   }
+  const std::set<std::string, std::less<>>& hessian_names() const { return hessian_names_; }
+  // Merges a tracked input's sums accumulated elsewhere (the GPU forward's, over `rows` tokens),
+  // as its own accumulate would have added them to a fresh BlockHessian.
+  void record_hessian(std::string_view name, int64_t cols, std::span<const double> sums,
+                      int64_t rows);
   // nullptr when `name` is not tracked or no token reached it.
   const BlockHessian* hessian(std::string_view name) const;
   const std::map<std::string, Stat, std::less<>>& stats() const { return stats_; }

@@ -16,6 +16,7 @@
 #include "engine/gpu_ranks.h"
 #include "engine/memory_plan.h"
 #include "engine/parallel.h"
+#include "engine/quantize_steps.h"
 #include "engine/weight_quantizer.h"
 #include "io/layer_reader.h"
 
@@ -193,6 +194,10 @@ class DevicePlacement : public Placement {
   // Weight quantization on the device (the default; --gpu_quantize off leaves it to the CPU
   // exporter), on a backend and stream of its own beside the forward (both only read the weights).
   std::unique_ptr<WeightQuantizer> dq_;
+  // local_hessian (dq_->needs_hessians()): the layer's quantization waits for its forward's input
+  // statistics, which forward() hands over here (null when the forward failed).
+  std::promise<const MaxCalibrator*> hessians_;
+  bool hessians_pending_ = false;
   gpu::Stream quant_stream_;
   std::unique_ptr<ops::CudaBackend> quant_;
   GpuMemoryPlan mp_;
@@ -230,6 +235,8 @@ DevicePlacement::DevicePlacement(GpuLoop& loop)
   fo.warp_attention = loop.gpu.warp_attention;
   fo.bf16_ops = loop.bf16_ops;
   fo.sequence_stats = kv_cache_affine(loop.plan.recipe.kv_cache);
+  fo.hessian_bytes =
+      local_hessian_device_bytes(loop.plan, loop.first_layer, loop.config.num_experts);
   if (ep_) {
     fo.expert_rank = comm_->rank();
     fo.expert_ranks = comm_->size();
@@ -365,8 +372,9 @@ void DevicePlacement::plan_memory() {
   mi.max_conv = max_conv_;
   attention_ = f_->attention_bytes(longest_seq_, attention_cap_);
   mi.attention = attention_;
-  mi.quantizer =
-      dq_ ? dq_->encoded_bytes() + 4 * static_cast<uint64_t>(dq_->max_groups()) + 256 : 0;
+  mi.quantizer = dq_ ? dq_->encoded_bytes() + 4 * static_cast<uint64_t>(dq_->max_groups()) + 256 +
+                           dq_->hessian_bytes()
+                     : 0;
   mi.forward_per_token = f_->bytes_per_token(longest_seq_);
   mi.hidden_size = H_;
   for (const Batch& b : loop_.batches) {
@@ -421,6 +429,7 @@ void DevicePlacement::allocate() {
                                                 std::max<int64_t>(dq_->max_groups(), 1), 0);
     quant_->reserve_scratch(std::max<uint64_t>(dq_->encoded_bytes(), 1));
     if (mp_.expert_slice > 0) quant_->reserve_decompression(largest_deferred_);
+    if (dq_->needs_hessians()) quant_->reserve_hessian(dq_->hessian_bytes());
     quant_->use_for_quantization(device_);
   }
   const uint64_t chunk_bf16 = static_cast<uint64_t>(mp_.chunk_max * H_) * 2;
@@ -571,16 +580,31 @@ std::future<PrecomputedWeights> DevicePlacement::quantize(int64_t l) {
   // On a helper thread while the layer's forward runs.
   const LayerBlob* blob = &blobs_[static_cast<size_t>(l)];
   const uint8_t* dev = dev_weights(l).as<uint8_t>();
-  return std::async(std::launch::async, [this, l, blob, dev]() {
-    return dq_->quantize(l, *quant_, [&](const std::string& module) {
-      // A compressed source's weight as the forward decompressed it, else as stored.
-      if (const ops::StoredWeight* d = f_->decompressed_weight(module + ".weight")) return *d;
-      auto it = blob->items.find(module + ".weight");
-      STRATA_ASSERT(it != blob->items.end(), "no blob item for ", module);
-      const LayerBlob::Item& item = it->second;
-      return ops::StoredWeight{dev + item.offset, item.dtype, item.shape[0],
-                               shape_numel(item.shape) / item.shape[0]};
-    });
+  // local_hessian: after the forward, with its statistics (forward() fulfils the promise).
+  std::shared_future<const MaxCalibrator*> stats;
+  if (dq_->needs_hessians()) {
+    hessians_ = std::promise<const MaxCalibrator*>();
+    stats = hessians_.get_future().share();
+    hessians_pending_ = true;
+  }
+  return std::async(std::launch::async, [this, l, blob, dev, stats]() {
+    const MaxCalibrator* calib = stats.valid() ? stats.get() : nullptr;
+    if (stats.valid() && !calib) return PrecomputedWeights{};  // the forward failed
+    return dq_->quantize(
+        l, *quant_,
+        [&](const std::string& module) {
+          // A compressed source's weight as the forward decompressed it, else as stored.
+          if (const ops::StoredWeight* d = f_->decompressed_weight(module + ".weight")) return *d;
+          auto it = blob->items.find(module + ".weight");
+          STRATA_ASSERT(it != blob->items.end(), "no blob item for ", module);
+          const LayerBlob::Item& item = it->second;
+          return ops::StoredWeight{dev + item.offset, item.dtype, item.shape[0],
+                                   shape_numel(item.shape) / item.shape[0]};
+        },
+        [&](const std::string& module) {
+          const BlockHessian* h = calib ? calib->hessian(module) : nullptr;
+          return h ? h->normalized() : std::vector<double>{};
+        });
   });
 }
 
@@ -590,6 +614,18 @@ void DevicePlacement::forward(int64_t l, bool last, MaxCalibrator& calib) {
   const HiddenTier tier = mp_.tier;
   float* xf = x_.as<float>();
   if (tier == HiddenTier::kFile && !last) store.begin(l + 2);
+  f_->track_hessians(calib.hessian_names());  // local_hessian's (empty: none)
+  // The layer's quantization, waiting for the statistics (quantize()), is released whichever way
+  // this returns: with them at the end, or with none when the forward throws (the loop's future
+  // then waits for a task that returns at once).
+  struct Release {
+    DevicePlacement* p;
+    const MaxCalibrator* calib = nullptr;
+    ~Release() {
+      if (p->hessians_pending_) p->hessians_.set_value(calib);
+      p->hessians_pending_ = false;
+    }
+  } release{this};
   // kPinned: chunk i+1 is copied in (h2d) and chunk i-1 out (d2h) while chunk i computes.
   auto copy_in = [&](size_t i) {
     const PlannedChunk& c = chunks[i];
@@ -677,6 +713,11 @@ void DevicePlacement::forward(int64_t l, bool last, MaxCalibrator& calib) {
   if (tier == HiddenTier::kPinned) d2h_.synchronize();
   for (const gpu::AmaxStat& s : f_->take_stats())
     calib.record(s.name, s.amax, s.rows);
+  for (const gpu::HessianStats& h : f_->take_hessians()) {
+    for (const std::string& n : h.names)
+      calib.record_hessian(n, h.cols, h.sums, h.rows);
+  }
+  release.calib = &calib;
   for (gpu::SequenceStats& s : f_->take_sequence_stats()) {
     MaxCalibrator::SequenceStat q;
     q.tokens = s.tokens;

@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
+#include "io/checkpoint.h"
 
 namespace fs = std::filesystem;
 
@@ -42,6 +45,28 @@ std::set<std::string, std::less<>> local_hessian_modules(const QuantPlan& plan, 
       out.insert(m.module);
   }
   return out;
+}
+
+uint64_t local_hessian_device_bytes(const QuantPlan& plan, int64_t first_layer, int64_t experts) {
+  if (plan.recipe.algorithm.method != WeightCalib::Method::kLocalHessian) return 0;
+  // Per layer: the tracked modules' input features, a routed projection (its name with the expert
+  // index taken out) counted once, times the experts.
+  std::map<int64_t, uint64_t> features;
+  std::set<std::pair<int64_t, std::string>> projections;
+  for (const PlannedModule& m : plan.modules) {
+    if (m.layer < first_layer || (m.format != QFormat::kNvfp4 && m.format != QFormat::kW4A16Nvfp4))
+      continue;
+    const auto in = static_cast<uint64_t>(m.shape[1]);
+    if (routed_expert_of(m.module) < 0) {
+      features[m.layer] += in;
+    } else if (projections.emplace(m.layer, m.module.substr(m.module.rfind('.'))).second) {
+      features[m.layer] += in * static_cast<uint64_t>(std::max<int64_t>(experts, 1));
+    }
+  }
+  uint64_t most = 0;
+  for (const auto& [layer, f] : features)
+    most = std::max(most, f);
+  return most * 16 * sizeof(double);
 }
 
 std::string resume_dir_of(const QuantizeJob& job) {

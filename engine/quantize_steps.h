@@ -25,6 +25,13 @@ bool needs_activations(const QuantPlan& plan);
 // The modules of decoder layer `layer` whose input statistics local_hessian needs (its NVFP4 and
 // W4A16 NVFP4 weights, the searched ones); empty unless the recipe's algorithm is local_hessian.
 std::set<std::string, std::less<>> local_hessian_modules(const QuantPlan& plan, int64_t layer);
+// The GPU forward's device bytes for one layer's local_hessian statistics
+// (ops::CudaBackendOptions::hessian_bytes), the most of layers [first_layer, num_layers): 16
+// doubles per input feature of every tracked module (inputs several modules read are counted once
+// each of them: a bound), a routed projection counted for all `experts` of its layer when any of
+// them is tracked (the device keeps a layer's experts' statistics side by side). 0 unless
+// local_hessian.
+uint64_t local_hessian_device_bytes(const QuantPlan& plan, int64_t first_layer, int64_t experts);
 
 // The resume folder: --resume_dir, or "<export_path>.strata_resume".
 std::string resume_dir_of(const QuantizeJob& job);

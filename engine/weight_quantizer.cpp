@@ -27,7 +27,7 @@ WeightQuantizer::WeightQuantizer(const QuantPlan& plan, int64_t first_layer,
     // weight is given for.
     if (m.layer < first_layer || m.layer >= plan.num_layers || m.format == QFormat::kNone ||
         m.format == QFormat::kW4A16Nvfp4Bs32 || m.format == QFormat::kMxfp4 ||
-        m.format == QFormat::kFp8PbWo || algo.method == WeightCalib::Method::kLocalHessian ||
+        m.format == QFormat::kFp8PbWo ||
         (m.format == QFormat::kFp8 && algo.searches() && !algo.fp8_scale_sweep) ||
         compressed_groups.count(weight_group_key(plan, m.module)) || !take(m))
       continue;
@@ -40,6 +40,8 @@ WeightQuantizer::WeightQuantizer(const QuantPlan& plan, int64_t first_layer,
     switch (m.format) {
       case QFormat::kNvfp4:
       case QFormat::kW4A16Nvfp4: {
+        if (algo.method == WeightCalib::Method::kLocalHessian)
+          hessian_bytes_ = std::max(hessian_bytes_, static_cast<uint64_t>(m.shape[1]) * 16 * 8);
         auto [it, fresh] = group_of[static_cast<size_t>(m.layer)].emplace(
             weight_group_key(plan, m.module), static_cast<int>(L.groups.size()));
         if (fresh) L.groups.emplace_back();
@@ -85,7 +87,9 @@ WeightQuantizer::WeightQuantizer(const QuantPlan& plan, int64_t first_layer,
 
 PrecomputedWeights WeightQuantizer::quantize(
     int64_t l, ops::Backend& backend,
-    const std::function<ops::StoredWeight(const std::string&)>& weight) {
+    const std::function<ops::StoredWeight(const std::string&)>& weight,
+    const std::function<std::vector<double>(const std::string&)>& hessian) {
+  STRATA_ASSERT(!needs_hessians() || hessian, "local_hessian without the input statistics");
   const Layer& L = layers_[static_cast<size_t>(l)];
   PrecomputedWeights out;
   if (L.jobs.empty()) return out;
@@ -102,9 +106,13 @@ PrecomputedWeights WeightQuantizer::quantize(
     w.fp32_quotient = j.fp32_quotient;
     const bool searched =
         search_ && (m.format == QFormat::kNvfp4 || m.format == QFormat::kW4A16Nvfp4);
+    std::vector<double> h;
+    if (searched && needs_hessians()) h = hessian(m.module);
+    const ops::WeightSearch search =
+        searched ? ops::WeightSearch{search_->calib, h} : ops::WeightSearch{};
     out[m.module] = backend.quantize_weight(w, m.format,
                                             j.group < 0 ? 0.0f : amax[static_cast<size_t>(j.group)],
-                                            m.module, searched ? &*search_ : nullptr);
+                                            m.module, searched ? &search : nullptr);
   }
   return out;
 }

@@ -11,10 +11,10 @@
 // or a fused-experts plan's projection and layer); MXFP8 needs none. All of a layer's amaxes are
 // computed in one backend call, then each module is encoded.
 //
-// Under a weight scale search (the recipe's algorithm: mse, fp8_scale_sweep) the NVFP4 modules'
-// block scales are searched by the backend (ops::WeightSearch); FP8 modules under plain mse (a
-// search over a whole shared-amax group) and every module under local_hessian (its input
-// statistics are the exporter's) are left to the exporter.
+// Under a weight scale search (the recipe's algorithm: mse, fp8_scale_sweep, local_hessian) the
+// NVFP4 modules' block scales are searched by the backend (ops::WeightSearch; local_hessian with
+// each module's input statistics, which the layer's forward must have gathered first); FP8
+// modules under plain mse (a search over a whole shared-amax group) are left to the exporter.
 #pragma once
 
 #include <cstdint>
@@ -39,10 +39,17 @@ class WeightQuantizer {
   // must hold (its amax slots and its scratch).
   int64_t max_groups() const { return static_cast<int64_t>(max_groups_); }
   uint64_t encoded_bytes() const { return encoded_bytes_; }
+  // local_hessian: the searches need the layer's input statistics (quantize's `hessian`), and
+  // the widest searched module's take hessian_bytes (16 doubles per input feature); else 0.
+  bool needs_hessians() const { return hessian_bytes_ > 0; }
+  uint64_t hessian_bytes() const { return hessian_bytes_; }
   // Layer l's modules quantized on `backend`; `weight(module)` is the module's stored weight in
-  // the backend's memory.
-  PrecomputedWeights quantize(int64_t l, ops::Backend& backend,
-                              const std::function<ops::StoredWeight(const std::string&)>& weight);
+  // the backend's memory; under local_hessian `hessian(module)` its BlockHessian::normalized()
+  // (empty when no token reached it: the plain search, as the exporter's).
+  PrecomputedWeights quantize(
+      int64_t l, ops::Backend& backend,
+      const std::function<ops::StoredWeight(const std::string&)>& weight,
+      const std::function<std::vector<double>(const std::string&)>& hessian = nullptr);
 
  private:
   struct Job {
@@ -56,7 +63,7 @@ class WeightQuantizer {
   };
   std::vector<Layer> layers_;
   std::optional<ops::WeightSearch> search_;  // the recipe's NVFP4 scale search, if any
-  uint64_t encoded_bytes_ = 0;
+  uint64_t encoded_bytes_ = 0, hessian_bytes_ = 0;
   size_t max_groups_ = 0;
 };
 

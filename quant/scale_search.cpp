@@ -145,10 +145,6 @@ uint8_t nvfp4_static_block_scale(float block_amax, float global_amax) {
 }
 
 std::string device_search_unsupported(const WeightCalib& c) {
-  if (c.method == WeightCalib::Method::kLocalHessian) {
-    return "weight scale search local_hessian weighs each block by its input statistics, which "
-           "only the CPU forward accumulates (docs/QUANTIZE.md \"Scale search\")";
-  }
   if (!c.searches() || c.fp8_scale_sweep) return {};
   const size_t n = mse_multipliers(c).size();
   if (n <= static_cast<size_t>(kMaxDeviceSearchCandidates)) return {};
@@ -207,6 +203,14 @@ void BlockHessian::merge(const BlockHessian& o) {
   for (size_t i = 0; i < sums_.size(); ++i)
     sums_[i] += o.sums_[i];
   tokens_ += o.tokens_;
+}
+
+void BlockHessian::add(std::span<const double> sums, int64_t tokens) {
+  STRATA_ASSERT(sums.size() == sums_.size(), "BlockHessian add of ", sums.size(), " sums to ",
+                sums_.size());
+  for (size_t i = 0; i < sums_.size(); ++i)
+    sums_[i] += sums[i];
+  tokens_ += tokens;
 }
 
 std::vector<double> BlockHessian::normalized() const {

@@ -70,8 +70,7 @@ std::vector<float> mse_multipliers(const WeightCalib& c);
 //   [2^-9, 448]; e4m3 round to nearest even.
 uint8_t nvfp4_static_block_scale(float block_amax, float global_amax);
 
-// Why the CUDA backend cannot run this search (empty when it can): local_hessian needs the
-// input statistics only the CPU forward accumulates; the device takes at most
+// Why the CUDA backend cannot run this search (empty when it can): the device takes at most
 // kMaxDeviceSearchCandidates candidates a block (quant/cuda/quant_cuda.h Nvfp4Search).
 constexpr int kMaxDeviceSearchCandidates = 256;
 std::string device_search_unsupported(const WeightCalib& c);
@@ -93,6 +92,8 @@ class BlockHessian {
   void accumulate(const float* x, int64_t rows);
   // Adds another accumulator's sums (another rank's, the same module).
   void merge(const BlockHessian& o);
+  // Adds sums accumulated elsewhere (the GPU forward's, [cols/16][16][16]) over `tokens` rows.
+  void add(std::span<const double> sums, int64_t tokens);
   int64_t cols() const { return cols_; }
   int64_t tokens() const { return tokens_; }
   // H[n] / tokens as [cols/16][16][16] (empty when no token was seen).

@@ -16,9 +16,8 @@
 #               bundled corpus (strata's default) and compare its default data/calib/heldout
 # --out DIR     logs, JSON, reports and the table (default $OUT when set, else out/quality)
 # --work DIR    the model and the exports (large; default /tmp/strata-quality)
-# --gpu         max-calibrated rows on the GPU (`--device cuda`): auto = when nvidia-smi works;
-#               mse and fp8_scale_sweep search on the GPU too; local_hessian always runs on the
-#               CPU (docs/QUANTIZE.md "Scale search")
+# --gpu         quantize on the GPU (`--device cuda`): auto = when nvidia-smi works; every
+#               row, the searches included (docs/QUANTIZE.md "Scale search")
 # --compare_device  where `strata compare` runs (default: compare's own default, the GPU when
 #               there is one)
 # --rows        the rows to run, in this order (default: all: bf16 nvfp4_max nvfp4_local_hessian
@@ -118,9 +117,6 @@ fi
 : >"$out/times.tsv"
 run_row() {
   local row="$1" export="$work/export_$1" device=$max_device q_s=0 c_s log
-  case "$row" in
-    nvfp4_local_hessian) device=cpu ;;
-  esac
   if [ "$row" = bf16 ]; then
     export="$model"
   else

@@ -630,4 +630,12 @@ std::vector<SequenceStats> GpuForward::take_sequence_stats() {
   return impl_->be->take_sequence_stats();
 }
 
+void GpuForward::track_hessians(std::set<std::string, std::less<>> names) {
+  impl_->be->track_hessians(std::move(names));
+}
+
+std::vector<HessianStats> GpuForward::take_hessians() {
+  return impl_->be->take_hessians();
+}
+
 }  // namespace strata::gpu

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@ using GpuForwardOptions = ops::CudaBackendOptions;
 using GpuChunk = ops::Tokens;
 using AmaxStat = ops::AmaxStat;
 using SequenceStats = ops::SequenceStats;
+using HessianStats = ops::HessianStats;
 
 // strata compare's simulation of a served export (model/forward.h ForwardOptions, docs/COMPARE.md
 // "What is simulated"): each quantized linear's input quantized with the export's input scale
@@ -107,6 +109,11 @@ class GpuForward {
   void set_routing_observer(Observer* routing);
   // The K/V sequence statistics since the last take (GpuForwardOptions::sequence_stats).
   std::vector<SequenceStats> take_sequence_stats();
+  // local_hessian's statistics of these inputs from the next layer on (GpuForwardOptions::
+  // hessian_bytes; ops::CudaBackend::track_hessians), and their sums as the last take_stats read
+  // them back.
+  void track_hessians(std::set<std::string, std::less<>> names);
+  std::vector<HessianStats> take_hessians();
 
  private:
   struct Impl;

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cub/block/block_scan.cuh>
 
 #include "core/error.h"
 #include "ops/cuda/amax.h"
@@ -58,6 +59,58 @@ __global__ void k_column_stats(const float* x, int64_t cols, const int64_t* boun
   mn[s * cols + c] = lo;
 }
 
+// One thread block per (group, block n of 16 columns), one thread per entry (i, j) of the block's
+// 16x16 sums: rows are loaded 16 at a time into shared memory (one value a thread), then each
+// thread adds its products row by row in the group's order, so every sum sees the order the CPU's
+// BlockHessian::accumulate gives it. vi * vj is exact in double.
+constexpr int kHessBlock = 16, kHessRows = 16;
+__global__ void k_block_hessian(const float* x, int64_t cols, const int32_t* order, int32_t div,
+                                const int32_t* map, const int32_t* bounds, int64_t rows,
+                                double* sums, int64_t group_stride) {
+  __shared__ float tile[kHessRows][kHessBlock];
+  const int64_t g = blockIdx.y, n = blockIdx.x;
+  const int t = threadIdx.x, i = t / kHessBlock, j = t % kHessBlock;
+  const int64_t r0 = bounds ? bounds[g] : 0, r1 = bounds ? bounds[g + 1] : rows;
+  if (r0 == r1) return;
+  double* h = sums + g * group_stride + n * kHessBlock * kHessBlock + t;
+  double acc = *h;
+  for (int64_t r = r0; r < r1; r += kHessRows) {
+    const int64_t k = r + i;  // the row this thread loads: value j of row k
+    if (k < r1) {
+      int64_t row = k;
+      if (order) row = map ? map[order[k]] : order[k] / div;
+      tile[i][j] = x[row * cols + n * kHessBlock + j];
+    }
+    __syncthreads();
+    const int64_t m = min(static_cast<int64_t>(kHessRows), r1 - r);
+    for (int64_t q = 0; q < m; ++q)
+      acc = __dadd_rn(acc,
+                      __dmul_rn(static_cast<double>(tile[q][i]), static_cast<double>(tile[q][j])));
+    __syncthreads();
+  }
+  *h = acc;
+}
+
+// One thread block per expert e: the slots s (in increasing order) with chosen[s] == e written to
+// order[offsets[e] ...], by a block-wide scan over the slots.
+constexpr int kOrderThreads = 256;
+__global__ void k_expert_order(const int32_t* chosen, int64_t S, const int32_t* offsets,
+                               int32_t* order) {
+  using Scan = cub::BlockScan<int, kOrderThreads>;
+  __shared__ typename Scan::TempStorage scratch;
+  const int e = static_cast<int>(blockIdx.x);
+  int64_t base = offsets[e];
+  for (int64_t s0 = 0; s0 < S; s0 += kOrderThreads) {
+    const int64_t s = s0 + threadIdx.x;
+    const int mine = s < S && chosen[s] == e ? 1 : 0;
+    int before = 0, total = 0;
+    Scan(scratch).ExclusiveSum(mine, before, total);
+    if (mine) order[base + before] = static_cast<int32_t>(s);
+    base += total;
+    __syncthreads();  // the scan's storage is reused
+  }
+}
+
 }  // namespace
 
 void amax(const float* x, int64_t n, uint32_t* slot, void* s) {
@@ -82,6 +135,32 @@ void column_stats(const float* x, int64_t cols, const int64_t* bounds, int64_t n
                   static_cast<unsigned>(n_seqs));
   k_column_stats<<<grid, kThreads, 0, st(s)>>>(x, cols, bounds, sum, max, min);
   launched("column_stats");
+}
+
+void block_hessian(const float* x, int64_t rows, int64_t cols, double* sums, void* s) {
+  if (rows == 0) return;
+  STRATA_ASSERT(cols % kHessBlock == 0, "block_hessian: ", cols, " columns");
+  k_block_hessian<<<dim3(static_cast<unsigned>(cols / kHessBlock), 1), kHessBlock * kHessBlock, 0,
+                    st(s)>>>(x, cols, nullptr, 1, nullptr, nullptr, rows, sums, 0);
+  launched("block_hessian");
+}
+void expert_order(const int32_t* chosen, int64_t slots, const int32_t* offsets, int64_t experts,
+                  int32_t* order, void* s) {
+  if (slots == 0 || experts == 0) return;
+  k_expert_order<<<static_cast<unsigned>(experts), kOrderThreads, 0, st(s)>>>(chosen, slots,
+                                                                              offsets, order);
+  launched("expert_order");
+}
+void expert_block_hessian(const float* x, int64_t cols, const int32_t* order, int32_t div,
+                          const int32_t* map, const int32_t* offsets, int64_t experts, double* sums,
+                          void* s) {
+  if (experts == 0) return;
+  STRATA_ASSERT(cols % kHessBlock == 0 && experts < 65536, "expert_block_hessian: ", cols,
+                " columns, ", experts, " experts");
+  k_block_hessian<<<dim3(static_cast<unsigned>(cols / kHessBlock), static_cast<unsigned>(experts)),
+                    kHessBlock * kHessBlock, 0, st(s)>>>(x, cols, order, div, map, offsets, 0, sums,
+                                                         cols * kHessBlock);
+  launched("expert_block_hessian");
 }
 
 }  // namespace strata::ops::cuda

@@ -24,4 +24,21 @@ void amax_rows(const float* x, int64_t rows, int64_t cols, const int32_t* row_sl
 void column_stats(const float* x, int64_t cols, const int64_t* bounds, int64_t n_seqs, double* sum,
                   float* max, float* min, void* stream);
 
+// local_hessian's input statistics (quant/scale_search.h BlockHessian) on the device. sums
+// [cols/16][16][16] doubles: sums[n][i][j] += x[r, 16n + i] * x[r, 16n + j] over the rows r in
+// order, each sum advanced one row at a time from its value before, as BlockHessian::accumulate,
+// so the sums equal the CPU's bit for bit for the same rows in the same order.
+void block_hessian(const float* x, int64_t rows, int64_t cols, double* sums, void* stream);
+// Each expert's slots in increasing slot order (the token order of the CPU's expert loop): the
+// slots s of chosen[slots] (the routing's [T, K]) with chosen[s] == e at order[offsets[e] ...]
+// (offsets: device [experts + 1], the exclusive prefix sum of the routing's counts).
+void expert_order(const int32_t* chosen, int64_t slots, const int32_t* offsets, int64_t experts,
+                  int32_t* order, void* stream);
+// block_hessian of every expert e at sums + e * 16 * cols over its rows order[offsets[e] ..
+// offsets[e + 1]) in that order: row map[order[k]] of x (map: the slot's row, moe_scatter's pos),
+// or without map row order[k] / div (the slot's token, div = K).
+void expert_block_hessian(const float* x, int64_t cols, const int32_t* order, int32_t div,
+                          const int32_t* map, const int32_t* offsets, int64_t experts, double* sums,
+                          void* stream);
+
 }  // namespace strata::ops::cuda

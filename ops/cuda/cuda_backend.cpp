@@ -152,6 +152,8 @@ CudaBackend::CudaBackend(DeviceBudget& budget, const Stream& stream, CudaBackend
     experts_->dev = DeviceBuffer(budget, tables, "expert pointers");
     experts_->host.reserve(tables);
   }
+  if (options.hessian_bytes > 0)
+    hessian_ = DeviceBuffer(budget, options.hessian_bytes, "local_hessian input statistics");
   blas_ = cuda::gemm_handle_create(stream.handle());
   stream.synchronize();
   prof_->on = opt_.profile;
@@ -307,6 +309,9 @@ void CudaBackend::clear_slots() {
   slot_names_.clear();
   slot_rows_.clear();
   slot_of_.clear();
+  hessian_at_.clear();
+  hessian_cols_.clear();
+  hessian_used_ = 0;
   if (dry()) return;
   stream_->zero(slots_dev_.data(), slots_dev_.bytes());
   stream_->zero(rows_dev_.data(), rows_dev_.bytes());
@@ -318,6 +323,8 @@ int CudaBackend::slot(const std::vector<std::string>& names) {
   const int s = static_cast<int>(slot_names_.size());
   slot_names_.push_back(names);
   slot_rows_.push_back(0);
+  hessian_at_.push_back(-1);
+  hessian_cols_.push_back(0);
   slot_of_.emplace(names[0], s);
   STRATA_ASSERT(dry() || static_cast<int64_t>(slot_names_.size()) <= max_slots_, "amax slots");
   return s;
@@ -340,12 +347,43 @@ uint32_t* CudaBackend::slot_ptr(int s) {
   return slots_dev_.as<uint32_t>() + s;
 }
 
+void CudaBackend::track_hessians(std::set<std::string, std::less<>> names) {
+  STRATA_ASSERT(names.empty() || opt_.hessian_bytes > 0,
+                "local_hessian statistics without CudaBackendOptions::hessian_bytes");
+  hessian_names_ = std::move(names);
+}
+
+bool CudaBackend::tracked(const std::vector<std::string>& names) const {
+  if (hessian_names_.empty()) return false;
+  for (const std::string& n : names) {
+    if (hessian_names_.count(n)) return true;
+  }
+  return false;
+}
+
+// Slot s's sums, zeroed when first taken (consecutive slots taken in turn lie back to back).
+double* CudaBackend::hessian_of(int s, int64_t cols) {
+  const auto i = static_cast<size_t>(s);
+  if (hessian_at_[i] < 0) {
+    const int64_t n = 16 * cols;
+    STRATA_ASSERT(static_cast<uint64_t>(hessian_used_ + n) * 8 <= hessian_.bytes(),
+                  "local_hessian statistics: ", hessian_.bytes(), " bytes reserved, ",
+                  (hessian_used_ + n) * 8, " needed");
+    hessian_at_[i] = hessian_used_;
+    hessian_cols_[i] = cols;
+    hessian_used_ += n;
+    stream_->zero(hessian_.as<double>() + hessian_at_[i], static_cast<uint64_t>(n) * 8);
+  }
+  return hessian_.as<double>() + hessian_at_[i];
+}
+
 void CudaBackend::observe(const std::vector<std::string>& names, const float* x, int64_t rows,
                           int64_t cols) {
   const int s = slot(names);
   if (dry()) return;
   cuda::amax(x, rows * cols, slot_ptr(s), stream_->handle());
   slot_rows_[s] += rows;
+  if (tracked(names)) cuda::block_hessian(x, rows, cols, hessian_of(s, cols), stream_->handle());
 }
 
 void CudaBackend::observe_sequences(const std::string& name, const float* x, const Tokens& t,
@@ -401,7 +439,13 @@ std::vector<AmaxStat> CudaBackend::take_stats() {
   stream_->synchronize();
   prof_->collect();
   cuda_check_last("GPU forward");
+  std::vector<double> sums(static_cast<size_t>(hessian_used_));
+  if (!sums.empty()) {
+    stream_->copy_to_host(sums.data(), hessian_.data(), sums.size() * 8);
+    stream_->synchronize();
+  }
   std::vector<AmaxStat> out;
+  hessians_taken_.clear();
   for (size_t i = 0; i < bits.size(); ++i) {
     float a;
     std::memcpy(&a, &bits[i], 4);
@@ -409,9 +453,20 @@ std::vector<AmaxStat> CudaBackend::take_stats() {
     for (const std::string& n : slot_names_[i])
       out.push_back({n, a, n_rows});
     slot_rows_[i] = 0;
+    if (hessian_at_[i] < 0 || n_rows == 0) continue;  // no token reached it: no statistics
+    HessianStats h;
+    for (const std::string& n : slot_names_[i]) {
+      if (hessian_names_.count(n)) h.names.push_back(n);
+    }
+    h.cols = hessian_cols_[i];
+    h.rows = n_rows;
+    const auto* first = sums.data() + hessian_at_[i];
+    h.sums.assign(first, first + 16 * h.cols);
+    hessians_taken_.push_back(std::move(h));
   }
   stream_->zero(slots_dev_.data(), slots_dev_.bytes());
   stream_->zero(rows_dev_.data(), rows_dev_.bytes());
+  if (hessian_used_ > 0) stream_->zero(hessian_.data(), static_cast<uint64_t>(hessian_used_) * 8);
   return out;
 }
 
@@ -961,6 +1016,9 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   const uint64_t top = mark();
   int32_t* pos = take_i32(S);
   int32_t* row_expert = take_i32(S);
+  // local_hessian: each expert's slots in token order (taken whenever the run keeps statistics,
+  // so that the sizing runs count it).
+  int32_t* order = opt_.hessian_bytes > 0 ? take_i32(S) : nullptr;
   float* og = take(S * H);           // [S, H] the experts' outputs, rows grouped by expert
   float* g = take(S * gw);           // [S, Im] gate, or [S, 2Im] gate/up interleaved
   float* u = take(S * Im);           // [S, Im] up, or the activation
@@ -1016,6 +1074,23 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   span(kRouter);
   // The rows an expert sees are its tokens' n: each token's amax goes to its K experts' slots.
   cuda::amax_rows(n, T, H, chosen, slot_ptr(gu0), s, K);
+  // local_hessian: an expert's sums over its rows in token order (the CPU's expert loop), its
+  // experts' sums back to back.
+  auto hessians = [&](int first, int64_t cols) -> double* {
+    bool any = false;
+    for (int64_t e = 0; e < E; ++e)
+      any = any || tracked(slot_names_[static_cast<size_t>(first + e)]);
+    if (!any) return nullptr;
+    double* at = hessian_of(first, cols);
+    for (int64_t e = 1; e < E; ++e)
+      hessian_of(first + static_cast<int>(e), cols);
+    return at;
+  };
+  double* h_gu = hessians(gu0, H);
+  double* h_dn = hessians(dn0, Im);
+  if (h_gu || h_dn) cuda::expert_order(chosen, S, offsets, E, order, s);
+  if (h_gu)
+    cuda::expert_block_hessian(n, H, order, static_cast<int32_t>(K), nullptr, offsets, E, h_gu, s);
   const float* nx = n;  // the GEMMs' rows before the gather
   if (nq) {
     stream_->copy_device(nq, n, static_cast<uint64_t>(T * H) * 4);
@@ -1071,6 +1146,7 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
     cuda::swiglu(g, u, S * Im, g, s, bf16_ops_);
   }
   cuda::amax_rows(act, S, Im, row_expert, slot_ptr(dn0), s);
+  if (h_dn) cuda::expert_block_hessian(act, Im, order, 1, pos, offsets, E, h_dn, s);
   fake_quantize(act, S, Im, quant.down, "an expert's down input");  // once observed
   const void* hin = gin(act, S * Im);
   span(kExpertOther);
@@ -1114,6 +1190,7 @@ void CudaBackend::moe_exchanged(const float* n, int64_t T, int64_t H, int64_t K,
                                 const int32_t* chosen, const float* weight,
                                 std::span<const Mlp> experts, float* y, const ExpertQuant& quant) {
   const int64_t E = static_cast<int64_t>(experts.size()), S = T * K, Im = experts[0].inter;
+  STRATA_ASSERT(hessian_names_.empty(), "local_hessian statistics under expert parallelism");
   STRATA_CHECK(!experts[0].interleaved,
                "expert parallelism on the GPU: gpt-oss's experts are written fused (run without "
                "--expert_parallel)");
@@ -1288,6 +1365,12 @@ void CudaBackend::reserve_decompression(uint64_t bytes) {
   decompressed_ = DeviceBuffer(*budget_, bytes, "a compressed weight decompressed to quantize it");
 }
 
+void CudaBackend::reserve_hessian(uint64_t bytes) {
+  if (bytes <= search_hessian_.bytes()) return;
+  search_hessian_ = DeviceBuffer();
+  search_hessian_ = DeviceBuffer(*budget_, bytes, "local_hessian statistics of a weight searched");
+}
+
 StoredWeight CudaBackend::decompressed_for_quantization(const StoredWeight& w) {
   if (!w.compressed.defined()) return w;
   const uint64_t bytes = static_cast<uint64_t>(w.rows * w.cols) * 2;
@@ -1329,8 +1412,6 @@ QuantizedWeight CudaBackend::quantize_weight(const StoredWeight& stored, QFormat
   STRATA_CHECK(search == nullptr || device_search_unsupported(search->calib).empty(),
                "nvfp4: ", name, ": ",
                search ? device_search_unsupported(search->calib) : std::string());
-  STRATA_ASSERT(search == nullptr || search->hessian.empty(), "a Hessian for ", name,
-                " on the device");
   // The search's candidates, passed to the kernel by value.
   std::optional<qc::Nvfp4Search> candidates;
   if (search) {
@@ -1350,6 +1431,19 @@ QuantizedWeight CudaBackend::quantize_weight(const StoredWeight& stored, QFormat
   cudaSetDevice(qstream_->device());
   const StoredWeight w = decompressed_for_quantization(stored);
   const int64_t rows = w.rows, cols = w.cols;
+  if (search && !search->hessian.empty()) {
+    // local_hessian: the module's statistics beside the weight (read by the kernel before the
+    // synchronization below, while the caller's vector lives).
+    const uint64_t bytes = search->hessian.size() * sizeof(double);
+    STRATA_CHECK(static_cast<int64_t>(search->hessian.size()) == 16 * cols, "local_hessian: the ",
+                 "input statistics of ", name, " have ", search->hessian.size() / 256,
+                 " blocks of 16 features, the weight ", cols / 16);
+    STRATA_ASSERT(bytes <= search_hessian_.bytes(), "local_hessian statistics of ", bytes,
+                  " bytes; reserve_hessian reserved ", search_hessian_.bytes());
+    strata::cuda::copy_to_device(search_hessian_.data(), search->hessian.data(), bytes, *qstream_);
+    candidates->hessian = search_hessian_.as<double>();
+    candidates->blocks_per_row = cols / 16;
+  }
   uint8_t* arena = scratch_.as<uint8_t>();  // the encoders' outputs, then copied back
   auto fetch = [&](const uint8_t* src, DType dtype, Shape shape) {
     Tensor t = Tensor::zeros(dtype, std::move(shape));

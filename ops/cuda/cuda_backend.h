@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -46,6 +47,10 @@ struct CudaBackendOptions {
   // observe_sequences reduces each sequence's K/V statistics (the affine KV cache's calibration,
   // calib/max_calib.h); off: it does nothing.
   bool sequence_stats = false;
+  // local_hessian (quant/scale_search.h BlockHessian): device bytes for the per-16-block input
+  // second moments of one layer's tracked inputs (track_hessians); 0: none kept. Each tracked
+  // observed input takes 16 x its width doubles (a routed expert's: the layer's experts' each).
+  uint64_t hessian_bytes = 0;
 };
 
 struct AmaxStat {
@@ -62,6 +67,14 @@ struct SequenceStats {
   KvLayout layout;
   std::vector<double> sum;
   std::vector<float> max, min;
+};
+
+// One observed input's local_hessian sums (BlockHessian::sums, [cols/16][16][16]) over `rows`
+// rows, under each of its tracked names (Backend::track_hessians).
+struct HessianStats {
+  std::vector<std::string> names;
+  int64_t cols = 0, rows = 0;
+  std::vector<double> sums;
 };
 
 // A deferred weight's decompression (Weight::compressed) of [rows, cols] into dst, bf16 bits
@@ -120,6 +133,13 @@ class CudaBackend final : public Backend {
   // The sequence statistics of every forward since the last take (CudaBackendOptions::
   // sequence_stats).
   std::vector<SequenceStats> take_sequence_stats();
+  // From the next layer's first observation on, the inputs observed under these names also
+  // accumulate their local_hessian sums on the device (CudaBackendOptions::hessian_bytes), in the
+  // order the CPU forward accumulates them: a dense input's rows in token order, a routed
+  // expert's rows in token order too (not the dispatch's arrival order).
+  void track_hessians(std::set<std::string, std::less<>> names);
+  // The sums of the tracked inputs, read back by the last take_stats (which zeroes them).
+  std::vector<HessianStats> take_hessians() { return std::move(hessians_taken_); }
 
   // Backend.
   float* take(int64_t n) override { return take_bytes<float>(n); }
@@ -202,6 +222,9 @@ class CudaBackend final : public Backend {
   // The buffer a deferred weight (StoredWeight::compressed) is decompressed into, in bf16, before
   // weight_amaxes and quantize_weight read it: `bytes` for the largest such module.
   void reserve_decompression(uint64_t bytes);
+  // The buffer a local_hessian search's input statistics (WeightSearch::hessian) are copied into:
+  // `bytes` for the widest searched module's (16 doubles per input feature).
+  void reserve_hessian(uint64_t bytes);
   void weight_amaxes(const std::vector<std::vector<StoredWeight>>& groups, float* out) override;
   QuantizedWeight quantize_weight(const StoredWeight& w, QFormat format, float amax,
                                   std::string_view name,
@@ -267,6 +290,15 @@ class CudaBackend final : public Backend {
   gpu::DeviceBuffer sequence_buf_;             // observe_sequences' device results
   std::unordered_map<std::string, int> slot_of_;
   int64_t max_slots_ = 0;
+  // local_hessian (track_hessians): each slot's sums at hessian_at_[slot] doubles into hessian_
+  // (-1: not tracked), the slots' sums allocated in registration order from the layer's start.
+  std::set<std::string, std::less<>> hessian_names_;
+  gpu::DeviceBuffer hessian_;
+  std::vector<int64_t> hessian_at_, hessian_cols_;
+  int64_t hessian_used_ = 0;
+  std::vector<HessianStats> hessians_taken_;
+  bool tracked(const std::vector<std::string>& names) const;
+  double* hessian_of(int s, int64_t cols);
   bool sizing_ = false;
   uint64_t sizing_mark_ = 0, sizing_high_ = 0;
   std::vector<std::pair<std::vector<double>, gpu::DeviceBuffer>> rope_tables_;
@@ -281,8 +313,9 @@ class CudaBackend final : public Backend {
   gpu::DeviceBuffer slice_;     // deferred experts' slots (reserve_expert_slice)
   int64_t slice_experts_ = 0;
   uint64_t slot_bytes_ = 0, expert_slot_high_ = 0;
-  gpu::DeviceBuffer decompressed_;  // weight quantization's (reserve_decompression)
-  gpu::PinnedBuffer ep_host_;       // its counts on the host: offsets [E + 1], group counts
+  gpu::DeviceBuffer decompressed_;    // weight quantization's (reserve_decompression)
+  gpu::DeviceBuffer search_hessian_;  // its local_hessian statistics (reserve_hessian)
+  gpu::PinnedBuffer ep_host_;         // its counts on the host: offsets [E + 1], group counts
 };
 
 }  // namespace strata::ops

@@ -120,16 +120,28 @@ __device__ __forceinline__ uint8_t static_block_scale(float block_amax, float we
   return cuda_fp::to_e4m3(s);
 }
 
-// The squared error of a block encoded with `scale` (scale_search.cpp nvfp4_block_error without a
-// Hessian): dw exact in double, summed in element order.
-__device__ __forceinline__ double block_error(const float v[16], uint8_t scale,
-                                              float global_scale) {
+// The error of a block encoded with `scale` (scale_search.cpp nvfp4_block_error): dw exact in
+// double; without a Hessian Σ dw² in element order, with one (h: the block's 16x16 H, row-major)
+// Σ_i dw_i (Σ_j H_ij dw_j), each row sum from 0.0 in j order, then the rows in i order.
+__device__ __forceinline__ double block_error(const float v[16], uint8_t scale, float global_scale,
+                                              const double* h) {
   const float descale = __fmul_rn(cuda_fp::from_e4m3(scale), global_scale);
-  double e = 0.0;
+  double dw[16];
   for (int i = 0; i < 16; ++i) {
     const float q = __fmul_rn(cuda_fp::from_e2m1(to_e2m1(__fdiv_rn(v[i], descale))), descale);
-    const double d = __dsub_rn(static_cast<double>(v[i]), static_cast<double>(q));
-    e = __dadd_rn(e, __dmul_rn(d, d));
+    dw[i] = __dsub_rn(static_cast<double>(v[i]), static_cast<double>(q));
+  }
+  double e = 0.0;
+  if (h == nullptr) {
+    for (int i = 0; i < 16; ++i)
+      e = __dadd_rn(e, __dmul_rn(dw[i], dw[i]));
+    return e;
+  }
+  for (int i = 0; i < 16; ++i) {
+    double row = 0.0;
+    for (int j = 0; j < 16; ++j)
+      row = __dadd_rn(row, __dmul_rn(h[i * 16 + j], dw[j]));
+    e = __dadd_rn(e, __dmul_rn(dw[i], row));
   }
   return e;
 }
@@ -137,7 +149,7 @@ __device__ __forceinline__ double block_error(const float v[16], uint8_t scale,
 // The searched block scale: the first candidate with the least error (nvfp4_search_block_scales).
 __device__ __forceinline__ uint8_t searched_scale(const float v[16], float block_amax,
                                                   float weight_amax, float global_scale,
-                                                  const Nvfp4Search& search) {
+                                                  const Nvfp4Search& search, const double* h) {
   double best = CUDART_INF;
   uint8_t best_byte = 0;
   for (int c = 0; c < search.count; ++c) {
@@ -145,7 +157,7 @@ __device__ __forceinline__ uint8_t searched_scale(const float v[16], float block
                                    : static_block_scale(
                                          __fmul_rn(block_amax, search.multipliers[c]), weight_amax);
     if (c == 0) best_byte = s;
-    const double e = block_error(v, s, global_scale);
+    const double e = block_error(v, s, global_scale, h);
     if (e < best) {
       best = e;
       best_byte = s;
@@ -154,38 +166,65 @@ __device__ __forceinline__ uint8_t searched_scale(const float v[16], float block
   return best_byte;
 }
 
+// Block b of 16 consecutive elements: its scale (its own amax's, or searched with the Hessian
+// block h or none), its codes, and the checks.
+template <int kSrc, bool kSearch>
+__device__ __forceinline__ void nvfp4_block(const void* w, int64_t b, float weight_amax,
+                                            float global_scale, uint8_t* packed, uint8_t* scales,
+                                            Err* err, const Nvfp4Search& search, const double* h) {
+  float v[16];
+  float block_amax = 0.0f;
+  for (int i = 0; i < 16; ++i) {
+    v[i] = load<kSrc>(w, b * 16 + i);
+    if (!cuda_fp::is_finite(v[i])) atomicMin(&err[0], static_cast<Err>(b * 16 + i));
+    block_amax = fmaxf(block_amax, fabsf(v[i]));
+  }
+  if (block_amax > weight_amax) atomicMin(&err[1], static_cast<Err>(b * 16));
+  uint8_t scale_byte;
+  if constexpr (kSearch) {
+    scale_byte = searched_scale(v, block_amax, weight_amax, global_scale, search, h);
+  } else {
+    const float six_global = __fmul_rn(6.0f, global_scale);
+    float s = __fdiv_rn(block_amax, six_global);
+    if (s == 0.0f) s = 1.0f;
+    s = fminf(fmaxf(s, 0x1p-9f), 448.0f);
+    scale_byte = cuda_fp::to_e4m3(s);
+  }
+  scales[b] = scale_byte;
+  const float descale = __fmul_rn(cuda_fp::from_e4m3(scale_byte), global_scale);
+  for (int i = 0; i < 16; i += 2) {
+    const uint8_t lo = to_e2m1(__fdiv_rn(v[i], descale));
+    const uint8_t hi = to_e2m1(__fdiv_rn(v[i + 1], descale));
+    packed[b * 8 + i / 2] = static_cast<uint8_t>(lo | (hi << 4));
+  }
+}
+
 template <int kSrc, bool kSearch>
 __global__ void nvfp4_kernel(const void* w, int64_t n_blocks, float weight_amax, float global_scale,
                              uint8_t* packed, uint8_t* scales, Err* err,
                              const __grid_constant__ Nvfp4Search search) {
-  const float six_global = __fmul_rn(6.0f, global_scale);
   for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < n_blocks;
-       b += int64_t{gridDim.x} * blockDim.x) {
-    float v[16];
-    float block_amax = 0.0f;
-    for (int i = 0; i < 16; ++i) {
-      v[i] = load<kSrc>(w, b * 16 + i);
-      if (!cuda_fp::is_finite(v[i])) atomicMin(&err[0], static_cast<Err>(b * 16 + i));
-      block_amax = fmaxf(block_amax, fabsf(v[i]));
-    }
-    if (block_amax > weight_amax) atomicMin(&err[1], static_cast<Err>(b * 16));
-    uint8_t scale_byte;
-    if constexpr (kSearch) {
-      scale_byte = searched_scale(v, block_amax, weight_amax, global_scale, search);
-    } else {
-      float s = __fdiv_rn(block_amax, six_global);
-      if (s == 0.0f) s = 1.0f;
-      s = fminf(fmaxf(s, 0x1p-9f), 448.0f);
-      scale_byte = cuda_fp::to_e4m3(s);
-    }
-    scales[b] = scale_byte;
-    const float descale = __fmul_rn(cuda_fp::from_e4m3(scale_byte), global_scale);
-    for (int i = 0; i < 16; i += 2) {
-      const uint8_t lo = to_e2m1(__fdiv_rn(v[i], descale));
-      const uint8_t hi = to_e2m1(__fdiv_rn(v[i + 1], descale));
-      packed[b * 8 + i / 2] = static_cast<uint8_t>(lo | (hi << 4));
-    }
-  }
+       b += int64_t{gridDim.x} * blockDim.x)
+    nvfp4_block<kSrc, kSearch>(w, b, weight_amax, global_scale, packed, scales, err, search,
+                               nullptr);
+}
+
+// local_hessian: blockIdx.x the column block n (of blocks_per_row), blockIdx.y a group of
+// kThreads rows; the column block's 16x16 H is read once into shared memory, where every thread
+// reads the same element at once.
+template <int kSrc>
+__global__ void nvfp4_hessian_kernel(const void* w, int64_t rows, float weight_amax,
+                                     float global_scale, uint8_t* packed, uint8_t* scales, Err* err,
+                                     const __grid_constant__ Nvfp4Search search) {
+  __shared__ double h[256];
+  const int64_t n = blockIdx.x;
+  for (int i = static_cast<int>(threadIdx.x); i < 256; i += static_cast<int>(blockDim.x))
+    h[i] = search.hessian[n * 256 + i];
+  __syncthreads();
+  const int64_t r = blockIdx.y * int64_t{blockDim.x} + threadIdx.x;
+  if (r >= rows) return;
+  nvfp4_block<kSrc, true>(w, r * search.blocks_per_row + n, weight_amax, global_scale, packed,
+                          scales, err, search, h);
 }
 
 template <int kSrc>
@@ -347,7 +386,15 @@ float nvfp4_quantize_deferred(const void* w, DType dtype, int64_t rows, int64_t 
                " is too small for an fp32 weight_scale_2");
   const int64_t n_blocks = rows * cols / kNvfp4BlockSize;
   dispatch(src, [&](auto s) {
-    if (search) {
+    if (search && search->hessian) {
+      const int64_t groups = (rows + kThreads - 1) / kThreads;
+      STRATA_CHECK(groups < 65536 && search->blocks_per_row == cols / kNvfp4BlockSize,
+                   "nvfp4: local_hessian on the device takes at most ", 65535 * kThreads, " rows, ",
+                   name, " has ", rows);
+      const dim3 grid(static_cast<unsigned>(cols / kNvfp4BlockSize), static_cast<unsigned>(groups));
+      nvfp4_hessian_kernel<decltype(s)::value><<<grid, kThreads, 0, native(stream)>>>(
+          w, rows, weight_amax, global_scale, packed, block_scale, err, *search);
+    } else if (search) {
       nvfp4_kernel<decltype(s)::value, true><<<blocks_for(n_blocks), kThreads, 0, native(stream)>>>(
           w, n_blocks, weight_amax, global_scale, packed, block_scale, err, *search);
     } else {

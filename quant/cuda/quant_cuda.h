@@ -43,6 +43,10 @@ constexpr int kMaxSearchCandidates = 256;  // ModelOpt's defaults: 126 bytes, 39
 struct Nvfp4Search {
   bool sweep = false;
   int count = 0;
+  // local_hessian: the module's BlockHessian::normalized() on the device ([cols/16][16][16]) and
+  // cols/16; null: the squared error.
+  const double* hessian = nullptr;
+  int64_t blocks_per_row = 0;
   uint8_t bytes[kMaxSearchCandidates] = {};
   float multipliers[kMaxSearchCandidates] = {};
 };

@@ -110,5 +110,26 @@ TEST(Hessian, ThreadedAccumulationIsSequential) {
   EXPECT_EQ(std::memcmp(h.sums().data(), ref.data(), ref.size() * 8), 0);
 }
 
+// Sums gathered elsewhere (the GPU forward's) recorded into a fresh accumulator equal its own
+// accumulation of the same rows; an input no token reached records nothing (the plain search).
+TEST(Hessian, RecordedSumsAreTheAccumulatedOnes) {
+  const int64_t cols = 48, rows = 9;
+  std::mt19937 rng(17);
+  const std::vector<float> x = rows_of(rng, rows, cols);
+  MaxCalibrator own, recorded;
+  own.track_hessians({"gate", "up", "idle"});
+  recorded.track_hessians({"gate", "up", "idle"});
+  own.observe_shared(std::vector<std::string>{"gate", "up"}, x.data(), rows, cols);
+  BlockHessian elsewhere(cols);
+  elsewhere.accumulate(x.data(), rows);
+  for (const char* n : {"gate", "up"})
+    recorded.record_hessian(n, cols, elsewhere.sums(), rows);
+  recorded.record_hessian("idle", cols, std::vector<double>(static_cast<size_t>(16 * cols)), 0);
+  EXPECT_TRUE(same_sums(recorded.hessian("gate"), own.hessian("gate")));
+  EXPECT_TRUE(same_sums(recorded.hessian("up"), own.hessian("up")));
+  EXPECT_EQ(recorded.hessian("idle"), nullptr);
+  EXPECT_EQ(recorded.hessian("gate")->normalized(), own.hessian("gate")->normalized());
+}
+
 }  // namespace
 }  // namespace strata

@@ -373,5 +373,32 @@ TEST(QuantizeSteps, NeedsActivations) {
   EXPECT_TRUE(needs_activations(plan));  // an input scale
 }
 
+// local_hessian's device bytes: 16 doubles per input feature of each tracked module, the largest
+// layer's; a routed projection counts every expert of the layer once any of them is tracked.
+TEST(QuantizeSteps, LocalHessianDeviceBytes) {
+  QuantPlan plan;
+  auto add = [&](const std::string& name, int64_t layer, QFormat f, int64_t in) {
+    PlannedModule m;
+    m.module = name;
+    m.layer = layer;
+    m.format = f;
+    m.shape = {8, in};
+    plan.modules.push_back(m);
+  };
+  const std::string l0 = "model.layers.0.", l1 = "model.layers.1.";
+  add(l0 + "self_attn.q_proj", 0, QFormat::kNvfp4, 64);
+  add(l0 + "self_attn.o_proj", 0, QFormat::kFp8, 128);  // not searched: not counted
+  add(l1 + "self_attn.q_proj", 1, QFormat::kW4A16Nvfp4, 64);
+  add(l1 + "mlp.experts.3.gate_proj", 1, QFormat::kNvfp4, 64);
+  add(l1 + "mlp.experts.5.gate_proj", 1, QFormat::kNvfp4, 64);  // the same projection
+  add(l1 + "mlp.experts.3.down_proj", 1, QFormat::kNvfp4, 32);
+  plan.num_layers = 2;
+  EXPECT_EQ(local_hessian_device_bytes(plan, 0, 10), 0u);  // max calibration
+  plan.recipe.algorithm.method = WeightCalib::Method::kLocalHessian;
+  // Layer 1: 64 + 10 x 64 (gate) + 10 x 32 (down) features; layer 0: 64.
+  EXPECT_EQ(local_hessian_device_bytes(plan, 0, 10), (64u + 640u + 320u) * 16 * 8);
+  EXPECT_EQ(local_hessian_device_bytes(plan, 0, 0), (64u + 64u + 32u) * 16 * 8);
+}
+
 }  // namespace
 }  // namespace strata

@@ -1,10 +1,11 @@
-// ops/cuda/amax.h against ops::amax and ops::column_stats.
+// ops/cuda/amax.h against ops::amax, ops::column_stats and BlockHessian::accumulate.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "ops/cuda/amax.h"
 #include "ops/ops.h"
+#include "quant/scale_search.h"
 #include "tests/ops/cuda/cuda_test_util.h"
 
 namespace strata::ops::cuda {
@@ -97,6 +98,116 @@ TEST_F(CudaOps, ColumnStatsPerSequenceAreTheCpus) {
   }
   EXPECT_TRUE(std::isnan(mx[3 * cols + 7]));
   EXPECT_EQ(mx[2 * cols], -INFINITY);  // the empty sequence
+}
+
+// Values whose magnitudes span 2^-20..2^20, so that double sums of their products depend on the
+// order of the rows (the tests below check that they do).
+std::vector<float> spread(std::vector<float> v, std::mt19937& rng) {
+  std::uniform_int_distribution<int> e(-20, 20);
+  for (float& x : v)
+    x = std::ldexp(x, e(rng));
+  return v;
+}
+
+// BlockHessian of rows in `order` of x[., cols] (the CPU's accumulate, one row at a time).
+BlockHessian cpu_hessian(const std::vector<float>& x, int64_t cols,
+                         const std::vector<int64_t>& order) {
+  BlockHessian h(cols);
+  for (int64_t r : order)
+    h.accumulate(&x[static_cast<size_t>(r * cols)], 1);
+  return h;
+}
+
+// The device's sums are BlockHessian::accumulate's bit for bit: rows not a multiple of the
+// kernel's 16-row tiles, several column blocks, and a second call adding to the first's sums.
+TEST_F(CudaOps, BlockHessianIsTheCpusBitForBit) {
+  const int64_t cols = 48, rows = 37, more = 5;
+  const std::vector<float> x = spread(normal((rows + more) * cols), rng());
+  gpu::DeviceBuffer dx = up(x);
+  gpu::DeviceBuffer sums = up(std::vector<double>(static_cast<size_t>(16 * cols), 0.0));
+  block_hessian(dx.as<float>(), rows, cols, sums.as<double>(), st());
+  block_hessian(dx.as<float>() + rows * cols, more, cols, sums.as<double>(), st());
+  const std::vector<double> got = down<double>(sums, static_cast<size_t>(16 * cols));
+  BlockHessian want(cols);
+  want.accumulate(x.data(), rows);
+  want.accumulate(x.data() + rows * cols, more);
+  ASSERT_EQ(got, want.sums());
+  // The order matters for these values: the rows reversed give other bits.
+  std::vector<int64_t> reversed(static_cast<size_t>(rows + more));
+  for (int64_t r = 0; r < rows + more; ++r)
+    reversed[static_cast<size_t>(r)] = rows + more - 1 - r;
+  EXPECT_NE(cpu_hessian(x, cols, reversed).sums(), want.sums());
+}
+
+// A routed expert's sums run over its rows in token order, as the CPU's expert loop observes
+// them: expert_order lists each expert's slots in increasing order (an expert no token chose
+// gets none), the gate/up input is the slot's token row of n, the down input the slot's row of
+// the dispatched activations (at pos, in any arrival order).
+TEST_F(CudaOps, ExpertBlockHessianFollowsTheTokenOrder) {
+  const int64_t T = 70, K = 3, E = 7, H = 32, Im = 16, S = T * K;
+  std::vector<int32_t> chosen(static_cast<size_t>(S));
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> experts = {0, 1, 2, 3, 4, 5};  // expert 6 never chosen
+    std::shuffle(experts.begin(), experts.end(), rng());
+    for (int64_t j = 0; j < K; ++j)
+      chosen[static_cast<size_t>(t * K + j)] = experts[static_cast<size_t>(j)];
+  }
+  std::vector<std::vector<int64_t>> slots(E);  // each expert's slots, increasing
+  for (int64_t s = 0; s < S; ++s)
+    slots[static_cast<size_t>(chosen[static_cast<size_t>(s)])].push_back(s);
+  std::vector<int32_t> offsets(E + 1, 0);
+  for (int64_t e = 0; e < E; ++e)
+    offsets[e + 1] = offsets[e] + static_cast<int32_t>(slots[static_cast<size_t>(e)].size());
+  // The dispatch's rows: each expert's slots at its offset, in a shuffled arrival order.
+  std::vector<int32_t> pos(static_cast<size_t>(S));
+  for (int64_t e = 0; e < E; ++e) {
+    std::vector<int32_t> at(slots[static_cast<size_t>(e)].size());
+    for (size_t i = 0; i < at.size(); ++i)
+      at[i] = offsets[e] + static_cast<int32_t>(i);
+    std::shuffle(at.begin(), at.end(), rng());
+    for (size_t i = 0; i < at.size(); ++i)
+      pos[static_cast<size_t>(slots[static_cast<size_t>(e)][i])] = at[i];
+  }
+  const std::vector<float> n = spread(normal(T * H), rng());
+  const std::vector<float> act = spread(normal(S * Im), rng());
+  gpu::DeviceBuffer dchosen = up(chosen), doff = up(offsets), dpos = up(pos), dn = up(n),
+                    dact = up(act), dorder = buffer(static_cast<uint64_t>(S) * 4);
+  expert_order(dchosen.as<int32_t>(), S, doff.as<int32_t>(), E, dorder.as<int32_t>(), st());
+  const std::vector<int32_t> order = down<int32_t>(dorder, static_cast<size_t>(S));
+  for (int64_t e = 0; e < E; ++e) {
+    for (size_t i = 0; i < slots[static_cast<size_t>(e)].size(); ++i)
+      ASSERT_EQ(order[static_cast<size_t>(offsets[e]) + i], slots[static_cast<size_t>(e)][i])
+          << "expert " << e << " slot " << i;
+  }
+  gpu::DeviceBuffer gu = up(std::vector<double>(static_cast<size_t>(E * 16 * H), 0.0));
+  gpu::DeviceBuffer dn_sums = up(std::vector<double>(static_cast<size_t>(E * 16 * Im), 0.0));
+  expert_block_hessian(dn.as<float>(), H, dorder.as<int32_t>(), static_cast<int32_t>(K), nullptr,
+                       doff.as<int32_t>(), E, gu.as<double>(), st());
+  expert_block_hessian(dact.as<float>(), Im, dorder.as<int32_t>(), 1, dpos.as<int32_t>(),
+                       doff.as<int32_t>(), E, dn_sums.as<double>(), st());
+  const std::vector<double> got_gu = down<double>(gu, static_cast<size_t>(E * 16 * H));
+  const std::vector<double> got_dn = down<double>(dn_sums, static_cast<size_t>(E * 16 * Im));
+  for (int64_t e = 0; e < E; ++e) {
+    std::vector<int64_t> tokens, rows;
+    for (int64_t s : slots[static_cast<size_t>(e)]) {
+      tokens.push_back(s / K);
+      rows.push_back(pos[static_cast<size_t>(s)]);
+    }
+    const BlockHessian want_gu = cpu_hessian(n, H, tokens), want_dn = cpu_hessian(act, Im, rows);
+    const std::vector<double> g(got_gu.begin() + e * 16 * H, got_gu.begin() + (e + 1) * 16 * H);
+    const std::vector<double> d(got_dn.begin() + e * 16 * Im, got_dn.begin() + (e + 1) * 16 * Im);
+    EXPECT_EQ(g, want_gu.sums()) << "expert " << e << " gate/up";
+    EXPECT_EQ(d, want_dn.sums()) << "expert " << e << " down";
+  }
+  // The order matters here too: expert 0's down rows in arrival (pos) order give other bits.
+  std::vector<int64_t> arrival;
+  for (int32_t p = offsets[0]; p < offsets[1]; ++p)
+    arrival.push_back(p);
+  std::vector<int64_t> token_order;
+  for (int64_t s : slots[0])
+    token_order.push_back(pos[static_cast<size_t>(s)]);
+  ASSERT_NE(arrival, token_order);
+  EXPECT_NE(cpu_hessian(act, Im, arrival).sums(), cpu_hessian(act, Im, token_order).sums());
 }
 
 }  // namespace

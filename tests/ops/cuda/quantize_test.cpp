@@ -86,7 +86,7 @@ TEST_F(CudaOps, WeightQuantizationIsTheCpuBackends) {
 // Searched NVFP4 block scales (mse's multipliers, fp8_scale_sweep, a narrower multiplier range)
 // on the device are the CPU reference's (quant/scale_search.h), codes and scale bytes, for bf16
 // and fp32 weights; the searches choose other scales than max calibration for some blocks (so the
-// comparison is not of two max encodings); local_hessian is refused on the device.
+// comparison is not of two max encodings); local_hessian's (ScaleSearchWithInputStatistics...).
 TEST_F(CudaOps, ScaleSearchIsTheCpuBackends) {
   const int64_t R = 64, C = 512;
   std::vector<float> f32 = normal(static_cast<size_t>(R * C), 0.05f);
@@ -130,12 +130,64 @@ TEST_F(CudaOps, ScaleSearchIsTheCpuBackends) {
       EXPECT_GT(other, 0) << what << ": the search chose every block's max scale";
     }
   }
-  WeightCalib lh = mse;
-  lh.method = WeightCalib::Method::kLocalHessian;
-  const WeightSearch hessian_search{lh, {}};
-  EXPECT_THROW(gpu_be.quantize_weight(StoredWeight{d_bf16.data(), DType::kBF16, R, C},
-                                      QFormat::kNvfp4, amax, "w", &hessian_search),
-               Error);
+}
+
+// local_hessian on the device: the block error weighted by the module's input statistics
+// (BlockHessian::normalized() of correlated inputs), under the sweep (its default) and the
+// multipliers, gives the CPU reference's codes and scale bytes; more rows than one launch group
+// (256) and several column blocks; the statistics change the choice (not the squared error's);
+// statistics of the wrong width are refused.
+TEST_F(CudaOps, ScaleSearchWithInputStatisticsIsTheCpuBackends) {
+  const int64_t R = 300, C = 96, tokens = 40;
+  std::vector<float> f32 = normal(static_cast<size_t>(R * C), 0.05f);
+  for (size_t i = 0; i < f32.size(); i += 29)
+    f32[i] *= 7.0f;
+  std::vector<uint16_t> bf16;
+  for (float x : f32)
+    bf16.push_back(f32_to_bf16(x));
+  float amax = 0.0f;
+  for (uint16_t b : bf16)
+    amax = std::max(amax, std::fabs(strata::bf16_to_f32(b)));
+  // Inputs whose features are correlated within blocks and differ in scale between them.
+  std::vector<float> x = normal(static_cast<size_t>(tokens * C), 1.0f);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t c = 1; c < C; ++c)
+      x[static_cast<size_t>(t * C + c)] += 0.8f * x[static_cast<size_t>(t * C + c - 1)];
+    for (int64_t c = 0; c < C; ++c)
+      x[static_cast<size_t>(t * C + c)] *= 1.0f + static_cast<float>(c % 16) / 4.0f;
+  }
+  BlockHessian stats(C);
+  stats.accumulate(x.data(), tokens);
+  const std::vector<double> h = stats.normalized();
+  gpu::DeviceBuffer d_bf16 = up(bf16);
+  CudaBackend gpu_be(budget(), s(), CudaBackendOptions{}, 4, 0);
+  gpu_be.reserve_scratch(static_cast<uint64_t>(R * C + R * C / 16));
+  gpu_be.reserve_hessian(h.size() * sizeof(double));
+  gpu_be.use_for_quantization(0);
+  CpuBackend cpu_be(nullptr, nullptr);
+  WeightCalib sweep;
+  sweep.method = WeightCalib::Method::kLocalHessian;
+  sweep.fp8_scale_sweep = true;
+  WeightCalib mult = sweep;
+  mult.fp8_scale_sweep = false;
+  const StoredWeight wd{d_bf16.data(), DType::kBF16, R, C};
+  const StoredWeight wh{bf16.data(), DType::kBF16, R, C};
+  for (const WeightCalib& calib : {sweep, mult}) {
+    const WeightSearch search{calib, h}, plain{calib, {}};
+    const std::string what = weight_calib_description(calib);
+    const QuantizedWeight d = gpu_be.quantize_weight(wd, QFormat::kNvfp4, amax, "w", &search);
+    const QuantizedWeight c = cpu_be.quantize_weight(wh, QFormat::kNvfp4, amax, "w", &search);
+    EXPECT_TRUE(same_bytes(d.nvfp4->packed, c.nvfp4->packed)) << what;
+    EXPECT_TRUE(same_bytes(d.nvfp4->block_scale, c.nvfp4->block_scale)) << what;
+    const QuantizedWeight p = cpu_be.quantize_weight(wh, QFormat::kNvfp4, amax, "w", &plain);
+    int64_t other = 0;
+    for (int64_t b = 0; b < R * C / 16; ++b)
+      other += p.nvfp4->block_scale.bytes()[b] != d.nvfp4->block_scale.bytes()[b];
+    EXPECT_GT(other, 0) << what << ": the statistics changed no block's choice";
+  }
+  const std::vector<double> narrow(h.begin(), h.begin() + static_cast<int64_t>(h.size()) / 2);
+  const WeightSearch wrong{sweep, narrow};
+  EXPECT_THROW(gpu_be.quantize_weight(wd, QFormat::kNvfp4, amax, "w", &wrong), Error);
 }
 
 // The device's checks come back with the codes (one synchronization a weight): a NaN, and |W|
