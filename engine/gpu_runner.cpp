@@ -194,10 +194,9 @@ class DevicePlacement : public Placement {
   // Weight quantization on the device (the default; --gpu_quantize off leaves it to the CPU
   // exporter), on a backend and stream of its own beside the forward (both only read the weights).
   std::unique_ptr<WeightQuantizer> dq_;
-  // local_hessian (dq_->needs_hessians()): the layer's quantization waits for its forward's input
-  // statistics, which forward() hands over here (null when the forward failed).
-  std::promise<const MaxCalibrator*> hessians_;
-  bool hessians_pending_ = false;
+  // local_hessian (dq_->needs_hessians()): the calibrator of the last forward, whose input
+  // statistics the layer's quantization reads once that forward has run.
+  const MaxCalibrator* forward_calib_ = nullptr;
   gpu::Stream quant_stream_;
   std::unique_ptr<ops::CudaBackend> quant_;
   GpuMemoryPlan mp_;
@@ -577,19 +576,10 @@ void DevicePlacement::take(int64_t l) {
 
 std::future<PrecomputedWeights> DevicePlacement::quantize(int64_t l) {
   if (!dq_) return {};
-  // On a helper thread while the layer's forward runs.
   const LayerBlob* blob = &blobs_[static_cast<size_t>(l)];
   const uint8_t* dev = dev_weights(l).as<uint8_t>();
-  // local_hessian: after the forward, with its statistics (forward() fulfils the promise).
-  std::shared_future<const MaxCalibrator*> stats;
-  if (dq_->needs_hessians()) {
-    hessians_ = std::promise<const MaxCalibrator*>();
-    stats = hessians_.get_future().share();
-    hessians_pending_ = true;
-  }
-  return std::async(std::launch::async, [this, l, blob, dev, stats]() {
-    const MaxCalibrator* calib = stats.valid() ? stats.get() : nullptr;
-    if (stats.valid() && !calib) return PrecomputedWeights{};  // the forward failed
+  auto run = [this, l, blob, dev]() {
+    const MaxCalibrator* calib = dq_->needs_hessians() ? forward_calib_ : nullptr;
     return dq_->quantize(
         l, *quant_,
         [&](const std::string& module) {
@@ -605,7 +595,12 @@ std::future<PrecomputedWeights> DevicePlacement::quantize(int64_t l) {
           const BlockHessian* h = calib ? calib->hessian(module) : nullptr;
           return h ? h->normalized() : std::vector<double>{};
         });
-  });
+  };
+  // local_hessian: when the loop takes the result, after the layer's forward has gathered the
+  // statistics (a deferred task: if the forward fails, it never runs).
+  if (dq_->needs_hessians()) return std::async(std::launch::deferred, run);
+  // On a helper thread while the layer's forward runs.
+  return std::async(std::launch::async, run);
 }
 
 void DevicePlacement::forward(int64_t l, bool last, MaxCalibrator& calib) {
@@ -615,17 +610,7 @@ void DevicePlacement::forward(int64_t l, bool last, MaxCalibrator& calib) {
   float* xf = x_.as<float>();
   if (tier == HiddenTier::kFile && !last) store.begin(l + 2);
   f_->track_hessians(calib.hessian_names());  // local_hessian's (empty: none)
-  // The layer's quantization, waiting for the statistics (quantize()), is released whichever way
-  // this returns: with them at the end, or with none when the forward throws (the loop's future
-  // then waits for a task that returns at once).
-  struct Release {
-    DevicePlacement* p;
-    const MaxCalibrator* calib = nullptr;
-    ~Release() {
-      if (p->hessians_pending_) p->hessians_.set_value(calib);
-      p->hessians_pending_ = false;
-    }
-  } release{this};
+  forward_calib_ = nullptr;
   // kPinned: chunk i+1 is copied in (h2d) and chunk i-1 out (d2h) while chunk i computes.
   auto copy_in = [&](size_t i) {
     const PlannedChunk& c = chunks[i];
@@ -717,7 +702,7 @@ void DevicePlacement::forward(int64_t l, bool last, MaxCalibrator& calib) {
     for (const std::string& n : h.names)
       calib.record_hessian(n, h.cols, h.sums, h.rows);
   }
-  release.calib = &calib;
+  forward_calib_ = &calib;
   for (gpu::SequenceStats& s : f_->take_sequence_stats()) {
     MaxCalibrator::SequenceStat q;
     q.tokens = s.tokens;
