@@ -188,7 +188,7 @@ void remove_except(const std::string& dir, const std::vector<std::string>& keep)
 uint64_t MemoryEstimate::fixed() const {
   const uint64_t copies = calibrated ? 2 : 1;
   return baseline + copies * (layer_weights + layer_source) + workers * quantizer + fused_outputs +
-         outside_pages + working + threads + pinned + device_context;
+         outside_pages + working + statistics + threads + pinned + device_context;
 }
 
 uint64_t MemoryEstimate::total() const {
@@ -216,6 +216,7 @@ std::string MemoryEstimate::describe() const {
                         : std::string(""),
                 " + micro-batch working set ", human_bytes(working))
           : std::string(""),
+      statistics ? str(" + local_hessian statistics ", human_bytes(statistics)) : std::string(""),
       " + threads ", human_bytes(threads),
       on_gpu
           ? str(" + pinned buffers ", human_bytes(pinned), " + CUDA context ",
@@ -267,6 +268,15 @@ MemoryEstimate estimate_memory(const QuantPlan& plan, const Checkpoint& ckpt,
   for (const auto& [l, ps] : layer) {
     if (m.calibrated) m.layer_weights = std::max(m.layer_weights, ps.first * 4);
     m.layer_source = std::max(m.layer_source, ps.second);
+  }
+  if (plan.recipe.algorithm.method == WeightCalib::Method::kLocalHessian) {
+    std::map<int64_t, uint64_t> features;  // layer -> input features of its searched modules
+    for (const PlannedModule& p : plan.modules) {
+      if (p.format == QFormat::kNvfp4 || p.format == QFormat::kW4A16Nvfp4)
+        features[p.layer] += static_cast<uint64_t>(p.shape[1]);
+    }
+    for (const auto& [l, f] : features)
+      m.statistics = std::max(m.statistics, 3 * f * 16 * sizeof(double));
   }
   for (const std::string& name : ckpt.tensor_names()) {
     if (name.find(".layers.") != std::string::npos) continue;

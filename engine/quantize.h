@@ -90,6 +90,10 @@ struct QuantizeJob {
 //                   baseline: kThreadAllowance for each of the CPU kernels' threads, the
 //                   exporter's workers and kHelperThreads (reader, writer, head, sync), and
 //                   the early reads' kFirstReadThreads with their kFirstReadBytes buffers
+//   statistics      local_hessian: the largest layer's per-16-block input second moments (16
+//                   doubles per input feature of every searched module, each name its own), x3:
+//                   the layer computing, the one being written, and the GPU forward's copy read
+//                   back from the device (or the CPU's shared-input copies being made)
 //   pinned          GPU path: the pinned buffers of engine/gpu_runner.cpp, two layer blobs and
 //                   the one-micro-batch staging buffer
 //   device_context  GPU path: the CUDA context's and libraries' host memory. Before the context
@@ -109,6 +113,7 @@ struct MemoryEstimate {
   uint64_t activations_all = 0;  // every micro-batch, in the store's dtype
   uint64_t activations_one = 0;  // the largest micro-batch
   uint64_t working = 0;
+  uint64_t statistics = 0;
   uint64_t workers = 1;  // modules quantized at once (export_workers())
   uint64_t threads = 0;
   uint64_t pinned = 0;
