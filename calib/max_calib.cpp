@@ -81,11 +81,19 @@ const BlockHessian* MaxCalibrator::hessian(std::string_view name) const {
   return it == hessians_.end() ? nullptr : it->second.get();
 }
 
-void MaxCalibrator::record(std::string_view name, float m, int64_t rows) {
+void MaxCalibrator::record(std::string_view name, float m, int64_t rows,
+                           std::span<const int64_t> hist) {
   auto it = stats_.find(name);
   if (it == stats_.end()) it = stats_.emplace(std::string(name), Stat{}).first;
   Stat& s = it->second;
   s.rows += rows;
+  if (block_histograms_ && !hist.empty()) {
+    STRATA_ASSERT(hist.size() == static_cast<size_t>(kHeadroomBins), "a histogram of ", hist.size(),
+                  " bins for ", name);
+    if (s.hist.empty()) s.hist.assign(kHeadroomBins, 0);
+    for (size_t i = 0; i < hist.size(); ++i)
+      s.hist[i] += hist[i];
+  }
   if (std::isnan(m) || std::isnan(s.amax)) {
     s.amax = NAN;
   } else if (m > s.amax) {
@@ -176,6 +184,29 @@ int headroom_bin(float block_amax) {
                      static_cast<float>(kLog2Max - kLog2Min);
   const float idx = std::floor(frac * static_cast<float>(kHeadroomBins));
   return static_cast<int>(std::clamp(idx, 0.0f, static_cast<float>(kHeadroomBins - 1)));
+}
+
+std::vector<float> headroom_thresholds() {
+  std::vector<float> t;
+  for (int k = 1; k < kHeadroomBins; ++k) {
+    // The least positive finite bit pattern whose bin is at least k (positive floats order as
+    // their bit patterns).
+    uint32_t lo = 1, hi = 0x7F7FFFFFu;
+    while (lo < hi) {
+      const uint32_t mid = lo + (hi - lo) / 2;
+      float b;
+      std::memcpy(&b, &mid, 4);
+      if (headroom_bin(b) >= k) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    float b;
+    std::memcpy(&b, &lo, 4);
+    t.push_back(b);
+  }
+  return t;
 }
 
 void add_block_histogram(const float* x, int64_t rows, int64_t cols, std::vector<int64_t>& hist) {

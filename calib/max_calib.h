@@ -84,8 +84,9 @@ class MaxCalibrator : public Observer {
   void observe_shared(std::span<const std::string> names, const float* x, int64_t rows,
                       int64_t cols) override;
   // Merges an amax already reduced elsewhere (the GPU forward's observers) over `rows` rows,
-  // exactly as observe() merges its own (no histogram: the GPU forward keeps none).
-  void record(std::string_view name, float amax, int64_t rows);
+  // exactly as observe() merges its own, and with block histograms on the input's histogram
+  // counted there (kHeadroomBins counts; empty: none).
+  void record(std::string_view name, float amax, int64_t rows, std::span<const int64_t> hist = {});
 
   // One calibration sequence's K (or V) [tokens, heads * head_dim] (header comment).
   struct SequenceStat {
@@ -144,6 +145,11 @@ class MaxCalibrator : public Observer {
 // ---- nvfp4_act_headroom (header comment) ----------------------------------------------------
 // The histogram bin of a block amax b > 0.
 int headroom_bin(float block_amax);
+// Where the bins begin, for a device that must bin as headroom_bin does without the host's log2:
+// t[k - 1] is the least positive finite float b with headroom_bin(b) >= k, k = 1 ..
+// kHeadroomBins - 1, so that headroom_bin(b) is the number of thresholds <= b (headroom_bin is
+// monotone in b: tests/calib check it around every threshold and over a sweep of all floats).
+std::vector<float> headroom_thresholds();
 // Adds the per-16-block amaxes of x[rows, cols] to hist (kHeadroomBins counts).
 void add_block_histogram(const float* x, int64_t rows, int64_t cols, std::vector<int64_t>& hist);
 // P(p, floor) of a histogram (floor <= 0: none); std::nullopt when no count is left.

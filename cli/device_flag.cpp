@@ -5,11 +5,10 @@
 
 namespace strata::cli {
 
-std::optional<bool> device_flag(const Args& args, const std::function<void()>& refuse_cuda) {
+std::optional<bool> device_flag(const Args& args) {
   const std::optional<std::string> dev = args.get_optional("--device");
   if (!dev) return std::nullopt;
   if (args.choice("--device", "cpu|cuda") == 0) return false;
-  if (refuse_cuda) refuse_cuda();
   STRATA_CHECK(cuda_compiled(),
                "--device cuda: this strata was built without CUDA; use --device cpu");
   STRATA_CHECK(cuda_device_count() > 0,

@@ -1,7 +1,6 @@
 // --device cpu|cuda, as the commands that run the forward (quantize, compare) take it.
 #pragma once
 
-#include <functional>
 #include <optional>
 
 #include "cli/args.h"
@@ -10,9 +9,8 @@ namespace strata::cli {
 
 // nullopt when --device is not given (the command's default applies); false for cpu; true for
 // cuda once checked usable (strata built with CUDA, a device visible), each refusal one line
-// naming what to do. `refuse_cuda`, when set, runs first for cuda: a job the GPU path cannot run
-// is named as such on any machine.
-std::optional<bool> device_flag(const Args& args, const std::function<void()>& refuse_cuda = {});
+// naming what to do.
+std::optional<bool> device_flag(const Args& args);
 
 // The default device when --device is not given: cuda when strata was built with CUDA and a GPU
 // is visible.

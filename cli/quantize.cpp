@@ -259,12 +259,7 @@ void print_plan(const QuantizeJob& job) {
 // --device: where the calibration forward runs (default: cuda when built with CUDA and a GPU is
 // visible).
 void choose_device(const Args& args, QuantizeJob& job) {
-  // The recipe first: on any machine, a recipe the GPU path cannot run is named as such.
-  const std::optional<bool> cuda = device_flag(args, [&] {
-    STRATA_CHECK(job.recipe.calibration != CalibrationMethod::kNvfp4ActHeadroom,
-                 "--device cuda: the recipe's nvfp4_act_headroom calibration needs per-16-block "
-                 "amax histograms, which only the CPU forward's observers keep; use --device cpu");
-  });
+  const std::optional<bool> cuda = device_flag(args);
   job.device_explicit = cuda.has_value();
   if (cuda.value_or(cuda_usable())) job.device = QuantizeJob::Device::kCuda;
 }

@@ -19,6 +19,7 @@
 #include "engine/quantize_steps.h"
 #include "engine/weight_quantizer.h"
 #include "io/layer_reader.h"
+#include "ops/cuda/amax.h"
 
 #if STRATA_WITH_NCCL
 #include "engine/nccl_comm.h"
@@ -236,6 +237,9 @@ DevicePlacement::DevicePlacement(GpuLoop& loop)
   fo.sequence_stats = kv_cache_affine(loop.plan.recipe.kv_cache);
   fo.hessian_bytes =
       local_hessian_device_bytes(loop.plan, loop.first_layer, loop.config.num_experts);
+  static_assert(ops::cuda::kHistogramBins == kHeadroomBins);
+  if (loop.plan.recipe.calibration == CalibrationMethod::kNvfp4ActHeadroom)
+    fo.histogram_thresholds = headroom_thresholds();
   if (ep_) {
     fo.expert_rank = comm_->rank();
     fo.expert_ranks = comm_->size();
@@ -697,7 +701,7 @@ void DevicePlacement::forward(int64_t l, bool last, MaxCalibrator& calib) {
   }
   if (tier == HiddenTier::kPinned) d2h_.synchronize();
   for (const gpu::AmaxStat& s : f_->take_stats())
-    calib.record(s.name, s.amax, s.rows);
+    calib.record(s.name, s.amax, s.rows, s.hist);
   for (const gpu::HessianStats& h : f_->take_hessians()) {
     for (const std::string& n : h.names)
       calib.record_hessian(n, h.cols, h.sums, h.rows);

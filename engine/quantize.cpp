@@ -551,12 +551,7 @@ void QuantizeRun::choose_device() {
   if (on_gpu) {
     // Checked first, so the refusal names the recipe's CPU-only algorithm whatever the machine has.
     const std::string search_why = device_search_unsupported(plan.recipe.algorithm);
-    std::string why =
-        !search_why.empty() ? search_why
-        : plan.recipe.calibration == CalibrationMethod::kNvfp4ActHeadroom
-            ? "the recipe's nvfp4_act_headroom calibration needs per-16-block amax histograms, "
-              "which only the CPU forward's observers keep (calib/max_calib.h)"
-            : gpu_unsupported(config, ckpt);
+    std::string why = !search_why.empty() ? search_why : gpu_unsupported(config, ckpt);
     if (why.empty() && comm.size() > 1 && job.expert_parallel && !nccl_compiled())
       why = "expert parallelism on GPU ranks needs a strata built with NCCL (docs/SCALEOUT.md)";
     STRATA_CHECK(why.empty() || !job.device_explicit, "--device cuda: ", why, "; use --device cpu");

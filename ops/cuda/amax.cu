@@ -111,6 +111,40 @@ __global__ void k_expert_order(const int32_t* chosen, int64_t S, const int32_t* 
   }
 }
 
+// One thread per (row, block of 16 columns): the block's amax, its bin by counting the thresholds
+// at or below it (binary search over the table in shared memory), and one count for each of the
+// row's slots.
+constexpr int kHistBins = static_cast<int>(kHistogramBins);
+__global__ void k_block_histogram(const float* x, int64_t rows, int64_t cols,
+                                  const int32_t* row_slot, int64_t per_row, const float* thresholds,
+                                  unsigned long long* hist) {
+  __shared__ float t[kHistBins - 1];
+  for (int i = static_cast<int>(threadIdx.x); i < kHistBins - 1; i += static_cast<int>(blockDim.x))
+    t[i] = thresholds[i];
+  __syncthreads();
+  const int64_t blocks = (cols + 15) / 16;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * blocks) return;
+  const int64_t r = i / blocks, c0 = (i % blocks) * 16, c1 = min(cols, c0 + 16);
+  float b = 0.0f;
+  for (int64_t c = c0; c < c1; ++c)
+    b = fmaxf(b, fabsf(x[r * cols + c]));  // a NaN element is skipped, as on the CPU
+  if (!(b > 0.0f) || isinf(b)) return;
+  int lo = 0, hi = kHistBins - 1;  // the number of thresholds <= b
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (t[mid] <= b) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  for (int64_t j = 0; j < per_row; ++j) {
+    const int64_t slot = row_slot ? row_slot[r * per_row + j] : 0;
+    atomicAdd(&hist[slot * kHistBins + lo], 1ull);
+  }
+}
+
 }  // namespace
 
 void amax(const float* x, int64_t n, uint32_t* slot, void* s) {
@@ -161,6 +195,15 @@ void expert_block_hessian(const float* x, int64_t cols, const int32_t* order, in
                     kHessBlock * kHessBlock, 0, st(s)>>>(x, cols, order, div, map, offsets, 0, sums,
                                                          cols * kHessBlock);
   launched("expert_block_hessian");
+}
+
+void block_histogram(const float* x, int64_t rows, int64_t cols, const int32_t* row_slot,
+                     int64_t per_row, const float* thresholds, unsigned long long* hist, void* s) {
+  const int64_t n = rows * ((cols + 15) / 16);
+  if (n == 0) return;
+  k_block_histogram<<<blocks_for(n), kThreads, 0, st(s)>>>(x, rows, cols, row_slot, per_row,
+                                                           thresholds, hist);
+  launched("block_histogram");
 }
 
 }  // namespace strata::ops::cuda

@@ -41,4 +41,16 @@ void expert_block_hessian(const float* x, int64_t cols, const int32_t* order, in
                           const int32_t* map, const int32_t* offsets, int64_t experts, double* sums,
                           void* stream);
 
+// nvfp4_act_headroom's block histograms (calib/max_calib.h add_block_histogram) on the device:
+// for each 16-element block of each row of x[rows, cols] (a ragged tail block shorter), its amax
+// b (NaN elements skipped, as on the CPU); when b is positive and finite, one count in bin
+// (the number of `thresholds` <= b: calib/max_calib.h headroom_thresholds, 511 floats on the
+// device) of each of the row's slots: hist[slot * 512 + bin] with slot = row_slot[r * per_row +
+// j] for j < per_row, or slot 0 without row_slot. The counts equal the CPU's exactly (the
+// thresholds make the bins those of headroom_bin, which is monotone).
+constexpr int64_t kHistogramBins = 512;
+void block_histogram(const float* x, int64_t rows, int64_t cols, const int32_t* row_slot,
+                     int64_t per_row, const float* thresholds, unsigned long long* hist,
+                     void* stream);
+
 }  // namespace strata::ops::cuda

@@ -137,6 +137,15 @@ CudaBackend::CudaBackend(DeviceBudget& budget, const Stream& stream, CudaBackend
   slots_dev_ = DeviceBuffer(budget, static_cast<uint64_t>(max_slots) * 4, "amax slots");
   rows_dev_ = DeviceBuffer(budget, static_cast<uint64_t>(max_slots) * 8, "observed rows");
   stream.zero(rows_dev_.data(), rows_dev_.bytes());
+  if (!options.histogram_thresholds.empty()) {
+    const std::vector<float>& t = opt_.histogram_thresholds;
+    STRATA_ASSERT(t.size() == cuda::kHistogramBins - 1, t.size(), " histogram thresholds");
+    hist_dev_ = DeviceBuffer(budget, static_cast<uint64_t>(max_slots) * cuda::kHistogramBins * 8,
+                             "block amax histograms");
+    stream.zero(hist_dev_.data(), hist_dev_.bytes());
+    thresholds_dev_ = DeviceBuffer(budget, t.size() * 4, "histogram bin thresholds");
+    stream.copy_to_device(thresholds_dev_.data(), t.data(), t.size() * 4);
+  }
   if (max_experts > 0) {
     // counts [E], offsets [E + 1], cursor [E], tile_first [E + 1]; with expert parallelism also
     // the receiving side's groups (one per source rank and expert held, at most E + ranks):
@@ -315,6 +324,7 @@ void CudaBackend::clear_slots() {
   if (dry()) return;
   stream_->zero(slots_dev_.data(), slots_dev_.bytes());
   stream_->zero(rows_dev_.data(), rows_dev_.bytes());
+  if (hist_dev_.bytes() > 0) stream_->zero(hist_dev_.data(), hist_dev_.bytes());
 }
 
 int CudaBackend::slot(const std::vector<std::string>& names) {
@@ -345,6 +355,10 @@ int CudaBackend::slot_range(std::span<const Mlp> experts, bool gate_up) {
 
 uint32_t* CudaBackend::slot_ptr(int s) {
   return slots_dev_.as<uint32_t>() + s;
+}
+
+unsigned long long* CudaBackend::hist_of(int s) {
+  return hist_dev_.as<unsigned long long>() + static_cast<int64_t>(s) * cuda::kHistogramBins;
 }
 
 void CudaBackend::track_hessians(std::set<std::string, std::less<>> names) {
@@ -383,6 +397,10 @@ void CudaBackend::observe(const std::vector<std::string>& names, const float* x,
   if (dry()) return;
   cuda::amax(x, rows * cols, slot_ptr(s), stream_->handle());
   slot_rows_[s] += rows;
+  if (hist_dev_.bytes() > 0) {
+    cuda::block_histogram(x, rows, cols, nullptr, 1, thresholds_dev_.as<float>(), hist_of(s),
+                          stream_->handle());
+  }
   if (tracked(names)) cuda::block_hessian(x, rows, cols, hessian_of(s, cols), stream_->handle());
 }
 
@@ -436,6 +454,8 @@ std::vector<AmaxStat> CudaBackend::take_stats() {
   std::vector<uint64_t> rows(slot_names_.size());  // the routed experts' rows, counted there
   stream_->copy_to_host(bits.data(), slots_dev_.data(), bits.size() * 4);
   stream_->copy_to_host(rows.data(), rows_dev_.data(), rows.size() * 8);
+  std::vector<int64_t> hist(hist_dev_.bytes() > 0 ? slot_names_.size() * cuda::kHistogramBins : 0);
+  if (!hist.empty()) stream_->copy_to_host(hist.data(), hist_dev_.data(), hist.size() * 8);
   stream_->synchronize();
   prof_->collect();
   cuda_check_last("GPU forward");
@@ -450,8 +470,13 @@ std::vector<AmaxStat> CudaBackend::take_stats() {
     float a;
     std::memcpy(&a, &bits[i], 4);
     const int64_t n_rows = slot_rows_[i] + static_cast<int64_t>(rows[i]);
-    for (const std::string& n : slot_names_[i])
-      out.push_back({n, a, n_rows});
+    for (const std::string& n : slot_names_[i]) {
+      out.push_back({n, a, n_rows, {}});
+      if (!hist.empty()) {
+        const auto first = hist.begin() + static_cast<int64_t>(i) * cuda::kHistogramBins;
+        out.back().hist.assign(first, first + cuda::kHistogramBins);
+      }
+    }
     slot_rows_[i] = 0;
     if (hessian_at_[i] < 0 || n_rows == 0) continue;  // no token reached it: no statistics
     HessianStats h;
@@ -466,6 +491,7 @@ std::vector<AmaxStat> CudaBackend::take_stats() {
   }
   stream_->zero(slots_dev_.data(), slots_dev_.bytes());
   stream_->zero(rows_dev_.data(), rows_dev_.bytes());
+  if (!hist.empty()) stream_->zero(hist_dev_.data(), hist.size() * 8);
   if (hessian_used_ > 0) stream_->zero(hessian_.data(), static_cast<uint64_t>(hessian_used_) * 8);
   return out;
 }
@@ -1074,6 +1100,8 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
   span(kRouter);
   // The rows an expert sees are its tokens' n: each token's amax goes to its K experts' slots.
   cuda::amax_rows(n, T, H, chosen, slot_ptr(gu0), s, K);
+  if (hist_dev_.bytes() > 0)
+    cuda::block_histogram(n, T, H, chosen, K, thresholds_dev_.as<float>(), hist_of(gu0), s);
   // local_hessian: an expert's sums over its rows in token order (the CPU's expert loop), its
   // experts' sums back to back.
   auto hessians = [&](int first, int64_t cols) -> double* {
@@ -1146,6 +1174,8 @@ void CudaBackend::moe(const float* n, int64_t T, int64_t H, int64_t K, const int
     cuda::swiglu(g, u, S * Im, g, s, bf16_ops_);
   }
   cuda::amax_rows(act, S, Im, row_expert, slot_ptr(dn0), s);
+  if (hist_dev_.bytes() > 0)
+    cuda::block_histogram(act, S, Im, row_expert, 1, thresholds_dev_.as<float>(), hist_of(dn0), s);
   if (h_dn) cuda::expert_block_hessian(act, Im, order, 1, pos, offsets, E, h_dn, s);
   fake_quantize(act, S, Im, quant.down, "an expert's down input");  // once observed
   const void* hin = gin(act, S * Im);
@@ -1246,6 +1276,10 @@ void CudaBackend::moe_exchanged(const float* n, int64_t T, int64_t H, int64_t K,
   stream_->zero(cursor, static_cast<uint64_t>(E) * 4);
   cuda::moe_scatter(chosen, S, offsets, cursor, pos, row_expert, s);
   cuda::moe_dispatch_meta(n, T, H, K, chosen, pos, meta, s);
+  // Block histograms of the experts' gate/up input: counted here for every expert a row goes to
+  // (the ranks' counts add up to one process's, as the rows do).
+  if (hist_dev_.bytes() > 0)
+    cuda::block_histogram(n, T, H, chosen, K, thresholds_dev_.as<float>(), hist_of(gu0), s);
   const float* nx = n;
   if (nq) {
     stream_->copy_device(nq, n, static_cast<uint64_t>(T * H) * 4);
@@ -1325,6 +1359,8 @@ void CudaBackend::moe_exchanged(const float* n, int64_t T, int64_t H, int64_t K,
     round_ops(u, R * Im);
     cuda::swiglu(g, u, R * Im, g, s, bf16_ops_);
     cuda::amax_rows(g, R, Im, expert_r, slot_ptr(dn0), s);
+    if (hist_dev_.bytes() > 0)
+      cuda::block_histogram(g, R, Im, expert_r, 1, thresholds_dev_.as<float>(), hist_of(dn0), s);
     fake_quantize(g, R, Im, quant.down, "an expert's down input");
     const void* hin = g;
     if (opt_.gemm_bf16) {

@@ -51,12 +51,18 @@ struct CudaBackendOptions {
   // second moments of one layer's tracked inputs (track_hessians); 0: none kept. Each tracked
   // observed input takes 16 x its width doubles (a routed expert's: the layer's experts' each).
   uint64_t hessian_bytes = 0;
+  // nvfp4_act_headroom (calib/max_calib.h): every observed input also counts its per-16-block
+  // amax histogram on the device (ops/cuda/amax.h block_histogram), read back with its amax;
+  // these are the bins' thresholds (calib/max_calib.h headroom_thresholds: cuda::kHistogramBins
+  // - 1 of them). Empty: no histograms.
+  std::vector<float> histogram_thresholds;
 };
 
 struct AmaxStat {
   std::string name;
   float amax = 0.0f;
   int64_t rows = 0;
+  std::vector<int64_t> hist;  // cuda::kHistogramBins counts with block histograms on, else empty
 };
 
 // One sequence's per-channel statistics of a KV-cache input (ops::column_stats), read back from
@@ -280,6 +286,10 @@ class CudaBackend final : public Backend {
   const gpu::Stream* stream_ = nullptr;  // null: sizing only
   void* blas_ = nullptr;
   gpu::DeviceBuffer scratch_, slots_dev_, rows_dev_, moe_ints_;
+  // Block histograms (CudaBackendOptions::block_histograms): 512 counts per slot, and the bins'
+  // thresholds (calib/max_calib.h headroom_thresholds).
+  gpu::DeviceBuffer hist_dev_, thresholds_dev_;
+  unsigned long long* hist_of(int slot);
   std::unique_ptr<strata::cuda::Stream> qstream_;  // weight quantization
   static constexpr uint64_t kStageChecks = 64;     // the check words' room before the codes
   gpu::PinnedBuffer qstage_;                       // the encoders' outputs back to the host

@@ -3,6 +3,7 @@
 // and compute_amax, run on a CPU, 2026-12-04).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <vector>
@@ -32,6 +33,34 @@ TEST(Headroom, BinEdges) {
   EXPECT_EQ(headroom_bin(0x1p-41f), 0);   // below the range: clamped
   EXPECT_EQ(headroom_bin(0x1p40f), 511);  // 512 clamped
   EXPECT_EQ(headroom_bin(std::exp2(39.99f)), 511);
+}
+
+// The device's bin thresholds: each is the first float of its bin (the float before it bins
+// lower), they rise, the first lies at 2^(-40 + 80/512) (bin 1's lower edge in log2, within the
+// rounding of fl32 log2), and headroom_bin is monotone over a sweep of every 97th positive finite
+// float, so counting the thresholds below b gives headroom_bin(b).
+TEST(Headroom, ThresholdsAreWhereTheBinsBegin) {
+  const std::vector<float> t = headroom_thresholds();
+  ASSERT_EQ(t.size(), static_cast<size_t>(kHeadroomBins - 1));
+  for (size_t k = 0; k < t.size(); ++k) {
+    const int bin = static_cast<int>(k) + 1;
+    EXPECT_GE(headroom_bin(t[k]), bin) << k;
+    EXPECT_LT(headroom_bin(std::nextafter(t[k], 0.0f)), bin) << k;
+    if (k > 0) EXPECT_GT(t[k], t[k - 1]) << k;
+  }
+  EXPECT_NEAR(std::log2(t[0]), -40.0 + 80.0 / 512, 1e-5);
+  EXPECT_NEAR(std::log2(t[255]), 0.0, 1e-5);  // bin 256 begins at 1
+  int last = 0;
+  auto counted = [&](float b) {
+    return static_cast<int>(std::upper_bound(t.begin(), t.end(), b) - t.begin());
+  };
+  for (uint32_t u = 1; u < 0x7F800000u; u += 97) {
+    const float b = std::bit_cast<float>(u);
+    const int bin = headroom_bin(b);
+    ASSERT_GE(bin, last) << "headroom_bin is not monotone at " << b;
+    last = bin;
+    if (u % (97 * 1024) == 1) ASSERT_EQ(counted(b), bin) << b;
+  }
 }
 
 TEST(Headroom, BlocksOf16ZeroPaddedZerosNotCounted) {

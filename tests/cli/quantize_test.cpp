@@ -243,10 +243,6 @@ TEST(Quantize, RefusalsComeBeforeAnyWork) {
        "--gpu_weight_buffers must be auto|1|2, not '3'"},
       {base + "--test_fail_rank 1 --export_path x",
        "--test_fail_rank and --test_fail_layer go together"},
-      // The GPU forward keeps no block histograms: refused by name on any machine.
-      {base + "--recipe general/ptq/nvfp4_act_headroom-kv_fp8_cast --device cuda --export_path x",
-       "--device cuda: the recipe's nvfp4_act_headroom calibration needs per-16-block amax "
-       "histograms"},
   };
   for (const Case& c : cases) {
     RunResult r = run_strata(c.args, tmp.path());

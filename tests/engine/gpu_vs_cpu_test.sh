@@ -35,7 +35,9 @@ peak_within_bound "$work/cpu.log" "$model cpu"
 peak_within_bound "$work/gpu.log" "$model cuda"
 python3 tests/engine/compare_exports.py "$work/cpu" "$work/gpu" --rel "$rel"
 # The checker's 1% comparison with transformers' fp32 amaxes holds for fp32 GEMMs; bf16 GEMMs
-# are bounded against the CPU run above instead.
+# are bounded against the CPU run above instead, and nvfp4_act_headroom's input scales sit above
+# the max by design (tests/export/run_export_check.sh).
 amax=()
-[ "$gemm" = fp32 ] && [ -f "$src/reference.safetensors" ] && amax=(--amax "$src/reference.safetensors")
+[ "$gemm" = fp32 ] && [ -f "$src/reference.safetensors" ] && [[ $recipe != *act_headroom* ]] &&
+  amax=(--amax "$src/reference.safetensors")
 python3 tests/export/check_modelopt_export.py "$src" "$work/gpu" "${amax[@]}"

@@ -1,8 +1,10 @@
-// ops/cuda/amax.h against ops::amax, ops::column_stats and BlockHessian::accumulate.
+// ops/cuda/amax.h against ops::amax, ops::column_stats, BlockHessian::accumulate and
+// add_block_histogram.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "calib/max_calib.h"
 #include "ops/cuda/amax.h"
 #include "ops/ops.h"
 #include "quant/scale_search.h"
@@ -208,6 +210,72 @@ TEST_F(CudaOps, ExpertBlockHessianFollowsTheTokenOrder) {
     token_order.push_back(pos[static_cast<size_t>(s)]);
   ASSERT_NE(arrival, token_order);
   EXPECT_NE(cpu_hessian(act, Im, arrival).sums(), cpu_hessian(act, Im, token_order).sums());
+}
+
+// Block histograms count what add_block_histogram counts, bin for bin: a ragged last block,
+// blocks whose amax is a bin's first float or the float before it, zero, NaN (skipped) and
+// infinite blocks, values below and above the range; one slot, and rows to several slots.
+TEST_F(CudaOps, BlockHistogramsAreTheCpus) {
+  const int64_t rows = 300, cols = 37, slots = 5, K = 2;
+  const std::vector<float> t = headroom_thresholds();
+  std::vector<float> x = spread(normal(rows * cols), rng());
+  std::uniform_int_distribution<size_t> pick(0, t.size() - 1);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = &x[static_cast<size_t>(r * cols)];
+    switch (r % 6) {
+      case 0:  // a block whose amax is exactly a bin's first float
+        row[3] = t[pick(rng())];
+        for (int i = 0; i < 16; ++i)
+          if (i != 3) row[i] = 0.0f;
+        break;
+      case 1:  // the float before it
+        row[5] = -std::nextafter(t[pick(rng())], 0.0f);
+        for (int i = 0; i < 16; ++i)
+          if (i != 5) row[i] = 0.0f;
+        break;
+      case 2:  // zero, NaN beside a value, infinity
+        for (int i = 0; i < 16; ++i)
+          row[i] = 0.0f;
+        row[16] = NAN;
+        row[32] = INFINITY;
+        break;
+      case 3:  // below and above the bins' range
+        row[0] = 0x1p-120f;
+        row[20] = 0x1p100f;
+        break;
+      default:
+        break;
+    }
+  }
+  std::vector<int32_t> slot_of(static_cast<size_t>(rows * K));
+  for (int64_t r = 0; r < rows; ++r) {
+    slot_of[static_cast<size_t>(r * K)] = static_cast<int32_t>(r % slots);
+    slot_of[static_cast<size_t>(r * K + 1)] = static_cast<int32_t>((r / 3 + 1) % slots);
+  }
+  gpu::DeviceBuffer dx = up(x), dt = up(t), ds = up(slot_of);
+  gpu::DeviceBuffer one = up(std::vector<unsigned long long>(kHistogramBins, 0));
+  gpu::DeviceBuffer many = up(std::vector<unsigned long long>(slots * kHistogramBins, 0));
+  block_histogram(dx.as<float>(), rows, cols, nullptr, 1, dt.as<float>(),
+                  one.as<unsigned long long>(), st());
+  block_histogram(dx.as<float>(), rows, cols, ds.as<int32_t>(), K, dt.as<float>(),
+                  many.as<unsigned long long>(), st());
+  const auto got_one = down<unsigned long long>(one, kHistogramBins);
+  const auto got_many = down<unsigned long long>(many, static_cast<size_t>(slots * kHistogramBins));
+  std::vector<int64_t> want(kHeadroomBins, 0);
+  add_block_histogram(x.data(), rows, cols, want);
+  EXPECT_EQ(std::vector<int64_t>(got_one.begin(), got_one.end()), want);
+  std::vector<std::vector<int64_t>> want_many(slots, std::vector<int64_t>(kHeadroomBins, 0));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < K; ++j)
+      add_block_histogram(&x[static_cast<size_t>(r * cols)], 1, cols,
+                          want_many[static_cast<size_t>(slot_of[static_cast<size_t>(r * K + j)])]);
+  }
+  for (int64_t sl = 0; sl < slots; ++sl) {
+    const auto first = got_many.begin() + sl * kHistogramBins;
+    EXPECT_EQ(std::vector<int64_t>(first, first + kHistogramBins),
+              want_many[static_cast<size_t>(sl)])
+        << "slot " << sl;
+  }
 }
 
 }  // namespace
