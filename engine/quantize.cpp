@@ -269,15 +269,12 @@ MemoryEstimate estimate_memory(const QuantPlan& plan, const Checkpoint& ckpt,
     if (m.calibrated) m.layer_weights = std::max(m.layer_weights, ps.first * 4);
     m.layer_source = std::max(m.layer_source, ps.second);
   }
-  if (plan.recipe.algorithm.method == WeightCalib::Method::kLocalHessian) {
-    std::map<int64_t, uint64_t> features;  // layer -> input features of its searched modules
-    for (const PlannedModule& p : plan.modules) {
-      if (p.format == QFormat::kNvfp4 || p.format == QFormat::kW4A16Nvfp4)
-        features[p.layer] += static_cast<uint64_t>(p.shape[1]);
-    }
-    for (const auto& [l, f] : features)
-      m.statistics = std::max(m.statistics, 3 * f * 16 * sizeof(double));
+  std::map<int64_t, uint64_t> features;  // layer -> input features of its local_hessian modules
+  for (const PlannedModule& p : plan.modules) {
+    if (local_hessian_tracks(plan, p)) features[p.layer] += static_cast<uint64_t>(p.shape[1]);
   }
+  for (const auto& [l, f] : features)
+    m.statistics = std::max(m.statistics, 3 * f * 16 * sizeof(double));
   for (const std::string& name : ckpt.tensor_names()) {
     if (name.find(".layers.") != std::string::npos) continue;
     const TensorEntry& e = ckpt.entry(name);
@@ -527,9 +524,18 @@ void QuantizeRun::resolve_plan() {
   }
   const WeightCalib& algo = plan.recipe.algorithm;
   if (algo.searches()) {
-    STRATA_CHECK(!plan.fused_experts, plan.recipe.name, ": algorithm ",
-                 weight_calib_method_name(algo.method),
-                 " is not implemented for fused-experts exports (gpt-oss); use a max recipe");
+    // gpt-oss's fused experts: NVFP4 block scales are searched block by block as for any module
+    // (ModelOpt searches the transposed [E, out, in] tensor, blocks along the input, under the
+    // projection's one weight_scale_2); an FP8 multiplier search over the fused tensor is not
+    // implemented.
+    bool fp8_experts = false;
+    for (const PlannedModule& m : plan.modules)
+      fp8_experts =
+          fp8_experts || (m.kind == TensorKind::kRoutedExperts && m.format == QFormat::kFp8);
+    STRATA_CHECK(!plan.fused_experts || algo.fp8_scale_sweep || !fp8_experts, plan.recipe.name,
+                 ": algorithm ", weight_calib_method_name(algo.method),
+                 " without fp8_scale_sweep searches FP8 weight amaxes, which is not implemented "
+                 "for gpt-oss's fused FP8 experts; use fp8_scale_sweep: true or a max recipe");
     STRATA_CHECK(algo.method != WeightCalib::Method::kLocalHessian || comm.size() == 1,
                  plan.recipe.name,
                  ": local_hessian runs in one process (its per-module input statistics are not "

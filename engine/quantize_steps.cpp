@@ -37,25 +37,27 @@ bool needs_activations(const QuantPlan& plan) {
   return false;
 }
 
+bool local_hessian_tracks(const QuantPlan& plan, const PlannedModule& m) {
+  return plan.recipe.algorithm.method == WeightCalib::Method::kLocalHessian &&
+         (m.format == QFormat::kNvfp4 || m.format == QFormat::kW4A16Nvfp4) &&
+         !(plan.fused_experts && m.kind == TensorKind::kRoutedExperts);
+}
+
 std::set<std::string, std::less<>> local_hessian_modules(const QuantPlan& plan, int64_t layer) {
   std::set<std::string, std::less<>> out;
-  if (plan.recipe.algorithm.method != WeightCalib::Method::kLocalHessian) return out;
   for (const PlannedModule& m : plan.modules) {
-    if (m.layer == layer && (m.format == QFormat::kNvfp4 || m.format == QFormat::kW4A16Nvfp4))
-      out.insert(m.module);
+    if (m.layer == layer && local_hessian_tracks(plan, m)) out.insert(m.module);
   }
   return out;
 }
 
 uint64_t local_hessian_device_bytes(const QuantPlan& plan, int64_t first_layer, int64_t experts) {
-  if (plan.recipe.algorithm.method != WeightCalib::Method::kLocalHessian) return 0;
   // Per layer: the tracked modules' input features, a routed projection (its name with the expert
   // index taken out) counted once, times the experts.
   std::map<int64_t, uint64_t> features;
   std::set<std::pair<int64_t, std::string>> projections;
   for (const PlannedModule& m : plan.modules) {
-    if (m.layer < first_layer || (m.format != QFormat::kNvfp4 && m.format != QFormat::kW4A16Nvfp4))
-      continue;
+    if (m.layer < first_layer || !local_hessian_tracks(plan, m)) continue;
     const auto in = static_cast<uint64_t>(m.shape[1]);
     if (routed_expert_of(m.module) < 0) {
       features[m.layer] += in;

@@ -22,8 +22,12 @@ std::string human_bytes(double b);
 // Whether any module's format or the KV cache needs activation statistics (a calibration forward).
 bool needs_activations(const QuantPlan& plan);
 
-// The modules of decoder layer `layer` whose input statistics local_hessian needs (its NVFP4 and
-// W4A16 NVFP4 weights, the searched ones); empty unless the recipe's algorithm is local_hessian.
+// Whether local_hessian weighs module m's search by its input statistics: its NVFP4 and W4A16
+// NVFP4 weights under a local_hessian recipe, except gpt-oss's fused experts, whose search is the
+// plain one as in ModelOpt 0.47 (its input hooks pair inputs with per-expert weight quantizers,
+// which _QuantGptOssExperts does not have: one quantizer per projection).
+bool local_hessian_tracks(const QuantPlan& plan, const PlannedModule& m);
+// The modules of decoder layer `layer` that local_hessian_tracks.
 std::set<std::string, std::less<>> local_hessian_modules(const QuantPlan& plan, int64_t layer);
 // The GPU forward's device bytes for one layer's local_hessian statistics
 // (ops::CudaBackendOptions::hessian_bytes), the most of layers [first_layer, num_layers): 16

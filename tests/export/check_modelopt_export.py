@@ -770,7 +770,7 @@ def nvfp4_dequantize(packed, sb, g):
         return (E2M1_VALUES[codes] * np.repeat(d, 16, axis=1)).astype(F32), np.repeat(d, 16, axis=1)
 
 
-def check_gptoss(C, src, out_t, algo, qlayers, excl, amax_path):
+def check_gptoss(C, src, out_t, algo, qlayers, excl, amax_path, searched_scales=False):
     """gpt-oss's experts as ModelOpt 0.47 exports transformers' GptOssExperts (docs/QUANTIZE.md
     "gpt-oss"): per projection P = <p>.experts.{gate_up_proj,down_proj}, fused and transposed
     back to transformers' [E, in, out]: NVFP4 P U8 [E, in/2, out] (byte [e, c, r] packs inputs
@@ -877,13 +877,19 @@ def check_gptoss(C, src, out_t, algo, qlayers, excl, amax_path):
                             f"!= amax over all {E} experts {float(amax):.9g} * fl32(1/2688) = {fmt_f32(want_g)}")
                     nbad_w = nbad_s = 0
                     for e in range(E):
-                        packed, sb = nvfp4_quantize(w[e], g)
+                        # A searched export (mse, fp8_scale_sweep): the block scales are the
+                        # search's, positive finite e4m3 bytes; the codes their encoding.
+                        packed, sb = (nvfp4_quantize(w[e], g, 16, sbq[e].T) if searched_scales
+                                      else nvfp4_quantize(w[e], g))
                         nbad_w += int((packed != wq[e].T).sum())
-                        nbad_s += int((sb != sbq[e].T).sum())
+                        nbad_s += (int(((sbq[e] == 0) | (sbq[e] >= 0x7F)).sum()) if searched_scales
+                                   else int((sb != sbq[e].T).sum()))
                     C.check(nbad_w == 0, f"[gptoss] {P}: {nbad_w} of {wq.size} bytes differ from the "
-                            "NVFP4 recomputation of each expert's [out, in] rows, transposed")
+                            "NVFP4 recomputation of each expert's [out, in] rows, transposed"
+                            + (" (under the exported searched scales)" if searched_scales else ""))
                     C.check(nbad_s == 0, f"[gptoss] {P}_weight_scale: {nbad_s} of {sbq.size} block "
-                            "scales differ")
+                            + ("scales are not positive finite e4m3 values" if searched_scales
+                               else "scales differ"))
             else:
                 s = scalar_f32(out_t, P + "_weight_scale")
                 want_s = F32(amax * INV_448)
@@ -1353,7 +1359,7 @@ def run_checks(src_dir, out_dir, amax_path=None, verbose=True, searched_scales=F
                     if ok:
                         bv = float_array(dt, out_t[b].array(b)).reshape(-1)
                         C.check(np.isfinite(bv).all(), f"[kv] {b}: not finite")
-    expected |= check_gptoss(C, src, out_t, algo, qlayers, excl, amax_path)
+    expected |= check_gptoss(C, src, out_t, algo, qlayers, excl, amax_path, searched_scales)
     for n in sorted(out_t):
         C.check(n in expected, f"[keep] OUT tensor {n} is neither a SRC tensor nor a quantization tensor "
                 "of a quantized module" + (" (k/v scale without kv_cache_quant_algo FP8?)"

@@ -41,11 +41,20 @@ from check_modelopt_export import load_dir_tensors
 s, m, glob = load_dir_tensors(sys.argv[1]), load_dir_tensors(sys.argv[2]), sys.argv[3]
 assert sorted(s) == sorted(m), "the two exports hold different tensor names"
 differ = {}
+# A module's codes and block scales: <M>.weight and <M>.weight_scale, or gpt-oss's fused experts'
+# <P>.gate_up_proj and <P>.gate_up_proj_weight_scale (docs/QUANTIZE.md "gpt-oss").
+def split(n):
+    module, field = n.rsplit(".", 1)
+    if field.endswith("_proj"):
+        return n, "weight"
+    if field.endswith("_proj_weight_scale"):
+        return module + "." + field[: -len("_weight_scale")], "weight_scale"
+    return module, field
 for n in s:
     a, b = s[n].raw(n), m[n].raw(n)
     if a == b:
         continue
-    module, field = n.rsplit(".", 1)
+    module, field = split(n)
     assert field in ("weight", "weight_scale") and fnmatch.fnmatch(module, glob), \
         f"{n} differs from the max export but is not a searched module's weight or weight_scale"
     differ.setdefault(module, set()).add(field)
