@@ -17,6 +17,7 @@
 #include "quant/fp8.h"
 #include "quant/mxfp8.h"
 #include "quant/nvfp4.h"
+#include "quant/scale_search.h"
 
 namespace strata {
 namespace {
@@ -265,6 +266,74 @@ TEST(WeightQuantizer, ExpertGateUpAndSharedInputGroups) {
 }
 
 // A NaN anywhere in a group makes its amax NaN, and the encoder refuses it naming the module.
+// Under local_hessian the NVFP4 modules are quantized here too, each searched with the input
+// statistics the caller gives for it (quant/scale_search.h's reference with that module's
+// normalized BlockHessian), a module without statistics with the plain search; FP8 stays at max;
+// the quantizer reports the widest module's statistics bytes.
+TEST(WeightQuantizer, LocalHessianSearchesWithEachModulesStatistics) {
+  const int64_t R = 16, C = 64;
+  QuantPlan plan;
+  plan.num_layers = 1;
+  plan.recipe.algorithm.method = WeightCalib::Method::kLocalHessian;
+  plan.recipe.algorithm.fp8_scale_sweep = true;
+  const std::string p = "model.layers.0.";
+  plan.modules.push_back(module(p + "mlp.down_proj", QFormat::kNvfp4, 0, R, C));
+  plan.modules.push_back(module(p + "self_attn.o_proj", QFormat::kNvfp4, 0, R, C));
+  plan.modules.push_back(module(p + "self_attn.q_proj", QFormat::kFp8, 0, R, C));
+  std::mt19937 rng(11);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  Weights w;
+  for (const PlannedModule& m : plan.modules) {
+    std::vector<uint16_t>& v = w.bf16[m.module];
+    float a = 0.0f;
+    for (int64_t i = 0; i < R * C; ++i) {
+      v.push_back(f32_to_bf16(i % 23 == 0 ? 8.0f * d(rng) : d(rng)));
+      a = std::max(a, std::fabs(bf16_to_f32(v.back())));
+    }
+    w.amax[m.module] = a;
+  }
+  // down_proj's inputs: correlated features of growing scale; o_proj: none reached it.
+  std::vector<float> x(static_cast<size_t>(24 * C));
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = d(rng) * (1.0f + static_cast<float>(i % 16)) + (i % C ? 0.5f * x[i - 1] : 0.0f);
+  BlockHessian stats(C);
+  stats.accumulate(x.data(), 24);
+  const std::vector<double> h = stats.normalized();
+  WeightQuantizer q(plan, 0, [](const PlannedModule&) { return true; });
+  EXPECT_TRUE(q.needs_hessians());
+  EXPECT_EQ(q.hessian_bytes(), static_cast<uint64_t>(C) * 16 * 8);
+  ops::CpuBackend cpu(nullptr, nullptr);
+  const PrecomputedWeights out = q.quantize(
+      0, cpu,
+      [&](const std::string& module) {
+        return ops::StoredWeight{w.bf16.at(module).data(), DType::kBF16, R, C};
+      },
+      [&](const std::string& module) {
+        return module == p + "mlp.down_proj" ? h : std::vector<double>{};
+      });
+  ASSERT_EQ(out.size(), 3u);
+  for (const char* n : {"mlp.down_proj", "self_attn.o_proj"}) {
+    const std::string M = p + n;
+    const Tensor t = bf16_tensor(w.bf16[M], R, C);
+    const std::vector<double> hm = M == p + "mlp.down_proj" ? h : std::vector<double>{};
+    const std::vector<uint8_t> want =
+        nvfp4_search_block_scales(t, w.amax[M], plan.recipe.algorithm, hm, M);
+    const Tensor& got = out.at(M).nvfp4->block_scale;
+    ASSERT_EQ(got.nbytes(), want.size()) << M;
+    EXPECT_EQ(std::memcmp(got.bytes(), want.data(), want.size()), 0) << M;
+  }
+  // The statistics changed down_proj's choice: its plain search differs somewhere.
+  const Tensor down = bf16_tensor(w.bf16[p + "mlp.down_proj"], R, C);
+  const std::vector<uint8_t> plain = nvfp4_search_block_scales(down, w.amax[p + "mlp.down_proj"],
+                                                               plan.recipe.algorithm, {}, "down");
+  EXPECT_NE(std::memcmp(out.at(p + "mlp.down_proj").nvfp4->block_scale.bytes(), plain.data(),
+                        plain.size()),
+            0);
+  const std::string Q = p + "self_attn.q_proj";
+  const Fp8Weight fq = fp8_quantize(bf16_tensor(w.bf16[Q], R, C), w.amax[Q], Q);
+  EXPECT_TRUE(same_bytes(out.at(Q).fp8->weight, fq.weight));
+}
+
 TEST(WeightQuantizer, NanWeightIsRefusedNamingTheModule) {
   QuantPlan plan;
   plan.num_layers = 1;
