@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "engine/quantize_steps.h"
 #include "model/groups.h"
 
 namespace strata {
@@ -40,7 +41,7 @@ WeightQuantizer::WeightQuantizer(const QuantPlan& plan, int64_t first_layer,
     switch (m.format) {
       case QFormat::kNvfp4:
       case QFormat::kW4A16Nvfp4: {
-        if (algo.method == WeightCalib::Method::kLocalHessian)
+        if (local_hessian_tracks(plan, m))  // gpt-oss's fused experts: the plain search
           hessian_bytes_ = std::max(hessian_bytes_, static_cast<uint64_t>(m.shape[1]) * 16 * 8);
         auto [it, fresh] = group_of[static_cast<size_t>(m.layer)].emplace(
             weight_group_key(plan, m.module), static_cast<int>(L.groups.size()));
