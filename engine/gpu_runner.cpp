@@ -37,8 +37,8 @@ std::unique_ptr<PageWarmer> gpu_warm_start(const Checkpoint& ckpt, const Modelop
                                            int64_t first_layer, int64_t num_layers) {
   const LayerReader reader(ckpt);
   const int64_t first = std::max<int64_t>(first_layer, 0);
-  // Layers first..num_layers-1, then the tail's step; planned on the start-up threads.
-  std::vector<LayerBlob> blobs(static_cast<size_t>(std::max<int64_t>(num_layers + 1 - first, 0)));
+  // Layers first..num_layers-1, planned on the start-up threads.
+  std::vector<LayerBlob> blobs(static_cast<size_t>(std::max<int64_t>(num_layers - first, 0)));
   parallel_chunks(blobs.size(), startup_threads(), 1, [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i)
       blobs[i] = reader.plan(exporter.step_sources(first + static_cast<int64_t>(i) + 1));
@@ -188,7 +188,6 @@ class DevicePlacement : public Placement {
   std::unique_ptr<DeviceExpertExchange> xchg_;
   std::vector<BlobShare> own_;
   size_t rounds_ = 0;
-  LayerBlob tail_;
   uint64_t max_blob_ = 0, max_conv_ = 0, attention_cap_ = 0, attention_ = 0;
   uint64_t max_conv_deferred_ = 0, largest_deferred_ = 0;
   int64_t longest_seq_ = 0;
@@ -342,7 +341,6 @@ void DevicePlacement::plan_layers() {
     max_conv_deferred_ = std::max(max_conv_deferred_, conv_deferred[i]);
     largest_deferred_ = std::max(largest_deferred_, largest[i]);
   }
-  tail_ = reader_->plan(loop_.exporter.step_sources(L_ + 1));
 }
 
 void DevicePlacement::plan_memory() {
@@ -532,14 +530,6 @@ gpu::GpuChunk DevicePlacement::chunk(size_t i) {
 }
 
 void DevicePlacement::prefetch(int64_t l) {
-  if (l == L_) {
-    // The tensors after the layers (lm_head, final norm) read into the page cache while the
-    // last layer computes, so that the exporter's tail step finds them there.
-    if (tail_.bytes > 0 && tail_.bytes <= max_blob_)
-      next_ = std::async(std::launch::async,
-                         [this]() { reader_->read(tail_, host_weights_[L_ % 2].data()); });
-    return;
-  }
   // Layer l's weights: read into pinned memory, then (two device buffers) copied on the copy
   // stream; both on a helper thread, while the device computes the previous layer. With one
   // device buffer the copy waits for the previous layer (take()).

@@ -113,7 +113,7 @@ struct GpuLoop {
 
 // "" when the GPU path can run this model; else why not.
 std::string gpu_unsupported(const ModelConfig& config, const Checkpoint& ckpt);
-// Starts reading the tensors of layers [first_layer, num_layers), then the tail's, into the page
+// Starts reading the tensors of layers [first_layer, num_layers) into the page
 // cache in the background (io/layer_reader.h PageWarmer), at most kWarmBytes ahead of the layer
 // loop, so that the disk works while the run starts up and while the loop computes and writes;
 // the caller keeps it until the run ends and hands it to the loop (GpuLoop::warm). nullptr when

@@ -31,7 +31,6 @@ HostPlacement::HostPlacement(Inputs in) : in_(std::move(in)) {
 }
 
 void HostPlacement::prefetch(int64_t l) {
-  if (l >= in_.num_layers) return;
   // Each tensor read by one rank; a routed expert only by its holder, which alone needs it.
   // Loading is a pure function of the checkpoint, so the results do not depend on the overlap.
   std::vector<std::string> shared;
@@ -136,7 +135,7 @@ void run_layer_loop(LayerLoop& loop, Placement& p) {
     p.take(l);
     phase.lap(&times.read_wait);
     std::future<PrecomputedWeights> quantized = p.quantize(l);
-    p.prefetch(l + 1);
+    if (!last) p.prefetch(l + 1);
     // Test hook (--test_fail_rank/--test_fail_layer): after the prefetch, whose tensor sharing
     // among CPU ranks is collective, so that rank 0 has recorded the previous step before another
     // rank fails.
@@ -166,6 +165,11 @@ void run_layer_loop(LayerLoop& loop, Placement& p) {
     pending.durable = durable;
     if (quantized.valid()) pending.weights = std::make_unique<PrecomputedWeights>(quantized.get());
     phase.lap(&times.quantize);
+    if (loop.wait_head) {  // the shards take the head's tensors before layer l's
+      loop.wait_head();
+      loop.wait_head = nullptr;
+      phase.lap(&times.writer_wait);
+    }
     const MaxCalibrator* cp = pending.calib.get();
     const PrecomputedWeights* pw = pending.weights.get();
     // The writer thread quantizes what is left and writes; at a durable step it syncs its shards,

@@ -5,6 +5,7 @@
 //   run every micro-batch through layer l, the calibrator watching   (Placement::forward)
 //   combine the statistics over the ranks
 //   when the step is due to be durable: its outputs written to a resume file   (end_step)
+//   (the first time: wait for the head step, whose writer may still run)
 //   hand layer l to the writer (ModeloptExporter::write_layer on a helper thread, with the weights
 //   the placement quantized itself); once its shards are synced, record the step (commit)
 //
@@ -53,8 +54,7 @@ struct StepFiles {
 class Placement {
  public:
   virtual ~Placement() = default;
-  // Starts reading layer l's weights in the background (l == the layer count: the tensors after
-  // the layers, where the placement wants them early).
+  // Starts reading layer l's weights in the background.
   virtual void prefetch(int64_t l) = 0;
   // Waits for layer l's weights and makes it the current layer.
   virtual void take(int64_t l) = 0;
@@ -137,6 +137,10 @@ struct LayerLoop {
   // step's inputs came from, removed once the record is written.
   std::function<void(int64_t next, const std::string& hidden, const std::string& old_input)> commit;
   std::function<void(const LayerReport&)> layer_done;
+  // Waits for the head step (written beside the first layers' reads and forward), called once,
+  // before the first layer is handed to the writer: the shards are written in plan order. Its
+  // time is counted as waiting for the writer. Optional.
+  std::function<void()> wait_head;
 };
 
 // Runs layers [first_layer, plan.num_layers).

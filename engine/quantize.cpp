@@ -411,7 +411,8 @@ class QuantizeRun {
   void start_gpu_early();
   // "resuming at ..." when the run continues an interrupted one.
   void log_resume() const;
-  // Step 0, the embedding table: begun on a helper thread (in order with ranks).
+  // Step 0, every tensor outside the decoder layers (the embedding table first): begun on a helper
+  // thread (in order with ranks).
   void start_head();
   // The first layer's inputs: the embeddings, or the hidden states the manifest names. A single
   // process on the GPU leaves the embedding to the device placement, which writes it where the
@@ -420,7 +421,6 @@ class QuantizeRun {
   // Steps 1..N, the decoder layers: the layer loop (engine/layer_loop.h) on the placement.
   void run_layers();
   // Step N + 1, the tensors outside the layers.
-  void write_tail();
   // The index and config files; the resume folder goes; the result's totals.
   void finish();
   // A write refused for want of space: one line naming the file and about how much more space
@@ -431,12 +431,15 @@ class QuantizeRun {
  private:
   // Step `next - 1` is written: make it durable, then record it with the file holding the next
   // layer's inputs ("" when none); the previous inputs' file goes once the manifest is written.
-  void commit(int64_t next, const std::string& hidden_path, const std::string& old_input);
+  // Its time is added to `*time` when given.
+  void commit(int64_t next, const std::string& hidden_path, const std::string& old_input,
+              double* time = nullptr);
   // The exporter of this plan (nothing written yet).
   void make_exporter();
   // Where the layers run: the device, the CPU, or no forward at all (weight-only formats).
   std::unique_ptr<Placement> placement();
-  // Waits for the head's step (start_head), which must be recorded before any layer's.
+  // Waits for the head's step (start_head), which must be recorded before any layer's (the layer
+  // loop waits for it itself, before its first write: LayerLoop::wait_head).
   void wait_head();
   // Throws the INT4 shape check's error, if any (waits for it).
   void check_int4_shapes();
@@ -472,14 +475,13 @@ class QuantizeRun {
   std::unique_ptr<PageWarmer> warm;
   std::unique_ptr<GpuEarlySetup> early;  // the CUDA context and pinned buffers, meanwhile
   std::vector<LayerBlob> gpu_blobs;      // on the GPU: every layer's, planned once
-  double* commit_time = nullptr;         // in the layer loop: result.times.commit
   std::future<void> head_written;
   // INT4 sources: every module's weight_shape against the shape the plan took from the headers
   // (io/source_weights.h int4_shape_mismatch), read beside the start; joined before the first
   // layer's step is recorded.
   std::future<std::string> int4_shapes;
   // The step and hidden file the run started from: `state` is the head thread's to change
-  // until wait_head().
+  // until the head is waited for.
   int64_t begin_step = 0;
   std::string begin_hidden;
   bool device_embeds = false;  // embed() left the embedding to the GPU placement
@@ -499,12 +501,11 @@ void QuantizeRun::resolve_plan() {
     log_warn(w);
   for (const PlannedModule& m : plan.modules) {
     const bool outside = m.layer < 0 || m.layer >= plan.num_layers;
-    STRATA_CHECK(!(outside && (m.format == QFormat::kNvfp4 || m.format == QFormat::kFp8)),
-                 plan.recipe.rules[m.rule].origin, " gives '", m.module, "' format ",
-                 qformat_name(m.format),
+    // (The head step, which writes every tensor outside the layers, has no statistics.)
+    STRATA_CHECK(!(outside && qformat_has_input_scale(m.format)), plan.recipe.rules[m.rule].origin,
+                 " gives '", m.module, "' format ", qformat_name(m.format),
                  ", which needs activation statistics; strata calibrates decoder layers only: use "
-                 "w4a16_nvfp4 or "
-                 "exclude it");
+                 "w4a16_nvfp4 or exclude it");
   }
   // fp8_pb_wo (quant/fp8.h): a fused group of one-block weights shares one amax; a group mixing
   // one-block and larger weights is refused here, before any work (the exporter checks it too).
@@ -676,7 +677,7 @@ void QuantizeRun::prepare_resume() {
   // Rank 0 decides between a fresh run, a resumed one and a finished export; the other ranks
   // then take its decision and its manifest.
   std::optional<ResumeState> decided;
-  if (lead) decided = prepare_output(job, resume_dir, identity, plan.num_layers + 2, check_hidden);
+  if (lead) decided = prepare_output(job, resume_dir, identity, plan.num_layers + 1, check_hidden);
   uint8_t finished = lead && !decided ? 1 : 0;
   comm.barrier();
   comm.broadcast(&finished, 1, 0);
@@ -759,8 +760,8 @@ void QuantizeRun::log_resume() const {
     log_info("resuming at ", resume_point(state.next_step, plan.num_layers), " (", manifest, ")");
 }
 
-void QuantizeRun::commit(int64_t next, const std::string& hidden_path,
-                         const std::string& old_input) {
+void QuantizeRun::commit(int64_t next, const std::string& hidden_path, const std::string& old_input,
+                         double* time) {
   if (next >= 2) check_int4_shapes();  // the head's commit (next 1) runs on its own thread
   // Test hook (tests/engine/kill_resume_test.sh): a kill lands mid-run on tiny fixtures.
   const int64_t slow_ms = job.test.slow_layer_ms;
@@ -770,7 +771,7 @@ void QuantizeRun::commit(int64_t next, const std::string& hidden_path,
     PhaseTimer& t;
     double* into;
     ~Lap() { t.lap(into); }
-  } lap{timer, commit_time};
+  } lap{timer, time};
   exporter->sync();
   comm.barrier();  // every rank's part of the step is durable
   // The hidden file's checksums: each rank computed those of its micro-batches as it wrote them
@@ -805,10 +806,11 @@ void QuantizeRun::start_head() {
   phase.lap(&result.times.startup);
   begin_step = state.next_step;
   begin_hidden = state.hidden_file;
-  // Step 0 (the embedding table copied to the export, synced, recorded). A single process writes
-  // it on a helper thread while the first hidden states are computed (they only read the table);
-  // it is waited for before the layers. With ranks its commit is collective, so it runs here, in
-  // order.
+  // Step 0 (the embedding table and every other tensor outside the layers -- final norm, lm_head,
+  // ... -- written, synced, recorded). A single process writes it on a helper thread while the
+  // first hidden states are computed (they only read the table) and the first layers are read,
+  // so that nothing is left to write after the layer loop; it is waited for before the layers'
+  // commits. With ranks its commit is collective, so it runs here, in order.
   if (state.next_step == 0) {
     auto write_head = [this]() {
       exporter->write_head();
@@ -851,8 +853,8 @@ void QuantizeRun::embed() {
       first_seq += static_cast<int64_t>(micro.groups[b].size());
     }
     if (begin_hidden.empty()) {
-      const std::vector<std::string>& head = exporter->step_sources(0);
-      share_tensors(comm, ckpt, head, owner);  // the embedding, read by one rank
+      // The embedding, read by one rank.
+      share_tensors(comm, ckpt, exporter->embedding_tensors(), owner);
       // A single process on the GPU: the placement embeds into pinned or device memory when the
       // hidden states live there, instead of through the store's file and back.
       device_embeds = on_gpu && comm.size() == 1;
@@ -878,8 +880,7 @@ void QuantizeRun::embed() {
 }
 
 void QuantizeRun::wait_head() {
-  if (head_written.valid()) head_written.get();  // what the embedding did not hide
-  phase.lap(&result.times.head);
+  if (head_written.valid()) head_written.get();
 }
 
 std::unique_ptr<Placement> QuantizeRun::placement() {
@@ -910,6 +911,7 @@ void QuantizeRun::run_layers() {
   first_layer = first_layer_to_run(begin_step, plan.num_layers);
   if (first_layer >= plan.num_layers) {
     wait_head();
+    phase.lap(&result.times.head);
     return;
   }
   progress.emplace("quantize", plan.num_layers - first_layer, "layers", job.progress && lead);
@@ -922,7 +924,6 @@ void QuantizeRun::run_layers() {
     check_memory_cap(result.memory, job.max_cpu_memory_bytes, "once the CUDA context exists");
   }
   phase.lap(on_gpu ? &result.times.device_setup : &result.times.layers);
-  wait_head();
   LayerLoop loop{
       plan,
       *exporter,
@@ -932,7 +933,7 @@ void QuantizeRun::run_layers() {
       job.test,
       result.times,
       [this](int64_t next, const std::string& hidden, const std::string& old_input) {
-        commit(next, hidden, old_input);
+        commit(next, hidden, old_input, &result.times.commit);
       },
       [this](const LayerReport& r) {
         result.layers.push_back(r);
@@ -942,23 +943,13 @@ void QuantizeRun::run_layers() {
                            r.experts ? str(" (", r.experts_without_tokens, "/", r.experts,
                                            " experts without tokens)")
                                      : ""));
-      }};
-  commit_time = &result.times.commit;
+      },
+      [this]() { wait_head(); }};
   run_layer_loop(loop, *where);
-  commit_time = nullptr;
   progress->finish();
   phase.lap(&result.times.layers);
   where.reset();  // the device's buffers go
   phase.lap(on_gpu ? &result.times.device_setup : &result.times.layers);
-}
-
-void QuantizeRun::write_tail() {
-  if (state.next_step == plan.num_layers + 1) {
-    MaxCalibrator none;  // nothing after the layers is calibrated
-    exporter->write_tail(none);
-    commit(plan.num_layers + 2, "", "");
-  }
-  phase.lap(&result.times.tail);
 }
 
 void QuantizeRun::finish() {
@@ -1092,7 +1083,6 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     if (run.lead_rank() && !steps.empty()) log_info("start-up steps: ", steps);
     run.embed();
     run.run_layers();
-    run.write_tail();
     run.finish();
   } catch (const DiskFullError& e) {
     run.disk_full(e);

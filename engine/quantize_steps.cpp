@@ -190,9 +190,8 @@ std::string expert_ranges(int64_t experts, int ranks) {
 }
 
 std::string resume_point(int64_t next_step, int64_t num_layers) {
-  return next_step <= num_layers
-             ? str("layer ", next_step, "/", num_layers)
-             : std::string(next_step == num_layers + 1 ? "the final tensors" : "the config files");
+  return next_step <= num_layers ? str("layer ", next_step, "/", num_layers)
+                                 : std::string("the config files");
 }
 
 int64_t first_layer_to_run(int64_t next_step, int64_t num_layers) {

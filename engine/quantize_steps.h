@@ -97,7 +97,7 @@ std::optional<ResumeState> resumed_state(const std::optional<ResumeState>& prev,
 // "rank 0: 0-3, rank 1: 4-7": the routed experts each rank holds (expert_owner's ranges).
 std::string expert_ranges(int64_t experts, int ranks);
 
-// Where a run resumes, as logged: "layer K/N", "the final tensors" or "the config files".
+// Where a run resumes, as logged: "layer K/N" or "the config files".
 std::string resume_point(int64_t next_step, int64_t num_layers);
 
 // The first decoder layer still to run: step s > 0 is layer s - 1, clamped to [0, num_layers].

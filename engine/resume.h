@@ -7,7 +7,7 @@
 //                            before the manifest that names it; a spilled run keeps it in
 //                            --offload_folder and the manifest names it by full path
 // The manifest vouches for the output directory: the shards of steps [0, next_step) are on disk
-// and synced (export/modelopt.h: step 0 the head, 1..N the decoder layers, N + 1 the tail). It
+// and synced (export/modelopt.h: step 0 the head, 1..N the decoder layers). It
 // records the CRC-32C of each micro-batch of the hidden file it names; a resumed run checks the
 // file against them (and its size and header) before trusting it, and starts over when it fails.
 //

@@ -38,7 +38,6 @@ std::string RunTimes::describe() const {
                                      {"embedding", embedding},
                                      {"GPU setup", device_setup},
                                      {"layers", layers},
-                                     {"tail", tail},
                                      {"finish", finish}}) +
                     "\n";
   if (layers > 0) {

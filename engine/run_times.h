@@ -29,7 +29,6 @@ struct RunTimes {
   double writer_busy = 0;   // the exporter's own time on its thread (overlaps the loop), of which
   double writer_write = 0;  //   writing the layers' tensors (pwrite into the shards)
   double writer_sync = 0;   //   fsync of the shards (durable steps; else starting writeback)
-  double tail = 0;          // the tensors after the layers (final norm, lm_head, ...), synced
   double finish = 0;        // index, config files, sidecar files, resume folder removed
   double total = 0;
 

@@ -288,17 +288,21 @@ ModeloptExporter::ModeloptExporter(const QuantPlan& plan, const ModelConfig& con
     for (size_t i = begin; i < end; ++i)
       classes[i] = classify_tensor(arch_, names[i]);
   });
+  // The head: the embeddings, then the rest outside the layers, in name order each.
+  std::vector<std::string> rest;
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& name = names[i];
     const TensorClass& c = classes[i];
     if (c.layer >= 0 && c.layer < plan_.num_layers && c.kind != TensorKind::kMtp) {
       layer_tensors_[c.layer].push_back(name);
     } else if (c.kind == TensorKind::kEmbedding) {
-      head_tensors_.push_back(name);
+      embedding_tensors_.push_back(name);
     } else {
-      tail_tensors_.push_back(name);
+      rest.push_back(name);
     }
   }
+  head_tensors_ = embedding_tensors_;
+  head_tensors_.insert(head_tensors_.end(), rest.begin(), rest.end());
   auto append = [&](std::vector<TensorSpec> specs) {
     for (TensorSpec& t : specs)
       outputs_.push_back(std::move(t));
@@ -319,7 +323,6 @@ ModeloptExporter::ModeloptExporter(const QuantPlan& plan, const ModelConfig& con
   append(outputs_of(head_tensors_));
   for (std::vector<TensorSpec>& specs : layer_specs)
     append(std::move(specs));
-  append(outputs_of(tail_tensors_));
   for (const TensorSpec& t : outputs_)
     output_bytes_ += t.nbytes();  // asked once a layer by the progress line
   ShardOptions w;
@@ -415,27 +418,13 @@ void ModeloptExporter::resume(int64_t next_step) {
 }
 
 void ModeloptExporter::release_source(int64_t step) const {
-  const std::vector<std::string>* names = &head_tensors_;
-  if (step == plan_.num_layers + 1) names = &tail_tensors_;
-  if (step >= 1 && step <= plan_.num_layers) {
-    auto it = layer_tensors_.find(step - 1);
-    if (it == layer_tensors_.end()) return;
-    names = &it->second;
-  }
-  for (const std::string& name : *names)
+  for (const std::string& name : step_sources(step))
     ckpt_.release(name);
 }
 
 uint64_t ModeloptExporter::source_bytes(int64_t step) const {
-  const std::vector<std::string>* names = &head_tensors_;
-  if (step == plan_.num_layers + 1) names = &tail_tensors_;
-  std::vector<std::string> none;
-  if (step >= 1 && step <= plan_.num_layers) {
-    auto it = layer_tensors_.find(step - 1);
-    names = it == layer_tensors_.end() ? &none : &it->second;
-  }
   uint64_t n = 0;
-  for (const std::string& name : *names) {
+  for (const std::string& name : step_sources(step)) {
     const TensorEntry& e = ckpt_.entry(name);
     n += e.end - e.begin;
   }
@@ -465,10 +454,6 @@ ModeloptExporter::~ModeloptExporter() = default;
 
 void ModeloptExporter::write_head() {
   write_tensors(head_tensors_, nullptr);
-}
-
-void ModeloptExporter::write_tail(const MaxCalibrator& calib) {
-  write_tensors(tail_tensors_, &calib);
 }
 
 LayerReport ModeloptExporter::write_layer(int64_t layer, const MaxCalibrator& calib,
@@ -586,7 +571,6 @@ void ModeloptExporter::set_ranks(int rank, int ranks,
   assign_owners(head_tensors_);
   for (const auto& [layer, names] : layer_tensors_)
     assign_owners(names, pinned);
-  assign_owners(tail_tensors_);
 }
 
 void ModeloptExporter::assign_owners(const std::vector<std::string>& names,
@@ -655,7 +639,6 @@ bool ModeloptExporter::owns(const std::string& name) const {
 const std::vector<std::string>& ModeloptExporter::step_sources(int64_t step) const {
   static const std::vector<std::string> none;
   if (step == 0) return head_tensors_;
-  if (step == plan_.num_layers + 1) return tail_tensors_;
   auto it = layer_tensors_.find(step - 1);
   return it == layer_tensors_.end() ? none : it->second;
 }

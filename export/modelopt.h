@@ -27,8 +27,10 @@
 // routed expert's gate/up share one weight scale and the experts of a layer one input scale.
 // Every output tensor is known from the plan before any work (output_plan()): the shards are
 // laid out up front and written in place (io/safetensors_writer.h, PlannedShardWriter), so a
-// killed run resumes at a step boundary. Steps: 0 the head, 1..num_layers the decoder layers,
-// num_layers + 1 the tail.
+// killed run resumes at a step boundary. Steps: 0 the head (every tensor outside the decoder
+// layers: the embedding first, then the final norm, lm_head, vision tower, MTP layers ..., none of
+// which needs calibration, so that they are written while the first layers are read), 1..num_layers
+// the decoder layers.
 // finish() writes the index, config.json (quantization_config replaced), hf_quant_config.json
 // and copies every other source file (tokenizer, generation_config.json, chat template, ...).
 #pragma once
@@ -96,7 +98,7 @@ class ModeloptExporter {
                    std::string out_dir, ExportOptions options);
   ~ModeloptExporter();
 
-  int64_t steps() const { return plan_.num_layers + 2; }
+  int64_t steps() const { return plan_.num_layers + 1; }
   // Takes steps [0, next_step) as written by an earlier run of the same plan (see
   // PlannedShardWriter::resume).
   void resume(int64_t next_step);
@@ -116,13 +118,13 @@ class ModeloptExporter {
   uint64_t source_bytes(int64_t step) const;  // of the checkpoint tensors step `step` reads
   void release_source(int64_t step) const;    // drops them from the resident set
 
-  // Tensors outside the decoder layers that come first (the embeddings).
+  // The tensors outside the decoder layers (step 0): the embeddings, final norm, lm_head, vision
+  // tower, MTP layers ...; a module among them is quantized weight-only or not at all (the plan
+  // refuses an input scale outside the decoder layers).
   void write_head();
   // Every tensor of decoder layer `layer`, quantized per the plan with `calib`'s statistics.
   LayerReport write_layer(int64_t layer, const MaxCalibrator& calib,
                           const PrecomputedWeights* precomputed = nullptr);
-  // The remaining tensors outside decoder layers (final norm, lm_head, vision tower, MTP ...).
-  void write_tail(const MaxCalibrator& calib);
   // Index, config files, sidecar files. Returns the output file names written.
   std::vector<std::string> finish();
 
@@ -139,8 +141,10 @@ class ModeloptExporter {
                  const std::function<int(const std::string&)>& pinned = nullptr);
   // The rank that writes checkpoint tensor `name` (0 when single-process).
   int owner_of(const std::string& name) const;
-  // The checkpoint tensors step `step` reads (0 the head, 1..num_layers the layers, then the tail).
+  // The checkpoint tensors step `step` reads (0 the head, 1..num_layers the layers).
   const std::vector<std::string>& step_sources(int64_t step) const;
+  // The embedding tables among the head's (what the calibration forward's embedding reads).
+  const std::vector<std::string>& embedding_tensors() const { return embedding_tensors_; }
 
   // The exclude list (format.md §5) for this plan, summarised with prefix wildcards as ModelOpt
   // 0.47 summarises it ("model.layers.0*", "model.layers.1.self_attn*"), none of which covers a
@@ -201,7 +205,7 @@ class ModeloptExporter {
   std::map<std::string, int> group_mxfp4_max_;
   std::mutex memo_mu_;
   const PrecomputedWeights* pre_ = nullptr;  // during write_layer
-  std::vector<std::string> head_tensors_, tail_tensors_;
+  std::vector<std::string> head_tensors_, embedding_tensors_;
   std::vector<std::string> written_;  // shard names after finish
   int rank_ = 0, ranks_ = 1;
   std::map<std::string, int> owner_;  // checkpoint tensor -> rank writing it (when ranks_ > 1)

@@ -316,16 +316,14 @@ TEST(QuantizeSteps, ExpertRanges) {
 }
 
 TEST(QuantizeSteps, ResumePointAndFirstLayer) {
-  // 4 layers: step 0 the head, 1..4 the layers 0..3, 5 the tail, 6 the config files.
+  // 4 layers: step 0 the head, 1..4 the layers 0..3, then the config files (next step 5).
   EXPECT_EQ(resume_point(1, 4), "layer 1/4");
   EXPECT_EQ(resume_point(4, 4), "layer 4/4");
-  EXPECT_EQ(resume_point(5, 4), "the final tensors");
-  EXPECT_EQ(resume_point(6, 4), "the config files");
+  EXPECT_EQ(resume_point(5, 4), "the config files");
   EXPECT_EQ(first_layer_to_run(0, 4), 0);
   EXPECT_EQ(first_layer_to_run(1, 4), 0);
   EXPECT_EQ(first_layer_to_run(3, 4), 2);
   EXPECT_EQ(first_layer_to_run(5, 4), 4);
-  EXPECT_EQ(first_layer_to_run(6, 4), 4);
 }
 
 TEST(QuantizeSteps, ResumeFolderAndManifestNames) {
