@@ -1,4 +1,5 @@
 #include <cuda_runtime.h>
+#include <sys/mman.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -7,6 +8,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/gpu_memory.h"
+#include "core/parallel.h"
 
 namespace strata::gpu {
 namespace {
@@ -100,11 +102,8 @@ PinnedBuffer::~PinnedBuffer() {
 
 void PinnedBuffer::reset() {
   if (ptr_) {
-    if (pinned_) {
-      cudaFreeHost(ptr_);
-    } else {
-      std::free(ptr_);
-    }
+    if (pinned_) cudaHostUnregister(ptr_);
+    ::munmap(ptr_, bytes_);
   }
   ptr_ = nullptr;
   bytes_ = 0;
@@ -114,17 +113,33 @@ void PinnedBuffer::reset() {
 void PinnedBuffer::reserve(uint64_t bytes) {
   if (bytes <= bytes_) return;
   reset();
-  bytes = (bytes + 4095) / 4096 * 4096;
-  void* p = nullptr;
-  if (cuda_device_count() > 0 && cudaMallocHost(&p, bytes) == cudaSuccess) {
-    pinned_ = true;  // cudaMallocHost returns page-aligned memory
-  } else {
-    cudaGetLastError();
-    p = std::aligned_alloc(4096, bytes);
-    STRATA_CHECK(p, "host memory: cannot allocate ", gib(bytes), " for a staging buffer");
-  }
-  ptr_ = static_cast<uint8_t*>(p);
+  // Anonymous memory on 2 MiB boundaries, asked for transparent huge pages and faulted in on
+  // several threads, then page-locked in place (cudaHostRegister): cudaMallocHost faults in,
+  // clears and locks 4 KiB pages on the calling thread, about half a second per GiB (docs/CUDA.md
+  // "The engine on the GPU", start-up), which a run's start waited for.
+  constexpr uint64_t kHuge = uint64_t{2} << 20;
+  bytes = (bytes + kHuge - 1) / kHuge * kHuge;
+  void* m =
+      ::mmap(nullptr, bytes + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  STRATA_CHECK(m != MAP_FAILED, "host memory: cannot allocate ", gib(bytes),
+               " for a staging buffer");
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(m);
+  const uintptr_t at = (begin + kHuge - 1) / kHuge * kHuge;
+  if (at > begin) ::munmap(m, at - begin);
+  if (begin + kHuge > at) ::munmap(reinterpret_cast<void*>(at + bytes), begin + kHuge - at);
+  uint8_t* p = reinterpret_cast<uint8_t*>(at);
+  ::madvise(p, bytes, MADV_HUGEPAGE);  // a hint: without huge pages, 4 KiB pages as before
+  parallel_chunks(bytes / kHuge, std::min<size_t>(startup_threads(), 8), 16,
+                  [p](size_t b, size_t e) {
+                    for (uint64_t i = b * kHuge; i < e * kHuge; i += 4096)
+                      p[i] = 0;
+                  });
+  ptr_ = p;
   bytes_ = bytes;
+  if (cuda_device_count() > 0 && cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess)
+    pinned_ = true;
+  else
+    cudaGetLastError();  // used unpinned: copies are synchronous staging, still correct
 }
 
 PinnedBuffer::PinnedBuffer(PinnedBuffer&& o) noexcept

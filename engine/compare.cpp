@@ -13,6 +13,7 @@
 #include "core/parallel.h"
 #include "core/progress.h"
 #include "engine/compare_layers.h"
+#include "engine/run_times.h"
 #include "export/modelopt.h"
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
@@ -311,6 +312,8 @@ double quantile(std::vector<double> v, double p) {
 }
 
 CompareResult run_compare(const CompareJob& job) {
+  PhaseTimer phase;
+  double t_start = 0, t_embed = 0, t_layers = 0, t_logits = 0;  // the closing time line
   check_dir(job.source_dir, "SRC");
   check_dir(job.quantized_dir, "QUANTIZED");
   const ModelConfig cs = read_model_config(job.source_dir);
@@ -377,8 +380,10 @@ CompareResult run_compare(const CompareJob& job) {
   r.device = cuda ? "cuda" : "cpu";
 
   std::vector<float> hs(static_cast<size_t>(T * H)), hq(hs.size()), local(hs.size());
+  phase.lap(&t_start);
   src->embed(batch, hs.data());
   q->embed(batch, hq.data());
+  phase.lap(&t_embed);
   Progress progress("compare", L, "layers", job.progress);
   for (int64_t l = 0; l < L; ++l) {
     local = hs;  // the source's input of layer l
@@ -413,9 +418,15 @@ CompareResult run_compare(const CompareJob& job) {
     progress.step(detail);
   }
   progress.finish();
+  phase.lap(&t_layers);
 
   TokenStats ts;
   measure_logits(*src, *q, batch, hs, hq, ts);
+  phase.lap(&t_logits);
+  log_info("compare: time ", format_double("%.2f", t_start + t_embed + t_layers + t_logits),
+           " s = start-up (configs, headers, tokens, device) ", format_double("%.2f", t_start),
+           " + embedding ", format_double("%.2f", t_embed), " + layers ",
+           format_double("%.2f", t_layers), " + logits and KL ", format_double("%.2f", t_logits));
   r.positions = static_cast<int64_t>(ts.kl.size());
   r.predicted = ts.predicted;
   double sum = 0.0;

@@ -101,12 +101,16 @@ std::unique_ptr<GpuEarlySetup> gpu_early_setup(int64_t first_layer, int64_t num_
                       2 * early->blob_bytes + store_bytes > max_gpu_memory_bytes;
   GpuEarlySetup* e = early.get();
   early->done = std::async(std::launch::async, [e, hidden, store_bytes]() {
+    PhaseTimer t;
     set_cuda_device(0);
     gpu::cuda_memory_info();  // creates the context
+    t.lap(&e->context);
     ops::cuda::gemm_library_load();
+    t.lap(&e->libraries);
     e->weights[0].reserve(e->blob_bytes);
     e->weights[1].reserve(e->blob_bytes);
     if (hidden) e->hidden.reserve(store_bytes);
+    t.lap(&e->pinned);
   });
   return early;
 }
@@ -215,11 +219,14 @@ DevicePlacement::DevicePlacement(GpuLoop& loop)
                "--device cuda: no CUDA device is visible; use --device cpu");
   PhaseTimer setup;
   double parts[4] = {0, 0, 0, 0};  // device and forward, plans, buffers, hidden states in
+  double device_part = 0;          // of parts[0]: the device chosen and its context
   // Ranks (engine/gpu_ranks.h): this rank's GPU; ranks sharing one split its memory by default.
   comm_ = loop.comm && loop.comm->size() > 1 ? loop.comm : nullptr;
   ep_ = comm_ && loop.expert_parallel;
   device_ = comm_ ? gpu_rank_device(*comm_, cuda_device_count()) : 0;
   set_cuda_device(device_);
+  gpu::cuda_memory_info();  // the context (the early setup's, when it made it first)
+  device_part = setup.lap(&parts[0]);
   uint64_t gpu_limit = loop.max_gpu_memory_bytes;
   if (comm_ && gpu_limit == 0)
     gpu_limit = gpu::cuda_memory_info().free / 20 * 19 /
@@ -254,7 +261,7 @@ DevicePlacement::DevicePlacement(GpuLoop& loop)
 #endif
   }
   reader_ = std::make_unique<LayerReader>(loop.ckpt);
-  parts[0] = setup.lap(nullptr);
+  setup.lap(&parts[0]);
   plan_layers();
   plan_memory();
   agree_rounds();
@@ -280,9 +287,14 @@ DevicePlacement::DevicePlacement(GpuLoop& loop)
            dq_ ? "; weights quantized on the device" : "; weights quantized by the CPU exporter");
   load_hidden();
   parts[3] = setup.lap(nullptr);
-  log_info("GPU setup: device and forward ", str(parts[0]).substr(0, 5), " s, plans ",
-           str(parts[1]).substr(0, 5), " s, buffers ", str(parts[2]).substr(0, 5),
-           " s, hidden states in ", str(parts[3]).substr(0, 5), " s");
+  const GpuEarlySetup* e = loop.early;
+  log_info("GPU setup: device and forward ", str(parts[0]).substr(0, 5), " s (device ",
+           str(device_part).substr(0, 5), " s), plans ", str(parts[1]).substr(0, 5), " s, buffers ",
+           str(parts[2]).substr(0, 5), " s, hidden states in ", str(parts[3]).substr(0, 5), " s",
+           e ? str("; on the early setup's thread: context ", format_double("%.3f", e->context),
+                   " s, GEMM libraries ", format_double("%.3f", e->libraries),
+                   " s, pinned buffers ", format_double("%.3f", e->pinned), " s")
+             : std::string());
 }
 
 void DevicePlacement::plan_layers() {

@@ -55,8 +55,9 @@ struct ExpertTraffic;  // engine/parallel.h
 // fits its plan and allocates the rest itself.
 struct GpuEarlySetup {
   std::future<void> done;
-  uint64_t blob_bytes = 0;               // the largest layer's blob (weights[i] hold it)
-  gpu::PinnedBuffer weights[2], hidden;  // hidden: empty when not allocated early
+  uint64_t blob_bytes = 0;                        // the largest layer's blob (weights[i] hold it)
+  gpu::PinnedBuffer weights[2], hidden;           // hidden: empty when not allocated early
+  double context = 0, libraries = 0, pinned = 0;  // its parts' seconds (the GPU setup's log line)
 };
 // nullptr without CUDA or without layers to run. blob_bytes: the largest blob of the layers to run
 // (gpu_layer_blobs); store_bytes: the bf16 hidden states' size; host_fits: they may stay in host

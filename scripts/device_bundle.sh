@@ -78,9 +78,9 @@ echo "== build (-j$jobs)"
 (cd "$fixed/build" && ninja -j"$jobs" >"$build_real/build.log" 2>&1) || { tail -40 "$build_real/build.log"; exit 1; }
 
 # strata, make_synthetic (bench/gpu_bench.sh writes its checkpoint with it), expert_gemm_bench
-# (GPU only) and every test binary; the other benches stay here (they run on the CPU and would
-# double the payload).
-mapfile -t exes < <(cd "$build_real" && { echo bin/strata; echo bin/make_synthetic; echo bin/expert_gemm_bench;
+# (GPU only), kda_bench (device_check.sh --parts kda) and every test binary; the other benches stay
+# here (they run on the CPU and would double the payload).
+mapfile -t exes < <(cd "$build_real" && { echo bin/strata; echo bin/make_synthetic; echo bin/expert_gemm_bench; echo bin/kda_bench;
   find tests -path '*/CMakeFiles' -prune -o -type f -perm -u+x -print | grep -v -E '\.(sh|py|cmake)$'; } | sort)
 [ ${#exes[@]} -gt 0 ] || { echo "device_bundle: no executables built" >&2; exit 1; }
 
