@@ -5,7 +5,9 @@
 //   read the export's layer l                        ->  device  ->  GpuForward (export, Serving)
 //                                                                    on h_s(l) and on h_q(l)
 //
-// with the next blob read on a helper thread while a layer computes. The hidden states stay on
+// with the next blob read on a helper thread while a layer computes, and both models' layers read
+// into the page cache in that order up to kWarmBytes ahead (io/layer_reader.h PageWarmer), so
+// that the disk reads without a pause between blobs. The hidden states stay on
 // the host (the measurements are taken there, in double) and pass through the device a chunk of
 // whole sequences at a time. Device memory: both models' largest layer blobs and converted
 // (dequantized) weights, each forward's attention buffer, and per token of a chunk both
@@ -20,6 +22,7 @@
 
 #if STRATA_WITH_CUDA
 #include "core/gpu_memory.h"
+#include "engine/gpu_runner.h"
 #include "io/layer_reader.h"
 #include "model/cuda/gpu_forward.h"
 #endif
@@ -171,6 +174,12 @@ class GpuCompareLayers final : public CompareLayers {
     host_[1].reserve(std::max(src_.max_blob, exp_.max_blob));
     log_info("compare on the GPU: ", chunks_.size(), " chunk(s) of up to ", chunk_max_, " tokens, ",
              static_cast<double>(budget_.limit()) / (1ull << 30), " GiB budget");
+    std::vector<LayerBlob> order;  // the read order of read_ahead
+    for (size_t l = 0; l < src_.blobs.size(); ++l) {
+      order.push_back(src_.blobs[l]);
+      order.push_back(exp_.blobs[l]);
+    }
+    warm_ = std::make_unique<PageWarmer>(std::move(order), kWarmBytes);
     read_ahead(0);
   }
 
@@ -187,6 +196,7 @@ class GpuCompareLayers final : public CompareLayers {
   // Layer l of `side` onto the device (blob `i` of the read order), the next blob's read started.
   void load(Side& side, int64_t l, int64_t i) {
     reading_.get();
+    warm_->advance();
     const LayerBlob& blob = side.blobs[static_cast<size_t>(l)];
     stream_.copy_to_device(side.weights.data(), host_[i % 2].data(), blob.bytes);
     stream_.synchronize();  // host_[i % 2] is read into again two blobs on
@@ -224,6 +234,7 @@ class GpuCompareLayers final : public CompareLayers {
   int64_t chunk_max_ = 0;
   gpu::DeviceBuffer meta_, x_;
   gpu::PinnedBuffer host_[2];
+  std::unique_ptr<PageWarmer> warm_;  // declared before reading_: destroyed after it
   std::future<void> reading_;
 };
 
