@@ -11,8 +11,9 @@
 # --parts     which parts run, in this order (default tests,peer); parts joined by + run at the
 #             same time (tests+peer: neither is timed); kda: bench/kda_bench (a few seconds)
 # --tests     a ctest -R regex over the `gpu` label (default: every GPU test)
-# --recipes   peer recipes (default: the one issue 19 has not had on the H200, the calibrated
-#             NVFP4 KV cache nvfp4-kv_nvfp4; docs/QUANTIZE.md "Parity with ModelOpt" lists what ran)
+# --recipes   peer recipes (default: the calibrated NVFP4 KV cache nvfp4-kv_nvfp4, the last of
+#             issue 19's recipes to get a GPU peer run, 11 of 11 PASS on 2026-12-05;
+#             docs/QUANTIZE.md "Parity with ModelOpt" lists what ran)
 # --families  peer families (default: every fixture family with a transformers class)
 # --peer_deadline  seconds the peer may take (default 420; one family a process: 11 families x
 #             6 recipes took 202 s beside the GPU tests on 2026-12-05); a peer stopped at it still
