@@ -420,7 +420,6 @@ class QuantizeRun {
   void embed();
   // Steps 1..N, the decoder layers: the layer loop (engine/layer_loop.h) on the placement.
   void run_layers();
-  // Step N + 1, the tensors outside the layers.
   // The index and config files; the resume folder goes; the result's totals.
   void finish();
   // A write refused for want of space: one line naming the file and about how much more space
