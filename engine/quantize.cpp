@@ -945,6 +945,7 @@ void QuantizeRun::run_layers() {
       },
       [this]() { wait_head(); }};
   run_layer_loop(loop, *where);
+  result.times.writeback = exporter->writeback_seconds();
   progress->finish();
   phase.lap(&result.times.layers);
   where.reset();  // the device's buffers go

@@ -54,6 +54,8 @@ std::string RunTimes::describe() const {
       out += "; writer thread busy " + secs(writer_busy) + " s";
       if (writer_write > 0 || writer_sync > 0)
         out += " (writing " + secs(writer_write) + ", fsync " + secs(writer_sync) + ")";
+      if (writeback > 0)
+        out += "; writeback requests on their own thread " + secs(writeback) + " s";
     }
     out += "\n";
   }

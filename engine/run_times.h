@@ -28,7 +28,8 @@ struct RunTimes {
   double commit = 0;        //   resume commits: fsync of the shards written, the manifest
   double writer_busy = 0;   // the exporter's own time on its thread (overlaps the loop), of which
   double writer_write = 0;  //   writing the layers' tensors (pwrite into the shards)
-  double writer_sync = 0;   //   fsync of the shards (durable steps; else starting writeback)
+  double writer_sync = 0;   //   fsync of the shards (durable steps; else asking for writeback)
+  double writeback = 0;     // the writer's flusher thread in sync_file_range (overlaps the writer)
   double finish = 0;        // index, config files, sidecar files, resume folder removed
   double total = 0;
 

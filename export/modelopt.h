@@ -110,7 +110,9 @@ class ModeloptExporter {
   std::vector<std::string> vouched_files() const { return writer_->vouched_files(); }
   uint64_t bytes_written() const { return writer_->bytes_written(); }
   double write_seconds() const { return writer_->write_seconds(); }  // in pwrite, so far
-  uint64_t output_bytes() const;                                     // of every planned tensor
+  // In sync_file_range on the writer's flusher thread, so far.
+  double writeback_seconds() const { return writer_->writeback_seconds(); }
+  uint64_t output_bytes() const;  // of every planned tensor
   // About the space the finished export takes on a filesystem of `block`-byte blocks, from
   // above: the shards and index (PlannedShardWriter::disk_bytes), config.json and
   // hf_quant_config.json with room for every module's name, and the source files copied.

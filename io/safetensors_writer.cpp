@@ -9,9 +9,12 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <thread>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -365,7 +368,64 @@ PlannedShardWriter::PlannedShardWriter(std::string out_dir, std::vector<TensorSp
   });
 }
 
+// The thread that asks the kernel to write back the dirty shards (start_writeback): one request
+// at a time, a request made meanwhile run after it with the descriptors it named.
+struct PlannedShardWriter::Flusher {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int> fds;  // the pending request's descriptors
+  bool requested = false, busy = false, stop = false;
+  double seconds = 0;  // in sync_file_range (under mu once each request ends)
+  std::thread thread;
+
+  Flusher() : thread([this] { run(); }) {}
+  ~Flusher() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    thread.join();
+  }
+  void request(std::vector<int> f) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      fds = std::move(f);
+      requested = true;
+    }
+    cv.notify_all();
+  }
+  // Returns once no request is pending or running: the descriptors may be closed then.
+  void drain() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [this] { return !requested && !busy; });
+  }
+  void run() {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      cv.wait(lock, [this] { return requested || stop; });
+      if (stop) return;  // (the owner drains before it stops us)
+      std::vector<int> mine = std::move(fds);
+      requested = false;
+      busy = true;
+      lock.unlock();
+      const auto t0 = std::chrono::steady_clock::now();
+#ifdef __linux__
+      for (int fd : mine)
+        (void)::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+#endif
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      lock.lock();
+      seconds += s;
+      busy = false;
+      cv.notify_all();
+    }
+  }
+};
+
 PlannedShardWriter::~PlannedShardWriter() {
+  if (flusher_) flusher_->drain();
+  flusher_.reset();
   for (Shard& s : shards_) {
     if (s.fd >= 0) ::close(s.fd);
   }
@@ -464,13 +524,24 @@ void PlannedShardWriter::skip(const std::string& name) {
 
 void PlannedShardWriter::start_writeback() {
 #ifdef __linux__
+  std::vector<int> fds;
   for (const Shard& s : shards_) {
-    if (s.dirty && s.fd >= 0) (void)::sync_file_range(s.fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    if (s.dirty && s.fd >= 0) fds.push_back(s.fd);
   }
+  if (fds.empty()) return;
+  if (!flusher_) flusher_ = std::make_unique<Flusher>();
+  flusher_->request(std::move(fds));
 #endif
 }
 
+double PlannedShardWriter::writeback_seconds() const {
+  if (!flusher_) return 0;
+  std::lock_guard<std::mutex> lock(flusher_->mu);
+  return flusher_->seconds;
+}
+
 void PlannedShardWriter::sync() {
+  if (flusher_) flusher_->drain();  // it may hold descriptors closed below
   for (Shard& s : shards_) {
     if (!s.dirty) {
       if (s.fd >= 0 && s.end <= next_) {  // opened, every tensor written by others

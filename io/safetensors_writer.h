@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -102,8 +103,13 @@ class PlannedShardWriter {
   void sync();
   // Starts writing back to the disk what add() wrote since the last sync, without waiting for it
   // (Linux sync_file_range; a no-op elsewhere): durable only after the next sync(), which then
-  // has less left to flush. Errors surface at that sync().
+  // has less left to flush. Errors surface at that sync(). The kernel call blocks while the
+  // disk's queue is full (seconds a run on a busy disk), so it runs on a flusher thread of this
+  // writer: a request made while one is in flight is run once that one ends. sync() and the
+  // destructor wait for it first.
   void start_writeback();
+  // Seconds the flusher thread spent in sync_file_range so far (the run's summary).
+  double writeback_seconds() const;
   // Renames every shard whose tensors are all written and synced to its final name.
   void publish();
   // After every planned tensor is written: publishes, writes <prefix>.safetensors.index.json
@@ -120,6 +126,8 @@ class PlannedShardWriter {
   };
   void open_shard(Shard& s, bool create);
   std::string path_of(const std::string& name) const;
+  struct Flusher;
+  std::unique_ptr<Flusher> flusher_;  // started by the first start_writeback()
   std::string out_dir_;
   ShardOptions options_;
   std::vector<TensorSpec> plan_;

@@ -29,6 +29,13 @@ TEST(RunTimes, ListsPhasesThatTookTimeAndTheRest) {
             "time 10.00 s = startup 1.00 + layers 8.00 + other 1.00\n"
             "layers 8.00 s = waiting for weights 2.00 + computing 5.00 + hidden states for resume "
             "(2x) 0.50 + other 0.50; writer thread busy 3.00 s (writing 1.25, fsync 0.50)\n");
+  // The flusher thread's time, beside the writer's.
+  t.writeback = 2.0;
+  EXPECT_EQ(t.describe(),
+            "time 10.00 s = startup 1.00 + layers 8.00 + other 1.00\n"
+            "layers 8.00 s = waiting for weights 2.00 + computing 5.00 + hidden states for resume "
+            "(2x) 0.50 + other 0.50; writer thread busy 3.00 s (writing 1.25, fsync 0.50); "
+            "writeback requests on their own thread 2.00 s\n");
 }
 
 TEST(RunTimes, NoLayerLineWithoutALoop) {

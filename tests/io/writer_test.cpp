@@ -455,6 +455,36 @@ TEST(PlannedShardWriter, StartWritebackIsNotASync) {
     EXPECT_EQ(read_bytes(dir.file(f)), read_bytes(ref.file(f))) << f;
 }
 
+// A writer destroyed with a writeback request in flight (a run failing mid-layer) waits for its
+// flusher before it closes the shards, and leaves them for a resume: a second writer resumes
+// after the first two tensors and finishes to the reference's bytes.
+TEST(PlannedShardWriter, DestroyedWithWritebackInFlight) {
+  TempDir ref, dir;
+  ShardOptions opt;
+  opt.max_shard_bytes = 100;
+  write_reference(ref.path());
+  const auto ts = five();
+  {
+    PlannedShardWriter w(dir.path(), specs_of(ts), opt);
+    w.add(ts[0].first, ts[0].second);
+    w.add(ts[1].first, ts[1].second);
+    w.sync();
+    w.add(ts[2].first, ts[2].second);
+    for (int i = 0; i < 8; ++i)
+      w.start_writeback();
+    EXPECT_GE(w.writeback_seconds(), 0.0);
+  }
+  PlannedShardWriter w(dir.path(), specs_of(ts), opt);
+  w.resume(2);
+  for (size_t i = 2; i < ts.size(); ++i)
+    w.add(ts[i].first, ts[i].second);
+  w.finish();
+  std::vector<std::string> files = dir.list();
+  ASSERT_EQ(files, ref.list());
+  for (const std::string& f : files)
+    EXPECT_EQ(read_bytes(dir.file(f)), read_bytes(ref.file(f))) << f;
+}
+
 TEST(PlannedShardWriter, Errors) {
   TempDir dir;
   ShardOptions opt;
