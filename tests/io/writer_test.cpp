@@ -425,6 +425,14 @@ TEST(PlannedShardWriter, ResumeAfterEveryTensorGivesTheSameBytes) {
   }
 }
 
+// `dir` holds the files of `ref`, byte for byte.
+void expect_same_files(const TempDir& dir, const TempDir& ref) {
+  std::vector<std::string> files = dir.list();
+  ASSERT_EQ(files, ref.list());
+  for (const std::string& f : files)
+    EXPECT_EQ(read_bytes(dir.file(f)), read_bytes(ref.file(f))) << f;
+}
+
 // start_writeback between tensors (the GPU loop's non-durable steps) changes no byte and makes
 // nothing durable: only sync() lets publish() rename a shard, and the finished files are the
 // reference's.
@@ -449,10 +457,7 @@ TEST(PlannedShardWriter, StartWritebackIsNotASync) {
     w.start_writeback();
   }
   w.finish();
-  std::vector<std::string> files = dir.list();
-  ASSERT_EQ(files, ref.list());
-  for (const std::string& f : files)
-    EXPECT_EQ(read_bytes(dir.file(f)), read_bytes(ref.file(f))) << f;
+  expect_same_files(dir, ref);
 }
 
 // A writer destroyed with a writeback request in flight (a run failing mid-layer) waits for its
@@ -479,10 +484,7 @@ TEST(PlannedShardWriter, DestroyedWithWritebackInFlight) {
   for (size_t i = 2; i < ts.size(); ++i)
     w.add(ts[i].first, ts[i].second);
   w.finish();
-  std::vector<std::string> files = dir.list();
-  ASSERT_EQ(files, ref.list());
-  for (const std::string& f : files)
-    EXPECT_EQ(read_bytes(dir.file(f)), read_bytes(ref.file(f))) << f;
+  expect_same_files(dir, ref);
 }
 
 TEST(PlannedShardWriter, Errors) {
