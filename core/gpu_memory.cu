@@ -126,7 +126,7 @@ void PinnedBuffer::reserve(uint64_t bytes) {
   const uintptr_t begin = reinterpret_cast<uintptr_t>(m);
   const uintptr_t at = (begin + kHuge - 1) / kHuge * kHuge;
   if (at > begin) ::munmap(m, at - begin);
-  if (begin + kHuge > at) ::munmap(reinterpret_cast<void*>(at + bytes), begin + kHuge - at);
+  ::munmap(reinterpret_cast<void*>(at + bytes), begin + kHuge - at);  // at < begin + kHuge
   uint8_t* p = reinterpret_cast<uint8_t*>(at);
   ::madvise(p, bytes, MADV_HUGEPAGE);  // a hint: without huge pages, 4 KiB pages as before
   parallel_chunks(bytes / kHuge, std::min<size_t>(startup_threads(), 8), 16,

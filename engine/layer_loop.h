@@ -95,7 +95,6 @@ class HostPlacement : public Placement {
     bool expert_parallel = false;
     std::function<int(const std::string&)> owner;       // the rank reading a tensor
     std::function<int(const std::string&)> expert_pin;  // a routed expert's holder, or -1
-    int64_t num_layers = 0;
   };
   explicit HostPlacement(Inputs in);
   void prefetch(int64_t l) override;

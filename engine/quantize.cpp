@@ -903,7 +903,7 @@ std::unique_ptr<Placement> QuantizeRun::placement() {
   }
   return std::make_unique<HostPlacement>(HostPlacement::Inputs{*fwd, *exporter, ckpt, comm, *store,
                                                                batches, resume_dir, expert_parallel,
-                                                               owner, expert_pin, plan.num_layers});
+                                                               owner, expert_pin});
 }
 
 void QuantizeRun::run_layers() {

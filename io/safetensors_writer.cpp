@@ -404,7 +404,7 @@ struct PlannedShardWriter::Flusher {
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
       cv.wait(lock, [this] { return requested || stop; });
-      if (stop) return;  // (the owner drains before it stops us)
+      if (stop) return;  // a pending request is dropped: only sync() makes anything durable
       std::vector<int> mine = std::move(fds);
       requested = false;
       busy = true;
@@ -424,8 +424,7 @@ struct PlannedShardWriter::Flusher {
 };
 
 PlannedShardWriter::~PlannedShardWriter() {
-  if (flusher_) flusher_->drain();
-  flusher_.reset();
+  flusher_.reset();  // joined (after its request in flight) before the descriptors close
   for (Shard& s : shards_) {
     if (s.fd >= 0) ::close(s.fd);
   }

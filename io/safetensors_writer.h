@@ -106,7 +106,7 @@ class PlannedShardWriter {
   // has less left to flush. Errors surface at that sync(). The kernel call blocks while the
   // disk's queue is full (seconds a run on a busy disk), so it runs on a flusher thread of this
   // writer: a request made while one is in flight is run once that one ends. sync() and the
-  // destructor wait for it first.
+  // destructor wait for the request in flight first (the destructor drops a pending one).
   void start_writeback();
   // Seconds the flusher thread spent in sync_file_range so far (the run's summary).
   double writeback_seconds() const;
