@@ -409,6 +409,7 @@ void print_summary(const QuantizeJob& job, const QuantizeResult& r, uint64_t pea
   std::printf("wrote %zu files\n", r.files.size());
   // Wall time per phase (engine/run_times.h): where a slow run spent it.
   std::fputs(r.times.describe().c_str(), stdout);
+  std::fputs(r.disk_timeline.c_str(), stdout);
   // The bound and the least (docs/QUANTIZE.md "Memory and progress"); the least also as the
   // --max_cpu_memory_gb that runs: with a margin of 1% (at least 2 MiB) for the baseline's
   // variation from run to run (a few hundred KiB measured), rounded up to the thousandth.

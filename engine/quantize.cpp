@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/device.h"
+#include "core/disk_timeline.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/progress.h"
@@ -426,6 +427,7 @@ class QuantizeRun {
   // the run needs on that filesystem to finish (docs/QUANTIZE.md "Full disk").
   [[noreturn]] void disk_full(const DiskFullError& e);
   bool lead_rank() const { return lead; }
+  void set_disk_timeline(DiskTimeline* d) { disk = d; }
 
  private:
   // Step `next - 1` is written: make it durable, then record it with the file holding the next
@@ -458,6 +460,7 @@ class QuantizeRun {
   ModelConfig config;
   Checkpoint ckpt;
   std::unique_ptr<PageWarmer> first_reads;  // the early page-cache reads (constructor)
+  DiskTimeline* disk = nullptr;             // --gpu_profile: the disk's traffic by phase
   const QuantPlan& plan = result.plan;
   bool on_gpu = false;
   bool expert_parallel = false;
@@ -914,6 +917,7 @@ void QuantizeRun::run_layers() {
     return;
   }
   progress.emplace("quantize", plan.num_layers - first_layer, "layers", job.progress && lead);
+  if (disk) disk->mark(on_gpu ? "GPU setup" : "placement");
   std::unique_ptr<Placement> where = placement();
   if (on_gpu) {
     // The CUDA context and the pinned buffers exist now: the bound takes the context as measured
@@ -923,6 +927,7 @@ void QuantizeRun::run_layers() {
     check_memory_cap(result.memory, job.max_cpu_memory_bytes, "once the CUDA context exists");
   }
   phase.lap(on_gpu ? &result.times.device_setup : &result.times.layers);
+  if (disk) disk->mark("layers");
   LayerLoop loop{
       plan,
       *exporter,
@@ -948,11 +953,13 @@ void QuantizeRun::run_layers() {
   result.times.writeback = exporter->writeback_seconds();
   progress->finish();
   phase.lap(&result.times.layers);
+  if (disk) disk->mark("placement released");
   where.reset();  // the device's buffers go
   phase.lap(on_gpu ? &result.times.device_setup : &result.times.layers);
 }
 
 void QuantizeRun::finish() {
+  if (disk) disk->mark("finish");
   check_int4_shapes();
   result.bytes_read = ckpt.bytes_read();
   result.expert_bytes_sent = exchange.traffic.bytes_sent;
@@ -1055,8 +1062,15 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     if (s >= 0.005)
       steps += str(steps.empty() ? "" : ", ", name, " ", format_double("%.2f", s), " s");
   };
+  // --gpu_profile: the disk's traffic by phase, from before the first read (the constructor's).
+  std::unique_ptr<DiskTimeline> disk;
+  if (job.gpu.profile) {
+    disk = std::make_unique<DiskTimeline>();
+    disk->mark("start-up");
+  }
   auto owned = std::make_unique<QuantizeRun>(job, result);
   QuantizeRun& run = *owned;
+  run.set_disk_timeline(disk.get());
   step("config and checkpoint headers");
   run.resolve_plan();
   step("plan");
@@ -1084,6 +1098,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     run.embed();
     run.run_layers();
     run.finish();
+    if (disk) result.disk_timeline = disk->finish();
   } catch (const DiskFullError& e) {
     run.disk_full(e);
   }

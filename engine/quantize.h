@@ -179,6 +179,9 @@ struct QuantizeResult {
   uint64_t expert_bytes_sent = 0;
   double expert_exchange_seconds = 0.0;
   RunTimes times;  // wall time per phase (engine/run_times.h)
+  // --gpu_profile: the disk's bytes read and written by phase and each half second
+  // (core/disk_timeline.h); empty otherwise.
+  std::string disk_timeline;
 };
 
 // Everything `--dry-run` prints: formats per kind, which rule decided, estimated output size and
