@@ -401,6 +401,8 @@ run_strata() {  # name, extra flags... (RUN_BIN: another strata binary; KEEP_OUT
     R[${name}_startup_steps]=$(sed -n 's/^strata: info: start-up steps: //p' "$logs/strata_$name.log" | tail -1)
     # --profile (strata's --gpu_profile): device time by part of the forward.
     R[${name}_profile]=$(sed -n 's/^strata: info: GPU profile: //p; s/^strata: info:   \(.*\)/\1/p' "$logs/strata_$name.log" | paste -sd';' | sed 's/;/; /g')
+    # and the disk's traffic by phase and each half second (core/disk_timeline.h).
+    R[${name}_disk]=$(grep '^disk, \|^disk GB/s each' "$logs/strata_$name.log" | sed 's/^/  /')
   fi
   [ "${KEEP_OUT:-0}" = 1 ] || rm -rf "$work/out_$name"
   say "strata $name: ${R[${name}_s]} s"
@@ -632,6 +634,7 @@ frac() {  # flops, seconds -> percent of the measured bf16 matmul rate
     [ -n "${R[${name}_layer_phases]:-}" ] && echo "strata $name, the layer loop: ${R[${name}_layer_phases]}"
     [ -n "${R[${name}_startup_steps]:-}" ] && echo "strata $name, start-up steps: ${R[${name}_startup_steps]}"
     [ -n "${R[${name}_profile]:-}" ] && echo "strata $name, device time (--gpu_profile): ${R[${name}_profile]}"
+    [ -n "${R[${name}_disk]:-}" ] && printf 'strata %s, the disk by phase (--gpu_profile):\n%s\n' "$name" "${R[${name}_disk]}"
   done
   echo
   echo "x cold read: against the faster cold read (${R[read_s]:-?} s)."
