@@ -143,8 +143,10 @@ class BlobBinder final : public model::Binder {
       if (std::optional<SourceWeight> sw = compressed_weight(ckpt_, name))
         return compressed(*sw, shape);
     }
-    if (std::optional<ops::Compressed> c = export_weight(ckpt_, name, shape, &blob_, base_))
+    if (std::optional<ops::Compressed> c = export_weight(ckpt_, name, shape, &blob_, base_)) {
+      untranspose(name, *c);
       return decompressed(name, *c, shape);
+    }
     const LayerBlob::Item& it = item(name, shape);
     const int64_t n = shape_numel(shape);
     const uint64_t esz = gemm_bf16_ ? 2 : 4;
@@ -274,6 +276,28 @@ class BlobBinder final : public model::Binder {
     record(name, q, DType::kBF16, shape);
     w.data = dst;
     return w;
+  }
+  // An export's fused experts (gpt-oss: values U8 [E, in/2, out] with block scales [E, in/16,
+  // out] for NVFP4, F8_E4M3 [E, in, out] for FP8; io/fused_experts.h) are transposed views: each
+  // expert's values and scales stored [cols, rows] of the view's [rows, cols]. They are copied
+  // transposed into the converted weights, as Checkpoint::tensor copies them on the CPU, and
+  // decompressed from there.
+  void untranspose(const std::string& name, ops::Compressed& c) {
+    const std::string m = name.substr(0, name.size() - 7);  // without ".weight"
+    auto one = [&](const std::string& n, const void*& at) {
+      if (!ckpt_.transposed_view(n)) return;
+      const TensorEntry& e = ckpt_.entry(n);
+      STRATA_CHECK(e.shape.size() == 2 && dtype_bits(e.dtype) == 8, ckpt_.dir(), ": '", n,
+                   "' is a transposed view of ", dtype_name(e.dtype), " ", shape_str(e.shape),
+                   "; the GPU reads an export's fused experts as 2-D tensors of bytes");
+      void* dst = alloc(static_cast<uint64_t>(shape_numel(e.shape)));
+      if (!base_) return;
+      ops::cuda::convert_transposed(at, e.dtype, e.shape[1], e.shape[0], dst, e.dtype,
+                                    stream_.handle());
+      at = dst;
+    };
+    one(name, c.values);
+    one(m + ".weight_scale", c.scales);
   }
   // Where the device's weight quantization reads a decompressed weight: in bf16, as the CPU
   // decompresses it (FP8's rounding follows the weight's dtype, quant/cuda/quant_cuda.h), so a

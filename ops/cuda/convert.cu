@@ -63,8 +63,12 @@ __global__ void k_to_bf16(const void* src, int dt, uint16_t* dst, int64_t n) {
 // warp are contiguous; blockDim (32, 8), each thread four rows of the tile. The tile holds each
 // element's bits; out_code: -1 the source's own dtype (bits copied), 0 fp32, 2 bf16.
 constexpr int kTile = 32;
+// dt: dtype_code's, or kByteCode for a 1-byte dtype moved as its bits (convert_transposed).
+constexpr int kByteCode = 3;
 __device__ __forceinline__ uint32_t load_bits(const void* src, int dt, int64_t i) {
-  return dt == 0 ? static_cast<const uint32_t*>(src)[i] : static_cast<const uint16_t*>(src)[i];
+  return dt == 0           ? static_cast<const uint32_t*>(src)[i]
+         : dt == kByteCode ? static_cast<const uint8_t*>(src)[i]
+                           : static_cast<const uint16_t*>(src)[i];
 }
 __device__ __forceinline__ float bits_f32(uint32_t b, int dt) {
   return dt == 0   ? __uint_as_float(b)
@@ -90,6 +94,8 @@ __global__ void k_transposed(const void* src, int dt, int64_t rows, int64_t cols
     if (code == dt) {  // the same dtype: the bits (a signalling NaN too)
       if (dt == 0)
         static_cast<uint32_t*>(dst)[at] = b;
+      else if (dt == kByteCode)
+        static_cast<uint8_t*>(dst)[at] = static_cast<uint8_t>(b);
       else
         static_cast<uint16_t*>(dst)[at] = static_cast<uint16_t>(b);
     } else if (code == 0) {
@@ -312,9 +318,10 @@ void convert_to_bf16(const void* src, DType dtype, uint16_t* dst, int64_t n, voi
 }
 void convert_transposed(const void* src, DType dtype, int64_t rows, int64_t cols, void* dst,
                         DType out, void* s) {
-  const int dt = dtype_code(dtype);
-  STRATA_ASSERT(out == dtype || out == DType::kF32 || out == DType::kBF16,
+  const bool bytes = dtype_bits(dtype) == 8;
+  STRATA_ASSERT(out == dtype || (!bytes && (out == DType::kF32 || out == DType::kBF16)),
                 "convert_transposed: to ", dtype_name(out), " from ", dtype_name(dtype));
+  const int dt = bytes ? kByteCode : dtype_code(dtype);
   const int out_code = out == dtype ? -1 : dtype_code(out);
   if (rows <= 0 || cols <= 0) return;
   STRATA_ASSERT((cols + kTile - 1) / kTile <= 0x7fffffff && (rows + kTile - 1) / kTile <= 65535,

@@ -16,8 +16,9 @@ void convert_to_f32(const void* src, DType dtype, float* dst, int64_t n, void* s
 void convert_to_bf16(const void* src, DType dtype, uint16_t* dst, int64_t n, void* stream);
 // dst[c, r] = src[r, c]: src [rows, cols] of a floating dtype (F32, F16, BF16), dst [cols, rows]
 // in `out`: the source's own dtype (its bits copied), or F32 / BF16 converted as convert_to_f32 /
-// convert_to_bf16. For weights stored transposed (gpt-oss's bf16 experts [E, in, out],
-// io/checkpoint.h transposed views): the values of the CPU's transposed copy of the view.
+// convert_to_bf16; a 1-byte dtype (U8, F8_E4M3, ...) only to itself, its bytes copied. For
+// weights stored transposed (gpt-oss's experts [E, in, out] in bf16, and an export's in NVFP4
+// bytes or FP8, io/checkpoint.h transposed views): the CPU's transposed copy of the view.
 void convert_transposed(const void* src, DType dtype, int64_t rows, int64_t cols, void* dst,
                         DType out, void* stream);
 // A DeepSeek FP8-block weight w8 F8_E4M3 [out, in] with scale_inv [ceil(out/block),

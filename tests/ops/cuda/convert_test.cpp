@@ -180,6 +180,30 @@ TEST_F(CudaOps, TransposedConversionMovesEveryElementAndConvertsLikeTheFlatOne) 
   }
 }
 
+// convert_transposed of a 1-byte dtype (an export's NVFP4 bytes, its E4M3 block scales, FP8
+// values): every byte moved to [c, r], on shapes that are not multiples of the tile; to another
+// dtype it is refused.
+TEST_F(CudaOps, TransposedBytesMoveEveryByte) {
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {1, 70}, {70, 1}, {33, 31}, {100, 1600}, {97, 130}}) {
+    const size_t n = static_cast<size_t>(rows * cols);
+    std::vector<uint8_t> b(n);
+    for (size_t i = 0; i < n; ++i)
+      b[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+    gpu::DeviceBuffer src = up(b), out = buffer(n);
+    for (const DType dt : {DType::kU8, DType::kF8E4M3}) {
+      convert_transposed(src.data(), dt, rows, cols, out.data(), dt, st());
+      const auto got = down<uint8_t>(out, n);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          ASSERT_EQ(got[static_cast<size_t>(c * rows + r)], b[static_cast<size_t>(r * cols + c)])
+              << dtype_name(dt) << " " << rows << "x" << cols << " [" << r << "," << c << "]";
+    }
+    EXPECT_ANY_THROW(
+        convert_transposed(src.data(), DType::kU8, rows, cols, out.data(), DType::kBF16, st()));
+  }
+}
+
 // The decompressions: the device's bf16 bits and its fp32 values against the CPU's.
 class CudaDecompress : public CudaOps {
  protected:
