@@ -171,6 +171,8 @@ struct PageWarmer::Impl {
   std::vector<uint64_t> blob_end;  // bytes of blobs [0, b]
   uint64_t window = 0;
   uint64_t read_bytes = LayerReader::kReadChunkBytes;  // one pread's most, the buffer's size
+  bool sequential = false;                             // POSIX_FADV_SEQUENTIAL on each file
+  bool will_need = false;                              // POSIX_FADV_WILLNEED on each piece
   std::mutex mu;
   std::condition_variable cv;
   uint64_t consumed = 0;  // bytes of the blobs the consumer has read (under mu)
@@ -196,8 +198,16 @@ struct PageWarmer::Impl {
       }
       const Piece& p = pieces[i];
       auto it = fds.find(p.path);
-      if (it == fds.end()) it = fds.emplace(p.path, ::open(p.path.c_str(), O_RDONLY)).first;
+      if (it == fds.end()) {
+        it = fds.emplace(p.path, ::open(p.path.c_str(), O_RDONLY)).first;
+        if (it->second >= 0 && sequential)
+          (void)::posix_fadvise(it->second, 0, 0, POSIX_FADV_SEQUENTIAL);
+      }
       if (it->second < 0) break;
+      // The whole piece asked for at once (the kernel queues its reads together), then read.
+      if (will_need)
+        (void)::posix_fadvise(it->second, static_cast<off_t>(p.offset),
+                              static_cast<off_t>(p.length), POSIX_FADV_WILLNEED);
       uint64_t got = 0;
       while (got < p.length) {
         const ssize_t n = ::pread(it->second, buf.get(), std::min(read_bytes, p.length - got),
@@ -215,9 +225,11 @@ struct PageWarmer::Impl {
 };
 
 PageWarmer::PageWarmer(std::vector<LayerBlob> blobs, uint64_t window, int threads,
-                       uint64_t read_bytes)
+                       uint64_t read_bytes, bool sequential, bool will_need)
     : impl_(std::make_unique<Impl>()) {
   impl_->window = window;
+  impl_->sequential = sequential;
+  impl_->will_need = will_need;
   impl_->read_bytes = std::clamp<uint64_t>(read_bytes, 4096, LayerReader::kReadChunkBytes);
   uint64_t total = 0;
   for (const LayerBlob& b : blobs) {

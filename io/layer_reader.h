@@ -95,8 +95,13 @@ class LayerReader {
 // joins. A failed read ends the warming silently: the consumer's own read reports it.
 class PageWarmer {
  public:
+  // sequential: each thread's files opened with POSIX_FADV_SEQUENTIAL (the kernel's read-ahead
+  // for them twice the device's default); will_need: each piece (kReadChunkBytes) asked for with
+  // POSIX_FADV_WILLNEED before it is read, so that its reads are queued at once rather than one
+  // read-ahead window after another. For benchmarks of the read pattern (bench/read_bench).
   PageWarmer(std::vector<LayerBlob> blobs, uint64_t window, int threads = 4,
-             uint64_t read_bytes = LayerReader::kReadChunkBytes);
+             uint64_t read_bytes = LayerReader::kReadChunkBytes, bool sequential = false,
+             bool will_need = false);
   ~PageWarmer();
   PageWarmer(const PageWarmer&) = delete;
   PageWarmer& operator=(const PageWarmer&) = delete;

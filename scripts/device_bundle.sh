@@ -80,7 +80,7 @@ echo "== build (-j$jobs)"
 # strata, make_synthetic (bench/gpu_bench.sh writes its checkpoint with it), expert_gemm_bench
 # (GPU only), kda_bench (device_check.sh --parts kda) and every test binary; the other benches stay
 # here (they run on the CPU and would double the payload).
-mapfile -t exes < <(cd "$build_real" && { echo bin/strata; echo bin/make_synthetic; echo bin/expert_gemm_bench; echo bin/kda_bench;
+mapfile -t exes < <(cd "$build_real" && { echo bin/strata; echo bin/make_synthetic; echo bin/expert_gemm_bench; echo bin/kda_bench; echo bin/read_bench;
   find tests -path '*/CMakeFiles' -prune -o -type f -perm -u+x -print | grep -v -E '\.(sh|py|cmake)$'; } | sort)
 [ ${#exes[@]} -gt 0 ] || { echo "device_bundle: no executables built" >&2; exit 1; }
 
