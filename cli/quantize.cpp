@@ -81,6 +81,20 @@ TestHooks test_hooks(const Args& args) {
   }
   if (args.has("--test_gpu_ranks_exchange"))
     t.gpu_exchange_on_main = args.choice("--test_gpu_ranks_exchange", "thread|main") == 1;
+  if (args.has("--test_gpu_read")) {
+    const std::string v = args.get("--test_gpu_read");
+    const size_t colon = v.find(':');
+    const std::string hint = colon == std::string::npos ? "none" : v.substr(colon + 1);
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    STRATA_CHECK(end != v.c_str() && n > 0 && n <= 64 &&
+                     (hint == "none" || hint == "sequential" || hint == "willneed"),
+                 "--test_gpu_read takes THREADS:none|sequential|willneed (1 to 64 threads), got '",
+                 v, "'");
+    t.gpu_read_threads = static_cast<int>(n);
+    t.gpu_read_sequential = hint == "sequential";
+    t.gpu_read_will_need = hint == "willneed";
+  }
   return t;
 }
 
@@ -189,6 +203,8 @@ void declare_flags(Args& args) {
                      "time, as when a layer's decompressed experts do not fit");
   args.hidden_option("--test_gpu_ranks_exchange", "thread|main",
                      "where GPU ranks exchange a layer's shares");
+  args.hidden_option("--test_gpu_read", "THREADS:none|sequential|willneed",
+                     "the GPU path's page-cache warmer threads and read hint");
   args.option("--eval_data", "FILE",
               "after the run, compare the export with the source on FILE as `strata compare "
               "MODEL EXPORT` does (--tokens FILE for JSONL of token-id lists, else --text FILE: "

@@ -34,7 +34,8 @@
 namespace strata {
 
 std::unique_ptr<PageWarmer> gpu_warm_start(const Checkpoint& ckpt, const ModeloptExporter& exporter,
-                                           int64_t first_layer, int64_t num_layers) {
+                                           int64_t first_layer, int64_t num_layers,
+                                           const TestHooks& test) {
   const LayerReader reader(ckpt);
   const int64_t first = std::max<int64_t>(first_layer, 0);
   // Layers first..num_layers-1, planned on the start-up threads.
@@ -44,6 +45,10 @@ std::unique_ptr<PageWarmer> gpu_warm_start(const Checkpoint& ckpt, const Modelop
       blobs[i] = reader.plan(exporter.step_sources(first + static_cast<int64_t>(i) + 1));
   });
   if (blobs.size() < 2) return nullptr;
+  if (test.gpu_read_threads > 0)
+    return std::make_unique<PageWarmer>(std::move(blobs), kWarmBytes, test.gpu_read_threads,
+                                        LayerReader::kReadChunkBytes, test.gpu_read_sequential,
+                                        test.gpu_read_will_need);
   return std::make_unique<PageWarmer>(std::move(blobs), kWarmBytes);
 }
 

@@ -121,7 +121,8 @@ std::string gpu_unsupported(const ModelConfig& config, const Checkpoint& ckpt);
 // there is nothing to read.
 inline constexpr uint64_t kWarmBytes = 8ull << 30;
 std::unique_ptr<PageWarmer> gpu_warm_start(const Checkpoint& ckpt, const ModeloptExporter& exporter,
-                                           int64_t first_layer, int64_t num_layers);
+                                           int64_t first_layer, int64_t num_layers,
+                                           const TestHooks& test = {});
 // The device placement for layers [first_layer, num_layers): its plans made, its buffers
 // allocated, the current hidden states in place. Throws strata::Error without CUDA.
 std::unique_ptr<Placement> make_gpu_placement(GpuLoop& loop);

@@ -51,6 +51,12 @@ struct TestHooks {
   // --test_gpu_ranks_exchange main: GPU ranks exchange each layer's shares on the main thread
   // instead of the reader thread's own communicator.
   bool gpu_exchange_on_main = false;
+  // --test_gpu_read THREADS:none|sequential|willneed: the GPU path's page-cache warmer
+  // (engine/gpu_runner.h gpu_warm_start) on THREADS threads with that hint (io/layer_reader.h
+  // PageWarmer), for bench/gpu_bench.sh to time settings that bench/read_bench ranked; 0 threads:
+  // the default.
+  int gpu_read_threads = 0;
+  bool gpu_read_sequential = false, gpu_read_will_need = false;
 };
 
 }  // namespace strata

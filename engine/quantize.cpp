@@ -747,7 +747,7 @@ void QuantizeRun::start_gpu_early() {
   // ranks: each rank reads only its share of every layer (and, on several hosts, a warmer per
   // rank would read the checkpoint once per rank).
   if (on_gpu && state.next_step <= plan.num_layers && comm.size() == 1) {
-    warm = gpu_warm_start(ckpt, *exporter, state.next_step - 1, plan.num_layers);
+    warm = gpu_warm_start(ckpt, *exporter, state.next_step - 1, plan.num_layers, job.test);
     if (result.calibrated)  // the GPU path keeps bf16 hidden states
       early = gpu_early_setup(
           std::max<int64_t>(state.next_step - 1, 0), plan.num_layers,
