@@ -242,12 +242,12 @@ struct RowStats {
   bool top1_same = false, predicted = false;
 };
 
-void measure_logits(const ModelForward& src, const ModelForward& q, const Batch& batch,
-                    const std::vector<float>& hs, const std::vector<float>& hq, TokenStats& out) {
-  const int64_t T = batch.n_tokens(), H = src.hidden_size(), V = src.vocab_size();
-  // Slices of tokens whose logits take about 64 MiB per model.
-  const int64_t slice = std::max<int64_t>(1, (int64_t{16} << 20) / V);
-  std::unique_ptr<LogitsHead> head_s = src.head(), head_q = q.head();
+void measure_logits(const LogitsHead& head_s, const LogitsHead& head_q, int64_t H, int64_t V,
+                    const Batch& batch, const std::vector<float>& hs, const std::vector<float>& hq,
+                    TokenStats& out) {
+  const int64_t T = batch.n_tokens();
+  // Slices of tokens whose logits take about 256 MiB per model.
+  const int64_t slice = std::max<int64_t>(1, (int64_t{64} << 20) / V);
   std::vector<float> ls, lq;
   // next[t]: the token after t in its sequence, -1 at a sequence's end.
   std::vector<int64_t> next(static_cast<size_t>(T), -1);
@@ -259,8 +259,8 @@ void measure_logits(const ModelForward& src, const ModelForward& q, const Batch&
     const int64_t n = std::min(slice, T - first);
     ls.assign(static_cast<size_t>(n * V), 0.0f);
     lq.assign(static_cast<size_t>(n * V), 0.0f);
-    head_s->logits(hs.data() + first * H, n, ls.data());
-    head_q->logits(hq.data() + first * H, n, lq.data());
+    head_s.logits(hs.data() + first * H, n, ls.data());
+    head_q.logits(hq.data() + first * H, n, lq.data());
     // Each row on its own (three passes of V exponentials in double: 37 s for 4096 positions of
     // a 151936-token vocabulary on one thread), the rows on several threads; their results are
     // then summed in row order, so the numbers do not depend on the thread count.
@@ -420,8 +420,20 @@ CompareResult run_compare(const CompareJob& job) {
   progress.finish();
   phase.lap(&t_layers);
 
+  // The final norms and lm_heads: on the GPU when the layers ran there (their device memory
+  // released first) and both heads fit the cap; else the CPU's.
+  layers.reset();
+  LogitsHeads heads;
+  if (cuda) {
+    heads = gpu_logits_heads(ks, src->head_spec(), kq, q->head_spec(), g);
+    if (!heads.source)
+      log_info(
+          "compare: the logits run on the CPU (the two lm_heads do not fit "
+          "--max_gpu_memory_gb together, or one is stored quantized)");
+  }
+  if (!heads.source) heads = {src->head(), q->head()};
   TokenStats ts;
-  measure_logits(*src, *q, batch, hs, hq, ts);
+  measure_logits(*heads.source, *heads.quantized, H, src->vocab_size(), batch, hs, hq, ts);
   phase.lap(&t_logits);
   log_info("compare: time ", format_double("%.2f", t_start + t_embed + t_layers + t_logits),
            " s = start-up (configs, headers, tokens, device) ", format_double("%.2f", t_start),

@@ -24,7 +24,9 @@
 #include "core/gpu_memory.h"
 #include "engine/gpu_runner.h"
 #include "io/layer_reader.h"
+#include "model/common.h"
 #include "model/cuda/gpu_forward.h"
+#include "ops/cuda/convert.h"
 #endif
 
 namespace strata {
@@ -40,6 +42,11 @@ std::unique_ptr<CompareLayers> gpu_compare_layers(const ModelConfig&, const Chec
                                                   const ModelConfig&, const Checkpoint&,
                                                   const Batch&, const CompareGpuOptions&) {
   fail("--device cuda: this strata was built without CUDA; use --device cpu");
+}
+
+LogitsHeads gpu_logits_heads(const Checkpoint&, const HeadSpec&, const Checkpoint&, const HeadSpec&,
+                             const CompareGpuOptions&) {
+  return {};
 }
 
 #else
@@ -245,6 +252,111 @@ std::unique_ptr<CompareLayers> gpu_compare_layers(const ModelConfig& cs, const C
                                                   const Batch& batch,
                                                   const CompareGpuOptions& options) {
   return std::make_unique<GpuCompareLayers>(cs, ks, cq, kq, batch, options);
+}
+
+namespace {
+
+// The head on the device: the norm weight in fp32, lm_head in the GEMM dtype, and per call of up
+// to kHeadRows rows their hidden states, normed rows and logits; the ops are the CUDA backend's
+// (ops/backend.h rms_norm, linear), the CPU head's (model/common.cpp) on the device.
+class GpuHead final : public LogitsHead {
+ public:
+  static constexpr int64_t kHeadRows = 512;
+
+  // o.max_gpu_memory_bytes: this head's budget (bytes()).
+  GpuHead(const Checkpoint& ckpt, const HeadSpec& h, const CompareGpuOptions& o)
+      : h_(h), budget_(o.max_gpu_memory_bytes) {
+    ops::CudaBackendOptions bo;
+    bo.gemm_bf16 = o.gemm_bf16;
+    backend_ = std::make_unique<ops::CudaBackend>(budget_, stream_, bo, 1, 0);
+    const int64_t H = h.hidden, V = h.vocab;
+    backend_->reserve_scratch(static_cast<uint64_t>(kHeadRows * H) * 4 + (1ull << 20));
+    norm_ = gpu::DeviceBuffer(budget_, static_cast<uint64_t>(H) * 4, "the final norm");
+    const std::vector<float> nw = model::load_weight(ckpt, h.norm, {H});
+    stream_.copy_to_device(norm_.data(), nw.data(), nw.size() * 4);
+    // lm_head as stored, converted on the device into the GEMM dtype (bf16 used as is).
+    const Tensor w = ckpt.tensor(h.lm_head);
+    STRATA_CHECK(w.shape() == Shape({V, H}), ckpt.dir(), ": '", h.lm_head, "' has shape ",
+                 shape_str(w.shape()), " but config.json implies ", shape_str(Shape{V, H}));
+    const uint64_t esz = o.gemm_bf16 ? 2 : 4;
+    head_ = gpu::DeviceBuffer(budget_, static_cast<uint64_t>(V * H) * esz, "lm_head");
+    if (o.gemm_bf16 && w.dtype() == DType::kBF16) {
+      stream_.copy_to_device(head_.data(), w.bytes(), w.nbytes());
+    } else {
+      gpu::DeviceBuffer stored(budget_, w.nbytes(), "lm_head as stored");
+      stream_.copy_to_device(stored.data(), w.bytes(), w.nbytes());
+      if (o.gemm_bf16)
+        ops::cuda::convert_to_bf16(stored.data(), w.dtype(), head_.as<uint16_t>(), V * H,
+                                   stream_.handle());
+      else
+        ops::cuda::convert_to_f32(stored.data(), w.dtype(), head_.as<float>(), V * H,
+                                  stream_.handle());
+      stream_.synchronize();  // before `stored` goes
+    }
+    x_ = gpu::DeviceBuffer(budget_, static_cast<uint64_t>(kHeadRows * H) * 4, "head inputs");
+    xn_ = gpu::DeviceBuffer(budget_, static_cast<uint64_t>(kHeadRows * H) * 4, "head norms");
+    y_ = gpu::DeviceBuffer(budget_, static_cast<uint64_t>(kHeadRows * V) * 4, "logits");
+    stream_.synchronize();
+    gpu::cuda_check_last("the GPU head's weights");
+  }
+
+  // Device bytes of a head for `h` (weights, lm_head's copy as stored unless it is the GEMM
+  // dtype's bf16, the per-call buffers and scratch, 17 MiB of slack for the backend's own).
+  static uint64_t bytes(const Checkpoint& ckpt, const HeadSpec& h, bool gemm_bf16) {
+    const uint64_t H = static_cast<uint64_t>(h.hidden), V = static_cast<uint64_t>(h.vocab);
+    const DType stored = ckpt.entry(h.lm_head).dtype;
+    const uint64_t staging = gemm_bf16 && stored == DType::kBF16
+                                 ? 0
+                                 : ckpt.entry(h.lm_head).end - ckpt.entry(h.lm_head).begin;
+    return V * H * (gemm_bf16 ? 2 : 4) + staging + H * 4 +
+           static_cast<uint64_t>(kHeadRows) * (3 * H * 4 + V * 4) + (17ull << 20);
+  }
+
+  void logits(const float* hidden, int64_t n, float* out) const override {
+    const int64_t H = h_.hidden, V = h_.vocab;
+    ops::Weight norm{norm_.data(), {H}, true};
+    norm.offset = h_.norm_offset;
+    const ops::Weight head{head_.data(), {V, H}, false};
+    for (int64_t r = 0; r < n; r += kHeadRows) {
+      const int64_t m = std::min(kHeadRows, n - r);
+      stream_.copy_to_device(x_.data(), hidden + r * H, static_cast<uint64_t>(m * H) * 4);
+      backend_->rms_norm(x_.as<float>(), m, H, norm, h_.eps, xn_.as<float>());
+      backend_->linear(xn_.as<float>(), m, head, y_.as<float>());
+      stream_.copy_to_host(out + r * V, y_.data(), static_cast<uint64_t>(m * V) * 4);
+      stream_.synchronize();
+    }
+    gpu::cuda_check_last("the GPU head's logits");
+  }
+
+ private:
+  HeadSpec h_;
+  gpu::DeviceBudget budget_;
+  gpu::Stream stream_;
+  std::unique_ptr<ops::CudaBackend> backend_;
+  gpu::DeviceBuffer norm_, head_, x_, xn_, y_;
+};
+
+}  // namespace
+
+LogitsHeads gpu_logits_heads(const Checkpoint& ks, const HeadSpec& source, const Checkpoint& kq,
+                             const HeadSpec& quantized, const CompareGpuOptions& options) {
+  const uint64_t ns = GpuHead::bytes(ks, source, options.gemm_bf16);
+  const uint64_t nq = GpuHead::bytes(kq, quantized, options.gemm_bf16);
+  const uint64_t limit = gpu::DeviceBudget(options.max_gpu_memory_bytes).limit();
+  if (ns + nq > limit) return {};
+  // An lm_head stored quantized is dequantized by the CPU's head (model/common.h load_weight).
+  for (const auto& [k, h] : {std::pair{&ks, &source}, std::pair{&kq, &quantized}}) {
+    const DType d = k->entry(h->lm_head).dtype;
+    if (d != DType::kBF16 && d != DType::kF16 && d != DType::kF32) return {};
+  }
+  // Each head its own budget, their sum the cap.
+  CompareGpuOptions o = options;
+  o.max_gpu_memory_bytes = ns;
+  LogitsHeads h;
+  h.source = std::make_unique<GpuHead>(ks, source, o);
+  o.max_gpu_memory_bytes = nq;
+  h.quantized = std::make_unique<GpuHead>(kq, quantized, o);
+  return h;
 }
 
 #endif

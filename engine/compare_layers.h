@@ -47,4 +47,14 @@ std::unique_ptr<CompareLayers> gpu_compare_layers(const ModelConfig& cs, const C
                                                   const Batch& batch,
                                                   const CompareGpuOptions& options);
 
+// Both models' final norms and lm_heads (`spec`, model/forward.h) on the GPU: logits of rows of
+// host hidden states computed on the device (the norm in fp32, the GEMM as options.gemm_bf16
+// says) and copied back. Empty when the two do not fit --max_gpu_memory_gb together (the caller
+// then uses the CPU's heads), or without CUDA. Made after the layers' device memory is released.
+struct LogitsHeads {
+  std::unique_ptr<LogitsHead> source, quantized;
+};
+LogitsHeads gpu_logits_heads(const Checkpoint& ks, const HeadSpec& source, const Checkpoint& kq,
+                             const HeadSpec& quantized, const CompareGpuOptions& options);
+
 }  // namespace strata

@@ -94,6 +94,7 @@ class Ends {
   void logits(const float* hidden, int64_t n_tokens, float* out) const;
   // The final norm and lm_head read once.
   std::unique_ptr<LogitsHead> head() const;
+  HeadSpec spec() const { return {norm_name_, head_name_, hidden_, vocab_, eps_, norm_offset_}; }
 
  private:
   const Checkpoint& ckpt_;

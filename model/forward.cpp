@@ -121,6 +121,7 @@ class DecoderModel : public ModelForward {
     ends_.logits(hidden, batch.n_tokens(), out);
   }
   std::unique_ptr<LogitsHead> head() const override { return ends_.head(); }
+  HeadSpec head_spec() const override { return ends_.spec(); }
 
  private:
   // Rounds the layer's output to bf16, as the hidden states between HF decoder layers are.

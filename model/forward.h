@@ -74,6 +74,14 @@ class LogitsHead {
   virtual void logits(const float* hidden, int64_t n, float* out) const = 0;
 };
 
+// Where the final norm and lm_head are (model/common.h Ends), for a head held elsewhere (strata
+// compare's on the GPU): logits = lm_head · (x / sqrt(mean(x^2) + eps) * (norm_offset + norm)).
+struct HeadSpec {
+  std::string norm, lm_head;  // checkpoint tensors [hidden], [vocab, hidden]
+  int64_t hidden = 0, vocab = 0;
+  float eps = 0.0f, norm_offset = 0.0f;
+};
+
 class DecoderLayer {
  public:
   virtual ~DecoderLayer() = default;
@@ -103,6 +111,7 @@ class ModelForward {
   virtual void logits(const Batch& batch, const float* hidden, float* out) const = 0;
   // The same held in memory, for logits computed a slice of tokens at a time.
   virtual std::unique_ptr<LogitsHead> head() const = 0;
+  virtual HeadSpec head_spec() const = 0;
 };
 
 }  // namespace strata
