@@ -26,7 +26,7 @@
 #                      [--seq_len 512] [--micro_batch 16] [--batch_size N] [--cap_gb X]
 #                      [--skip strata,free,compare,hf,modelopt,read,write,peak] [--deadline SECONDS]
 #                      [--keep] [--small] [--before DIR] [--wheels DIR] [--modelopt_timeout S]
-#                      [--profile] [--strata_flag FLAG]...
+#                      [--profile] [--strata_flag FLAG]... [--pairs N]
 #
 # --arch: the checkpoint (default qwen3_moe). kimi_k2_int4 skips the transformers baseline and
 #   ModelOpt: transformers 5.17 has no kimi_k2 model of its own (Kimi ships remote code) and would
@@ -54,6 +54,12 @@
 # --profile: strata runs with --gpu_profile; the table adds its device time by part of the forward.
 # --strata_flag: one more argument for every strata run (repeat it: --strata_flag --gpu_gemm
 #   --strata_flag fp32).
+# --pairs N: after the table's runs, N - 1 more rounds of the read + write floor followed by the
+#   strata runs (unconstrained unless skipped, and capped), each strata run's ratio to the floor
+#   measured right before it: this disk's rate moves by about 10% from minute to minute
+#   (docs/PERFORMANCE.md), so a ratio is read from pairs, not from one run. The table's notes give
+#   every pair and the median ratio. Needs the write step (its staged export bytes stay in
+#   /dev/shm until the last pair).
 # strata runs only if `strata quantize --help` offers --device (the GPU engine); the capped run
 # only if it offers --max_gpu_memory_gb. A CPU-only strata runs only with --small.
 #
@@ -68,7 +74,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 
 bin="" work="" out="${OUT:-$PWD/gpu_bench_out}" arch=qwen3_moe layers="" seqs=512 seq_len=512
 micro_batch=16 batch_size="" cap_gb="" skip="" deadline=0 keep=0 small=0 before=""
-wheels="" modelopt_timeout=600
+wheels="" modelopt_timeout=600 pairs=1
 strata_flags=()
 py=${PYTHON:-python3}
 while [ $# -gt 0 ]; do
@@ -92,6 +98,7 @@ while [ $# -gt 0 ]; do
     --modelopt_timeout) modelopt_timeout=$2; shift 2 ;;
     --profile) strata_flags+=(--gpu_profile); shift ;;
     --strata_flag) strata_flags+=("$2"); shift 2 ;;
+    --pairs) pairs=$2; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
     *) echo "gpu_bench: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -282,9 +289,20 @@ R[read_s]=$(awk -v a="${R[read_seq_s]}" -v b="${R[read_par_s]}" 'BEGIN {
 # (strata fsyncs every shard). Then the same write while the checkpoint is read cold in
 # parallel: the floor of a run that must read everything and write its export on one disk.
 R[export_est]=$("$py" "$here/hf_baseline.py" export_bytes --config "$ckpt/config.json")
+stage=/dev/shm/strata_gpu_bench_export
+# The floor: the staged export bytes written (fsync at the end) while 8 readers read the
+# checkpoint cold; prints its seconds.
+rw_floor() {
+  local t0=$EPOCHREALTIME wpid
+  dd if="$stage" of="$work/write_test" bs=64M conv=fsync status=none &
+  wpid=$!
+  ls "$ckpt"/*.safetensors | xargs -P 8 -n 1 cat >/dev/null
+  wait "$wpid"
+  secs "$t0" "$EPOCHREALTIME"
+  rm -f "$work/write_test"
+}
 R[write_s]="" R[rw_s]=""
 if ! skipped write; then
-  stage=/dev/shm/strata_gpu_bench_export
   if [ -d /dev/shm ] && [ "$(df -B1 --output=avail /dev/shm | tail -1 | tr -d ' ')" -gt "$((R[export_est] + (1 << 30)))" ]; then
     cat "$ckpt"/*.safetensors | head -c "${R[export_est]}" >"$stage"
     drop_cache >/dev/null
@@ -295,13 +313,8 @@ if ! skipped write; then
     rm -f "$work/write_test"
     R[res_rw]=$(drop_cache)
     say "cold read (8 readers) and that write at once (resident before: ${R[res_rw]})"
-    t0=$EPOCHREALTIME
-    dd if="$stage" of="$work/write_test" bs=64M conv=fsync status=none &
-    wpid=$!
-    ls "$ckpt"/*.safetensors | xargs -P 8 -n 1 cat >/dev/null
-    wait "$wpid"
-    R[rw_s]=$(secs "$t0" "$EPOCHREALTIME")
-    rm -f "$work/write_test" "$stage"
+    R[rw_s]=$(rw_floor)
+    [ "$pairs" -gt 1 ] || rm -f "$stage"
     say "write ${R[write_s]} s alone, read + write ${R[rw_s]} s"
   else
     notes+=("write floor not measured: /dev/shm lacks room for the export's bytes")
@@ -441,6 +454,42 @@ elif ! skipped strata; then
     notes+=("capped run not made: this strata has no --max_gpu_memory_gb")
   fi
 fi
+
+# ---- 6a. more (floor, strata) pairs (--pairs) ---------------------------------------------------
+pair_lines=()
+if [ "$pairs" -gt 1 ]; then
+  if [ -z "${R[rw_s]}" ] || [ ! -f "$stage" ] || skipped strata; then
+    notes+=("--pairs $pairs: not run (needs the write step's floor and the strata runs)")
+  else
+    pair_names=()
+    skipped free || pair_names+=(free)
+    [ "$has_cap" = 1 ] && pair_names+=(capped)
+    for name in "${pair_names[@]}"; do
+      [ -n "${R[${name}_s]:-}" ] && [ "${R[${name}_s]}" != failed ] &&
+        R[pair_${name}_ratios]=$(ratio "${R[${name}_s]}" "${R[rw_s]}")
+    done
+    pair_lines+=("pair 1: floor ${R[rw_s]} s$(for name in "${pair_names[@]}"; do printf '; %s %s s (%s x)' "$name" "${R[${name}_s]:-?}" "$(ratio "${R[${name}_s]:-}" "${R[rw_s]}")"; done)")
+    for ((i = 2; i <= pairs; i++)); do
+      skipped "pair $i" && break
+      drop_cache >/dev/null
+      say "pair $i: the read + write floor"
+      f=$(rw_floor)
+      line="pair $i: floor $f s"
+      for name in "${pair_names[@]}"; do
+        if [ "$name" = capped ]; then run_strata "capped_$i" --max_gpu_memory_gb "$cap_gb"; else run_strata "free_$i"; fi
+        r=$(ratio "${R[${name}_${i}_s]}" "$f")
+        line+="; $name ${R[${name}_${i}_s]} s (${r:-?} x)"
+        [ -n "$r" ] && R[pair_${name}_ratios]="${R[pair_${name}_ratios]:-} $r"
+      done
+      pair_lines+=("$line")
+    done
+    for name in "${pair_names[@]}"; do
+      med=$(echo ${R[pair_${name}_ratios]:-} | tr ' ' '\n' | sort -n | awk '{v[NR] = $1} END {if (NR) printf "%.2f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}')
+      pair_lines+=("median of $name x its floor over the pairs: ${med:-?} (${R[pair_${name}_ratios]:-none})")
+    done
+  fi
+fi
+rm -f "$stage"
 
 # ---- 6b. strata compare of the source with that export (issue 20) -------------------------------
 # `strata compare SRC EXPORT --device cuda` on the first 8 calibration sequences (compare's default
@@ -655,6 +704,10 @@ frac() {  # flops, seconds -> percent of the measured bf16 matmul rate
   if [ -n "${R[compare_s]:-}" ] && [ "${R[compare_s]}" != failed ] && [ -n "${R[free_s]:-}" ] && [ "${R[free_s]}" != failed ]; then
     r=$(ratio "${R[compare_s]}" "${R[free_s]}")
     echo "goal of issue 20 (strata compare at most 2 x the unconstrained quantize run, ${R[free_s]} s): $r x -> $(awk -v r="$r" 'BEGIN {print (r <= 2 ? "met" : "not met")}')"
+  fi
+  if [ ${#pair_lines[@]} -gt 0 ]; then
+    echo "floor and strata in pairs (--pairs $pairs; each ratio to the floor measured just before):"
+    for l in "${pair_lines[@]}"; do echo "  $l"; done
   fi
   for n in "${notes[@]}"; do echo "note: $n"; done
   echo "total benchmark time: $(elapsed) s"

@@ -6,7 +6,7 @@
 #
 #   bash .xfer/bundle/run.sh 'bash scripts/device_check.sh [--parts tests,peer,bench,kda]
 #        [--tests REGEX] [--recipes "R1 R2"] [--families "F1 F2"] [--bench "ARCH ..."]
-#        [--bench_skip STEPS] [--peer_deadline S]'
+#        [--bench_skip STEPS] [--bench_pairs N] [--peer_deadline S]'
 #
 # --parts     which parts run, in this order (default tests,peer); parts joined by + run at the
 #             same time (tests+peer: neither is timed); kda: bench/kda_bench (a few seconds)
@@ -25,6 +25,9 @@
 #             leaves its ModelOpt layerwise + offload step on, stopped at the 200 s deadline (the
 #             table then gives the layers it calibrated and its time a layer); add modelopt to
 #             leave it out.
+# --bench_pairs gpu_bench.sh's --pairs (default 1): N rounds of the read + write floor and the
+#             strata runs, each ratio to the floor just before it (the disk's rate moves ~10%);
+#             each round adds about a minute on the Qwen3 shape, and 90 s to the bench's limits
 # The peer, and gpu_bench.sh's ModelOpt step, need the wheels of tests/peer/fetch_wheels.sh carried
 # as .whl/.
 set -uo pipefail
@@ -38,6 +41,7 @@ families="llama qwen3 qwen3_moe deepseek_v3 kimi_linear glm4_moe minimax_m2 mixt
           deepseek_v32 gpt_oss"
 bench="gpt_oss_mxfp4 kimi_k2_int4"
 bench_skip=free,hf,peak
+bench_pairs=1
 peer_deadline=420
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -47,9 +51,10 @@ while [ $# -gt 0 ]; do
     --families) families="$2"; shift 2 ;;
     --bench) bench="$2"; shift 2 ;;
     --bench_skip) bench_skip="$2"; shift 2 ;;
+    --bench_pairs) bench_pairs="$2"; shift 2 ;;
     --peer_deadline) peer_deadline="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "device_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -93,8 +98,11 @@ run_part() {
     bench)
       for arch in $bench; do
         t1=$(date +%s)
-        timeout 280 bash bench/gpu_bench.sh --arch "$arch" --bin "$bin" --skip "$bench_skip" \
-          --profile --deadline 200 --out "$out/bench_$arch" --work /var/tmp/strata_gpu_bench \
+        extra=$((90 * (bench_pairs - 1)))  # each further pair's floor and runs
+        timeout $((280 + extra)) bash bench/gpu_bench.sh --arch "$arch" --bin "$bin" \
+          --skip "$bench_skip" --profile --deadline $((200 + extra)) --pairs "$bench_pairs" \
+          --out "$out/bench_$arch" \
+          --work /var/tmp/strata_gpu_bench \
           > "$logs/bench_$arch.log" 2>&1
         rc=$?
         # Stopped at its deadline, the harness wrote no table: keep strata's own logs (their
