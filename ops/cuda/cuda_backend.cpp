@@ -41,6 +41,7 @@ uint64_t align_up(uint64_t x) {
 enum Part {
   kNorms,
   kAttention,
+  kAttentionGemm,
   kAttentionCore,
   kRouter,
   kExpertGateUp,
@@ -51,7 +52,8 @@ enum Part {
   kParts
 };
 const char* const kPartNames[kParts] = {"norms and residuals",
-                                        "attention projections, norms, RoPE, observers",
+                                        "attention norms, RoPE, observers, conversions",
+                                        "attention projections (linears)",
                                         "attention scores, softmax and values",
                                         "router, expert offsets",
                                         "expert gate/up GEMMs",
@@ -507,12 +509,16 @@ void CudaBackend::phase(Phase p) {
     case Phase::kStart:
       if (!dry()) ++prof_->forwards;
       span(-1);
+      in_mixer_ = mixer_done_ = false;
       return;
     case Phase::kNorms:
       span(kNorms);
+      in_mixer_ = !mixer_done_;  // the layer's first norm opens its mixer (model/blocks.h Residual)
       return;
     case Phase::kMixer:
       span(kAttention);
+      in_mixer_ = false;
+      mixer_done_ = true;
       return;
     case Phase::kFfn:
       span(kFfn);
@@ -603,6 +609,8 @@ const float* CudaBackend::quantized_copy(const float* x, int64_t rows, int64_t c
 }
 
 void CudaBackend::linears(const float* x, int64_t m, std::initializer_list<Out> outs) {
+  // The profile: a mixer's linears apart from its element-wise work.
+  if (in_mixer_) span(kAttention);
   const uint64_t at = mark();
   const void* xin = nullptr;  // the GEMM input made of `from`
   const float* from = nullptr;
@@ -635,6 +643,7 @@ void CudaBackend::linears(const float* x, int64_t m, std::initializer_list<Out> 
     if (!w.f32) round_ops(o.y, m * w.rows());
   }
   release(at);
+  if (in_mixer_) span(kAttentionGemm);
 }
 
 // ---- element-wise -------------------------------------------------------------------------------
