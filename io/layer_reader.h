@@ -99,7 +99,8 @@ class PageWarmer {
   // for them twice the device's default); will_need: each piece (kReadChunkBytes) asked for with
   // POSIX_FADV_WILLNEED before it is read, so that its reads are queued at once rather than one
   // read-ahead window after another. For benchmarks of the read pattern (bench/read_bench).
-  PageWarmer(std::vector<LayerBlob> blobs, uint64_t window, int threads = 4,
+  static constexpr int kThreads = 4;  // the default
+  PageWarmer(std::vector<LayerBlob> blobs, uint64_t window, int threads = kThreads,
              uint64_t read_bytes = LayerReader::kReadChunkBytes, bool sequential = false,
              bool will_need = false);
   ~PageWarmer();

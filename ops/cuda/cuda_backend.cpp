@@ -505,20 +505,19 @@ void CudaBackend::span(int part) {
 }
 
 void CudaBackend::phase(Phase p) {
+  // The mixer runs between a layer's first norm and Phase::kMixer (model/blocks.h Residual).
+  in_mixer_ = p == Phase::kNorms && last_phase_ == Phase::kStart;
+  last_phase_ = p;
   switch (p) {
     case Phase::kStart:
       if (!dry()) ++prof_->forwards;
       span(-1);
-      in_mixer_ = mixer_done_ = false;
       return;
     case Phase::kNorms:
       span(kNorms);
-      in_mixer_ = !mixer_done_;  // the layer's first norm opens its mixer (model/blocks.h Residual)
       return;
     case Phase::kMixer:
       span(kAttention);
-      in_mixer_ = false;
-      mixer_done_ = true;
       return;
     case Phase::kFfn:
       span(kFfn);

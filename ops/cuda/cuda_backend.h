@@ -274,8 +274,9 @@ class CudaBackend final : public Backend {
   uint32_t* slot_ptr(int s);
   const float* rope_table(const std::vector<double>& inv_freq);
   void span(int part);
-  // The profile's place in a layer (phase()): inside its mixer, and whether the mixer has run.
-  bool in_mixer_ = false, mixer_done_ = false;
+  // The profile's place in a layer: the last phase() and whether it opened the mixer.
+  Phase last_phase_ = Phase::kStart;
+  bool in_mixer_ = false;
   void attention_gemm(const Tokens& t, const float* q, int64_t qs, const float* k, int64_t ks,
                       const float* v, int64_t vs, float* out, int64_t os, int64_t n_heads,
                       int64_t dq, int64_t dv, int64_t group, float scale, int64_t window,
