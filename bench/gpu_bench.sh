@@ -26,6 +26,7 @@
 #                      [--seq_len 512] [--micro_batch 16] [--batch_size N] [--cap_gb X]
 #                      [--skip strata,free,compare,hf,modelopt,read,write,peak] [--deadline SECONDS]
 #                      [--keep] [--small] [--before DIR] [--wheels DIR] [--modelopt_timeout S]
+#                      [--hf_timeout S]
 #                      [--profile] [--strata_flag FLAG]... [--pairs N]
 #
 # --arch: the checkpoint (default qwen3_moe). kimi_k2_int4 skips the transformers baseline and
@@ -48,6 +49,8 @@
 # --wheels: where nvidia-modelopt 0.47's wheels are (tests/peer/fetch_wheels.sh; default .whl/ of
 #   this repository when it has one, else "-": the modelopt that python3 (or $PYTHON) imports);
 #   installed as tests/peer/peer.sh does (tests/peer/modelopt_env.sh), into WORK/modelopt_site.
+# --hf_timeout: the most seconds the transformers baseline may take (default 600), less where the
+#   deadline comes first (but at least 30); stopped, the table's notes say so.
 # --modelopt_timeout: the most seconds the ModelOpt step may take (default 600), less where the
 #   deadline comes first; when it is stopped the table gives the layers it calibrated and its time
 #   a layer.
@@ -74,7 +77,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 
 bin="" work="" out="${OUT:-$PWD/gpu_bench_out}" arch=qwen3_moe layers="" seqs=512 seq_len=512
 micro_batch=16 batch_size="" cap_gb="" skip="" deadline=0 keep=0 small=0 before=""
-wheels="" modelopt_timeout=600 pairs=1
+wheels="" modelopt_timeout=600 hf_timeout=600 pairs=1
 strata_flags=()
 py=${PYTHON:-python3}
 while [ $# -gt 0 ]; do
@@ -96,6 +99,7 @@ while [ $# -gt 0 ]; do
     --small) small=1; shift ;;
     --wheels) wheels=$2; shift 2 ;;
     --modelopt_timeout) modelopt_timeout=$2; shift 2 ;;
+    --hf_timeout) hf_timeout=$2; shift 2 ;;
     --profile) strata_flags+=(--gpu_profile); shift ;;
     --strata_flag) strata_flags+=("$2"); shift 2 ;;
     --pairs) pairs=$2; shift 2 ;;
@@ -328,8 +332,14 @@ if { [ -n "$gpu" ] || [ "$small" = 1 ]; } && ! skipped hf; then
   R[res_hf]=$(drop_cache)
   say "transformers baseline (resident before: ${R[res_hf]})"
   gpu_poll_start hf
-  "$py" "$here/hf_baseline.py" run --model "$ckpt" --tokens "$work/tokens.jsonl" \
-    --micro_batch "$micro_batch" --device "$hf_device" --json "$logs/hf.json" >"$logs/hf.log" 2>&1
+  hf_limit=$hf_timeout
+  if [ "$deadline" != 0 ]; then
+    left=$((deadline - $(elapsed)))
+    [ "$left" -lt "$hf_limit" ] && hf_limit=$((left > 30 ? left : 30))
+  fi
+  timeout -k 10 "$hf_limit" "$py" "$here/hf_baseline.py" run --model "$ckpt" \
+    --tokens "$work/tokens.jsonl" --micro_batch "$micro_batch" --device "$hf_device" \
+    --json "$logs/hf.json" >"$logs/hf.log" 2>&1
   rc=$?
   R[hf_gpu_mib]=$(gpu_poll_stop hf)
   if [ $rc = 0 ]; then
@@ -343,6 +353,8 @@ print("R[hf_alloc_gib]=%.1f R[hf_linears]=%d R[hf_experts]=%d R[hf_grouped]=%d R
 PY
 )"
     say "transformers: load ${R[hf_load_s]} s, forward ${R[hf_fwd_s]} s"
+  elif [ $rc = 124 ] || [ $rc = 137 ]; then
+    notes+=("transformers baseline stopped at its $hf_limit s limit (--hf_timeout, --deadline): it takes longer than that")
   else
     R[hf_total_s]="failed"
     notes+=("transformers baseline failed (rc $rc): $(tail -1 "$logs/hf.log")")

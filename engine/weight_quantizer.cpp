@@ -101,20 +101,35 @@ PrecomputedWeights WeightQuantizer::quantize(
   }
   std::vector<float> amax(groups.size(), 0.0f);
   backend.weight_amaxes(groups, amax.data());
+  // The jobs in runs: the CUDA backend brings a run of NVFP4 weights back in one synchronization.
+  // A local_hessian search's job runs alone, its module's statistics gathered just before.
+  std::vector<ops::WeightJob> run;
+  auto flush = [&]() {
+    std::vector<QuantizedWeight> q = backend.quantize_weights(run);
+    for (size_t i = 0; i < run.size(); ++i)
+      out[std::string(run[i].name)] = std::move(q[i]);
+    run.clear();
+  };
+  const std::optional<ops::WeightSearch> plain =
+      search_ ? std::optional(ops::WeightSearch{search_->calib, {}}) : std::nullopt;
   for (const Job& j : L.jobs) {
     const PlannedModule& m = *j.module;
-    ops::StoredWeight w = weight(m.module);
-    w.fp32_quotient = j.fp32_quotient;
+    ops::WeightJob job{weight(m.module), m.format,
+                       j.group < 0 ? 0.0f : amax[static_cast<size_t>(j.group)], m.module};
+    job.weight.fp32_quotient = j.fp32_quotient;
     const bool searched =
-        search_ && (m.format == QFormat::kNvfp4 || m.format == QFormat::kW4A16Nvfp4);
-    std::vector<double> h;
-    if (searched && needs_hessians()) h = hessian(m.module);
-    const ops::WeightSearch search =
-        searched ? ops::WeightSearch{search_->calib, h} : ops::WeightSearch{};
-    out[m.module] = backend.quantize_weight(w, m.format,
-                                            j.group < 0 ? 0.0f : amax[static_cast<size_t>(j.group)],
-                                            m.module, searched ? &search : nullptr);
+        plain && (m.format == QFormat::kNvfp4 || m.format == QFormat::kW4A16Nvfp4);
+    if (searched && needs_hessians()) {
+      flush();
+      const std::vector<double> h = hessian(m.module);
+      const ops::WeightSearch search{search_->calib, h};
+      out[m.module] = backend.quantize_weight(job.weight, m.format, job.amax, m.module, &search);
+      continue;
+    }
+    if (searched) job.search = &*plain;
+    run.push_back(job);
   }
+  flush();
   return out;
 }
 

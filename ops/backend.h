@@ -254,6 +254,15 @@ struct WeightSearch {
   std::span<const double> hessian;
 };
 
+// One weight of Backend::quantize_weights: quantize_weight's arguments.
+struct WeightJob {
+  StoredWeight weight;
+  QFormat format = QFormat::kNone;
+  float amax = 0.0f;
+  std::string_view name;
+  const WeightSearch* search = nullptr;
+};
+
 // Names the part of a layer that the ops issued since the previous mark belong to (the CUDA
 // backend's device-time profile, --gpu_profile; the CPU ignores it).
 enum class Phase { kStart, kNorms, kMixer, kFfn };
@@ -448,6 +457,17 @@ class Backend {
   virtual QuantizedWeight quantize_weight(const StoredWeight& w, QFormat format, float amax,
                                           std::string_view name,
                                           const WeightSearch* search = nullptr) = 0;
+  // quantize_weight of each job, in order, the first failing job's error thrown. The CUDA
+  // backend queues NVFP4 encoders back to back and brings their outputs back in one
+  // synchronization for as many as its pinned stage holds (a Kimi-K2 layer's 1152 expert weights
+  // in a handful instead of one each); the CPU's encodes one after another.
+  virtual std::vector<QuantizedWeight> quantize_weights(std::span<const WeightJob> jobs) {
+    std::vector<QuantizedWeight> out;
+    out.reserve(jobs.size());
+    for (const WeightJob& j : jobs)
+      out.push_back(quantize_weight(j.weight, j.format, j.amax, j.name, j.search));
+    return out;
+  }
 
  protected:
   bool bf16_ops_ = false;

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -41,6 +42,9 @@ uint64_t align_up(uint64_t x) {
 enum Part {
   kNorms,
   kAttention,
+  kAttentionNorm,
+  kAttentionObserve,
+  kAttentionRope,
   kAttentionGemm,
   kAttentionCore,
   kRouter,
@@ -52,7 +56,10 @@ enum Part {
   kParts
 };
 const char* const kPartNames[kParts] = {"norms and residuals",
-                                        "attention norms, RoPE, observers, conversions",
+                                        "attention copies, casts, KV split, other",
+                                        "attention norms",
+                                        "attention observers (amax, KV statistics)",
+                                        "attention RoPE",
                                         "attention projections (linears)",
                                         "attention scores, softmax and values",
                                         "router, expert offsets",
@@ -74,14 +81,20 @@ constexpr int kPtrArrays = 6;
 
 // Device time of each part of the forward, from timing events recorded between the parts, summed
 // over the run and logged when the backend is destroyed. The events cost a little; off by default.
+// Beside each part's device time, the host's time issuing it (from the previous mark to its own):
+// a part whose host time reaches its device time keeps the device waiting for the host.
 struct CudaBackend::Profile {
   bool on = false;
   std::vector<std::unique_ptr<Event>> events;  // a pool, reused after each take
   std::vector<int> part;                       // events[i] closes a span of part[i] (-1: none)
-  double ms[kParts] = {};
+  double ms[kParts] = {}, host_ms[kParts] = {};
+  std::chrono::steady_clock::time_point last_mark;
   int64_t gemms = 0, forwards = 0;
   void mark(int p, const Stream& s) {
     if (!on) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (p >= 0) host_ms[p] += std::chrono::duration<double, std::milli>(now - last_mark).count();
+    last_mark = now;
     if (part.size() == events.size()) events.push_back(std::make_unique<Event>(true));
     events[part.size()]->record(s);
     part.push_back(p);
@@ -101,7 +114,21 @@ struct CudaBackend::Profile {
     log_info("GPU profile: ", forwards, " chunk forwards, ", gemms, " GEMM calls, ",
              str(total / 1000).substr(0, 6), " s of device time in the parts:");
     for (int p = 0; p < kParts; ++p)
-      log_info("  ", kPartNames[p], ": ", str(ms[p] / 1000).substr(0, 6), " s");
+      log_info("  ", kPartNames[p], ": ", str(ms[p] / 1000).substr(0, 6), " s (host ",
+               str(host_ms[p] / 1000).substr(0, 6), " s)");
+  }
+};
+
+// An op of a mixer timed as a part of its own (the profile; the mixer's other element-wise work
+// stays kAttention).
+struct CudaBackend::MixerOp {
+  CudaBackend* be;
+  int part;
+  MixerOp(CudaBackend* b, int p) : be(b), part(p) {
+    if (be->in_mixer_) be->span(kAttention);
+  }
+  ~MixerOp() {
+    if (be->in_mixer_) be->span(part);
   }
 };
 
@@ -397,6 +424,7 @@ void CudaBackend::observe(const std::vector<std::string>& names, const float* x,
                           int64_t cols) {
   const int s = slot(names);
   if (dry()) return;
+  const MixerOp op(this, kAttentionObserve);
   cuda::amax(x, rows * cols, slot_ptr(s), stream_->handle());
   slot_rows_[s] += rows;
   if (hist_dev_.bytes() > 0) {
@@ -409,6 +437,7 @@ void CudaBackend::observe(const std::vector<std::string>& names, const float* x,
 void CudaBackend::observe_sequences(const std::string& name, const float* x, const Tokens& t,
                                     const KvLayout& layout) {
   if (!opt_.sequence_stats) return;
+  const MixerOp op(this, kAttentionObserve);
   const int64_t cols = layout.channels(), n = t.n_seqs();
   if (dry() || n == 0) return;
   // [group, cols] each of sum (double), max and min, in a buffer of its own (not the scratch,
@@ -650,6 +679,7 @@ void CudaBackend::linears(const float* x, int64_t m, std::initializer_list<Out> 
 void CudaBackend::rms_norm(const float* x, int64_t rows, int64_t dim, const Weight& w, float eps,
                            float* y) {
   if (dry()) return;
+  const MixerOp op(this, kAttentionNorm);
   const cuda::NormRounding rounding = !bf16_ops_ ? cuda::NormRounding::kNone
                                       : w.offset != 0.0f || w.norm_fp32
                                           ? cuda::NormRounding::kOnce
@@ -751,6 +781,7 @@ void CudaBackend::rope(float* x, const Tokens& t, int64_t n_heads, int64_t strid
                        int64_t rot_dim, const std::vector<double>& inv_freq,
                        double attention_factor, bool interleaved) {
   if (dry()) return;
+  const MixerOp op(this, kAttentionRope);
   cuda::rope(x, t.tokens, n_heads, stride, offset, rot_dim, t.positions, rope_table(inv_freq),
              attention_factor, interleaved, stream_->handle(), bf16_ops_);
 }
@@ -1394,9 +1425,9 @@ void CudaBackend::moe_exchanged(const float* n, int64_t T, int64_t H, int64_t K,
 
 void CudaBackend::use_for_quantization(int device) {
   qstream_ = std::make_unique<strata::cuda::Stream>(device);
-  // The encoders' outputs and their two check words come back through pinned memory, in one
-  // synchronization a weight (quantize_weight).
-  qstage_.reserve(scratch_.bytes() + kStageChecks);
+  // The encoders' outputs and their two check words come back through pinned memory: one
+  // weight's (quantize_weight), or many queued NVFP4 weights' (quantize_weights).
+  qstage_.reserve(std::max(kStageChecks + align_up(scratch_.bytes()), kBatchStage));
 }
 
 uint64_t CudaBackend::staging_bytes() const {
@@ -1446,12 +1477,9 @@ void CudaBackend::weight_amaxes(const std::vector<std::vector<StoredWeight>>& gr
   strata::cuda::copy_to_host(out, slots, groups.size() * 4, *qstream_);
 }
 
-QuantizedWeight CudaBackend::quantize_weight(const StoredWeight& stored, QFormat format, float amax,
-                                             std::string_view name, const WeightSearch* search) {
+float CudaBackend::queue_nvfp4(const StoredWeight& stored, float amax, std::string_view name,
+                               const WeightSearch* search, uint8_t* stage) {
   namespace qc = strata::quant::cuda;
-  STRATA_ASSERT(qstream_, "quantize_weight: use_for_quantization first");
-  STRATA_ASSERT(search == nullptr || format == QFormat::kNvfp4 || format == QFormat::kW4A16Nvfp4,
-                "a scale search for ", name, " in ", qformat_name(format));
   static_assert(qc::kMaxSearchCandidates == kMaxDeviceSearchCandidates);
   STRATA_CHECK(search == nullptr || device_search_unsupported(search->calib).empty(),
                "nvfp4: ", name, ": ",
@@ -1472,12 +1500,11 @@ QuantizedWeight CudaBackend::quantize_weight(const StoredWeight& stored, QFormat
       std::copy(m.begin(), m.end(), c.multipliers);
     }
   }
-  cudaSetDevice(qstream_->device());
   const StoredWeight w = decompressed_for_quantization(stored);
   const int64_t rows = w.rows, cols = w.cols;
   if (search && !search->hessian.empty()) {
     // local_hessian: the module's statistics beside the weight (read by the kernel before the
-    // synchronization below, while the caller's vector lives).
+    // caller synchronizes, while the caller's vector lives).
     const uint64_t bytes = search->hessian.size() * sizeof(double);
     STRATA_CHECK(static_cast<int64_t>(search->hessian.size()) == 16 * cols, "local_hessian: the ",
                  "input statistics of ", name, " have ", search->hessian.size() / 256,
@@ -1488,6 +1515,45 @@ QuantizedWeight CudaBackend::quantize_weight(const StoredWeight& stored, QFormat
     candidates->hessian = search_hessian_.as<double>();
     candidates->blocks_per_row = cols / 16;
   }
+  // Packed codes then block scales, side by side in the arena, copied to the stage after the two
+  // check words (the arena is reused by the next weight queued: in stream order, after this copy).
+  uint8_t* arena = scratch_.as<uint8_t>();
+  const uint64_t packed_bytes = static_cast<uint64_t>(rows * cols / 2);
+  const uint64_t codes = packed_bytes + static_cast<uint64_t>(rows * cols / 16);
+  STRATA_ASSERT(codes <= scratch_.bytes() && nvfp4_stage_bytes(rows, cols) <= qstage_.bytes(),
+                "quantize_weight scratch");
+  unsigned long long* checks = qc::check_slots(*qstream_);
+  const float ws2 =
+      qc::nvfp4_quantize_deferred(w.data, w.dtype, rows, cols, amax, arena, arena + packed_bytes,
+                                  name, checks, *qstream_, candidates ? &*candidates : nullptr);
+  strata::cuda::copy_to_host_async(stage, checks, 2 * sizeof(unsigned long long), *qstream_);
+  strata::cuda::copy_to_host_async(stage + kStageChecks, arena, codes, *qstream_);
+  return ws2;
+}
+
+uint64_t CudaBackend::nvfp4_stage_bytes(int64_t rows, int64_t cols) {
+  return kStageChecks + align_up(static_cast<uint64_t>(rows * cols / 2 + rows * cols / 16));
+}
+
+Nvfp4Weight CudaBackend::take_nvfp4(const uint8_t* stage, int64_t rows, int64_t cols, float ws2,
+                                    float amax, std::string_view name) {
+  unsigned long long checks[2];
+  std::memcpy(checks, stage, sizeof(checks));
+  strata::quant::cuda::nvfp4_check(checks, name, amax, cols);
+  Tensor packed = Tensor::zeros(DType::kU8, {rows, cols / 2});
+  Tensor scales = Tensor::zeros(DType::kF8E4M3, {rows, cols / 16});
+  std::memcpy(packed.mutable_bytes(), stage + kStageChecks, packed.nbytes());
+  std::memcpy(scales.mutable_bytes(), stage + kStageChecks + packed.nbytes(), scales.nbytes());
+  return Nvfp4Weight{std::move(packed), std::move(scales), Tensor::scalar_f32(ws2)};
+}
+
+QuantizedWeight CudaBackend::quantize_weight(const StoredWeight& stored, QFormat format, float amax,
+                                             std::string_view name, const WeightSearch* search) {
+  namespace qc = strata::quant::cuda;
+  STRATA_ASSERT(qstream_, "quantize_weight: use_for_quantization first");
+  STRATA_ASSERT(search == nullptr || format == QFormat::kNvfp4 || format == QFormat::kW4A16Nvfp4,
+                "a scale search for ", name, " in ", qformat_name(format));
+  cudaSetDevice(qstream_->device());
   uint8_t* arena = scratch_.as<uint8_t>();  // the encoders' outputs, then copied back
   auto fetch = [&](const uint8_t* src, DType dtype, Shape shape) {
     Tensor t = Tensor::zeros(dtype, std::move(shape));
@@ -1498,40 +1564,24 @@ QuantizedWeight CudaBackend::quantize_weight(const StoredWeight& stored, QFormat
   switch (format) {
     case QFormat::kNvfp4:
     case QFormat::kW4A16Nvfp4: {
-      // Packed codes then block scales, side by side in the arena, copied back with the two check
-      // words through the pinned stage: one synchronization (three before: ~70k expert weights a
-      // Kimi-K2 run).
-      const uint64_t packed_bytes = static_cast<uint64_t>(rows * cols / 2);
-      const uint64_t codes = packed_bytes + static_cast<uint64_t>(rows * cols / 16);
-      STRATA_ASSERT(codes <= scratch_.bytes() && codes + kStageChecks <= qstage_.bytes(),
-                    "quantize_weight scratch");
-      unsigned long long* checks = qc::check_slots(*qstream_);
-      const float ws2 = qc::nvfp4_quantize_deferred(w.data, w.dtype, rows, cols, amax, arena,
-                                                    arena + packed_bytes, name, checks, *qstream_,
-                                                    candidates ? &*candidates : nullptr);
-      uint8_t* stage = qstage_.data();
-      strata::cuda::copy_to_host_async(stage, checks, 2 * sizeof(unsigned long long), *qstream_);
-      strata::cuda::copy_to_host_async(stage + kStageChecks, arena, codes, *qstream_);
+      // One synchronization for the codes and the check words (three before).
+      const float ws2 = queue_nvfp4(stored, amax, name, search, qstage_.data());
       qstream_->synchronize();
-      unsigned long long host_checks[2];
-      std::memcpy(host_checks, stage, sizeof(host_checks));
-      qc::nvfp4_check(host_checks, name, amax, cols);
-      Tensor packed = Tensor::zeros(DType::kU8, {rows, cols / 2});
-      Tensor scales = Tensor::zeros(DType::kF8E4M3, {rows, cols / 16});
-      std::memcpy(packed.mutable_bytes(), stage + kStageChecks, packed_bytes);
-      std::memcpy(scales.mutable_bytes(), stage + kStageChecks + packed_bytes, scales.nbytes());
-      o.nvfp4 = Nvfp4Weight{std::move(packed), std::move(scales), Tensor::scalar_f32(ws2)};
+      o.nvfp4 = take_nvfp4(qstage_.data(), stored.rows, stored.cols, ws2, amax, name);
       break;
     }
     case QFormat::kFp8: {
-      STRATA_ASSERT(static_cast<uint64_t>(rows * cols) <= scratch_.bytes(),
+      const StoredWeight w = decompressed_for_quantization(stored);
+      STRATA_ASSERT(static_cast<uint64_t>(w.rows * w.cols) <= scratch_.bytes(),
                     "quantize_weight scratch");
-      const float ws = qc::fp8_quantize(w.data, w.dtype, rows * cols, amax, arena, name, *qstream_,
-                                        w.fp32_quotient);
-      o.fp8 = Fp8Weight{fetch(arena, DType::kF8E4M3, {rows, cols}), Tensor::scalar_f32(ws)};
+      const float ws = qc::fp8_quantize(w.data, w.dtype, w.rows * w.cols, amax, arena, name,
+                                        *qstream_, w.fp32_quotient);
+      o.fp8 = Fp8Weight{fetch(arena, DType::kF8E4M3, {w.rows, w.cols}), Tensor::scalar_f32(ws)};
       break;
     }
     case QFormat::kMxfp8: {
+      const StoredWeight w = decompressed_for_quantization(stored);
+      const int64_t rows = w.rows, cols = w.cols;
       STRATA_ASSERT(static_cast<uint64_t>(rows * cols + rows * cols / 32) <= scratch_.bytes(),
                     "quantize_weight scratch");
       uint8_t* scales = arena + rows * cols;
@@ -1551,6 +1601,56 @@ QuantizedWeight CudaBackend::quantize_weight(const StoredWeight& stored, QFormat
       STRATA_ASSERT(false, "quantize_weight of ", name, " in no format");
   }
   return o;
+}
+
+std::vector<QuantizedWeight> CudaBackend::quantize_weights(std::span<const WeightJob> jobs) {
+  STRATA_ASSERT(qstream_, "quantize_weights: use_for_quantization first");
+  cudaSetDevice(qstream_->device());
+  std::vector<QuantizedWeight> out(jobs.size());
+  // NVFP4 encoders queued back to back, each one's check words and codes at its own place in
+  // the stage; one synchronization when the stage is full, at another format's job, and at the
+  // end. Their checks are read in job order, so the first failing job's error is the one thrown.
+  struct Queued {
+    size_t job;
+    uint64_t at;
+    float ws2;
+  };
+  std::vector<Queued> queued;
+  uint64_t used = 0;
+  auto drain = [&]() {
+    if (queued.empty()) return;
+    qstream_->synchronize();
+    for (const Queued& q : queued) {
+      const WeightJob& j = jobs[q.job];
+      out[q.job].nvfp4 =
+          take_nvfp4(qstage_.data() + q.at, j.weight.rows, j.weight.cols, q.ws2, j.amax, j.name);
+    }
+    queued.clear();
+    used = 0;
+  };
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const WeightJob& j = jobs[i];
+    if (j.format != QFormat::kNvfp4 && j.format != QFormat::kW4A16Nvfp4) {
+      drain();
+      out[i] = quantize_weight(j.weight, j.format, j.amax, j.name, j.search);
+      continue;
+    }
+    const uint64_t need = nvfp4_stage_bytes(j.weight.rows, j.weight.cols);
+    if (used + need > qstage_.bytes()) drain();
+    try {
+      queued.push_back(
+          {i, used, queue_nvfp4(j.weight, j.amax, j.name, j.search, qstage_.data() + used)});
+    } catch (...) {
+      drain();  // an earlier job's error first
+      throw;
+    }
+    used += need;
+    // local_hessian: the statistics' buffer is the next search's, and the caller's vector must
+    // outlive the kernel's read of it.
+    if (j.search && !j.search->hessian.empty()) drain();
+  }
+  drain();
+  return out;
 }
 
 }  // namespace strata::ops

@@ -235,9 +235,11 @@ class CudaBackend final : public Backend {
   QuantizedWeight quantize_weight(const StoredWeight& w, QFormat format, float amax,
                                   std::string_view name,
                                   const WeightSearch* search = nullptr) override;
+  std::vector<QuantizedWeight> quantize_weights(std::span<const WeightJob> jobs) override;
 
  private:
   struct Profile;
+  struct MixerOp;
   struct Attention;
   explicit CudaBackend(CudaBackendOptions options);
   template <typename T>
@@ -293,9 +295,18 @@ class CudaBackend final : public Backend {
   // thresholds (calib/max_calib.h headroom_thresholds).
   gpu::DeviceBuffer hist_dev_, thresholds_dev_;
   unsigned long long* hist_of(int slot);
-  std::unique_ptr<strata::cuda::Stream> qstream_;  // weight quantization
-  static constexpr uint64_t kStageChecks = 64;     // the check words' room before the codes
-  gpu::PinnedBuffer qstage_;                       // the encoders' outputs back to the host
+  std::unique_ptr<strata::cuda::Stream> qstream_;    // weight quantization
+  static constexpr uint64_t kStageChecks = 64;       // the check words' room before the codes
+  static constexpr uint64_t kBatchStage = 32 << 20;  // quantize_weights' stage, at least
+  gpu::PinnedBuffer qstage_;                         // the encoders' outputs back to the host
+  // An NVFP4 weight's encoder queued on the quantization stream, its check words and codes copied
+  // to `stage` (nvfp4_stage_bytes of room); returns weight_scale_2. take_nvfp4 checks and copies
+  // them out once the stream has run.
+  float queue_nvfp4(const StoredWeight& stored, float amax, std::string_view name,
+                    const WeightSearch* search, uint8_t* stage);
+  static uint64_t nvfp4_stage_bytes(int64_t rows, int64_t cols);
+  static Nvfp4Weight take_nvfp4(const uint8_t* stage, int64_t rows, int64_t cols, float ws2,
+                                float amax, std::string_view name);
   uint64_t arena_at_ = 0, high_water_ = 0;
   std::vector<std::vector<std::string>> slot_names_;
   std::vector<int64_t> slot_rows_;

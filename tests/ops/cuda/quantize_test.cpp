@@ -83,6 +83,101 @@ TEST_F(CudaOps, WeightQuantizationIsTheCpuBackends) {
   }
 }
 
+// quantize_weights, the batch the device quantizer hands a layer to: a run of NVFP4 weights larger
+// than the pinned stage (so brought back in several synchronizations), FP8 and MXFP8 jobs and
+// searched NVFP4 ones among them, gives each job the CPU backend's quantize_weight bytes; with
+// failing jobs, the first one's error is thrown, whether a later one fails on the device (|W|
+// above its amax) or already on the host (amax 0).
+TEST_F(CudaOps, BatchedWeightQuantizationIsTheCpuBackends) {
+  const int64_t R = 256, C = 1024;  // 147 KB of NVFP4 codes a weight: 300 of them fill 44 MB
+  std::vector<std::vector<uint16_t>> host;
+  std::vector<float> amax;
+  for (float sd : {0.02f, 0.7f, 40.0f, 3.0f}) {
+    std::vector<uint16_t> v;
+    float m = 0.0f;
+    for (float x : normal(static_cast<size_t>(R * C), sd)) {
+      v.push_back(f32_to_bf16(x));
+      m = std::max(m, std::fabs(strata::bf16_to_f32(v.back())));
+    }
+    host.push_back(std::move(v));
+    amax.push_back(m);
+  }
+  std::vector<gpu::DeviceBuffer> dev;
+  for (const auto& v : host)
+    dev.push_back(up(v));
+  CudaBackend gpu_be(budget(), s(), CudaBackendOptions{}, 4, 0);
+  gpu_be.reserve_scratch(static_cast<uint64_t>(R * C + R * C / 16));
+  gpu_be.use_for_quantization(0);
+  CpuBackend cpu_be(nullptr, nullptr);
+  WeightCalib mse;
+  mse.method = WeightCalib::Method::kMse;
+  const WeightSearch search{mse, {}};
+  const int n = 300;
+  std::vector<std::string> names;
+  for (int i = 0; i < n; ++i)
+    names.push_back("w" + std::to_string(i));
+  std::vector<WeightJob> gd, gh;
+  for (int i = 0; i < n; ++i) {
+    const size_t w = static_cast<size_t>(i) % host.size();
+    WeightJob j{StoredWeight{dev[w].data(), DType::kBF16, R, C}, QFormat::kNvfp4, amax[w] * 1.25f,
+                names[static_cast<size_t>(i)]};
+    if (i % 37 == 5) j.format = QFormat::kFp8;
+    if (i == 123) j.format = QFormat::kMxfp8;
+    if (i % 41 == 7) j.search = &search;
+    gd.push_back(j);
+    j.weight.data = host[w].data();
+    gh.push_back(j);
+  }
+  const std::vector<QuantizedWeight> d = gpu_be.quantize_weights(gd);
+  ASSERT_EQ(d.size(), gd.size());
+  int checked = 0;
+  for (int i = 0; i < n; ++i) {
+    const WeightJob& j = gh[static_cast<size_t>(i)];
+    const QuantizedWeight h = cpu_be.quantize_weight(j.weight, j.format, j.amax, j.name, j.search);
+    const QuantizedWeight& g = d[static_cast<size_t>(i)];
+    if (j.format == QFormat::kNvfp4) {
+      ASSERT_TRUE(g.nvfp4.has_value()) << i;
+      EXPECT_TRUE(same_bytes(g.nvfp4->packed, h.nvfp4->packed)) << i;
+      EXPECT_TRUE(same_bytes(g.nvfp4->block_scale, h.nvfp4->block_scale)) << i;
+      EXPECT_EQ(bits_of(g.nvfp4->global_scale.item_f32(0)),
+                bits_of(h.nvfp4->global_scale.item_f32(0)))
+          << i;
+    } else if (j.format == QFormat::kFp8) {
+      ASSERT_TRUE(g.fp8.has_value()) << i;
+      EXPECT_TRUE(same_bytes(g.fp8->weight, h.fp8->weight)) << i;
+    } else {
+      ASSERT_TRUE(g.mxfp8.has_value()) << i;
+      EXPECT_TRUE(same_bytes(g.mxfp8->weight, h.mxfp8->weight)) << i;
+      EXPECT_TRUE(same_bytes(g.mxfp8->scale, h.mxfp8->scale)) << i;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, n);
+
+  auto message = [&](const std::vector<WeightJob>& jobs) {
+    try {
+      gpu_be.quantize_weights(jobs);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::vector<WeightJob> bad = gd;
+  bad[150].amax = amax[150 % host.size()] / 4;  // |W| above it: found on the device
+  bad[250].amax = amax[250 % host.size()] / 4;
+  std::string e = message(bad);
+  EXPECT_NE(e.find("w150 has |W| above the weight amax"), std::string::npos) << e;
+  bad[200].amax = 0.0f;  // refused on the host, after job 150 was queued
+  e = message(bad);
+  EXPECT_NE(e.find("w150 has |W| above the weight amax"), std::string::npos) << e;
+  bad[150].amax = gd[150].amax;
+  e = message(bad);
+  EXPECT_NE(e.find("weight amax 0 of w200"), std::string::npos) << e;
+  // And the batch still works after errors.
+  const std::vector<QuantizedWeight> again = gpu_be.quantize_weights(gd);
+  EXPECT_TRUE(same_bytes(again[299].nvfp4->packed, d[299].nvfp4->packed));
+}
+
 // Searched NVFP4 block scales (mse's multipliers, fp8_scale_sweep, a narrower multiplier range)
 // on the device are the CPU reference's (quant/scale_search.h), codes and scale bytes, for bf16
 // and fp32 weights; the searches choose other scales than max calibration for some blocks (so the
