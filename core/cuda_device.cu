@@ -66,10 +66,15 @@ struct Stream::Impl {
   size_t scratch_bytes = 0;
 };
 
-Stream::Stream(int device) : impl_(std::make_unique<Impl>()) {
+Stream::Stream(int device, bool high_priority) : impl_(std::make_unique<Impl>()) {
   impl_->device = device;
   check(cudaSetDevice(device), "cudaSetDevice");
-  check(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  int least = 0, greatest = 0;
+  if (high_priority)
+    check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "stream priorities");
+  check(cudaStreamCreateWithPriority(&impl_->stream, cudaStreamNonBlocking,
+                                     high_priority ? greatest : 0),
+        "cudaStreamCreate");
 }
 
 Stream::~Stream() {

@@ -29,7 +29,7 @@ namespace {
 }  // namespace
 
 struct Stream::Impl {};
-Stream::Stream(int) {
+Stream::Stream(int, bool) {
   no_cuda();
 }
 Stream::~Stream() = default;

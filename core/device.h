@@ -43,7 +43,9 @@ namespace strata::cuda {
 // Creating one makes `device` current on the calling thread.
 class Stream {
  public:
-  explicit Stream(int device = 0);
+  // high_priority: the device's highest stream priority, so that its kernels' blocks go before
+  // other streams' waiting blocks (the weight quantizer's small kernels beside the forward's).
+  explicit Stream(int device = 0, bool high_priority = false);
   ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;

@@ -1424,7 +1424,9 @@ void CudaBackend::moe_exchanged(const float* n, int64_t T, int64_t H, int64_t K,
 }
 
 void CudaBackend::use_for_quantization(int device) {
-  qstream_ = std::make_unique<strata::cuda::Stream>(device);
+  // At the device's highest priority: its small kernels (a layer's ~1000 expert weights'
+  // decompression, amax and encoding) go between the forward's blocks instead of after them.
+  qstream_ = std::make_unique<strata::cuda::Stream>(device, true);
   // The encoders' outputs and their two check words come back through pinned memory: one
   // weight's (quantize_weight), or many queued NVFP4 weights' (quantize_weights).
   qstage_.reserve(std::max(kStageChecks + align_up(scratch_.bytes()), kBatchStage));

@@ -16,8 +16,10 @@ namespace {
 // A slot is ops::amax of everything accumulated into it, bit for bit; a NaN makes it NaN (the
 // device keeps the NaN's bits without the sign, the CPU returns the canonical NaN).
 TEST_F(CudaOps, AmaxIsOpsAmaxAndNanWins) {
-  for (int64_t n : {1, 7, 1000, 300001}) {
+  // Up to many grid strides of the launch (at most 1024 blocks of 256), the largest value last.
+  for (int64_t n : {1, 7, 1000, 300001, (1 << 22) + 3}) {
     std::vector<float> x = normal(n, 10.0f);
+    if (n > 1000) x[n - 1] = -999.0f;
     gpu::DeviceBuffer dx = up(x), slot = up(std::vector<uint32_t>(1, 0));
     amax(dx.as<float>(), n, slot.as<uint32_t>(), st());
     const uint32_t first = down<uint32_t>(slot, 1)[0];
