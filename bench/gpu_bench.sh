@@ -27,7 +27,7 @@
 #                      [--skip strata,free,compare,hf,modelopt,read,write,peak] [--deadline SECONDS]
 #                      [--keep] [--small] [--before DIR] [--wheels DIR] [--modelopt_timeout S]
 #                      [--hf_timeout S]
-#                      [--profile] [--strata_flag FLAG]... [--pairs N]
+#                      [--profile] [--strata_flag FLAG]... [--pairs N] [--alt "FLAGS"]
 #
 # --arch: the checkpoint (default qwen3_moe). kimi_k2_int4 skips the transformers baseline and
 #   ModelOpt: transformers 5.17 has no kimi_k2 model of its own (Kimi ships remote code) and would
@@ -63,6 +63,9 @@
 #   (docs/PERFORMANCE.md), so a ratio is read from pairs, not from one run. The table's notes give
 #   every pair and the median ratio. Needs the write step (its staged export bytes stay in
 #   /dev/shm until the last pair).
+# --alt "FLAGS": with --pairs, every pair also runs strata capped with these flags added (e.g.
+#   "--test_gpu_read 8:none"), right after the capped run: an A/B of a setting in pairs, each
+#   ratio to the same floor as the capped run beside it.
 # strata runs only if `strata quantize --help` offers --device (the GPU engine); the capped run
 # only if it offers --max_gpu_memory_gb. A CPU-only strata runs only with --small.
 #
@@ -77,7 +80,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
 
 bin="" work="" out="${OUT:-$PWD/gpu_bench_out}" arch=qwen3_moe layers="" seqs=512 seq_len=512
 micro_batch=16 batch_size="" cap_gb="" skip="" deadline=0 keep=0 small=0 before=""
-wheels="" modelopt_timeout=600 hf_timeout=600 pairs=1
+wheels="" modelopt_timeout=600 hf_timeout=600 pairs=1 alt=""
 strata_flags=()
 py=${PYTHON:-python3}
 while [ $# -gt 0 ]; do
@@ -103,6 +106,7 @@ while [ $# -gt 0 ]; do
     --profile) strata_flags+=(--gpu_profile); shift ;;
     --strata_flag) strata_flags+=("$2"); shift 2 ;;
     --pairs) pairs=$2; shift 2 ;;
+    --alt) alt=$2; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
     *) echo "gpu_bench: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -476,6 +480,12 @@ if [ "$pairs" -gt 1 ]; then
     pair_names=()
     skipped free || pair_names+=(free)
     [ "$has_cap" = 1 ] && pair_names+=(capped)
+    read -r -a alt_flags <<<"$alt"
+    if [ -n "$alt" ] && [ "$has_cap" = 1 ]; then
+      pair_names+=(alt)
+      run_strata alt --max_gpu_memory_gb "$cap_gb" "${alt_flags[@]}"  # pair 1's, after its capped run
+      notes+=("--alt: strata capped with $alt added, in every pair")
+    fi
     for name in "${pair_names[@]}"; do
       [ -n "${R[${name}_s]:-}" ] && [ "${R[${name}_s]}" != failed ] &&
         R[pair_${name}_ratios]=$(ratio "${R[${name}_s]}" "${R[rw_s]}")
@@ -488,7 +498,11 @@ if [ "$pairs" -gt 1 ]; then
       f=$(rw_floor)
       line="pair $i: floor $f s"
       for name in "${pair_names[@]}"; do
-        if [ "$name" = capped ]; then run_strata "capped_$i" --max_gpu_memory_gb "$cap_gb"; else run_strata "free_$i"; fi
+        case $name in
+          capped) run_strata "capped_$i" --max_gpu_memory_gb "$cap_gb" ;;
+          alt) run_strata "alt_$i" --max_gpu_memory_gb "$cap_gb" "${alt_flags[@]}" ;;
+          *) run_strata "free_$i" ;;
+        esac
         r=$(ratio "${R[${name}_${i}_s]}" "$f")
         line+="; $name ${R[${name}_${i}_s]} s (${r:-?} x)"
         [ -n "$r" ] && R[pair_${name}_ratios]="${R[pair_${name}_ratios]:-} $r"

@@ -11,9 +11,7 @@ std::optional<bool> device_flag(const Args& args) {
   if (args.choice("--device", "cpu|cuda") == 0) return false;
   STRATA_CHECK(cuda_compiled(),
                "--device cuda: this strata was built without CUDA; use --device cpu");
-  STRATA_CHECK(cuda_device_count() > 0,
-               "--device cuda: no CUDA device is visible (check nvidia-smi and "
-               "CUDA_VISIBLE_DEVICES); use --device cpu");
+  STRATA_CHECK(cuda_device_count() > 0, "--device cuda: ", kNoCudaDevice);
   return true;
 }
 

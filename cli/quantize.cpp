@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <optional>
 #include <string>
 #include <thread>
@@ -273,11 +274,19 @@ void print_plan(const QuantizeJob& job) {
 }
 
 // --device: where the calibration forward runs (default: cuda when built with CUDA and a GPU is
-// visible).
+// visible). Whether a GPU is visible is asked on a helper thread (the CUDA driver's start, 0.1-0.2
+// s with the disk idle), which the run reads at its device choice, after the checkpoint's headers;
+// a refusal then still comes before anything is written.
 void choose_device(const Args& args, QuantizeJob& job) {
-  const std::optional<bool> cuda = device_flag(args);
-  job.device_explicit = cuda.has_value();
-  if (cuda.value_or(cuda_usable())) job.device = QuantizeJob::Device::kCuda;
+  job.device_explicit = args.get_optional("--device").has_value();
+  if (job.device_explicit && args.choice("--device", "cpu|cuda") == 0) return;
+  if (!cuda_compiled()) {
+    STRATA_CHECK(!job.device_explicit,
+                 "--device cuda: this strata was built without CUDA; use --device cpu");
+    return;
+  }
+  job.device = QuantizeJob::Device::kCuda;
+  job.cuda_devices = std::async(std::launch::async, cuda_device_count).share();
 }
 
 // The rest of the job: output and resume folders, memory caps, device, GPU switches, test hooks.

@@ -17,8 +17,11 @@ bool cuda_compiled();
 // Number of usable CUDA devices (0 without CUDA, without a driver, or without a GPU).
 int cuda_device_count();
 // The wall seconds the first cuda_device_count() took (the CUDA driver's start; 0 before it and
-// without CUDA). quantize logs it among its start-up steps: the CLI asks before the run's clock.
+// without CUDA). quantize logs it among its start-up steps.
 double cuda_probe_seconds();
+// The refusal of --device cuda where cuda_device_count() is 0, after "--device cuda: ".
+inline constexpr const char* kNoCudaDevice =
+    "no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES); use --device cpu";
 // "NVIDIA H200 (sm_90, 139.8 GiB)" for device i, or an empty string.
 std::string cuda_device_description(int i);
 

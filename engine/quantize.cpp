@@ -557,6 +557,11 @@ void QuantizeRun::choose_device() {
   // --device cuda (engine/gpu_runner.h): its activation store is file-backed (written only at
   // durable steps); the hidden states live on the device or in pinned host memory.
   on_gpu = job.device == QuantizeJob::Device::kCuda && result.calibrated;
+  if (job.device == QuantizeJob::Device::kCuda && job.cuda_devices.valid() &&
+      job.cuda_devices.get() == 0) {  // the CLI's probe, on its helper thread until now
+    STRATA_CHECK(!job.device_explicit, "--device cuda: ", kNoCudaDevice);
+    on_gpu = false;
+  }
   if (on_gpu) {
     // Checked first, so the refusal names the recipe's CPU-only algorithm whatever the machine has.
     const std::string search_why = device_search_unsupported(plan.recipe.algorithm);
@@ -1052,9 +1057,10 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   // Each step before the embedding, by its wall time on this thread: one info line (the summary's
   // `startup` and `calibration data` are their sum).
   PhaseTimer step_timer;
-  // The CUDA driver's start, when the CLI's device check asked for it before the run's clock.
+  // The CUDA driver's start, when the CLI's device check asked for it before the run's clock (its
+  // probe on a helper thread: logged at the device choice, beside the steps it overlapped).
   std::string steps;
-  if (cuda_probe_seconds() >= 0.005)
+  if (!job.cuda_devices.valid() && cuda_probe_seconds() >= 0.005)
     steps = str("CUDA device probe (before the run) ", format_double("%.2f", cuda_probe_seconds()),
                 " s");
   auto step = [&](const char* name) {
@@ -1076,6 +1082,9 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
   step("plan");
   run.choose_device();
   step("device choice");
+  if (job.cuda_devices.valid() && cuda_probe_seconds() >= 0.005)
+    steps += str(", CUDA device probe (beside the steps before) ",
+                 format_double("%.2f", cuda_probe_seconds()), " s");
   run.check_output();
   run.choose_expert_parallel();
   step("output check");

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,11 @@ struct QuantizeJob {
   enum class Device { kCpu, kCuda };
   Device device = Device::kCpu;
   bool device_explicit = false;
+  // With device kCuda: the CUDA driver's device count, when the CLI left its probe (0.1-0.2 s,
+  // the driver's start) to a helper thread so that the checkpoint's config and headers are read
+  // meanwhile; the run takes it at its device choice (none visible: --device cuda refused, the
+  // default falls back to the CPU). Not valid: the CLI checked before the run.
+  std::shared_future<int> cuda_devices;
   uint64_t max_gpu_memory_bytes = 0;  // --max_gpu_memory_gb; 0: the device's free memory
   GpuOptions gpu;                     // engine/options.h: the --gpu_* flags
   TestHooks test;                     // engine/options.h: the hidden --test_* flags

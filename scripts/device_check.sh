@@ -6,7 +6,7 @@
 #
 #   bash .xfer/bundle/run.sh 'bash scripts/device_check.sh [--parts tests,peer,bench,kda]
 #        [--tests REGEX] [--recipes "R1 R2"] [--families "F1 F2"] [--bench "ARCH ..."]
-#        [--bench_skip STEPS] [--bench_pairs N] [--peer_deadline S]'
+#        [--bench_skip STEPS] [--bench_pairs N] [--bench_alt "FLAGS"] [--peer_deadline S]'
 #
 # --parts     which parts run, in this order (default tests,peer); parts joined by + run at the
 #             same time (tests+peer: neither is timed); kda: bench/kda_bench (a few seconds)
@@ -28,6 +28,8 @@
 # --bench_pairs gpu_bench.sh's --pairs (default 1): N rounds of the read + write floor and the
 #             strata runs, each ratio to the floor just before it (the disk's rate moves ~10%);
 #             each round adds about a minute on the Qwen3 shape, and 90 s to the bench's limits
+# --bench_alt gpu_bench.sh's --alt: with --bench_pairs, every pair also runs strata capped with
+#             these flags added (an A/B of a setting in pairs); 40 s more a pair in the limits
 # The peer, and gpu_bench.sh's ModelOpt step, need the wheels of tests/peer/fetch_wheels.sh carried
 # as .whl/.
 set -uo pipefail
@@ -42,6 +44,7 @@ families="llama qwen3 qwen3_moe deepseek_v3 kimi_linear glm4_moe minimax_m2 mixt
 bench="gpt_oss_mxfp4 kimi_k2_int4"
 bench_skip=free,hf,peak
 bench_pairs=1
+bench_alt=""
 peer_deadline=420
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -52,9 +55,10 @@ while [ $# -gt 0 ]; do
     --bench) bench="$2"; shift 2 ;;
     --bench_skip) bench_skip="$2"; shift 2 ;;
     --bench_pairs) bench_pairs="$2"; shift 2 ;;
+    --bench_alt) bench_alt="$2"; shift 2 ;;
     --peer_deadline) peer_deadline="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "device_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -99,8 +103,10 @@ run_part() {
       for arch in $bench; do
         t1=$(date +%s)
         extra=$((90 * (bench_pairs - 1)))  # each further pair's floor and runs
+        [ -n "$bench_alt" ] && extra=$((extra + 40 * bench_pairs))
         timeout $((280 + extra)) bash bench/gpu_bench.sh --arch "$arch" --bin "$bin" \
           --skip "$bench_skip" --profile --deadline $((200 + extra)) --pairs "$bench_pairs" \
+          ${bench_alt:+--alt "$bench_alt"} \
           --out "$out/bench_$arch" \
           --work /var/tmp/strata_gpu_bench \
           > "$logs/bench_$arch.log" 2>&1
