@@ -278,13 +278,9 @@ void print_plan(const QuantizeJob& job) {
 // s with the disk idle), which the run reads at its device choice, after the checkpoint's headers;
 // a refusal then still comes before anything is written.
 void choose_device(const Args& args, QuantizeJob& job) {
-  job.device_explicit = args.get_optional("--device").has_value();
-  if (job.device_explicit && args.choice("--device", "cpu|cuda") == 0) return;
-  if (!cuda_compiled()) {
-    STRATA_CHECK(!job.device_explicit,
-                 "--device cuda: this strata was built without CUDA; use --device cpu");
-    return;
-  }
+  const std::optional<bool> cuda = device_flag(args, false);
+  job.device_explicit = cuda.has_value();
+  if (!cuda.value_or(cuda_compiled())) return;
   job.device = QuantizeJob::Device::kCuda;
   job.cuda_devices = std::async(std::launch::async, cuda_device_count).share();
 }
