@@ -401,8 +401,8 @@ run_strata() {  # name, extra flags... (RUN_BIN: another strata binary; KEEP_OUT
   gpu_poll_start "strata_$name"
   local t0=$EPOCHREALTIME
   "$strata" "${args[@]}" >"$logs/strata_$name.log" 2>&1
-  local rc=$?
-  R[${name}_s]=$(secs "$t0" "$EPOCHREALTIME")
+  local rc=$? t1=$EPOCHREALTIME
+  R[${name}_s]=$(secs "$t0" "$t1")
   R[${name}_gpu_mib]=$(gpu_poll_stop "strata_$name")
   if [ $rc != 0 ]; then
     notes+=("strata $name failed (rc $rc): $(tail -1 "$logs/strata_$name.log")")
@@ -428,6 +428,12 @@ run_strata() {  # name, extra flags... (RUN_BIN: another strata binary; KEEP_OUT
     R[${name}_phases]=$(sed -n 's/^time //p' "$logs/strata_$name.log" | tail -1)
     R[${name}_layer_phases]=$(sed -n 's/^layers \([0-9.]* s = .*\)/\1/p' "$logs/strata_$name.log" | tail -1)
     R[${name}_startup_steps]=$(sed -n 's/^strata: info: start-up steps: //p' "$logs/strata_$name.log" | tail -1)
+    R[${name}_finish_steps]=$(sed -n 's/^finish steps: //p' "$logs/strata_$name.log" | tail -1)
+    # The time outside strata's own clock (--profile): from the process's start to its clock's,
+    # and from its last line (epoch E) to the process's end here (the exit).
+    R[${name}_outside]=$(sed -n 's/^process: the run.s clock started \([0-9.]*\) s after .* at epoch \([0-9.]*\)$/\1 \2/p' \
+      "$logs/strata_$name.log" | tail -1 | awk -v t1="$t1" 'NF == 2 {
+        printf "the process start to the run clock %.2f s; its last line to its end (the exit) %.2f s", $1, t1 - $2 }')
     # --profile (strata's --gpu_profile): device time by part of the forward.
     R[${name}_profile]=$(sed -n 's/^strata: info: GPU profile: //p; s/^strata: info:   \(.*\)/\1/p' "$logs/strata_$name.log" | paste -sd';' | sed 's/;/; /g')
     # and the disk's traffic by phase and each half second (core/disk_timeline.h).
@@ -708,6 +714,8 @@ frac() {  # flops, seconds -> percent of the measured bf16 matmul rate
     echo "strata $name, wall time by phase: ${R[${name}_phases]}"
     [ -n "${R[${name}_layer_phases]:-}" ] && echo "strata $name, the layer loop: ${R[${name}_layer_phases]}"
     [ -n "${R[${name}_startup_steps]:-}" ] && echo "strata $name, start-up steps: ${R[${name}_startup_steps]}"
+    [ -n "${R[${name}_finish_steps]:-}" ] && echo "strata $name, finish steps: ${R[${name}_finish_steps]}"
+    [ -n "${R[${name}_outside]:-}" ] && echo "strata $name, outside its own clock: ${R[${name}_outside]}"
     [ -n "${R[${name}_profile]:-}" ] && echo "strata $name, device time (--gpu_profile): ${R[${name}_profile]}"
     [ -n "${R[${name}_disk]:-}" ] && printf 'strata %s, the disk by phase (--gpu_profile):\n%s\n' "$name" "${R[${name}_disk]}"
   done

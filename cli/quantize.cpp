@@ -19,6 +19,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/process_clock.h"
 #include "core/rss.h"
 #include "engine/comm.h"
 #include "engine/compare.h"
@@ -57,6 +58,9 @@ GpuOptions gpu_options(const Args& args) {
   g.quantize = args.choice("--gpu_quantize", "on|off") == 0;
   g.warp_attention = args.choice("--gpu_attention", "auto|warp") == 1;
   g.profile = args.flag_set("--gpu_profile");
+  g.resume_every_s = args.get_double("--resume_every");
+  STRATA_CHECK(g.resume_every_s >= 0 && std::isfinite(g.resume_every_s),
+               "--resume_every must be a number of seconds, 0 or more");
   return g;
 }
 
@@ -110,6 +114,11 @@ void declare_flags(Args& args) {
               "<export_path>.strata_resume; removed when the run completes)");
   args.flag("--overwrite",
             "start over: replace the contents of --export_path and drop any resume state");
+  args.option("--resume_every", "SECONDS",
+              "on the GPU, write the hidden states a resume starts from at most this often (and "
+              "at most once per 16 times their size read); a kill redoes about this long. The CPU "
+              "path writes them every layer",
+              std::to_string(static_cast<int>(GpuOptions{}.resume_every_s)));
   args.option("--qformat", "FORMAT",
               "nvfp4, nvfp4_experts_only, nvfp4_mlp_only, nvfp4_omlp_only, w4a16_nvfp4, fp8, "
               "mxfp8, nvfp4_mla_bf16 or fp8_mla_bf16 (ignored with --recipe)",
@@ -431,6 +440,7 @@ void print_summary(const QuantizeJob& job, const QuantizeResult& r, uint64_t pea
   // Wall time per phase (engine/run_times.h): where a slow run spent it.
   std::fputs(r.times.describe().c_str(), stdout);
   std::fputs(r.disk_timeline.c_str(), stdout);
+  if (!r.finish_steps.empty()) std::printf("finish steps: %s\n", r.finish_steps.c_str());
   // The bound and the least (docs/QUANTIZE.md "Memory and progress"); the least also as the
   // --max_cpu_memory_gb that runs: with a margin of 1% (at least 2 MiB) for the baseline's
   // variation from run to run (a few hundred KiB measured), rounded up to the thousandth.
@@ -618,6 +628,15 @@ int cmd_quantize(const std::vector<std::string>& argv) {
   }
   std::fflush(stdout);
   if (eval) run_eval(*eval, job, args);
+  // --gpu_profile: the time outside the run's clock. bench/gpu_bench.sh takes the exit's share as
+  // its own clock at the process's end minus the epoch here.
+  if (job.gpu.profile && r.clock_started_after >= 0) {
+    std::printf(
+        "process: the run's clock started %.3f s after the process began; this line %.3f s "
+        "after, at epoch %.3f\n",
+        r.clock_started_after, process_age_seconds(), epoch_seconds());
+    std::fflush(stdout);
+  }
   if (job.leave_for_exit) {
     // Every file is written, synced and renamed; only the streams need flushing.
     std::fflush(nullptr);

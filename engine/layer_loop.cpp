@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "core/error.h"
@@ -119,6 +121,9 @@ void run_layer_loop(LayerLoop& loop, Placement& p) {
     if (pending.files.synced.valid()) pending.files.synced.get();
     phase.lap(&times.writer_wait);
     loop.layer_done(r);
+    // Test hook (--test_slow_layer_ms): a kill lands mid-run on tiny fixtures.
+    if (loop.test.slow_layer_ms > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(loop.test.slow_layer_ms));
     if (pending.durable) {
       loop.commit(pending.layer + 2, pending.files.hidden, pending.old_input);  // own part
     } else {
@@ -127,7 +132,10 @@ void run_layer_loop(LayerLoop& loop, Placement& p) {
     phase.lap(nullptr);
     pending = Pending{};
   };
+  const ResumeCadence cadence{p.hidden_bytes(), loop.resume_every_s};
   uint64_t since_durable = 0;
+  PhaseTimer durable_clock;  // seconds since the last durable step
+  double since_durable_s = 0;
   p.prefetch(loop.first_layer);
   for (int64_t l = loop.first_layer; l < L; ++l) {
     const bool last = l + 1 == L;
@@ -141,7 +149,8 @@ void run_layer_loop(LayerLoop& loop, Placement& p) {
     // rank fails.
     test_fail_hook(loop.comm, l, loop.test);
     since_durable += loop.exporter.source_bytes(l + 1);
-    bool durable = last || p.always_durable() || since_durable >= kResumeEvery * p.hidden_bytes();
+    since_durable_s += durable_clock.lap(nullptr);
+    bool durable = last || p.always_durable() || cadence.due(since_durable, since_durable_s);
     if (ranks) durable = any_rank(*ranks, durable);  // the ranks record the same steps
     auto calib = std::make_unique<MaxCalibrator>(
         loop.plan.recipe.calibration == CalibrationMethod::kNvfp4ActHeadroom,
@@ -158,7 +167,10 @@ void run_layer_loop(LayerLoop& loop, Placement& p) {
       pending.files = p.end_step(l + 2, durable);
       if (durable) ++times.hidden_write_count;
     }
-    if (durable) since_durable = 0;
+    if (durable) {
+      since_durable = 0;
+      since_durable_s = 0;
+    }
     phase.lap(&times.hidden_writes);
     pending.layer = l;
     pending.calib = std::move(calib);

@@ -16,9 +16,10 @@
 //
 // Durability: a step is recorded (the manifest names the file holding its outputs) when it is
 // the last, when the placement writes every step's hidden states anyway (a spilled store; the
-// CPU, whose forward costs far more than writing them), or when the checkpoint bytes read since
-// the last record reach kResumeEvery times the hidden states' size. A step not recorded is
-// computed again after a kill; its shards are rewritten byte for byte.
+// CPU, whose forward costs far more than writing them), or when both the checkpoint bytes read
+// since the last record reach kResumeEvery times the hidden states' size and --resume_every
+// seconds have passed since it (ResumeCadence). A step not recorded is computed again after a
+// kill; its shards are rewritten byte for byte.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +43,21 @@ namespace strata {
 // step reach kResumeEvery times their size: writing them costs at most 1/kResumeEvery of the
 // reading, and a kill costs at most kResumeEvery times their size of reading again.
 inline constexpr uint64_t kResumeEvery = 16;
+// The durability rule for a placement that does not write every step's hidden states anyway: both
+// that many bytes read and --resume_every seconds (GpuOptions::resume_every_s) since the last
+// durable step. A run shorter than that writes no hidden states before its end (each write costs
+// the disk as many bytes as a sixteenth of the layers read, 0.5-1 GB on a 20 GB checkpoint), and
+// a kill redoes about that long, or kResumeEvery times the hidden states' size of reading,
+// whichever is longer.
+struct ResumeCadence {
+  uint64_t hidden_bytes = 0;  // one step's hidden states
+  double min_seconds = 0;
+  // Whether the step that ends now is made durable, `read` checkpoint bytes and `seconds` after
+  // the last durable step (or the loop's start).
+  bool due(uint64_t read, double seconds) const {
+    return read >= kResumeEvery * hidden_bytes && seconds >= min_seconds;
+  }
+};
 
 // The file a durable step left its outputs in ("" when none), and its sync when it runs on a
 // helper thread (waited for before the step is recorded).
@@ -140,6 +156,8 @@ struct LayerLoop {
   // before the first layer is handed to the writer: the shards are written in plan order. Its
   // time is counted as waiting for the writer. Optional.
   std::function<void()> wait_head;
+  // --resume_every: the least seconds between durable steps (ResumeCadence).
+  double resume_every_s = 0;
 };
 
 // Runs layers [first_layer, plan.num_layers).

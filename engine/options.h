@@ -24,6 +24,10 @@ struct GpuOptions {
   bool quantize = true;         // --gpu_quantize on|off: weights quantized on the device
   bool warp_attention = false;  // --gpu_attention warp: the warp-per-query kernel always
   bool profile = false;         // --gpu_profile: device time per part of the forward, logged
+  // --resume_every SECONDS: the least time between two steps whose hidden states are written for
+  // resume (engine/layer_loop.h ResumeCadence; the CPU writes every step's anyway). A run shorter
+  // than this writes none before its end; a kill redoes at most about this long.
+  double resume_every_s = 60;
 };
 
 // Test hooks (hidden flags --test_*, docs/QUANTIZE.md "Test and benchmark switches"): they make
@@ -33,7 +37,7 @@ struct TestHooks {
   // --max_cpu_memory_gb leaves (1: every micro-batch spills).
   std::optional<uint64_t> activation_budget;
   // --test_slow_layer_ms MS: every step sleeps this long after its tensors are written and
-  // before it is committed, so that a kill lands mid-run.
+  // before it is committed (or, not durable, goes on), so that a kill lands mid-run.
   int64_t slow_layer_ms = 0;
   // --test_fail_rank R --test_fail_layer L: rank R throws at the start of layer L.
   int fail_rank = -1;

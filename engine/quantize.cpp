@@ -20,6 +20,7 @@
 #include "core/disk_timeline.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/process_clock.h"
 #include "core/progress.h"
 #include "core/rss.h"
 #include "engine/activation_store.h"
@@ -770,9 +771,10 @@ void QuantizeRun::log_resume() const {
 void QuantizeRun::commit(int64_t next, const std::string& hidden_path, const std::string& old_input,
                          double* time) {
   if (next >= 2) check_int4_shapes();  // the head's commit (next 1) runs on its own thread
-  // Test hook (tests/engine/kill_resume_test.sh): a kill lands mid-run on tiny fixtures.
+  // Test hook (tests/engine/kill_resume_test.sh): a kill lands mid-run on tiny fixtures. The
+  // layer loop sleeps at each layer step, durable or not.
   const int64_t slow_ms = job.test.slow_layer_ms;
-  if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+  if (slow_ms > 0 && next == 1) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
   PhaseTimer timer;
   struct Lap {
     PhaseTimer& t;
@@ -954,6 +956,7 @@ void QuantizeRun::run_layers() {
                                      : ""));
       },
       [this]() { wait_head(); }};
+  loop.resume_every_s = job.gpu.resume_every_s;
   run_layer_loop(loop, *where);
   result.times.writeback = exporter->writeback_seconds();
   progress->finish();
@@ -965,23 +968,34 @@ void QuantizeRun::run_layers() {
 
 void QuantizeRun::finish() {
   if (disk) disk->mark("finish");
+  // Each step's wall time (--gpu_profile: one line, bench/gpu_bench.sh reads it).
+  PhaseTimer step_timer;
+  std::string steps;
+  auto step = [&](const char* name) {
+    const double s = step_timer.lap(nullptr);
+    steps += str(steps.empty() ? "" : ", ", name, " ", format_double("%.3f", s), " s");
+  };
   check_int4_shapes();
+  step("INT4 shape check");
   result.bytes_read = ckpt.bytes_read();
   result.expert_bytes_sent = exchange.traffic.bytes_sent;
   result.expert_exchange_seconds = exchange.traffic.seconds;
   if (lead) {
     std::error_code ec;
-    result.files = exporter->finish();
+    result.files = exporter->finish(step);
     // The run record comes last, synced: a re-run of this command then has nothing to do.
     // Experts without calibration tokens mean something only where activations were calibrated.
     write_run_record((fs::path(job.export_path) / kRunRecordName).string(), identity,
                      result.calibrated ? result.layers : std::vector<LayerReport>{});
     result.files.push_back(kRunRecordName);
+    step("run record");
     // Then the manifest: once it is gone the export is complete.
     fs::remove(manifest, ec);
     fs::remove_all(resume_dir, ec);
+    step("resume folder removed");
   }
   comm.barrier();
+  if (job.gpu.profile) result.finish_steps = steps;
   phase.lap(&result.times.finish);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   result.times.total = result.seconds;
@@ -1074,6 +1088,7 @@ QuantizeResult run_quantize(const QuantizeJob& job) {
     disk = std::make_unique<DiskTimeline>();
     disk->mark("start-up");
   }
+  if (job.gpu.profile) result.clock_started_after = process_age_seconds();
   auto owned = std::make_unique<QuantizeRun>(job, result);
   QuantizeRun& run = *owned;
   run.set_disk_timeline(disk.get());

@@ -188,6 +188,10 @@ struct QuantizeResult {
   // --gpu_profile: the disk's bytes read and written by phase and each half second
   // (core/disk_timeline.h); empty otherwise.
   std::string disk_timeline;
+  // --gpu_profile: the process's age when the run's clock started (core/process_clock.h; before
+  // it: the process's start and the CLI's parsing), and the finish's steps with their seconds.
+  double clock_started_after = -1;
+  std::string finish_steps;
 };
 
 // Everything `--dry-run` prints: formats per kind, which rule decided, estimated output size and

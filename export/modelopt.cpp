@@ -1117,9 +1117,13 @@ Json mixed_config_groups(const QuantPlan& plan) {
 
 }  // namespace
 
-std::vector<std::string> ModeloptExporter::finish() {
+std::vector<std::string> ModeloptExporter::finish(const std::function<void(const char*)>& step) {
+  auto done = [&](const char* part) {
+    if (step) step(part);
+  };
   std::vector<std::string> files = writer_->finish();
   if (files.size() > 1) files.push_back("model.safetensors.index.json");
+  done("last shard synced, index");
   const std::string algo = plan_.quant_algo();
   const std::vector<std::string> exclude = exclude_modules(plan_);
   const std::string kv_algo(kv_cache_quant_algo(plan_.recipe.kv_cache));
@@ -1160,6 +1164,7 @@ std::vector<std::string> ModeloptExporter::finish() {
   hf["quantization"] = q;
   write_file_atomic((fs::path(out_dir_) / "hf_quant_config.json").string(), hf.dump(4) + "\n");
   files.push_back("hf_quant_config.json");
+  done("hf_quant_config.json");
 
   // config.json: the source's, any stale quantization_config removed, ours at top level.
   Json config = config_.raw;
@@ -1210,6 +1215,7 @@ std::vector<std::string> ModeloptExporter::finish() {
   config["quantization_config"] = qc;
   write_file_atomic((fs::path(out_dir_) / "config.json").string(), config.dump(2) + "\n");
   files.push_back("config.json");
+  done("config.json");
 
   // Every other source file, byte for byte (tokenizer, generation config, chat template ...).
   std::vector<fs::path> sidecars;
@@ -1231,6 +1237,7 @@ std::vector<std::string> ModeloptExporter::finish() {
     write_file_atomic((fs::path(out_dir_) / p.filename()).string(), ss.str());
     files.push_back(p.filename().string());
   }
+  done("sidecar files");
   return files;
 }
 

@@ -127,8 +127,9 @@ class ModeloptExporter {
   // Every tensor of decoder layer `layer`, quantized per the plan with `calib`'s statistics.
   LayerReport write_layer(int64_t layer, const MaxCalibrator& calib,
                           const PrecomputedWeights* precomputed = nullptr);
-  // Index, config files, sidecar files. Returns the output file names written.
-  std::vector<std::string> finish();
+  // Index, config files, sidecar files. Returns the output file names written. `step` (optional)
+  // is called after each part with its name (the run's --gpu_profile times them).
+  std::vector<std::string> finish(const std::function<void(const char*)>& step = {});
 
   // Ranks (docs/SCALEOUT.md): this writer writes only the tensors rank `rank` of `ranks` owns and
   // skips the others, which the other ranks write into the same shards. Within each step the

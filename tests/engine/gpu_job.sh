@@ -43,7 +43,8 @@ t gpu_vs_cpu.qwen3_moe.file_store bash $g "$strata" qwen3_moe nvfp4-kv_fp8 fp32 
 t gpu_vs_cpu.qwen3_moe.warp_attention bash $g "$strata" qwen3_moe nvfp4-kv_fp8 fp32 0.01 --gpu_attention warp
 t gpu_vs_cpu.qwen3_moe.exporter_quant bash $g "$strata" qwen3_moe nvfp4-kv_fp8 bf16 0.05 --gpu_quantize off
 t gpu_vs_cpu.llama.exporter_quant_fp8 bash $g "$strata" llama fp8-kv_fp8 bf16 0.05 --gpu_quantize off
-t kill_resume_gpu.qwen3_moe bash tests/engine/kill_resume_test.sh "$strata" qwen3_moe 4
+t kill_resume_gpu.qwen3_moe bash tests/engine/kill_resume_test.sh "$strata" qwen3_moe 4 20240601 --resume_every 0
+t resume_cadence_gpu.qwen3_moe bash tests/engine/resume_cadence_test.sh "$strata" qwen3_moe
 for m in kimi_k25_int4 deepseek_v3_mxfp4; do  # decompressed on the device: the bf16 bytes
   t "compressed_cuda.$m" bash tests/export/compressed_source_test.sh "$strata" $m nvfp4-kv_fp8 --device cuda
 done
