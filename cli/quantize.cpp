@@ -86,6 +86,8 @@ TestHooks test_hooks(const Args& args) {
   }
   if (args.has("--test_gpu_ranks_exchange"))
     t.gpu_exchange_on_main = args.choice("--test_gpu_ranks_exchange", "thread|main") == 1;
+  if (args.has("--test_writeback"))
+    t.writeback_per_layer = args.choice("--test_writeback", "layer|none") == 0;
   if (args.has("--test_gpu_read")) {
     const std::string v = args.get("--test_gpu_read");
     const size_t colon = v.find(':');
@@ -213,6 +215,9 @@ void declare_flags(Args& args) {
                      "time, as when a layer's decompressed experts do not fit");
   args.hidden_option("--test_gpu_ranks_exchange", "thread|main",
                      "where GPU ranks exchange a layer's shares");
+  args.hidden_option("--test_writeback", "layer|none",
+                     "after each layer not recorded for resume, ask for its shards' writeback "
+                     "(layer) or leave it to the kernel until the next fsync (none)");
   args.hidden_option("--test_gpu_read", "THREADS:none|sequential|willneed",
                      "the GPU path's page-cache warmer threads and read hint");
   args.option("--eval_data", "FILE",

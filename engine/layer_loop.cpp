@@ -189,7 +189,8 @@ void run_layer_loop(LayerLoop& loop, Placement& p) {
     // goes on (the commit of the next durable step syncs whatever is left): a fsync every layer
     // held the writer, and with it the loop, while the disk flushed each layer.
     ModeloptExporter* exporter = &loop.exporter;
-    pending.report = std::async(std::launch::async, [exporter, l, cp, pw, durable]() {
+    const bool writeback = loop.test.writeback_per_layer;
+    pending.report = std::async(std::launch::async, [exporter, l, cp, pw, durable, writeback]() {
       PhaseTimer busy;
       WriterDone d;
       const double written = exporter->write_seconds();
@@ -198,7 +199,7 @@ void run_layer_loop(LayerLoop& loop, Placement& p) {
       PhaseTimer sync;
       if (durable) {
         exporter->sync();
-      } else {
+      } else if (writeback) {
         exporter->start_writeback();
       }
       d.sync = sync.lap(nullptr);

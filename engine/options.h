@@ -61,6 +61,11 @@ struct TestHooks {
   // the default.
   int gpu_read_threads = 0;
   bool gpu_read_sequential = false, gpu_read_will_need = false;
+  // --test_writeback layer|none: after each layer step that is not durable the writer asks the
+  // kernel to start writing its shards back (layer, the default), or leaves the dirty pages to
+  // the kernel's own writeback until the next durable step's fsync (none), for bench/gpu_bench.sh
+  // to time both against the read + write floor (whose writer leaves them to the kernel).
+  bool writeback_per_layer = true;
 };
 
 }  // namespace strata

@@ -441,7 +441,8 @@ class QuantizeRun {
   // Where the layers run: the device, the CPU, or no forward at all (weight-only formats).
   std::unique_ptr<Placement> placement();
   // Waits for the head's step (start_head), which must be recorded before any layer's (the layer
-  // loop waits for it itself, before its first write: LayerLoop::wait_head).
+  // loop waits for it itself, before its first write: LayerLoop::wait_head), and for the staged
+  // index and config files.
   void wait_head();
   // Throws the INT4 shape check's error, if any (waits for it).
   void check_int4_shapes();
@@ -479,6 +480,9 @@ class QuantizeRun {
   std::unique_ptr<GpuEarlySetup> early;  // the CUDA context and pinned buffers, meanwhile
   std::vector<LayerBlob> gpu_blobs;      // on the GPU: every layer's, planned once
   std::future<void> head_written;
+  // Rank 0: the export's index and config files written under hidden names beside the first
+  // layers (ModeloptExporter::stage_final_files), for the finish to rename.
+  std::future<void> final_files;
   // INT4 sources: every module's weight_shape against the shape the plan took from the headers
   // (io/source_weights.h int4_shape_mismatch), read beside the start; joined before the first
   // layer's step is recorded.
@@ -831,6 +835,8 @@ void QuantizeRun::start_head() {
       write_head();
     }
   }
+  if (lead)
+    final_files = std::async(std::launch::async, [this]() { exporter->stage_final_files(); });
   phase.lap(&result.times.head);
 }
 
@@ -890,6 +896,9 @@ void QuantizeRun::embed() {
 
 void QuantizeRun::wait_head() {
   if (head_written.valid()) head_written.get();
+  // The staged files too (done long before, as a rule): a full disk there is reported now, not
+  // after the last layer.
+  if (final_files.valid()) final_files.get();
 }
 
 std::unique_ptr<Placement> QuantizeRun::placement() {
@@ -977,12 +986,13 @@ void QuantizeRun::finish() {
   };
   check_int4_shapes();
   step("INT4 shape check");
+  if (final_files.valid()) final_files.get();
   result.bytes_read = ckpt.bytes_read();
   result.expert_bytes_sent = exchange.traffic.bytes_sent;
   result.expert_exchange_seconds = exchange.traffic.seconds;
   if (lead) {
     std::error_code ec;
-    result.files = exporter->finish(step);
+    result.files = exporter->finish(step);  // its first step includes the wait above
     // The run record comes last, synced: a re-run of this command then has nothing to do.
     // Experts without calibration tokens mean something only where activations were calibrated.
     write_run_record((fs::path(job.export_path) / kRunRecordName).string(), identity,

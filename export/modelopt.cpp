@@ -1117,13 +1117,9 @@ Json mixed_config_groups(const QuantPlan& plan) {
 
 }  // namespace
 
-std::vector<std::string> ModeloptExporter::finish(const std::function<void(const char*)>& step) {
-  auto done = [&](const char* part) {
-    if (step) step(part);
-  };
-  std::vector<std::string> files = writer_->finish();
-  if (files.size() > 1) files.push_back("model.safetensors.index.json");
-  done("last shard synced, index");
+void ModeloptExporter::stage_final_files() {
+  auto staged = std::make_unique<StagedFiles>(out_dir_);
+  if (const auto [index, text] = writer_->index_file(); !index.empty()) staged->stage(index, text);
   const std::string algo = plan_.quant_algo();
   const std::vector<std::string> exclude = exclude_modules(plan_);
   const std::string kv_algo(kv_cache_quant_algo(plan_.recipe.kv_cache));
@@ -1162,9 +1158,7 @@ std::vector<std::string> ModeloptExporter::finish(const std::function<void(const
   Json hf = Json::object();
   hf["producer"] = producer;
   hf["quantization"] = q;
-  write_file_atomic((fs::path(out_dir_) / "hf_quant_config.json").string(), hf.dump(4) + "\n");
-  files.push_back("hf_quant_config.json");
-  done("hf_quant_config.json");
+  staged->stage("hf_quant_config.json", hf.dump(4) + "\n");
 
   // config.json: the source's, any stale quantization_config removed, ours at top level.
   Json config = config_.raw;
@@ -1213,9 +1207,7 @@ std::vector<std::string> ModeloptExporter::finish(const std::function<void(const
   // No top-level group_size: ModelOpt 0.47's convert_hf_config writes it in config_groups only.
   if (algo == "MIXED_PRECISION") qc["quantized_layers"] = q["quantized_layers"];
   config["quantization_config"] = qc;
-  write_file_atomic((fs::path(out_dir_) / "config.json").string(), config.dump(2) + "\n");
-  files.push_back("config.json");
-  done("config.json");
+  staged->stage("config.json", config.dump(2) + "\n");
 
   // Every other source file, byte for byte (tokenizer, generation config, chat template ...).
   std::vector<fs::path> sidecars;
@@ -1234,10 +1226,20 @@ std::vector<std::string> ModeloptExporter::finish(const std::function<void(const
     STRATA_CHECK(in, p.string(), ": cannot open for reading");
     std::ostringstream ss;
     ss << in.rdbuf();
-    write_file_atomic((fs::path(out_dir_) / p.filename()).string(), ss.str());
-    files.push_back(p.filename().string());
+    staged->stage(p.filename().string(), ss.str());
   }
-  done("sidecar files");
+  staged_ = std::move(staged);
+}
+
+std::vector<std::string> ModeloptExporter::finish(const std::function<void(const char*)>& step) {
+  if (!staged_) stage_final_files();
+  if (step) step("index and config files staged");
+  std::vector<std::string> files = writer_->finish();
+  if (step) step("shards synced and renamed");
+  for (std::string& f : staged_->publish())
+    files.push_back(std::move(f));
+  staged_.reset();
+  if (step) step("index and config files renamed");
   return files;
 }
 

@@ -31,8 +31,9 @@
 // layers: the embedding first, then the final norm, lm_head, vision tower, MTP layers ..., none of
 // which needs calibration, so that they are written while the first layers are read), 1..num_layers
 // the decoder layers.
-// finish() writes the index, config.json (quantization_config replaced), hf_quant_config.json
-// and copies every other source file (tokenizer, generation_config.json, chat template, ...).
+// The index, config.json (quantization_config replaced), hf_quant_config.json and a copy of
+// every other source file (tokenizer, generation_config.json, chat template, ...) are staged under
+// hidden names while the layers run (stage_final_files()); finish() renames them into place.
 #pragma once
 
 #include <cstdint>
@@ -127,8 +128,15 @@ class ModeloptExporter {
   // Every tensor of decoder layer `layer`, quantized per the plan with `calib`'s statistics.
   LayerReport write_layer(int64_t layer, const MaxCalibrator& calib,
                           const PrecomputedWeights* precomputed = nullptr);
-  // Index, config files, sidecar files. Returns the output file names written. `step` (optional)
-  // is called after each part with its name (the run's --gpu_profile times them).
+  // The index, config.json, hf_quant_config.json and the sidecar files (tokenizer, generation
+  // config ...), which depend only on the plan and the source: written and synced under hidden
+  // temporary names (io/safetensors_writer.h StagedFiles), for finish() to rename into place.
+  // The run calls it on a helper thread beside the first layers (rank 0 only); finish() calls it
+  // if nobody did.
+  void stage_final_files();
+  // After the last layer: syncs and renames the shards, then the staged files. Returns the output
+  // file names (shards, index, config files, sidecars). `step` (optional) is called after each
+  // part with its name (the run's --gpu_profile times them).
   std::vector<std::string> finish(const std::function<void(const char*)>& step = {});
 
   // Ranks (docs/SCALEOUT.md): this writer writes only the tensors rank `rank` of `ranks` owns and
@@ -195,9 +203,10 @@ class ModeloptExporter {
   ExportOptions options_;
   ArchInfo arch_;
   std::unique_ptr<PlannedShardWriter> writer_;
-  std::vector<TensorSpec> outputs_;  // every output tensor, in write order
-  uint64_t output_bytes_ = 0;        // the sum of their bytes
-  std::vector<size_t> step_end_;     // step s writes outputs_ [step_end_[s-1], step_end_[s])
+  std::unique_ptr<StagedFiles> staged_;  // stage_final_files()'s, published by finish()
+  std::vector<TensorSpec> outputs_;      // every output tensor, in write order
+  uint64_t output_bytes_ = 0;            // the sum of their bytes
+  std::vector<size_t> step_end_;         // step s writes outputs_ [step_end_[s-1], step_end_[s])
   std::map<int64_t, std::vector<std::string>> layer_tensors_;           // layer -> checkpoint names
   std::map<int64_t, std::vector<const PlannedModule*>> layer_modules_;  // layer -> its modules
   // Fused experts: "<p>.experts.<proj>" -> its experts' modules, by expert index.

@@ -158,9 +158,9 @@ std::string shard_name(const std::string& prefix, size_t k, size_t n) {
 
 // {"metadata": {"total_size": N}, "weight_map": {...}}, as transformers writes it (indent 2, keys
 // sorted, trailing newline). Written last: its presence means complete.
-void write_shard_index(const std::string& out_dir, const std::string& prefix,
-                       const std::vector<std::string>& finals,
-                       const std::vector<std::vector<std::string>>& names, uint64_t total_bytes) {
+std::string shard_index_text(const std::vector<std::string>& finals,
+                             const std::vector<std::vector<std::string>>& names,
+                             uint64_t total_bytes) {
   std::map<std::string, std::string> sorted;  // tensor name -> shard file, sorted by name
   for (size_t i = 0; i < finals.size(); ++i) {
     for (const std::string& t : names[i])
@@ -172,8 +172,7 @@ void write_shard_index(const std::string& out_dir, const std::string& prefix,
   Json index = Json::object();
   index["metadata"] = Json::object({{"total_size", total_bytes}});
   index["weight_map"] = std::move(weight_map);
-  write_file_atomic((fs::path(out_dir) / (prefix + ".safetensors.index.json")).string(),
-                    index.dump(2) + "\n");
+  return index.dump(2) + "\n";
 }
 
 }  // namespace
@@ -298,6 +297,47 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
   AtomicFile out(path);
   out.write(contents.data(), contents.size());
   out.commit();
+}
+
+void StagedFiles::stage(const std::string& name, std::string_view contents) {
+  const std::string path = (fs::path(dir_) / name).string();
+  const std::string temp = (fs::path(dir_) / ("." + name + ".staged")).string();
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail_write(errno, path, 0, path, ": cannot create ", temp, ": ");
+  auto fail_removing = [&](int err, size_t n, const char* what) {
+    ::close(fd);
+    ::unlink(temp.c_str());
+    fail_write(err, path, n, path, what);
+  };
+  const char* p = contents.data();
+  size_t n = contents.size();
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) fail_removing(w < 0 ? errno : EIO, n, ": write failed: ");
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  if (::fsync(fd) != 0) fail_removing(errno, 0, ": fsync failed: ");
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    fail_write(err, path, 0, path, ": close failed: ");
+  }
+  names_.push_back(name);
+}
+
+std::vector<std::string> StagedFiles::publish() {
+  for (const std::string& name : names_) {
+    const std::string path = (fs::path(dir_) / name).string();
+    const std::string temp = (fs::path(dir_) / ("." + name + ".staged")).string();
+    if (::rename(temp.c_str(), path.c_str()) != 0)
+      fail_write(errno, path, 0, path, ": cannot rename ", temp, " into place: ");
+  }
+  if (!names_.empty()) fsync_dir(dir_);
+  std::vector<std::string> out;
+  out.swap(names_);
+  return out;
 }
 
 // ---- PlannedShardWriter ------------------------------------------------------------------
@@ -583,6 +623,14 @@ std::vector<std::string> PlannedShardWriter::finish() {
   sync();
   publish();
   std::vector<std::string> finals;
+  for (const Shard& s : shards_)
+    finals.push_back(s.final_name);
+  return finals;
+}
+
+std::pair<std::string, std::string> PlannedShardWriter::index_file() const {
+  if (shards_.size() <= 1) return {};
+  std::vector<std::string> finals;
   std::vector<std::vector<std::string>> names;
   uint64_t total = 0;
   for (const Shard& s : shards_) {
@@ -593,8 +641,7 @@ std::vector<std::string> PlannedShardWriter::finish() {
       total += plan_[i].nbytes();
     }
   }
-  if (shards_.size() > 1) write_shard_index(out_dir_, options_.prefix, finals, names, total);
-  return finals;
+  return {options_.prefix + ".safetensors.index.json", shard_index_text(finals, names, total)};
 }
 
 }  // namespace strata

@@ -112,9 +112,11 @@ class PlannedShardWriter {
   double writeback_seconds() const;
   // Renames every shard whose tensors are all written and synced to its final name.
   void publish();
-  // After every planned tensor is written: publishes, writes <prefix>.safetensors.index.json
-  // (with more than one shard) and returns the shard file names.
+  // After every planned tensor is written: syncs, publishes and returns the shard file names.
   std::vector<std::string> finish();
+  // <prefix>.safetensors.index.json's name and contents for this plan (known from the start: the
+  // shards are planned); an empty name with a single shard, which has no index.
+  std::pair<std::string, std::string> index_file() const;
 
  private:
   struct Shard {
@@ -142,5 +144,24 @@ class PlannedShardWriter {
 // Writes `contents` to `path` atomically (temp name in the same directory, fsync, rename).
 // A full disk or any write error is a strata::Error naming the file; the temp file is removed.
 void write_file_atomic(const std::string& path, std::string_view contents);
+
+// Files written and synced under temporary names long before they are published, then renamed
+// into place together with one sync of the directory: an export's index and config files,
+// prepared while the layers are read, so that the run's finish only renames them. The temporary
+// of `name` is `<dir>/.<name>.staged`, a fixed name: a resumed run overwrites what a killed one
+// left. Errors as write_file_atomic's (naming the final path).
+class StagedFiles {
+ public:
+  explicit StagedFiles(std::string dir) : dir_(std::move(dir)) {}
+  // Writes and syncs `contents` under the temporary name of `name`.
+  void stage(const std::string& name, std::string_view contents);
+  // Renames every staged file into place in the order staged, then syncs the directory once.
+  // Returns their names.
+  std::vector<std::string> publish();
+
+ private:
+  std::string dir_;
+  std::vector<std::string> names_;
+};
 
 }  // namespace strata

@@ -7,9 +7,9 @@
 # record strata_run.json included: the same build); once more says "already complete".
 # The tmpfs is sized at POINTS fractions of the uninterrupted export's size (1/POINTS ..
 # (POINTS-1)/POINTS, and one page short of it), so that the disk fills at different writers
-# (shards, the manifest, the index and config files at the end; at half the size the re-run must
-# resume at a layer), and at the first size, page by page from an eighth, that fills at a
-# hidden-state file.
+# (shards, the manifest; at half the size the re-run must resume at a layer); at the first size,
+# page by page from an eighth, that fills at a hidden-state file; and at the first, page by page
+# from two pages, that fills at the index or a config file (staged beside the head step).
 #   tests/engine/disk_full_test.sh STRATA [MODEL] [POINTS] [FLAGS...]
 # FLAGS go to every run (e.g. --test_activation_budget 1: the hidden states spilled). Needs to
 # mount a tmpfs (root, or CAP_SYS_ADMIN); skipped (exit 77) where that is refused.
@@ -114,6 +114,20 @@ for ((size = ref_kib / 8 / kib * kib; size <= ref_kib; size += kib)); do
   fi
 done
 [[ $filled == *hidden-* ]] || fail "no size from $((ref_kib / 8))k up filled the disk at a hidden-state file"
-# The disk filled at shards and at the files written at the end, not at one writer only.
+# The disk fills while the index and config files are staged (written under hidden names beside
+# the head step, export/modelopt.h stage_final_files; the error names the final file): found page
+# by page from two pages, after the resume manifest. The head's shard is written at the same time
+# on another thread, so the file a size fills at may differ from run to run, as above.
+for ((size = 2 * kib; size <= ref_kib; size += kib)); do
+  fill "$size"
+  umount "$mnt"
+  if [[ $file == *.json ]]; then
+    found=$file
+    fill_and_resume "$size"
+    filled="$filled $found $file"
+    break
+  fi
+done
+# The disk filled at shards, at hidden states and at the staged files, not at one writer only.
 [[ $filled == *safetensors* && $filled == *json* ]] || fail "the disk filled only at:$filled"
 echo ok

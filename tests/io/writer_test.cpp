@@ -290,12 +290,23 @@ void write_reference(const std::string& out) {
   write_file_atomic(out + "/model.safetensors.index.json", kFiveIndex);
 }
 
+// finish() with the index staged before and published after, as the exporter does; returns the
+// shard names.
+std::vector<std::string> finish_with_index(PlannedShardWriter& w, const std::string& out) {
+  StagedFiles staged(out);
+  const auto [index, text] = w.index_file();
+  if (!index.empty()) staged.stage(index, text);
+  std::vector<std::string> shards = w.finish();
+  staged.publish();
+  return shards;
+}
+
 // Writes five() in plan order in one go; returns the shard names.
 std::vector<std::string> write_planned(const std::string& out, const ShardOptions& opt) {
   PlannedShardWriter w(out, specs_of(five()), opt);
   for (const auto& [n, t] : five())
     w.add(n, t);
-  return w.finish();
+  return finish_with_index(w, out);
 }
 
 TEST(PlannedShardWriter, ShardsIndexAndReadBack) {
@@ -331,7 +342,7 @@ TEST(PlannedShardWriter, SameBytesAsWriteSafetensors) {
   EXPECT_EQ(w.shard_count(), 4u);
   for (const auto& [n, t] : five())
     w.add(n, t);
-  w.finish();
+  finish_with_index(w, dir.path());
   ASSERT_EQ(dir.list(), ref.list());
   for (const std::string& f : ref.list())
     EXPECT_EQ(read_bytes(dir.file(f)), read_bytes(ref.file(f))) << f;
@@ -392,7 +403,7 @@ TEST(PlannedShardWriter, SharedWritersGiveTheSameBytes) {
   ws[1]->publish();  // not the publisher: renames nothing
   for (const std::string& f : dir.list())
     EXPECT_TRUE(f.ends_with(".partial")) << f;
-  ws[0]->finish();
+  finish_with_index(*ws[0], dir.path());
   ASSERT_EQ(dir.list(), ref.list());
   for (const std::string& f : ref.list())
     EXPECT_EQ(read_bytes(dir.file(f)), read_bytes(ref.file(f))) << f;
@@ -417,7 +428,7 @@ TEST(PlannedShardWriter, ResumeAfterEveryTensorGivesTheSameBytes) {
     w.resume(stop);
     for (size_t i = stop; i < ts.size(); ++i)
       w.add(ts[i].first, ts[i].second);
-    w.finish();
+    finish_with_index(w, dir.path());
     std::vector<std::string> files = dir.list();
     ASSERT_EQ(files, ref.list()) << "stop " << stop;
     for (const std::string& f : files)
@@ -456,7 +467,7 @@ TEST(PlannedShardWriter, StartWritebackIsNotASync) {
     w.add(ts[i].first, ts[i].second);
     w.start_writeback();
   }
-  w.finish();
+  finish_with_index(w, dir.path());
   expect_same_files(dir, ref);
 }
 
@@ -482,8 +493,31 @@ TEST(PlannedShardWriter, DestroyedWithWritebackInFlight) {
   w.resume(2);
   for (size_t i = 2; i < ts.size(); ++i)
     w.add(ts[i].first, ts[i].second);
-  w.finish();
+  finish_with_index(w, dir.path());
   expect_same_files(dir, ref);
+}
+
+// Staged files stay under hidden temporary names until publish() renames them all; staging a name
+// again (a resumed run after a killed one) replaces what the earlier staging left; a file that
+// cannot be created names its final path.
+TEST(StagedFiles, HiddenUntilPublishedAndRestageable) {
+  TempDir dir;
+  {
+    StagedFiles killed(dir.path());
+    killed.stage("config.json", "stale");
+  }  // never published
+  StagedFiles staged(dir.path());
+  staged.stage("config.json", "{\"a\": 1}\n");
+  staged.stage("b.index.json", "{}\n");
+  EXPECT_EQ(dir.list(), (std::vector<std::string>{".b.index.json.staged", ".config.json.staged"}));
+  EXPECT_EQ(staged.publish(), (std::vector<std::string>{"config.json", "b.index.json"}));
+  EXPECT_EQ(dir.list(), (std::vector<std::string>{"b.index.json", "config.json"}));
+  EXPECT_EQ(read_bytes(dir.file("config.json")), "{\"a\": 1}\n");
+  EXPECT_EQ(read_bytes(dir.file("b.index.json")), "{}\n");
+  EXPECT_EQ(staged.publish(), std::vector<std::string>{});  // nothing left to publish
+  StagedFiles nowhere(dir.file("missing"));
+  expect_error([&] { nowhere.stage("config.json", "x"); },
+               {"missing/config.json", "cannot create", "No such file or directory"});
 }
 
 TEST(PlannedShardWriter, Errors) {
