@@ -99,7 +99,11 @@ class PageWarmer {
   // for them twice the device's default); will_need: each piece (kReadChunkBytes) asked for with
   // POSIX_FADV_WILLNEED before it is read, so that its reads are queued at once rather than one
   // read-ahead window after another. For benchmarks of the read pattern (bench/read_bench).
-  static constexpr int kThreads = 4;  // the default
+  // The default: 8. On the H100 machine's disk (2026-12-05, sixth session) 8 threads against 4
+  // in the GPU quantize run, capped, five pairs on two checkpoint shapes (bench/gpu_bench.sh
+  // --alt "--test_gpu_read 8:none"): 0.04-1.15 s faster in each, 0.5 s on average of 14-20 s;
+  // bench/read_bench had given 8 threads +10% alone. The process holds 128 MiB of buffers.
+  static constexpr int kThreads = 8;
   PageWarmer(std::vector<LayerBlob> blobs, uint64_t window, int threads = kThreads,
              uint64_t read_bytes = LayerReader::kReadChunkBytes, bool sequential = false,
              bool will_need = false);
