@@ -8,9 +8,10 @@
 // Formats that need no activation statistics (w4a16_nvfp4, mxfp8, no KV cache) skip the
 // forward entirely: a streaming conversion.
 //
-// Every finished step (the head, each decoder layer) is synced and recorded in a resume
-// manifest (engine/resume.h); running the same job again continues after the last recorded step
-// and gives byte-identical output. A manifest of another job is refused, naming what changed.
+// Finished steps (the head, the decoder layers: each on the CPU, on the GPU as the resume cadence
+// of engine/layer_loop.h allows) are synced and recorded in a resume manifest (engine/resume.h);
+// running the same job again continues after the last recorded step and gives byte-identical
+// output. A manifest of another job is refused, naming what changed.
 #pragma once
 
 #include <cstdint>
