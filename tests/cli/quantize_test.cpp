@@ -243,6 +243,10 @@ TEST(Quantize, RefusalsComeBeforeAnyWork) {
        "--gpu_weight_buffers must be auto|1|2, not '3'"},
       {base + "--test_fail_rank 1 --export_path x",
        "--test_fail_rank and --test_fail_layer go together"},
+      {base + "--resume_every -1 --export_path x",
+       "--resume_every must be a number of seconds, 0 or more"},
+      {base + "--test_writeback often --export_path x",
+       "--test_writeback must be layer|none, not 'often'"},
   };
   for (const Case& c : cases) {
     RunResult r = run_strata(c.args, tmp.path());
@@ -312,8 +316,9 @@ TEST(Quantize, HelpListsGpuSwitchesNotTestHooks) {
   TempDir tmp;
   RunResult r = run_strata("quantize --help", tmp.path());
   ASSERT_EQ(r.rc, 0) << r.err;
-  for (const char* flag : {"--gpu_gemm bf16|fp32", "--gpu_weight_buffers auto|1|2",
-                           "--gpu_quantize on|off", "--gpu_attention auto|warp", "--gpu_profile"})
+  for (const char* flag :
+       {"--gpu_gemm bf16|fp32", "--gpu_weight_buffers auto|1|2", "--gpu_quantize on|off",
+        "--gpu_attention auto|warp", "--gpu_profile", "--resume_every SECONDS"})
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag << "\n" << r.out;
   EXPECT_EQ(r.out.find("--test_"), std::string::npos) << r.out;
 }
