@@ -190,6 +190,13 @@ R[gpu]=${gpu:-none}
 R[cpus]=$(nproc)
 R[ram]=$(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)
 R[disk]="$(df -h --output=avail "$work" | tail -1 | tr -d ' ') free on $(df --output=source "$work" | tail -1) ($(stat -f -c %T "$work"))"
+# The block device's queue and the kernel's writeback settings, which shape the read + write
+# floor and strata's loop (docs/PERFORMANCE.md: the floor's lone writer against strata's
+# per-layer writeback requests).
+dev=$(basename "$(df --output=source "$work" | tail -1)")
+q=/sys/class/block/$dev/queue
+[ -d "$q" ] || q=/sys/class/block/$(basename "$(readlink -f "/sys/class/block/$dev/..")")/queue
+R[io]="read_ahead_kb $(cat "$q/read_ahead_kb" 2>/dev/null || echo ?), max_sectors_kb $(cat "$q/max_sectors_kb" 2>/dev/null || echo ?), nr_requests $(cat "$q/nr_requests" 2>/dev/null || echo ?), scheduler $(sed -n 's/.*\[\(.*\)\].*/\1/p' "$q/scheduler" 2>/dev/null || echo ?); vm dirty_background_ratio $(cat /proc/sys/vm/dirty_background_ratio) dirty_ratio $(cat /proc/sys/vm/dirty_ratio) dirty_background_bytes $(cat /proc/sys/vm/dirty_background_bytes) dirty_expire_centisecs $(cat /proc/sys/vm/dirty_expire_centisecs)"
 R[os]=$(. /etc/os-release 2>/dev/null; echo "${PRETTY_NAME:-?}")
 R[pyver]=$("$py" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>/dev/null || echo "no torch")
 R[strata]=$("$strata" --version 2>/dev/null | head -1)
@@ -637,6 +644,7 @@ frac() {  # flops, seconds -> percent of the measured bf16 matmul rate
   echo "## GPU benchmark: strata quantize against reading the checkpoint once"
   echo
   echo "machine: ${R[gpu]}; ${R[cpus]} CPUs, ${R[ram]} RAM; disk ${R[disk]}; ${R[os]}; ${R[pyver]}; ${R[strata]:-strata ?}"
+  echo "disk queue and writeback: ${R[io]}"
   echo "checkpoint: synthetic ${R[ckpt_desc]}; ${R[ckpt_gb]} GB on disk in ${R[ckpt_files]} files; written in ${R[gen_s]} s ($(ratio "${R[ckpt_gb]}" "${R[gen_s]}") GB/s)"
   echo "calibration: $seqs sequences of $seq_len token ids (seeded), ${R[tokens]} tokens; recipe nvfp4_experts_only-kv_fp8"
   echo "cold cache: ${cache_method:-not needed}"
