@@ -3,8 +3,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>

@@ -52,12 +52,15 @@ void fsync_dir(const std::string& dir) {
   ::close(fd);
 }
 
-// A file being written under its temporary name. commit() flushes it and renames it to the
-// final path; destroying it uncommitted removes the temporary file. Every error names the final
-// path (what the user asked for), and removes the temporary file before throwing.
+// A file being written under its temporary name (temp_path_for's, or the one given). commit()
+// flushes it and renames it to the final path; keep() flushes it and leaves it under its
+// temporary name for the caller to rename (StagedFiles); destroying it otherwise removes the
+// temporary file. Every error names the final path (what the user asked for), and removes the
+// temporary file before throwing.
 class AtomicFile {
  public:
-  explicit AtomicFile(std::string path) : path_(std::move(path)), temp_(temp_path_for(path_)) {
+  explicit AtomicFile(std::string path) : AtomicFile(path, temp_path_for(path)) {}
+  AtomicFile(std::string path, std::string temp) : path_(std::move(path)), temp_(std::move(temp)) {
     fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) fail_write(errno, path_, 0, path_, ": cannot create ", temp_, ": ");
   }
@@ -81,7 +84,24 @@ class AtomicFile {
     }
   }
 
+  void keep() {
+    close_synced();
+    committed_ = true;  // left for the caller
+  }
+
   void commit() {
+    close_synced();
+    if (::rename(temp_.c_str(), path_.c_str()) != 0) {
+      const int err = errno;
+      abort();
+      fail_write(err, path_, 0, path_, ": cannot rename ", temp_, " into place: ");
+    }
+    committed_ = true;
+    fsync_dir(parent_dir(path_));
+  }
+
+ private:
+  void close_synced() {
     STRATA_ASSERT(fd_ >= 0, "commit of ", path_, " twice");
     if (::fsync(fd_) != 0) {
       const int err = errno;
@@ -95,16 +115,8 @@ class AtomicFile {
       abort();
       fail_write(err, path_, 0, path_, ": close failed: ");
     }
-    if (::rename(temp_.c_str(), path_.c_str()) != 0) {
-      const int err = errno;
-      abort();
-      fail_write(err, path_, 0, path_, ": cannot rename ", temp_, " into place: ");
-    }
-    committed_ = true;
-    fsync_dir(parent_dir(path_));
   }
 
- private:
   void abort() {
     if (fd_ >= 0) {
       ::close(fd_);
@@ -300,37 +312,20 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
 }
 
 void StagedFiles::stage(const std::string& name, std::string_view contents) {
-  const std::string path = (fs::path(dir_) / name).string();
-  const std::string temp = (fs::path(dir_) / ("." + name + ".staged")).string();
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail_write(errno, path, 0, path, ": cannot create ", temp, ": ");
-  auto fail_removing = [&](int err, size_t n, const char* what) {
-    ::close(fd);
-    ::unlink(temp.c_str());
-    fail_write(err, path, n, path, what);
-  };
-  const char* p = contents.data();
-  size_t n = contents.size();
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) fail_removing(w < 0 ? errno : EIO, n, ": write failed: ");
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  if (::fsync(fd) != 0) fail_removing(errno, 0, ": fsync failed: ");
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(temp.c_str());
-    fail_write(err, path, 0, path, ": close failed: ");
-  }
+  AtomicFile out((fs::path(dir_) / name).string(), temp_of(name));
+  out.write(contents.data(), contents.size());
+  out.keep();
   names_.push_back(name);
+}
+
+std::string StagedFiles::temp_of(const std::string& name) const {
+  return (fs::path(dir_) / ("." + name + ".staged")).string();
 }
 
 std::vector<std::string> StagedFiles::publish() {
   for (const std::string& name : names_) {
     const std::string path = (fs::path(dir_) / name).string();
-    const std::string temp = (fs::path(dir_) / ("." + name + ".staged")).string();
+    const std::string temp = temp_of(name);
     if (::rename(temp.c_str(), path.c_str()) != 0)
       fail_write(errno, path, 0, path, ": cannot rename ", temp, " into place: ");
   }

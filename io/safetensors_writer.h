@@ -160,6 +160,7 @@ class StagedFiles {
   std::vector<std::string> publish();
 
  private:
+  std::string temp_of(const std::string& name) const;  // <dir>/.<name>.staged
   std::string dir_;
   std::vector<std::string> names_;
 };
