@@ -1,18 +1,23 @@
-// read_bench CKPT [--write_gb N] [--out DIR]: the GPU layer loop's read pattern, alone, under
-// several reader settings, from a cold page cache (root: it drops the cache before each run).
-// See bench/README.md.
+// read_bench CKPT [--write_gb N] [--out DIR] [--settings ...] [--rounds N]: the GPU layer loop's
+// read pattern, alone, under several reader settings, from a cold page cache (root: it drops the
+// cache before each run). See bench/README.md.
 //
 // The checkpoint's tensors are grouped into blobs as the loop reads them (everything outside the
 // decoder layers first, then layer by layer: io/layer_reader.h LayerReader::plan). Each run reads
 // every blob in order into one host buffer with LayerReader (4 threads, as the loop), while a
 // PageWarmer (io/layer_reader.h) reads ahead of it into the page cache, at most 8 GiB ahead (the
-// loop's kWarmBytes). Settings: the warmer's threads (0: none) and its sequential-access hint. With
-// --write_gb N, a writer thread writes N GB into DIR (default: the checkpoint's parent folder) in
-// 64 MiB pwrites with a writeback request after each and an fsync at the end, for the whole run:
-// the export's writes that share the disk in a real run. --settings "W:y|n:R,..." runs those
-// settings instead (warmer threads; y: sequential hint, n: none, w: each piece asked for with
-// WILLNEED, d: no warmer and the reader's files opened with O_DIRECT; reader threads). It prints
-// each run's seconds and GB/s (10^9 bytes per second) of checkpoint bytes read.
+// loop's kWarmBytes). With --write_gb N, a writer thread writes N GB into DIR (default: the
+// checkpoint's parent folder) in 64 MiB pwrites with a writeback request after each and an fsync
+// at the end, for the whole run: the export's writes that share the disk in a real run.
+// --settings "W:q:R[:PIECE_MiB[:READ_KiB]],..." runs those settings instead of the default list:
+// W warmer threads (0: none); q the warmer's hint (n none, y sequential, w WILLNEED per piece),
+// or d (no warmer, the reader's files opened with O_DIRECT), or c (no reader: W threads each
+// read whole shard files front to back in READ_KiB reads, default 128, as the `cat`s of
+// bench/gpu_bench.sh's floor); R reader threads; the warmer's piece and read sizes
+// (io/layer_reader.h ReadPattern; default 16 MiB pieces read whole). --rounds N runs the list N
+// times in turn, so that each setting's runs are spread over the disk's drift. It prints each
+// run's seconds and GB/s (10^9 bytes per second) of checkpoint bytes read, then each setting's
+// median.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -67,38 +72,89 @@ std::vector<LayerBlob> loop_blobs(const Checkpoint& ckpt, bool direct) {
 }
 
 struct Setting {
-  int warm_threads;
-  bool sequential;
-  int reader_threads;
-  bool direct = false;     // the reader's files opened with O_DIRECT (no warmer then)
-  bool will_need = false;  // the warmer asks for each piece with POSIX_FADV_WILLNEED first
+  std::string text;  // as given
+  ReadPattern warm;  // threads 0: no warmer
+  int reader_threads = 4;
+  bool direct = false;  // the reader's files opened with O_DIRECT (no warmer then)
+  bool cats = false;    // whole shards by warm.threads threads, no reader
+  uint64_t cat_bytes = 128ull << 10;
 };
+
+// W threads each reading the next whole shard front to back in `bytes` reads (cat's pattern).
+void read_shards(const std::vector<std::string>& paths, int threads, uint64_t bytes) {
+  std::atomic<size_t> next{0};
+  auto work = [&]() {
+    std::vector<uint8_t> buf(bytes);
+    for (size_t i = next++; i < paths.size(); i = next++) {
+      const int fd = ::open(paths[i].c_str(), O_RDONLY);
+      STRATA_CHECK(fd >= 0, paths[i], ": cannot open");
+      while (::read(fd, buf.data(), buf.size()) > 0) {
+      }
+      ::close(fd);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back(work);
+  for (std::thread& t : pool)
+    t.join();
+}
+
+Setting parse_setting(const std::string& text) {
+  Setting s;
+  s.text = text;
+  int w = 0, r = 0, piece = 0, read_kib = 0;
+  char q = 'n';
+  const int got = std::sscanf(text.c_str(), "%d:%c:%d:%d:%d", &w, &q, &r, &piece, &read_kib);
+  STRATA_CHECK(got >= 3 && std::string("nywdc").find(q) != std::string::npos,
+               "--settings: W:n|y|w|d|c:R[:PIECE_MiB[:READ_KiB]] items, comma-separated; got '",
+               text, "'");
+  s.warm.threads = q == 'd' ? 0 : w;
+  s.warm.sequential = q == 'y';
+  s.warm.will_need = q == 'w';
+  s.direct = q == 'd';
+  s.cats = q == 'c';
+  s.reader_threads = std::max(r, 1);
+  if (got >= 4 && piece > 0) {
+    s.warm.piece_bytes = static_cast<uint64_t>(piece) << 20;
+    s.warm.read_bytes = std::min(s.warm.read_bytes, s.warm.piece_bytes);
+  }
+  if (got >= 5 && read_kib > 0) {
+    s.warm.read_bytes = static_cast<uint64_t>(read_kib) << 10;
+    s.cat_bytes = s.warm.read_bytes;
+  }
+  return s;
+}
+
+constexpr const char* kUsage =
+    "usage: read_bench CKPT [--write_gb N] [--out DIR] [--rounds N]\n"
+    "                  [--settings W:n|y|w|d|c:R[:PIECE_MiB[:READ_KiB]],...]\n";
 
 }  // namespace
 
 int main(int argc, char** argv) try {
   std::string ckpt_dir, out_dir, only;
   double write_gb = 0;
+  int rounds = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--write_gb" && i + 1 < argc) {
       write_gb = std::atof(argv[++i]);
     } else if (a == "--settings" && i + 1 < argc) {
       only = argv[++i];
+    } else if (a == "--rounds" && i + 1 < argc) {
+      rounds = std::max(std::atoi(argv[++i]), 1);
     } else if (a == "--out" && i + 1 < argc) {
       out_dir = argv[++i];
     } else if (a[0] != '-' && ckpt_dir.empty()) {
       ckpt_dir = a;
     } else {
-      std::fprintf(
-          stderr,
-          "usage: read_bench CKPT [--write_gb N] [--out DIR] [--settings W:y|n|w|d:R,...]\n");
+      std::fprintf(stderr, kUsage);
       return 2;
     }
   }
   if (ckpt_dir.empty()) {
-    std::fprintf(
-        stderr, "usage: read_bench CKPT [--write_gb N] [--out DIR] [--settings W:y|n|w|d:R,...]\n");
+    std::fprintf(stderr, kUsage);
     return 2;
   }
   if (out_dir.empty()) out_dir = std::filesystem::path(ckpt_dir).parent_path().string();
@@ -117,70 +173,84 @@ int main(int argc, char** argv) try {
       static_cast<uint8_t*>(std::aligned_alloc(4096, (largest + 4095) / 4096 * 4096)), &std::free);
   STRATA_CHECK(buf != nullptr, "cannot allocate ", largest, " bytes");
   std::memset(buf.get(), 0, largest);  // resident before the first run
-  std::vector<Setting> settings = {{4, false, 4}, {8, false, 4}, {16, false, 4}, {8, true, 4},
-                                   {16, true, 4}, {32, true, 4}, {0, false, 16}, {0, true, 16}};
-  if (!only.empty()) {  // "W:S:R,...": warmer threads, y|n|d, reader threads
+  std::vector<Setting> settings;
+  for (const char* t :
+       {"4:n:4", "8:n:4", "16:n:4", "8:y:4", "16:y:4", "32:y:4", "0:n:16", "0:d:16"})
+    settings.push_back(parse_setting(t));
+  if (!only.empty()) {
     settings.clear();
     for (size_t at = 0; at < only.size();) {
       size_t end = only.find(',', at);
       if (end == std::string::npos) end = only.size();
-      int w = 0, r = 0;
-      char q = 'n';
-      STRATA_CHECK(std::sscanf(only.substr(at, end - at).c_str(), "%d:%c:%d", &w, &q, &r) == 3,
-                   "--settings: W:y|n|w|d:R items, comma-separated");
-      settings.push_back({q == 'd' ? 0 : w, q == 'y', std::max(r, 1), q == 'd', q == 'w'});
+      settings.push_back(parse_setting(only.substr(at, end - at)));
       at = end + 1;
     }
   }
-  std::printf("%-10s %-11s %-8s %9s %8s %s\n", "warmer", "sequential", "reader", "seconds", "GB/s",
+  std::vector<std::string> shards;
+  for (const LayerBlob& b : blobs)
+    for (const LayerBlob::Range& r : b.ranges)
+      if (std::find(shards.begin(), shards.end(), r.path) == shards.end()) shards.push_back(r.path);
+  std::printf("%-22s %-5s %-40s %9s %8s %s\n", "setting", "round", "pattern", "seconds", "GB/s",
               "cache");
-  for (const Setting& s : settings) {
-    const bool cold = drop_caches();
-    std::atomic<bool> stop{false};
-    std::thread writer;
-    if (write_gb > 0) {
-      const std::string path = out_dir + "/read_bench_write.tmp";
-      writer = std::thread([&stop, path, write_gb]() {
-        const int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
-        if (fd < 0) return;
-        std::vector<uint8_t> block(64u << 20, 0x5a);
-        uint64_t at = 0;
-        const uint64_t want = static_cast<uint64_t>(write_gb * 1e9);
-        while (!stop && at < want) {
-          if (::pwrite(fd, block.data(), block.size(), static_cast<off_t>(at)) <= 0) break;
-          (void)::sync_file_range(fd, static_cast<off_t>(at), static_cast<off_t>(block.size()),
-                                  SYNC_FILE_RANGE_WRITE);
-          at += block.size();
-        }
-        ::fsync(fd);
-        ::close(fd);
-        ::unlink(path.c_str());
-      });
-    }
-    const auto t0 = Clock::now();
-    {
-      std::unique_ptr<PageWarmer> warm;
-      if (s.warm_threads > 0)
-        warm =
-            std::make_unique<PageWarmer>(blobs, 8ull << 30, s.warm_threads,
-                                         LayerReader::kReadChunkBytes, s.sequential, s.will_need);
-      const LayerReader reader(ckpt, s.reader_threads, s.direct);
-      for (const LayerBlob& b : s.direct ? direct_blobs : blobs) {
-        reader.read(b, buf.get());
-        if (warm) warm->advance();
+  std::vector<std::vector<double>> rates(settings.size());
+  for (int round = 1; round <= rounds; ++round) {
+    for (size_t si = 0; si < settings.size(); ++si) {
+      const Setting& s = settings[si];
+      const bool cold = drop_caches();
+      std::atomic<bool> stop{false};
+      std::thread writer;
+      if (write_gb > 0) {
+        const std::string path = out_dir + "/read_bench_write.tmp";
+        writer = std::thread([&stop, path, write_gb]() {
+          const int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+          if (fd < 0) return;
+          std::vector<uint8_t> block(64u << 20, 0x5a);
+          uint64_t at = 0;
+          const uint64_t want = static_cast<uint64_t>(write_gb * 1e9);
+          while (!stop && at < want) {
+            if (::pwrite(fd, block.data(), block.size(), static_cast<off_t>(at)) <= 0) break;
+            (void)::sync_file_range(fd, static_cast<off_t>(at), static_cast<off_t>(block.size()),
+                                    SYNC_FILE_RANGE_WRITE);
+            at += block.size();
+          }
+          ::fsync(fd);
+          ::close(fd);
+          ::unlink(path.c_str());
+        });
       }
+      const auto t0 = Clock::now();
+      std::string pattern;
+      if (s.cats) {
+        pattern =
+            str(s.warm.threads, " threads of whole shards in ", s.cat_bytes >> 10, " KiB reads");
+        read_shards(shards, std::max(s.warm.threads, 1), s.cat_bytes);
+      } else {
+        std::unique_ptr<PageWarmer> warm;
+        if (s.warm.threads > 0) warm = std::make_unique<PageWarmer>(blobs, 8ull << 30, s.warm);
+        pattern = s.warm.threads > 0 ? describe(s.warm) : std::string("no warmer");
+        pattern += str("; reader ", s.reader_threads, s.direct ? " direct" : "");
+        const LayerReader reader(ckpt, s.reader_threads, s.direct);
+        for (const LayerBlob& b : s.direct ? direct_blobs : blobs) {
+          reader.read(b, buf.get());
+          if (warm) warm->advance();
+        }
+      }
+      const double sec = since(t0);
+      stop = true;
+      if (writer.joinable()) writer.join();
+      const double rate = static_cast<double>(total) / 1e9 / sec;
+      rates[si].push_back(rate);
+      std::printf("%-22s %-5d %-40s %9.2f %8.2f %s\n", s.text.c_str(), round, pattern.c_str(), sec,
+                  rate, cold ? "dropped" : "NOT dropped (not root?)");
+      std::fflush(stdout);
     }
-    const double sec = since(t0);
-    stop = true;
-    if (writer.joinable()) writer.join();
-    std::printf("%-10d %-11s %-8s %9.2f %8.2f %s\n", s.warm_threads,
-                s.sequential  ? "yes"
-                : s.will_need ? "willneed"
-                              : "no",
-                str(s.reader_threads, s.direct ? " direct" : "").c_str(), sec,
-                static_cast<double>(total) / 1e9 / sec,
-                cold ? "dropped" : "NOT dropped (not root?)");
-    std::fflush(stdout);
+  }
+  std::printf("median GB/s over %d round(s):\n", rounds);
+  for (size_t si = 0; si < settings.size(); ++si) {
+    std::vector<double> r = rates[si];
+    std::sort(r.begin(), r.end());
+    const double med = r.size() % 2 ? r[r.size() / 2] : (r[r.size() / 2 - 1] + r[r.size() / 2]) / 2;
+    std::printf("  %-22s %6.2f\n", settings[si].text.c_str(), med);
   }
   return 0;
 } catch (const std::exception& e) {

@@ -88,20 +88,8 @@ TestHooks test_hooks(const Args& args) {
     t.gpu_exchange_on_main = args.choice("--test_gpu_ranks_exchange", "thread|main") == 1;
   if (args.has("--test_writeback"))
     t.writeback_per_layer = args.choice("--test_writeback", "layer|none") == 0;
-  if (args.has("--test_gpu_read")) {
-    const std::string v = args.get("--test_gpu_read");
-    const size_t colon = v.find(':');
-    const std::string hint = colon == std::string::npos ? "none" : v.substr(colon + 1);
-    char* end = nullptr;
-    const long n = std::strtol(v.c_str(), &end, 10);
-    STRATA_CHECK(end != v.c_str() && n > 0 && n <= 64 &&
-                     (hint == "none" || hint == "sequential" || hint == "willneed"),
-                 "--test_gpu_read takes THREADS:none|sequential|willneed (1 to 64 threads), got '",
-                 v, "'");
-    t.gpu_read_threads = static_cast<int>(n);
-    t.gpu_read_sequential = hint == "sequential";
-    t.gpu_read_will_need = hint == "willneed";
-  }
+  if (args.has("--test_gpu_read"))
+    t.gpu_read = parse_read_pattern("--test_gpu_read", args.get("--test_gpu_read"));
   return t;
 }
 
@@ -218,8 +206,8 @@ void declare_flags(Args& args) {
   args.hidden_option("--test_writeback", "layer|none",
                      "after each layer not recorded for resume, ask for its shards' writeback "
                      "(layer) or leave it to the kernel until the next fsync (none)");
-  args.hidden_option("--test_gpu_read", "THREADS:none|sequential|willneed",
-                     "the GPU path's page-cache warmer threads and read hint");
+  args.hidden_option("--test_gpu_read", "THREADS:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]",
+                     "the GPU path's page-cache warmer: threads, read hint, piece and read size");
   args.option("--eval_data", "FILE",
               "after the run, compare the export with the source on FILE as `strata compare "
               "MODEL EXPORT` does (--tokens FILE for JSONL of token-id lists, else --text FILE: "

@@ -45,11 +45,8 @@ std::unique_ptr<PageWarmer> gpu_warm_start(const Checkpoint& ckpt, const Modelop
       blobs[i] = reader.plan(exporter.step_sources(first + static_cast<int64_t>(i) + 1));
   });
   if (blobs.size() < 2) return nullptr;
-  // --test_gpu_read: other threads or hints (bench/read_bench); by default none, as measured.
-  return std::make_unique<PageWarmer>(
-      std::move(blobs), kWarmBytes,
-      test.gpu_read_threads > 0 ? test.gpu_read_threads : PageWarmer::kThreads,
-      LayerReader::kReadChunkBytes, test.gpu_read_sequential, test.gpu_read_will_need);
+  // --test_gpu_read: another pattern (bench/read_bench), else the default.
+  return std::make_unique<PageWarmer>(std::move(blobs), kWarmBytes, test.gpu_read);
 }
 
 uint64_t largest_blob(const std::vector<LayerBlob>& blobs, int64_t first_layer) {

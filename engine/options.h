@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "io/layer_reader.h"
+
 namespace strata {
 
 // --calib_precision (docs/QUANTIZE.md "Calibration precision"): how the calibration forward rounds
@@ -55,12 +57,10 @@ struct TestHooks {
   // --test_gpu_ranks_exchange main: GPU ranks exchange each layer's shares on the main thread
   // instead of the reader thread's own communicator.
   bool gpu_exchange_on_main = false;
-  // --test_gpu_read THREADS:none|sequential|willneed: the GPU path's page-cache warmer
-  // (engine/gpu_runner.h gpu_warm_start) on THREADS threads with that hint (io/layer_reader.h
-  // PageWarmer), for bench/gpu_bench.sh to time settings that bench/read_bench ranked; 0 threads:
-  // the default.
-  int gpu_read_threads = 0;
-  bool gpu_read_sequential = false, gpu_read_will_need = false;
+  // --test_gpu_read THREADS:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]: the GPU path's
+  // page-cache warmer (engine/gpu_runner.h gpu_warm_start) in that pattern (io/layer_reader.h
+  // ReadPattern), for bench/gpu_bench.sh to time patterns that bench/read_bench ranked.
+  ReadPattern gpu_read;
   // --test_writeback layer|none: after each layer step that is not durable the writer asks the
   // kernel to start writing its shards back (layer, the default), or leaves the dirty pages to
   // the kernel's own writeback until the next durable step's fsync (none), for bench/gpu_bench.sh

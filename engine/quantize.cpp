@@ -386,8 +386,12 @@ class QuantizeRun {
     // shape: the calibration data took 0.50-0.53 s instead of 0.03-0.05 s).
     if (comm.size() == 1 && !fs::exists(resume_dir_of(job))) {
       const LayerBlob first = LayerReader(ckpt).plan(first_step_tensors(ckpt));
-      first_reads = std::make_unique<PageWarmer>(std::vector<LayerBlob>{first}, first.bytes,
-                                                 kFirstReadThreads, kFirstReadBytes);
+      ReadPattern early;
+      early.threads = static_cast<int>(kFirstReadThreads);
+      early.piece_bytes = 16ull << 20;
+      early.read_bytes = kFirstReadBytes;
+      early.sequential = false;
+      first_reads = std::make_unique<PageWarmer>(std::vector<LayerBlob>{first}, first.bytes, early);
     }
   }
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -161,6 +162,50 @@ void LayerReader::read(const LayerBlob& blob, uint8_t* dst) const {
   read_files(reads, dst, threads_, direct_, true);
 }
 
+ReadPattern parse_read_pattern(const std::string& flag, const std::string& value) {
+  const auto bad = [&]() {
+    return str(flag, " takes THREADS:none|sequential|willneed[:PIECE_MiB[:READ_KiB]] (1 to 64 ",
+               "threads, pieces of 1 to 4096 MiB, reads of 4 KiB to the piece), got '", value, "'");
+  };
+  std::vector<std::string> parts;
+  for (size_t at = 0;;) {
+    const size_t colon = value.find(':', at);
+    parts.push_back(value.substr(at, colon == std::string::npos ? std::string::npos : colon - at));
+    if (colon == std::string::npos) break;
+    at = colon + 1;
+  }
+  const auto number = [&](const std::string& s, long lo, long hi) {
+    char* end = nullptr;
+    const long n = std::strtol(s.c_str(), &end, 10);
+    STRATA_CHECK(!s.empty() && *end == '\0' && n >= lo && n <= hi, bad());
+    return n;
+  };
+  STRATA_CHECK(parts.size() <= 4, bad());
+  ReadPattern p;
+  p.threads = static_cast<int>(number(parts[0], 1, 64));
+  if (parts.size() > 1) {
+    const std::string& hint = parts[1];
+    STRATA_CHECK(hint == "none" || hint == "sequential" || hint == "willneed", bad());
+    p.sequential = hint == "sequential";
+    p.will_need = hint == "willneed";
+  }
+  if (parts.size() > 2) {
+    p.piece_bytes = static_cast<uint64_t>(number(parts[2], 1, 4096)) << 20;
+    p.read_bytes = std::min(p.read_bytes, p.piece_bytes);
+  }
+  if (parts.size() > 3) {
+    p.read_bytes = static_cast<uint64_t>(number(parts[3], 4, 4 << 20)) << 10;
+    STRATA_CHECK(p.read_bytes <= p.piece_bytes, bad());
+  }
+  return p;
+}
+
+std::string describe(const ReadPattern& p) {
+  return str(p.threads, " threads, ", p.piece_bytes >> 20, " MiB pieces in ", p.read_bytes >> 10,
+             " KiB reads", p.sequential ? ", sequential hint" : "",
+             p.will_need ? ", WILLNEED per piece" : "");
+}
+
 struct PageWarmer::Impl {
   struct Piece {
     std::string path;
@@ -170,9 +215,7 @@ struct PageWarmer::Impl {
   std::vector<Piece> pieces;
   std::vector<uint64_t> blob_end;  // bytes of blobs [0, b]
   uint64_t window = 0;
-  uint64_t read_bytes = LayerReader::kReadChunkBytes;  // one pread's most, the buffer's size
-  bool sequential = false;                             // POSIX_FADV_SEQUENTIAL on each file
-  bool will_need = false;                              // POSIX_FADV_WILLNEED on each piece
+  ReadPattern pattern;
   std::mutex mu;
   std::condition_variable cv;
   uint64_t consumed = 0;  // bytes of the blobs the consumer has read (under mu)
@@ -184,6 +227,7 @@ struct PageWarmer::Impl {
 
   void work() {
     // Not zero-filled: only the bytes a pread writes become resident.
+    const uint64_t read_bytes = pattern.read_bytes;
     std::unique_ptr<uint8_t[]> buf(new uint8_t[read_bytes]);
     std::map<std::string, int> fds;
     for (;;) {
@@ -200,12 +244,12 @@ struct PageWarmer::Impl {
       auto it = fds.find(p.path);
       if (it == fds.end()) {
         it = fds.emplace(p.path, ::open(p.path.c_str(), O_RDONLY)).first;
-        if (it->second >= 0 && sequential)
+        if (it->second >= 0 && pattern.sequential)
           (void)::posix_fadvise(it->second, 0, 0, POSIX_FADV_SEQUENTIAL);
       }
       if (it->second < 0) break;
       // The whole piece asked for at once (the kernel queues its reads together), then read.
-      if (will_need)
+      if (pattern.will_need)
         (void)::posix_fadvise(it->second, static_cast<off_t>(p.offset),
                               static_cast<off_t>(p.length), POSIX_FADV_WILLNEED);
       uint64_t got = 0;
@@ -224,25 +268,25 @@ struct PageWarmer::Impl {
   }
 };
 
-PageWarmer::PageWarmer(std::vector<LayerBlob> blobs, uint64_t window, int threads,
-                       uint64_t read_bytes, bool sequential, bool will_need)
+PageWarmer::PageWarmer(std::vector<LayerBlob> blobs, uint64_t window, const ReadPattern& pattern)
     : impl_(std::make_unique<Impl>()) {
   impl_->window = window;
-  impl_->sequential = sequential;
-  impl_->will_need = will_need;
-  impl_->read_bytes = std::clamp<uint64_t>(read_bytes, 4096, LayerReader::kReadChunkBytes);
+  impl_->pattern = pattern;
+  ReadPattern& p = impl_->pattern;
+  p.piece_bytes = std::max<uint64_t>(p.piece_bytes, kPageAlign);
+  p.read_bytes = std::clamp<uint64_t>(p.read_bytes, kPageAlign, p.piece_bytes);
   uint64_t total = 0;
   for (const LayerBlob& b : blobs) {
     for (const LayerBlob::Range& r : b.ranges) {
-      for (uint64_t o = 0; o < r.length; o += LayerReader::kReadChunkBytes) {
-        const uint64_t n = std::min(LayerReader::kReadChunkBytes, r.length - o);
+      for (uint64_t o = 0; o < r.length; o += p.piece_bytes) {
+        const uint64_t n = std::min(p.piece_bytes, r.length - o);
         impl_->pieces.push_back({r.path, r.file_offset + o, n, total});
         total += n;
       }
     }
     impl_->blob_end.push_back(total);
   }
-  for (int t = 0; t < std::max(threads, 1); ++t)
+  for (int t = 0; t < std::max(p.threads, 1); ++t)
     impl_->pool.emplace_back([this]() { impl_->work(); });
 }
 

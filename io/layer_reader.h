@@ -82,31 +82,49 @@ class LayerReader {
   bool direct_;
 };
 
+// How a PageWarmer reads: `threads` threads each take the next piece of at most `piece_bytes` of
+// a blob's range and read it front to back in preads of at most `read_bytes` through a buffer of
+// that size (the process holds threads x read_bytes). Small pieces keep every thread's reads close
+// together (the disk sees `threads` adjacent reads); large pieces read in small preads make each
+// thread one sequential stream that the kernel's read-ahead runs ahead of, like the `cat`s of
+// bench/gpu_bench.sh's floor. sequential: each thread's files opened with
+// POSIX_FADV_SEQUENTIAL (the kernel's read-ahead for them twice the device's default);
+// will_need: each piece asked for with POSIX_FADV_WILLNEED before it is read, so that its reads
+// are queued at once rather than one read-ahead window after another. The other settings are
+// for benchmarks (bench/read_bench, `strata quantize --test_gpu_read`).
+struct ReadPattern {
+  // The default: 8 sequential streams. On the H100 machine's disk (2026-12-05, seventh session;
+  // read_ahead_kb 8192, max_sectors_kb 4096) bench/read_bench read the 22.4 GB Qwen3-MoE
+  // checkpoint in the loop's order while 7.5 GB were written, two rounds of eight settings in
+  // turn: this pattern 1.68 and 1.71 GB/s, the best of both rounds; the earlier default (8
+  // threads of 16 MiB pieces read whole, no hint) 1.11 and 1.22; the floor's `cat`s of whole
+  // shards 1.54 and 1.37 (docs/PERFORMANCE.md). The process holds 8 MiB of buffers.
+  int threads = 8;
+  uint64_t piece_bytes = 256ull << 20;
+  uint64_t read_bytes = 1ull << 20;
+  bool sequential = true;
+  bool will_need = false;
+};
+
+// Parses "THREADS:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]" (the hint and sizes optional:
+// the default pattern's): threads 1 to 64, pieces 1 MiB to 4 GiB, reads 4 KiB to the piece.
+// Throws strata::Error naming `flag` and the accepted form.
+ReadPattern parse_read_pattern(const std::string& flag, const std::string& value);
+// "8 threads, 16 MiB pieces in 16384 KiB reads" and the hint.
+std::string describe(const ReadPattern& p);
+
 // Reads tensors' bytes into the page cache on background threads and drops them, ahead of a
 // consumer that reads the same blobs in the same order: the GPU path starts it on the decoder
 // layers before anything else, so that the disk, idle while the run starts up (export head,
 // embedding, device setup), already delivers what the layer loop reads first, and then keeps
-// reading while the loop computes, quantizes and writes. Blobs are read in the order given (in
-// kReadChunkBytes preads) but never more than `window` bytes beyond what the consumer has
-// declared done with advance(), so the page cache holds at most about `window` bytes of
-// read-ahead. Each thread reads through a buffer of `read_bytes` (at most kReadChunkBytes), one
-// pread at most that long at a time: the process holds threads x read_bytes, and the disk's queue
-// that much ahead of anyone else's reads. The destructor stops after the reads in flight and
-// joins. A failed read ends the warming silently: the consumer's own read reports it.
+// reading while the loop computes, quantizes and writes. Blobs are read in the order given, in
+// pieces of the pattern (above), but no piece is started more than `window` bytes beyond what
+// the consumer has declared done with advance(), so the page cache holds at most about `window`
+// bytes of read-ahead (plus the pieces in flight). The destructor stops after the reads in flight
+// and joins. A failed read ends the warming silently: the consumer's own read reports it.
 class PageWarmer {
  public:
-  // sequential: each thread's files opened with POSIX_FADV_SEQUENTIAL (the kernel's read-ahead
-  // for them twice the device's default); will_need: each piece (kReadChunkBytes) asked for with
-  // POSIX_FADV_WILLNEED before it is read, so that its reads are queued at once rather than one
-  // read-ahead window after another. For benchmarks of the read pattern (bench/read_bench).
-  // The default: 8. On the H100 machine's disk (2026-12-05, sixth session) 8 threads against 4
-  // in the GPU quantize run, capped, five pairs on two checkpoint shapes (bench/gpu_bench.sh
-  // --alt "--test_gpu_read 8:none"): 0.04-1.15 s faster in each, 0.5 s on average of 14-20 s;
-  // bench/read_bench had given 8 threads +10% alone. The process holds 128 MiB of buffers.
-  static constexpr int kThreads = 8;
-  PageWarmer(std::vector<LayerBlob> blobs, uint64_t window, int threads = kThreads,
-             uint64_t read_bytes = LayerReader::kReadChunkBytes, bool sequential = false,
-             bool will_need = false);
+  PageWarmer(std::vector<LayerBlob> blobs, uint64_t window, const ReadPattern& pattern = {});
   ~PageWarmer();
   PageWarmer(const PageWarmer&) = delete;
   PageWarmer& operator=(const PageWarmer&) = delete;

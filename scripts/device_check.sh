@@ -4,9 +4,10 @@
 # its own deadline so that one slow part cannot take the call; logs under $OUT/logs (or --out),
 # and a short table printed last.
 #
-#   bash .xfer/bundle/run.sh 'bash scripts/device_check.sh [--parts tests,peer,bench,kda]
+#   bash .xfer/bundle/run.sh 'bash scripts/device_check.sh [--parts tests,peer,bench,kda,read]
 #        [--tests REGEX] [--recipes "R1 R2"] [--families "F1 F2"] [--bench "ARCH ..."]
-#        [--bench_skip STEPS] [--bench_pairs N] [--bench_alt "FLAGS"] [--peer_deadline S]'
+#        [--bench_skip STEPS] [--bench_pairs N] [--bench_alt "FLAGS"] [--peer_deadline S]
+#        [--read_settings "W:q:R,..."] [--read_rounds N] [--read_write_gb G]'
 #
 # --parts     which parts run, in this order (default tests,peer); parts joined by + run at the
 #             same time (tests+peer: neither is timed); kda: bench/kda_bench (a few seconds)
@@ -30,6 +31,11 @@
 #             each round adds about a minute on the Qwen3 shape, and 90 s to the bench's limits
 # --bench_alt gpu_bench.sh's --alt: with --bench_pairs, every pair also runs strata capped with
 #             these flags added (an A/B of a setting in pairs); 40 s more a pair in the limits
+# --read_settings  the read part: bench/read_bench's --settings on the Qwen3-MoE bench checkpoint
+#             (17 layers, 22.4 GB, made here), from a cold page cache each run (default: the
+#             floor's cats, the default warmer, and 8 streams of 256 MiB pieces in 1 MiB reads)
+# --read_rounds    read_bench's --rounds (default 2): the list run that many times in turn
+# --read_write_gb  GB written meanwhile (default 7.5, the Qwen3 export's size; 0: none)
 # The peer, and gpu_bench.sh's ModelOpt step, need the wheels of tests/peer/fetch_wheels.sh carried
 # as .whl/.
 set -uo pipefail
@@ -46,6 +52,9 @@ bench_skip=free,hf,peak
 bench_pairs=1
 bench_alt=""
 peer_deadline=420
+read_settings="8:c:4,8:n:4,8:n:4:256:1024"
+read_rounds=2
+read_write_gb=7.5
 while [ $# -gt 0 ]; do
   case "$1" in
     --parts) parts="$2"; shift 2 ;;
@@ -57,8 +66,11 @@ while [ $# -gt 0 ]; do
     --bench_pairs) bench_pairs="$2"; shift 2 ;;
     --bench_alt) bench_alt="$2"; shift 2 ;;
     --peer_deadline) peer_deadline="$2"; shift 2 ;;
+    --read_settings) read_settings="$2"; shift 2 ;;
+    --read_rounds) read_rounds="$2"; shift 2 ;;
+    --read_write_gb) read_write_gb="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "device_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -131,7 +143,24 @@ run_part() {
       summary+=("kda rc=$rc $(elapsed "$t0")")
       while read -r line; do summary+=("  $line"); done < "$logs/kda_bench.log"
       ;;
-    *) summary+=("device_check: unknown part $part (tests, peer, bench, kda)") ;;
+    read)
+      # The loop's read pattern alone (bench/read_bench), on the Qwen3-MoE bench checkpoint.
+      rd=/var/tmp/strata_read_bench
+      rm -rf "$rd" && mkdir -p "$rd"
+      dev=$(basename "$(df --output=source "$rd" | tail -1)")
+      q=/sys/class/block/$dev/queue
+      [ -d "$q" ] || q=/sys/class/block/$(basename "$(readlink -f "/sys/class/block/$dev/..")")/queue
+      summary+=("  disk $dev: read_ahead_kb $(cat "$q/read_ahead_kb" 2>/dev/null), max_sectors_kb $(cat "$q/max_sectors_kb" 2>/dev/null), nr_requests $(cat "$q/nr_requests" 2>/dev/null), $(cat "$q/scheduler" 2>/dev/null)")
+      { timeout 120 "$bin/make_synthetic" "$rd/ckpt" --arch qwen3_moe --layers 17 && sync &&
+          timeout 480 "$bin/read_bench" "$rd/ckpt" --settings "$read_settings" \
+            --rounds "$read_rounds" --write_gb "$read_write_gb" --out "$rd"; } \
+        > "$logs/read_bench.log" 2>&1
+      rc=$?
+      rm -rf "$rd"
+      summary+=("read rc=$rc $(elapsed "$t0")")
+      while read -r line; do summary+=("  $line"); done < <(grep -v "^\[" "$logs/read_bench.log" | tail -30)
+      ;;
+    *) summary+=("device_check: unknown part $part (tests, peer, bench, kda, read)") ;;
   esac
   printf '%s\n' "${summary[@]}" > "$logs/summary_$part.txt"
 }

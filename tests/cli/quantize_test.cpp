@@ -247,6 +247,8 @@ TEST(Quantize, RefusalsComeBeforeAnyWork) {
        "--resume_every must be a number of seconds, 0 or more"},
       {base + "--test_writeback often --export_path x",
        "--test_writeback must be layer|none, not 'often'"},
+      {base + "--test_gpu_read 8:fast --export_path x",
+       "--test_gpu_read takes THREADS:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]"},
   };
   for (const Case& c : cases) {
     RunResult r = run_strata(c.args, tmp.path());

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -103,7 +104,9 @@ TEST(PageWarmer, ReadsAheadOfTheConsumerWithinItsWindow) {
   auto first_piece = [](const LayerBlob& b) {
     return std::min(b.ranges[0].length, LayerReader::kReadChunkBytes);
   };
-  PageWarmer warm(blobs, 1, 3);  // a window of one byte: one piece past the consumer at a time
+  ReadPattern three;
+  three.threads = 3;
+  PageWarmer warm(blobs, 1, three);  // a window of one byte: one piece past the consumer at a time
   auto settle = [&](uint64_t want) {
     for (int i = 0; i < 2000 && warm.bytes_read() < want; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -117,21 +120,66 @@ TEST(PageWarmer, ReadsAheadOfTheConsumerWithinItsWindow) {
   EXPECT_EQ(settle(bytes[0] + bytes[1]), bytes[0] + bytes[1]);
 }
 
-// With reads smaller than its pieces (the run's early reads use 1 MiB), the warmer still reads
-// every planned byte once, and the bytes land in the page cache: the same bytes as a plain read.
-TEST(PageWarmer, SmallReadsCoverEveryPlannedByte) {
+// Every planned byte is read once, and only those, whatever the pattern: pieces smaller or
+// larger than the ranges, reads smaller than the pieces (the run's early reads use 1 MiB),
+// reads of one page.
+TEST(PageWarmer, EveryPatternReadsEachPlannedByteOnce) {
   const Checkpoint ckpt = Checkpoint::open(kModel);
   LayerReader reader(ckpt);
-  const LayerBlob blob = reader.plan(with_prefix(ckpt, "model.layers.0."));
-  uint64_t bytes = 0;
-  for (const LayerBlob::Range& r : blob.ranges)
-    bytes += r.length;
-  ASSERT_GT(bytes, 3u * 4096);  // several reads of the smallest size
-  PageWarmer warm({blob}, bytes, 2, 4096);
-  for (int i = 0; i < 2000 && warm.bytes_read() < bytes; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  EXPECT_EQ(warm.bytes_read(), bytes);
+  const std::vector<LayerBlob> blobs = {reader.plan(with_prefix(ckpt, "model.layers.0.")),
+                                        reader.plan(with_prefix(ckpt, "model.layers.1."))};
+  uint64_t bytes = 0, largest = 0;
+  for (const LayerBlob& b : blobs)
+    for (const LayerBlob::Range& r : b.ranges) {
+      bytes += r.length;
+      largest = std::max(largest, r.length);
+    }
+  ASSERT_GT(largest, 3u * 4096);  // several reads of the smallest size
+  for (const char* text : {"2:none:1:4", "1:none", "3:sequential:64:1024", "2:willneed:1:1024"}) {
+    SCOPED_TRACE(text);
+    PageWarmer warm(blobs, bytes, parse_read_pattern("--flag", text));
+    for (int i = 0; i < 2000 && warm.bytes_read() < bytes; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // no read beyond it follows
+    EXPECT_EQ(warm.bytes_read(), bytes);
+  }
+}
+
+TEST(ReadPattern, ParsesTheFlagsFormAndRefusesTheRest) {
+  const ReadPattern def;
+  const ReadPattern a = parse_read_pattern("--f", "16");
+  EXPECT_EQ(a.threads, 16);
+  EXPECT_EQ(a.piece_bytes, def.piece_bytes);
+  EXPECT_EQ(a.read_bytes, def.read_bytes);
+  EXPECT_EQ(a.sequential, def.sequential);  // the hint and sizes left out: the default's
+  EXPECT_EQ(a.will_need, def.will_need);
+  const ReadPattern b = parse_read_pattern("--f", "8:sequential:256:1024");
+  EXPECT_EQ(b.threads, 8);
+  EXPECT_TRUE(b.sequential);
+  EXPECT_FALSE(b.will_need);
+  EXPECT_EQ(b.piece_bytes, 256ull << 20);
+  EXPECT_EQ(b.read_bytes, 1ull << 20);
+  const ReadPattern c = parse_read_pattern("--f", "4:willneed:1");  // reads at most the piece
+  EXPECT_TRUE(c.will_need);
+  EXPECT_FALSE(c.sequential);
+  EXPECT_EQ(c.piece_bytes, 1ull << 20);
+  EXPECT_EQ(c.read_bytes, std::min<uint64_t>(def.read_bytes, 1ull << 20));
+  const ReadPattern d = parse_read_pattern("--f", "8:none:16:16384");  // the earlier default
+  EXPECT_FALSE(d.sequential || d.will_need);
+  EXPECT_EQ(d.piece_bytes, 16ull << 20);
+  EXPECT_EQ(d.read_bytes, 16ull << 20);
+  EXPECT_EQ(describe(b), "8 threads, 256 MiB pieces in 1024 KiB reads, sequential hint");
+  for (const char* bad : {"", "0", "65", "8:fast", "8:none:0", "8:none:4097", "8:none:1:2048",
+                          "8:none:16:2", "x", "8:none:16:64:1", "8:none:16x"}) {
+    SCOPED_TRACE(bad);
+    try {
+      parse_read_pattern("--test_gpu_read", bad);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--test_gpu_read takes THREADS:"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace
