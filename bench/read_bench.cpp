@@ -14,7 +14,8 @@
 // or d (no warmer, the reader's files opened with O_DIRECT), or c (no reader: W threads each
 // read whole shard files front to back in READ_KiB reads, default 128, as the `cat`s of
 // bench/gpu_bench.sh's floor); R reader threads; the warmer's piece and read sizes
-// (io/layer_reader.h ReadPattern; default 16 MiB pieces read whole). --rounds N runs the list N
+// (io/layer_reader.h ReadPattern; a size left out: the default's); wait: the reader reads each
+// blob only once the warmer has (PageWarmer::wait_read). --rounds N runs the list N
 // times in turn, so that each setting's runs are spread over the disk's drift. It prints each
 // run's seconds and GB/s (10^9 bytes per second) of checkpoint bytes read, then each setting's
 // median.
@@ -103,24 +104,44 @@ void read_shards(const std::vector<std::string>& paths, int threads, uint64_t by
 Setting parse_setting(const std::string& text) {
   Setting s;
   s.text = text;
-  int w = 0, r = 0, piece = 0, read_kib = 0;
-  char q = 'n';
-  const int got = std::sscanf(text.c_str(), "%d:%c:%d:%d:%d", &w, &q, &r, &piece, &read_kib);
-  STRATA_CHECK(got >= 3 && std::string("nywdc").find(q) != std::string::npos,
-               "--settings: W:n|y|w|d|c:R[:PIECE_MiB[:READ_KiB]] items, comma-separated; got '",
+  std::vector<std::string> f;
+  for (size_t at = 0;;) {
+    const size_t colon = text.find(':', at);
+    f.push_back(text.substr(at, colon == std::string::npos ? std::string::npos : colon - at));
+    if (colon == std::string::npos) break;
+    at = colon + 1;
+  }
+  if (f.size() > 3 && f.back() == "wait") {
+    s.warm.consumer_waits = true;
+    f.pop_back();
+  }
+  const auto number = [&](size_t i) {
+    char* end = nullptr;
+    const long n = std::strtol(f[i].c_str(), &end, 10);
+    STRATA_CHECK(!f[i].empty() && *end == '\0' && n >= 0,
+                 "--settings: W:n|y|w|d|c:R[:PIECE_MiB[:READ_KiB]][:wait] items, comma-separated; "
+                 "got '",
+                 text, "'");
+    return n;
+  };
+  STRATA_CHECK(f.size() >= 3 && f.size() <= 5 && f[1].size() == 1 &&
+                   std::string("nywdc").find(f[1][0]) != std::string::npos,
+               "--settings: W:n|y|w|d|c:R[:PIECE_MiB[:READ_KiB]][:wait] items, comma-separated; "
+               "got '",
                text, "'");
-  s.warm.threads = q == 'd' ? 0 : w;
+  const char q = f[1][0];
+  s.warm.threads = q == 'd' ? 0 : static_cast<int>(number(0));
   s.warm.sequential = q == 'y';
   s.warm.will_need = q == 'w';
   s.direct = q == 'd';
   s.cats = q == 'c';
-  s.reader_threads = std::max(r, 1);
-  if (got >= 4 && piece > 0) {
-    s.warm.piece_bytes = static_cast<uint64_t>(piece) << 20;
+  s.reader_threads = std::max(static_cast<int>(number(2)), 1);
+  if (f.size() > 3 && number(3) > 0) {
+    s.warm.piece_bytes = static_cast<uint64_t>(number(3)) << 20;
     s.warm.read_bytes = std::min(s.warm.read_bytes, s.warm.piece_bytes);
   }
-  if (got >= 5 && read_kib > 0) {
-    s.warm.read_bytes = static_cast<uint64_t>(read_kib) << 10;
+  if (f.size() > 4 && number(4) > 0) {
+    s.warm.read_bytes = static_cast<uint64_t>(number(4)) << 10;
     s.cat_bytes = s.warm.read_bytes;
   }
   return s;
@@ -128,7 +149,7 @@ Setting parse_setting(const std::string& text) {
 
 constexpr const char* kUsage =
     "usage: read_bench CKPT [--write_gb N] [--out DIR] [--rounds N]\n"
-    "                  [--settings W:n|y|w|d|c:R[:PIECE_MiB[:READ_KiB]],...]\n";
+    "                  [--settings W:n|y|w|d|c:R[:PIECE_MiB[:READ_KiB]][:wait],...]\n";
 
 }  // namespace
 
@@ -174,8 +195,10 @@ int main(int argc, char** argv) try {
   STRATA_CHECK(buf != nullptr, "cannot allocate ", largest, " bytes");
   std::memset(buf.get(), 0, largest);  // resident before the first run
   std::vector<Setting> settings;
+  // The floor's cats, the warmer before 2026-12-05's seventh session, its default since, that
+  // with the reader waiting for it, 16 O_DIRECT reader threads.
   for (const char* t :
-       {"4:n:4", "8:n:4", "16:n:4", "8:y:4", "16:y:4", "32:y:4", "0:n:16", "0:d:16"})
+       {"8:c:4", "8:n:4:16:16384", "8:y:4:256:1024", "8:y:4:256:1024:wait", "0:d:16"})
     settings.push_back(parse_setting(t));
   if (!only.empty()) {
     settings.clear();
@@ -230,8 +253,10 @@ int main(int argc, char** argv) try {
         pattern = s.warm.threads > 0 ? describe(s.warm) : std::string("no warmer");
         pattern += str("; reader ", s.reader_threads, s.direct ? " direct" : "");
         const LayerReader reader(ckpt, s.reader_threads, s.direct);
-        for (const LayerBlob& b : s.direct ? direct_blobs : blobs) {
-          reader.read(b, buf.get());
+        const std::vector<LayerBlob>& order = s.direct ? direct_blobs : blobs;
+        for (size_t i = 0; i < order.size(); ++i) {
+          if (warm && s.warm.consumer_waits) warm->wait_read(i);
+          reader.read(order[i], buf.get());
           if (warm) warm->advance();
         }
       }

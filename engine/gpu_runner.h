@@ -93,7 +93,7 @@ struct GpuLoop {
   Comm* comm = nullptr;
   std::vector<size_t> store_ids;
   const RunTimes* times = nullptr;  // the loop's, for the closing log line
-  PageWarmer* warm = nullptr;       // gpu_warm_start's, told of each layer read
+  PageWarmer* warm = nullptr;       // gpu_warm_start's (blob i: layer first_layer + i)
   GpuEarlySetup* early = nullptr;   // gpu_early_setup's, taken over
   TestHooks test;                   // QuantizeJob::test: host store, exchange thread
   bool bf16_ops = false;            // QuantizeJob::precision is kBf16Ops

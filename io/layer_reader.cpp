@@ -164,7 +164,8 @@ void LayerReader::read(const LayerBlob& blob, uint8_t* dst) const {
 
 ReadPattern parse_read_pattern(const std::string& flag, const std::string& value) {
   const auto bad = [&]() {
-    return str(flag, " takes THREADS:none|sequential|willneed[:PIECE_MiB[:READ_KiB]] (1 to 64 ",
+    return str(flag,
+               " takes THREADS[:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]][:wait] (1 to 64 ",
                "threads, pieces of 1 to 4096 MiB, reads of 4 KiB to the piece), got '", value, "'");
   };
   std::vector<std::string> parts;
@@ -180,8 +181,12 @@ ReadPattern parse_read_pattern(const std::string& flag, const std::string& value
     STRATA_CHECK(!s.empty() && *end == '\0' && n >= lo && n <= hi, bad());
     return n;
   };
-  STRATA_CHECK(parts.size() <= 4, bad());
   ReadPattern p;
+  if (parts.size() > 1 && parts.back() == "wait") {
+    p.consumer_waits = true;
+    parts.pop_back();
+  }
+  STRATA_CHECK(parts.size() <= 4, bad());
   p.threads = static_cast<int>(number(parts[0], 1, 64));
   if (parts.size() > 1) {
     const std::string& hint = parts[1];
@@ -203,7 +208,8 @@ ReadPattern parse_read_pattern(const std::string& flag, const std::string& value
 std::string describe(const ReadPattern& p) {
   return str(p.threads, " threads, ", p.piece_bytes >> 20, " MiB pieces in ", p.read_bytes >> 10,
              " KiB reads", p.sequential ? ", sequential hint" : "",
-             p.will_need ? ", WILLNEED per piece" : "");
+             p.will_need ? ", WILLNEED per piece" : "",
+             p.consumer_waits ? ", the consumer waits for it" : "");
 }
 
 struct PageWarmer::Impl {
@@ -211,6 +217,7 @@ struct PageWarmer::Impl {
     std::string path;
     uint64_t offset, length;
     uint64_t start;  // bytes of the blobs before it
+    size_t blob;
   };
   std::vector<Piece> pieces;
   std::vector<uint64_t> blob_end;  // bytes of blobs [0, b]
@@ -218,12 +225,30 @@ struct PageWarmer::Impl {
   ReadPattern pattern;
   std::mutex mu;
   std::condition_variable cv;
-  uint64_t consumed = 0;  // bytes of the blobs the consumer has read (under mu)
-  size_t advanced = 0;    // blobs the consumer has read (under mu)
-  bool stop = false;      // (under mu)
-  size_t next = 0;        // the next piece to read (under mu)
+  uint64_t consumed = 0;        // bytes of the blobs the consumer has read (under mu)
+  uint64_t wanted_end = 0;      // the end of the last blob wait_read asked for (under mu)
+  size_t advanced = 0;          // blobs the consumer has read (under mu)
+  bool stop = false;            // (under mu)
+  bool failed = false;          // a read failed: the warming ended (under mu)
+  size_t next = 0;              // the next piece to read (under mu)
+  std::vector<size_t> pending;  // per blob, its pieces not yet read (under mu)
+  size_t ready = 0;             // blobs [0, ready) read whole (under mu)
   std::atomic<uint64_t> done{0};
   std::vector<std::thread> pool;
+
+  void piece_done(size_t blob, bool ok) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!ok) {
+        failed = true;
+      } else {
+        --pending[blob];
+        while (ready < pending.size() && pending[ready] == 0)
+          ++ready;
+      }
+    }
+    cv.notify_all();
+  }
 
   void work() {
     // Not zero-filled: only the bytes a pread writes become resident.
@@ -235,9 +260,10 @@ struct PageWarmer::Impl {
       {
         std::unique_lock<std::mutex> lock(mu);
         cv.wait(lock, [&] {
-          return stop || next >= pieces.size() || pieces[next].start < consumed + window;
+          return stop || failed || next >= pieces.size() ||
+                 pieces[next].start < std::max(consumed + window, wanted_end);
         });
-        if (stop || next >= pieces.size()) break;
+        if (stop || failed || next >= pieces.size()) break;
         i = next++;
       }
       const Piece& p = pieces[i];
@@ -247,7 +273,10 @@ struct PageWarmer::Impl {
         if (it->second >= 0 && pattern.sequential)
           (void)::posix_fadvise(it->second, 0, 0, POSIX_FADV_SEQUENTIAL);
       }
-      if (it->second < 0) break;
+      if (it->second < 0) {
+        piece_done(p.blob, false);
+        break;
+      }
       // The whole piece asked for at once (the kernel queues its reads together), then read.
       if (pattern.will_need)
         (void)::posix_fadvise(it->second, static_cast<off_t>(p.offset),
@@ -261,6 +290,7 @@ struct PageWarmer::Impl {
         got += static_cast<uint64_t>(n);
         done += static_cast<uint64_t>(n);
       }
+      piece_done(p.blob, got == p.length);
       if (got < p.length) break;
     }
     for (auto& [path, fd] : fds)
@@ -280,12 +310,17 @@ PageWarmer::PageWarmer(std::vector<LayerBlob> blobs, uint64_t window, const Read
     for (const LayerBlob::Range& r : b.ranges) {
       for (uint64_t o = 0; o < r.length; o += p.piece_bytes) {
         const uint64_t n = std::min(p.piece_bytes, r.length - o);
-        impl_->pieces.push_back({r.path, r.file_offset + o, n, total});
+        impl_->pieces.push_back({r.path, r.file_offset + o, n, total, impl_->blob_end.size()});
         total += n;
       }
     }
     impl_->blob_end.push_back(total);
   }
+  impl_->pending.assign(impl_->blob_end.size(), 0);
+  for (const Impl::Piece& piece : impl_->pieces)
+    ++impl_->pending[piece.blob];
+  while (impl_->ready < impl_->pending.size() && impl_->pending[impl_->ready] == 0)
+    ++impl_->ready;
   for (int t = 0; t < std::max(p.threads, 1); ++t)
     impl_->pool.emplace_back([this]() { impl_->work(); });
 }
@@ -307,6 +342,16 @@ void PageWarmer::advance(size_t blobs) {
     impl_->consumed = impl_->advanced == 0 ? 0 : impl_->blob_end[impl_->advanced - 1];
   }
   impl_->cv.notify_all();
+}
+
+void PageWarmer::wait_read(size_t blob) {
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  if (blob >= impl_->blob_end.size()) return;
+  if (impl_->blob_end[blob] > impl_->wanted_end) {
+    impl_->wanted_end = impl_->blob_end[blob];
+    impl_->cv.notify_all();
+  }
+  impl_->cv.wait(lock, [&] { return impl_->stop || impl_->failed || impl_->ready > blob; });
 }
 
 uint64_t PageWarmer::bytes_read() const {

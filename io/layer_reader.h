@@ -104,10 +104,15 @@ struct ReadPattern {
   uint64_t read_bytes = 1ull << 20;
   bool sequential = true;
   bool will_need = false;
+  // The consumer reads a blob only once the warmer has (PageWarmer::wait_read): for the GPU
+  // loop's reader, an A/B of bench/read_bench and `--test_gpu_read ...:wait`; off by default
+  // until measured.
+  bool consumer_waits = false;
 };
 
-// Parses "THREADS:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]" (the hint and sizes optional:
-// the default pattern's): threads 1 to 64, pieces 1 MiB to 4 GiB, reads 4 KiB to the piece.
+// Parses "THREADS[:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]][:wait]" (what is left out:
+// the default pattern's; wait: consumer_waits): threads 1 to 64, pieces 1 MiB to 4 GiB, reads
+// 4 KiB to the piece.
 // Throws strata::Error naming `flag` and the accepted form.
 ReadPattern parse_read_pattern(const std::string& flag, const std::string& value);
 // "8 threads, 16 MiB pieces in 16384 KiB reads" and the hint.
@@ -130,6 +135,11 @@ class PageWarmer {
   PageWarmer& operator=(const PageWarmer&) = delete;
   // The consumer has read the next `blobs` blobs (in the order given).
   void advance(size_t blobs = 1);
+  // Returns once blobs 0..`blob` are read whole (the window stretched to the end of `blob` if
+  // it lies beyond), or at once when a read failed, the warmer is stopping, or there is no such
+  // blob: a consumer that then reads the blob copies it from the page cache instead of reading
+  // the disk beside the warmer in another pattern (ReadPattern::consumer_waits).
+  void wait_read(size_t blob);
   uint64_t bytes_read() const;
 
  private:

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -145,6 +146,39 @@ TEST(PageWarmer, EveryPatternReadsEachPlannedByteOnce) {
   }
 }
 
+// wait_read returns once the blobs up to the one asked for are read whole, stretching the
+// window to reach it (here one byte: without the stretch the warmer would stop one piece past
+// the consumer and the wait would never end); at once for a blob past the end; and when a read
+// fails (a shard that is not there), instead of waiting for bytes that will not come.
+TEST(PageWarmer, WaitReadReturnsOnceTheBlobIsReadOrCannotBe) {
+  const Checkpoint ckpt = Checkpoint::open(kModel);
+  LayerReader reader(ckpt);
+  const std::vector<LayerBlob> blobs = {reader.plan(with_prefix(ckpt, "model.layers.0.")),
+                                        reader.plan(with_prefix(ckpt, "model.layers.1."))};
+  uint64_t bytes = 0;
+  for (const LayerBlob& b : blobs)
+    for (const LayerBlob::Range& r : b.ranges)
+      bytes += r.length;
+  ReadPattern small;
+  small.threads = 2;
+  small.piece_bytes = 4096;
+  small.read_bytes = 4096;
+  {
+    PageWarmer warm(blobs, 1, small);
+    auto waited = std::async(std::launch::async, [&]() { warm.wait_read(1); });
+    ASSERT_EQ(waited.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+    EXPECT_EQ(warm.bytes_read(), bytes);
+    warm.wait_read(2);  // no such blob
+  }
+  LayerBlob missing;
+  missing.ranges.push_back({"/nonexistent/strata/shard.safetensors", 0, 3 * 4096, 0});
+  missing.bytes = 3 * 4096;
+  PageWarmer warm({missing, blobs[0]}, 1ull << 30, small);
+  auto waited = std::async(std::launch::async, [&]() { warm.wait_read(1); });
+  ASSERT_EQ(waited.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_EQ(warm.bytes_read(), 0u);
+}
+
 TEST(ReadPattern, ParsesTheFlagsFormAndRefusesTheRest) {
   const ReadPattern def;
   const ReadPattern a = parse_read_pattern("--f", "16");
@@ -169,14 +203,21 @@ TEST(ReadPattern, ParsesTheFlagsFormAndRefusesTheRest) {
   EXPECT_EQ(d.piece_bytes, 16ull << 20);
   EXPECT_EQ(d.read_bytes, 16ull << 20);
   EXPECT_EQ(describe(b), "8 threads, 256 MiB pieces in 1024 KiB reads, sequential hint");
-  for (const char* bad : {"", "0", "65", "8:fast", "8:none:0", "8:none:4097", "8:none:1:2048",
-                          "8:none:16:2", "x", "8:none:16:64:1", "8:none:16x"}) {
+  EXPECT_FALSE(b.consumer_waits);
+  const ReadPattern w = parse_read_pattern("--f", "8:none:16:16384:wait");
+  EXPECT_TRUE(w.consumer_waits);
+  EXPECT_EQ(w.piece_bytes, 16ull << 20);
+  EXPECT_EQ(w.read_bytes, 16ull << 20);
+  EXPECT_TRUE(parse_read_pattern("--f", "4:wait").consumer_waits);
+  for (const char* bad :
+       {"", "0", "65", "8:fast", "8:none:0", "8:none:4097", "8:none:1:2048", "8:none:16:2", "x",
+        "8:none:16:64:1", "8:none:16x", "wait", "8:none:16:64:wait:wait", "8:none:wait:64"}) {
     SCOPED_TRACE(bad);
     try {
       parse_read_pattern("--test_gpu_read", bad);
       ADD_FAILURE() << "accepted";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("--test_gpu_read takes THREADS:"), std::string::npos)
+      EXPECT_NE(std::string(e.what()).find("--test_gpu_read takes THREADS["), std::string::npos)
           << e.what();
     }
   }
