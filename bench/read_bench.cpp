@@ -111,6 +111,7 @@ Setting parse_setting(const std::string& text) {
     if (colon == std::string::npos) break;
     at = colon + 1;
   }
+  s.warm.consumer_waits = false;  // here only with :wait
   if (f.size() > 3 && f.back() == "wait") {
     s.warm.consumer_waits = true;
     f.pop_back();

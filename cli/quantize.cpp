@@ -207,9 +207,9 @@ void declare_flags(Args& args) {
                      "after each layer not recorded for resume, ask for its shards' writeback "
                      "(layer) or leave it to the kernel until the next fsync (none)");
   args.hidden_option("--test_gpu_read",
-                     "THREADS[:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]][:wait]",
+                     "THREADS[:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]][:wait|nowait]",
                      "the GPU path's page-cache warmer: threads, read hint, piece and read size; "
-                     "wait: the layer reader waits for it");
+                     "whether the layer reader waits for it");
   args.option("--eval_data", "FILE",
               "after the run, compare the export with the source on FILE as `strata compare "
               "MODEL EXPORT` does (--tokens FILE for JSONL of token-id lists, else --text FILE: "

@@ -556,7 +556,8 @@ void DevicePlacement::prefetch(int64_t l) {
       set_cuda_device(device_);
       exchange_share(*channel_, shares_[l], host);
     } else {
-      // --test_gpu_read ...:wait: the warmer reads the layer first, this read copies it.
+      // The warmer reads the layer first, this read copies it (ReadPattern::consumer_waits;
+      // --test_gpu_read ...:nowait reads beside it).
       if (loop_.warm && loop_.test.gpu_read.consumer_waits)
         loop_.warm->wait_read(static_cast<size_t>(l - loop_.first_layer));
       reader_->read(blobs_[l], host);

@@ -164,9 +164,9 @@ void LayerReader::read(const LayerBlob& blob, uint8_t* dst) const {
 
 ReadPattern parse_read_pattern(const std::string& flag, const std::string& value) {
   const auto bad = [&]() {
-    return str(flag,
-               " takes THREADS[:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]][:wait] (1 to 64 ",
-               "threads, pieces of 1 to 4096 MiB, reads of 4 KiB to the piece), got '", value, "'");
+    return str(
+        flag, " takes THREADS[:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]][:wait|nowait] (1 ",
+        "to 64 threads, pieces of 1 to 4096 MiB, reads of 4 KiB to the piece), got '", value, "'");
   };
   std::vector<std::string> parts;
   for (size_t at = 0;;) {
@@ -182,8 +182,8 @@ ReadPattern parse_read_pattern(const std::string& flag, const std::string& value
     return n;
   };
   ReadPattern p;
-  if (parts.size() > 1 && parts.back() == "wait") {
-    p.consumer_waits = true;
+  if (parts.size() > 1 && (parts.back() == "wait" || parts.back() == "nowait")) {
+    p.consumer_waits = parts.back() == "wait";
     parts.pop_back();
   }
   STRATA_CHECK(parts.size() <= 4, bad());
@@ -209,7 +209,7 @@ std::string describe(const ReadPattern& p) {
   return str(p.threads, " threads, ", p.piece_bytes >> 20, " MiB pieces in ", p.read_bytes >> 10,
              " KiB reads", p.sequential ? ", sequential hint" : "",
              p.will_need ? ", WILLNEED per piece" : "",
-             p.consumer_waits ? ", the consumer waits for it" : "");
+             p.consumer_waits ? ", the reader waits for it" : ", the reader beside it");
 }
 
 struct PageWarmer::Impl {

@@ -104,15 +104,18 @@ struct ReadPattern {
   uint64_t read_bytes = 1ull << 20;
   bool sequential = true;
   bool will_need = false;
-  // The consumer reads a blob only once the warmer has (PageWarmer::wait_read): for the GPU
-  // loop's reader, an A/B of bench/read_bench and `--test_gpu_read ...:wait`; off by default
-  // until measured.
-  bool consumer_waits = false;
+  // The consumer reads a blob only once the warmer has (PageWarmer::wait_read), so that its
+  // reads are copies from the page cache rather than reads of the disk beside the warmer's
+  // streams in another pattern. On the development machine's disk (read_ahead_kb 128; 6.2 GB
+  // Qwen3-MoE checkpoint, 2 GB written meanwhile; three read_bench calls of 2, 3 and 4 rounds)
+  // 8 streams with the reader waiting read 1.91, 2.32 and 2.05 GB/s, without it 1.48, 1.63 and
+  // 1.51, the earlier 16 MiB pieces 1.65, 1.60 and 1.58 (docs/PERFORMANCE.md, seventh session).
+  bool consumer_waits = true;
 };
 
-// Parses "THREADS[:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]][:wait]" (what is left out:
-// the default pattern's; wait: consumer_waits): threads 1 to 64, pieces 1 MiB to 4 GiB, reads
-// 4 KiB to the piece.
+// Parses "THREADS[:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]][:wait|nowait]" (what is left
+// out: the default pattern's; wait, nowait: consumer_waits): threads 1 to 64, pieces 1 MiB to
+// 4 GiB, reads 4 KiB to the piece.
 // Throws strata::Error naming `flag` and the accepted form.
 ReadPattern parse_read_pattern(const std::string& flag, const std::string& value);
 // "8 threads, 16 MiB pieces in 16384 KiB reads" and the hint.

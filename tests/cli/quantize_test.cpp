@@ -248,7 +248,8 @@ TEST(Quantize, RefusalsComeBeforeAnyWork) {
       {base + "--test_writeback often --export_path x",
        "--test_writeback must be layer|none, not 'often'"},
       {base + "--test_gpu_read 8:fast --export_path x",
-       "--test_gpu_read takes THREADS[:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]][:wait]"},
+       "--test_gpu_read takes "
+       "THREADS[:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]][:wait|nowait]"},
   };
   for (const Case& c : cases) {
     RunResult r = run_strata(c.args, tmp.path());

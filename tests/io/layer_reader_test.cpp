@@ -202,16 +202,23 @@ TEST(ReadPattern, ParsesTheFlagsFormAndRefusesTheRest) {
   EXPECT_FALSE(d.sequential || d.will_need);
   EXPECT_EQ(d.piece_bytes, 16ull << 20);
   EXPECT_EQ(d.read_bytes, 16ull << 20);
-  EXPECT_EQ(describe(b), "8 threads, 256 MiB pieces in 1024 KiB reads, sequential hint");
-  EXPECT_FALSE(b.consumer_waits);
+  EXPECT_EQ(
+      describe(parse_read_pattern("--f", "8:sequential:256:1024:wait")),
+      "8 threads, 256 MiB pieces in 1024 KiB reads, sequential hint, the reader waits for it");
+  EXPECT_EQ(b.consumer_waits, def.consumer_waits);
   const ReadPattern w = parse_read_pattern("--f", "8:none:16:16384:wait");
   EXPECT_TRUE(w.consumer_waits);
   EXPECT_EQ(w.piece_bytes, 16ull << 20);
   EXPECT_EQ(w.read_bytes, 16ull << 20);
+  const ReadPattern nw = parse_read_pattern("--f", "8:none:16:16384:nowait");
+  EXPECT_FALSE(nw.consumer_waits);
+  EXPECT_EQ(nw.piece_bytes, 16ull << 20);
   EXPECT_TRUE(parse_read_pattern("--f", "4:wait").consumer_waits);
-  for (const char* bad :
-       {"", "0", "65", "8:fast", "8:none:0", "8:none:4097", "8:none:1:2048", "8:none:16:2", "x",
-        "8:none:16:64:1", "8:none:16x", "wait", "8:none:16:64:wait:wait", "8:none:wait:64"}) {
+  EXPECT_FALSE(parse_read_pattern("--f", "4:nowait").consumer_waits);
+  EXPECT_EQ(describe(nw), "8 threads, 16 MiB pieces in 16384 KiB reads, the reader beside it");
+  for (const char* bad : {"", "0", "65", "8:fast", "8:none:0", "8:none:4097", "8:none:1:2048",
+                          "8:none:16:2", "x", "8:none:16:64:1", "8:none:16x", "wait",
+                          "8:none:16:64:wait:wait", "8:none:wait:64", "8:nowait:wait"}) {
     SCOPED_TRACE(bad);
     try {
       parse_read_pattern("--test_gpu_read", bad);
