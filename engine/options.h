@@ -57,9 +57,10 @@ struct TestHooks {
   // --test_gpu_ranks_exchange main: GPU ranks exchange each layer's shares on the main thread
   // instead of the reader thread's own communicator.
   bool gpu_exchange_on_main = false;
-  // --test_gpu_read THREADS:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]: the GPU path's
-  // page-cache warmer (engine/gpu_runner.h gpu_warm_start) in that pattern (io/layer_reader.h
-  // ReadPattern), for bench/gpu_bench.sh to time patterns that bench/read_bench ranked.
+  // --test_gpu_read THREADS[:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]][:wait|nowait]: the
+  // GPU path's page-cache warmer (engine/gpu_runner.h gpu_warm_start) in that pattern, and
+  // whether the loop's reader waits for it (io/layer_reader.h ReadPattern), for
+  // bench/gpu_bench.sh to time patterns that bench/read_bench ranked.
   ReadPattern gpu_read;
   // --test_writeback layer|none: after each layer step that is not durable the writer asks the
   // kernel to start writing its shards back (layer, the default), or leaves the dirty pages to

@@ -118,7 +118,7 @@ struct ReadPattern {
 // 4 GiB, reads 4 KiB to the piece.
 // Throws strata::Error naming `flag` and the accepted form.
 ReadPattern parse_read_pattern(const std::string& flag, const std::string& value);
-// "8 threads, 16 MiB pieces in 16384 KiB reads" and the hint.
+// "8 threads, 16 MiB pieces in 16384 KiB reads", the hint, and whether the reader waits.
 std::string describe(const ReadPattern& p);
 
 // Reads tensors' bytes into the page cache on background threads and drops them, ahead of a
