@@ -12,8 +12,8 @@
 // --settings "W:q:R[:PIECE_MiB[:READ_KiB]],..." runs those settings instead of the default list:
 // W warmer threads (0: none); q the warmer's hint (n none, y sequential, w WILLNEED per piece),
 // or d (no warmer, the reader's files opened with O_DIRECT), or c (no reader: W threads each
-// read whole shard files front to back in READ_KiB reads, default 128, as the `cat`s of
-// bench/gpu_bench.sh's floor); R reader threads; the warmer's piece and read sizes
+// read whole shard files front to back in READ_KiB reads, default 128, PIECE_MiB unused, as the
+// `cat`s of bench/gpu_bench.sh's floor); R reader threads; the warmer's piece and read sizes
 // (io/layer_reader.h ReadPattern; a size left out: the default's); wait: the reader reads each
 // blob only once the warmer has (PageWarmer::wait_read). --rounds N runs the list N
 // times in turn, so that each setting's runs are spread over the disk's drift. It prints each
@@ -101,50 +101,31 @@ void read_shards(const std::vector<std::string>& paths, int threads, uint64_t by
     t.join();
 }
 
+// "W:q:R[:PIECE_MiB[:READ_KiB]][:wait]": W, q and R here, the rest as the warmer's pattern in
+// `strata quantize --test_gpu_read`'s form (io/layer_reader.h parse_read_pattern).
 Setting parse_setting(const std::string& text) {
   Setting s;
   s.text = text;
-  std::vector<std::string> f;
-  for (size_t at = 0;;) {
-    const size_t colon = text.find(':', at);
-    f.push_back(text.substr(at, colon == std::string::npos ? std::string::npos : colon - at));
-    if (colon == std::string::npos) break;
-    at = colon + 1;
-  }
-  s.warm.consumer_waits = false;  // here only with :wait
-  if (f.size() > 3 && f.back() == "wait") {
-    s.warm.consumer_waits = true;
-    f.pop_back();
-  }
-  const auto number = [&](size_t i) {
-    char* end = nullptr;
-    const long n = std::strtol(f[i].c_str(), &end, 10);
-    STRATA_CHECK(!f[i].empty() && *end == '\0' && n >= 0,
-                 "--settings: W:n|y|w|d|c:R[:PIECE_MiB[:READ_KiB]][:wait] items, comma-separated; "
-                 "got '",
-                 text, "'");
-    return n;
-  };
-  STRATA_CHECK(f.size() >= 3 && f.size() <= 5 && f[1].size() == 1 &&
-                   std::string("nywdc").find(f[1][0]) != std::string::npos,
-               "--settings: W:n|y|w|d|c:R[:PIECE_MiB[:READ_KiB]][:wait] items, comma-separated; "
-               "got '",
-               text, "'");
-  const char q = f[1][0];
-  s.warm.threads = q == 'd' ? 0 : static_cast<int>(number(0));
-  s.warm.sequential = q == 'y';
-  s.warm.will_need = q == 'w';
+  int w = 0, r = 0, used = 0;
+  char q = 0;
+  const bool ok = std::sscanf(text.c_str(), "%d:%c:%d%n", &w, &q, &r, &used) == 3 && w >= 0 &&
+                  std::string("nywdc").find(q) != std::string::npos &&
+                  (text[used] == '\0' || text[used] == ':');
+  STRATA_CHECK(ok,
+               "--settings: W:n|y|w|d|c:R[:PIECE_MiB[:READ_KiB]][:wait] items, comma-separated; ",
+               "got '", text, "'");
+  const std::string rest = text.substr(used);  // "" or ":..."
+  const bool waits = rest.size() >= 5 && rest.compare(rest.size() - 5, 5, ":wait") == 0;
+  const char* hint = q == 'y' ? "sequential" : q == 'w' ? "willneed" : "none";
+  s.warm = parse_read_pattern("--settings item",
+                              str(std::max(w, 1), ":", hint, rest, waits ? "" : ":nowait"));
+  s.warm.threads = q == 'd' || w == 0 ? 0 : w;
   s.direct = q == 'd';
   s.cats = q == 'c';
-  s.reader_threads = std::max(static_cast<int>(number(2)), 1);
-  if (f.size() > 3 && number(3) > 0) {
-    s.warm.piece_bytes = static_cast<uint64_t>(number(3)) << 20;
-    s.warm.read_bytes = std::min(s.warm.read_bytes, s.warm.piece_bytes);
-  }
-  if (f.size() > 4 && number(4) > 0) {
-    s.warm.read_bytes = static_cast<uint64_t>(number(4)) << 10;
+  s.reader_threads = std::max(r, 1);
+  // c: the read size named (the piece size is not used), else cat's 128 KiB.
+  if (s.cats && std::count(rest.begin(), rest.end(), ':') - (waits ? 1 : 0) >= 2)
     s.cat_bytes = s.warm.read_bytes;
-  }
   return s;
 }
 
