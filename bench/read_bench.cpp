@@ -9,11 +9,11 @@
 // loop's kWarmBytes). With --write_gb N, a writer thread writes N GB into DIR (default: the
 // checkpoint's parent folder) in 64 MiB pwrites with a writeback request after each and an fsync
 // at the end, for the whole run: the export's writes that share the disk in a real run.
-// --settings "W:q:R[:PIECE_MiB[:READ_KiB]],..." runs those settings instead of the default list:
-// W warmer threads (0: none); q the warmer's hint (n none, y sequential, w WILLNEED per piece),
-// or d (no warmer, the reader's files opened with O_DIRECT), or c (no reader: W threads each
-// read whole shard files front to back in READ_KiB reads, default 128, PIECE_MiB unused, as the
-// `cat`s of bench/gpu_bench.sh's floor); R reader threads; the warmer's piece and read sizes
+// --settings "W:q:R[:PIECE_MiB[:READ_KiB]][:wait],..." runs those settings instead of the default
+// list: W warmer threads (0: none); q the warmer's hint (n none, y sequential, w WILLNEED per
+// piece), or d (no warmer, the reader's files opened with O_DIRECT), or c (no reader: W threads
+// each read whole shard files front to back in READ_KiB reads, default 128, PIECE_MiB unused, as
+// the `cat`s of bench/gpu_bench.sh's floor); R reader threads; the warmer's piece and read sizes
 // (io/layer_reader.h ReadPattern; a size left out: the default's); wait: the reader reads each
 // blob only once the warmer has (PageWarmer::wait_read). --rounds N runs the list N
 // times in turn, so that each setting's runs are spread over the disk's drift. It prints each
