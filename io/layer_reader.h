@@ -107,9 +107,10 @@ struct ReadPattern {
   // The consumer reads a blob only once the warmer has (PageWarmer::wait_read), so that its
   // reads are copies from the page cache rather than reads of the disk beside the warmer's
   // streams in another pattern. On the development machine's disk (read_ahead_kb 128; 6.2 GB
-  // Qwen3-MoE checkpoint, 2 GB written meanwhile; three read_bench calls of 2, 3 and 4 rounds)
-  // 8 streams with the reader waiting read 1.91, 2.32 and 2.05 GB/s, without it 1.48, 1.63 and
-  // 1.51, the earlier 16 MiB pieces 1.65, 1.60 and 1.58 (docs/PERFORMANCE.md, seventh session).
+  // Qwen3-MoE checkpoint, 2 GB written meanwhile; five read_bench calls of 2 to 4 rounds) 8
+  // streams with the reader waiting beat the earlier 16 MiB pieces read whole by 4-45% in each
+  // call (e.g. 2.05 against 1.58 GB/s), and the streams with the reader beside them in each
+  // (docs/PERFORMANCE.md, seventh session).
   bool consumer_waits = true;
 };
 

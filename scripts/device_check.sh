@@ -33,8 +33,8 @@
 #             these flags added (an A/B of a setting in pairs); 40 s more a pair in the limits
 # --read_settings  the read part: bench/read_bench's --settings on the Qwen3-MoE bench checkpoint
 #             (17 layers, 22.4 GB, made here), from a cold page cache each run (default: the
-#             floor's cats, the warmer before 2026-12-05's seventh session, its default since,
-#             and that with the reader waiting for it)
+#             floor's cats, the warmer before 2026-12-05's seventh session, 8 streams beside
+#             the reader and waited for (the default since), 12 streams waited for)
 # --read_rounds    read_bench's --rounds (default 2): the list run that many times in turn
 # --read_write_gb  GB written meanwhile (default 7.5, the Qwen3 export's size; 0: none)
 # The peer, and gpu_bench.sh's ModelOpt step, need the wheels of tests/peer/fetch_wheels.sh carried
@@ -53,7 +53,7 @@ bench_skip=free,hf,peak
 bench_pairs=1
 bench_alt=""
 peer_deadline=420
-read_settings="8:c:4,8:n:4:16:16384,8:y:4:256:1024,8:y:4:256:1024:wait"
+read_settings="8:c:4,8:n:4:16:16384,8:y:4:256:1024,8:y:4:256:1024:wait,12:y:4:256:1024:wait"
 read_rounds=2
 read_write_gb=7.5
 while [ $# -gt 0 ]; do
