@@ -7,7 +7,7 @@
 # record strata_run.json included: the same build); once more says "already complete".
 # The tmpfs is sized at POINTS fractions of the uninterrupted export's size (1/POINTS ..
 # (POINTS-1)/POINTS, and one page short of it), so that the disk fills at different writers
-# (shards, the manifest; at half the size the re-run must resume at a layer); at the first size,
+# (shards, the manifest; from half the size up a re-run must resume at a layer); at the first size,
 # page by page from an eighth, that fills at a hidden-state file; and at the first, page by page
 # from two pages, that fills at the index or a config file (staged beside the head step).
 #   tests/engine/disk_full_test.sh STRATA [MODEL] [POINTS] [FLAGS...]
@@ -88,15 +88,22 @@ sizes=()
 for ((i = 1; i < points; i++)); do sizes+=($((ref_kib * i / points / kib * kib))); done
 sizes+=($((ref_kib - kib)))
 filled=""
+mid_run=""
 for size in "${sizes[@]}"; do
   [ "$size" -ge "$kib" ] || continue
   fill_and_resume "$size"
   filled="$filled $file"
-  # At half the export's size the disk fills mid-run: the re-run resumes at a layer.
-  if [ "$size" -eq "${sizes[$((points / 2 - 1))]}" ] && [[ $resumed_at != "resuming at layer"* ]]; then
-    fail "${size}k, half the export: the re-run did not resume at a layer (${resumed_at% })"
-  fi
+  [ "$size" -ge "${sizes[$((points / 2 - 1))]}" ] && [[ $resumed_at == "resuming at layer"* ]] &&
+    mid_run="$mid_run ${size}k"
 done
+# From half the export's size up the disk fills mid-run: a re-run resumes at a layer. Not
+# necessarily at half itself: the head step is written on a helper thread beside the first
+# layers, whose shards and hidden states may be written (not yet recorded: their commits wait for
+# the head's) before it is done, so on a loaded machine the disk can fill before any step is
+# recorded and the re-run rightly starts over (seen in 2 of 45 runs three at a time on two
+# cores, at half the size).
+[ -n "$mid_run" ] || fail "no size from half the export up resumed at a layer"
+echo "resumed at a layer at:$mid_run"
 # The disk fills while a hidden-state file is written: found page by page from an eighth of the
 # export's size (in the default, unspilled store that write comes between a layer's shards, the
 # writer thread idle, so the same size always fills there; a spilled store writes the first hidden
