@@ -236,6 +236,12 @@ struct PageWarmer::Impl {
   std::atomic<uint64_t> done{0};
   std::vector<std::thread> pool;
 
+  // Past every leading blob with no piece left to read (under mu).
+  void move_ready() {
+    while (ready < pending.size() && pending[ready] == 0)
+      ++ready;
+  }
+
   void piece_done(size_t blob, bool ok) {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -243,8 +249,7 @@ struct PageWarmer::Impl {
         failed = true;
       } else {
         --pending[blob];
-        while (ready < pending.size() && pending[ready] == 0)
-          ++ready;
+        move_ready();
       }
     }
     cv.notify_all();
@@ -319,8 +324,7 @@ PageWarmer::PageWarmer(std::vector<LayerBlob> blobs, uint64_t window, const Read
   impl_->pending.assign(impl_->blob_end.size(), 0);
   for (const Impl::Piece& piece : impl_->pieces)
     ++impl_->pending[piece.blob];
-  while (impl_->ready < impl_->pending.size() && impl_->pending[impl_->ready] == 0)
-    ++impl_->ready;
+  impl_->move_ready();  // blobs without pieces
   for (int t = 0; t < std::max(p.threads, 1); ++t)
     impl_->pool.emplace_back([this]() { impl_->work(); });
 }
