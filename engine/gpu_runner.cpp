@@ -58,6 +58,9 @@ uint64_t largest_blob(const std::vector<LayerBlob>& blobs, int64_t first_layer) 
 
 #if !STRATA_WITH_CUDA
 
+std::shared_future<void> gpu_library_preload(std::shared_future<int>) {
+  return {};
+}
 std::unique_ptr<GpuEarlySetup> gpu_early_setup(int64_t, int64_t, uint64_t, uint64_t, bool,
                                                uint64_t) {
   return nullptr;
@@ -89,6 +92,19 @@ std::vector<LayerBlob> gpu_layer_blobs(const ModelConfig& config, const Checkpoi
       blobs[l] = reader.plan(names[l]);
   });
   return blobs;
+}
+
+std::shared_future<void> gpu_library_preload(std::shared_future<int> devices) {
+  return std::async(std::launch::async,
+                    [devices]() {
+                      if ((devices.valid() ? devices.get() : cuda_device_count()) == 0) return;
+                      try {
+                        ops::cuda::gemm_library_load();
+                      } catch (const Error&) {
+                        // the GPU setup's own call loads it again and reports why it cannot
+                      }
+                    })
+      .share();
 }
 
 std::unique_ptr<GpuEarlySetup> gpu_early_setup(int64_t first_layer, int64_t num_layers,

@@ -55,10 +55,21 @@ struct ExpertTraffic;  // engine/parallel.h
 // fits its plan and allocates the rest itself.
 struct GpuEarlySetup {
   std::future<void> done;
-  uint64_t blob_bytes = 0;                        // the largest layer's blob (weights[i] hold it)
-  gpu::PinnedBuffer weights[2], hidden;           // hidden: empty when not allocated early
-  double context = 0, libraries = 0, pinned = 0;  // its parts' seconds (the GPU setup's log line)
+  uint64_t blob_bytes = 0;               // the largest layer's blob (weights[i] hold it)
+  gpu::PinnedBuffer weights[2], hidden;  // hidden: empty when not allocated early
+  // Its parts' seconds (the GPU setup's log line); libraries: what was left of cuBLAS's load
+  // (gpu_library_preload) once the context existed.
+  double context = 0, libraries = 0, pinned = 0;
 };
+// cuBLAS (ops/cuda/gemm.h gemm_library_load: over half a gigabyte of libraries, of which loading
+// maps and relocates about 300 MB) loaded on a helper thread from a GPU run's first moment, once
+// `devices` (the CLI's probe) reports a device, before the page warmer's streams start: loaded
+// beside them, its page faults queued behind their read-ahead and took 3.2-4.0 s of the GPU setup
+// (1.1-1.8 s beside the warmer's former pattern) on 2026-12-05's H100. Whoever needs the library
+// first waits for it (a function-local static); a load that fails is reported by that caller.
+// `devices` not valid: the helper thread asks cuda_device_count() itself. An invalid future
+// without CUDA.
+std::shared_future<void> gpu_library_preload(std::shared_future<int> devices);
 // nullptr without CUDA or without layers to run. blob_bytes: the largest blob of the layers to run
 // (gpu_layer_blobs); store_bytes: the bf16 hidden states' size; host_fits: they may stay in host
 // memory.

@@ -372,6 +372,9 @@ class QuantizeRun {
         comm(job.comm ? *job.comm : single),
         lead(comm.rank() == 0),
         result(result),
+        gemm_library(job.device == QuantizeJob::Device::kCuda
+                         ? gpu_library_preload(job.cuda_devices)
+                         : std::shared_future<void>()),
         config(read_model_config(job.model_dir)),
         ckpt(Checkpoint::open(job.model_dir)),
         exchange(comm) {
@@ -463,6 +466,9 @@ class QuantizeRun {
   Comm& comm;
   const bool lead;  // rank 0 prepares, publishes and finishes the output
   QuantizeResult& result;
+  // --device cuda: cuBLAS loading on a helper thread from the first moment (gpu_library_preload),
+  // ahead of the readers; the GPU setup waits for it.
+  std::shared_future<void> gemm_library;
   ModelConfig config;
   Checkpoint ckpt;
   std::unique_ptr<PageWarmer> first_reads;  // the early page-cache reads (constructor)

@@ -2,7 +2,8 @@
 // batched attention GEMMs around ops/cuda/attention.h's causal_softmax. cuBLAS is loaded on first
 // use (dlopen), not when strata starts: its libraries are over half a gigabyte, and mapping and
 // relocating them took 0.44 s of a cold process start on the development machine, on every run,
-// a CPU run too.
+// a CPU run too. A GPU run loads it on a helper thread from its first moment (engine/gpu_runner.h
+// gpu_library_preload).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
