@@ -88,6 +88,8 @@ TestHooks test_hooks(const Args& args) {
     t.gpu_exchange_on_main = args.choice("--test_gpu_ranks_exchange", "thread|main") == 1;
   if (args.has("--test_writeback"))
     t.writeback_per_layer = args.choice("--test_writeback", "layer|none") == 0;
+  if (args.has("--test_first_reads"))
+    t.first_reads_gentle = args.choice("--test_first_reads", "gentle|streams") == 0;
   if (args.has("--test_gpu_read"))
     t.gpu_read = parse_read_pattern("--test_gpu_read", args.get("--test_gpu_read"));
   return t;
@@ -206,6 +208,9 @@ void declare_flags(Args& args) {
   args.hidden_option("--test_writeback", "layer|none",
                      "after each layer not recorded for resume, ask for its shards' writeback "
                      "(layer) or leave it to the kernel until the next fsync (none)");
+  args.hidden_option("--test_first_reads", "gentle|streams",
+                     "the GPU path's reads of the first step's tensors once the layers' warmer "
+                     "starts: 1 MiB reads on 4 threads (gentle) or 4 sequential streams");
   args.hidden_option("--test_gpu_read",
                      "THREADS[:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]][:wait|nowait]",
                      "the GPU path's page-cache warmer: threads, read hint, piece and read size; "

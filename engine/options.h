@@ -67,6 +67,11 @@ struct TestHooks {
   // the kernel's own writeback until the next durable step's fsync (none), for bench/gpu_bench.sh
   // to time both against the read + write floor (whose writer leaves them to the kernel).
   bool writeback_per_layer = true;
+  // --test_first_reads gentle|streams: on the GPU path the first step's early reads stay 1 MiB
+  // reads on 4 threads beside the layers' warmer (gentle, as before 2026-12-05's eighth session)
+  // or go on as 4 sequential streams once the start-up's own reads are done (streams, the
+  // default), for bench/gpu_bench.sh to time both.
+  bool first_reads_gentle = false;
 };
 
 }  // namespace strata

@@ -59,6 +59,10 @@ std::string RunTimes::describe() const {
     }
     out += "\n";
   }
+  if (head_done_at > 0)
+    out += "export head on its own thread: written " + secs(head_write) +
+           " s, synced and recorded " + secs(head_commit) + " s, done " + secs(head_done_at) +
+           " s after the run's start\n";
   return out;
 }
 

@@ -30,7 +30,12 @@ struct RunTimes {
   double writer_write = 0;  //   writing the layers' tensors (pwrite into the shards)
   double writer_sync = 0;   //   fsync of the shards (durable steps; else asking for writeback)
   double writeback = 0;     // the writer's flusher thread in sync_file_range (overlaps the writer)
-  double finish = 0;        // index, config files, sidecar files, resume folder removed
+  // A single process's export head on its own thread (overlaps the start and the loop): its
+  // tensors written, then synced and recorded (commit), and when it ended, in seconds from the
+  // run's start (0: no head thread); when the loop's first write waited for it, that wait is part
+  // of writer_wait.
+  double head_write = 0, head_commit = 0, head_done_at = 0;
+  double finish = 0;  // index, config files, sidecar files, resume folder removed
   double total = 0;
 
   // "startup 0.31 s, calibration data 0.12 s, ..." lines for the summary.
