@@ -89,7 +89,7 @@ TestHooks test_hooks(const Args& args) {
   if (args.has("--test_writeback"))
     t.writeback_per_layer = args.choice("--test_writeback", "layer|none") == 0;
   if (args.has("--test_first_reads"))
-    t.first_reads_gentle = args.choice("--test_first_reads", "gentle|streams") == 0;
+    t.first_reads_streams = args.choice("--test_first_reads", "gentle|streams") == 1;
   if (args.has("--test_gpu_read"))
     t.gpu_read = parse_read_pattern("--test_gpu_read", args.get("--test_gpu_read"));
   return t;

@@ -68,10 +68,11 @@ struct TestHooks {
   // to time both against the read + write floor (whose writer leaves them to the kernel).
   bool writeback_per_layer = true;
   // --test_first_reads gentle|streams: on the GPU path the first step's early reads stay 1 MiB
-  // reads on 4 threads beside the layers' warmer (gentle, as before 2026-12-05's eighth session)
-  // or go on as 4 sequential streams once the start-up's own reads are done (streams, the
-  // default), for bench/gpu_bench.sh to time both.
-  bool first_reads_gentle = false;
+  // reads on 4 threads beside the layers' warmer (gentle, the default) or, once the start-up's own
+  // reads are done, go on as 4 sequential streams (streams: a candidate for the loop's wait at
+  // layer 0 for the export head, docs/PERFORMANCE.md eighth session, not yet measured), for
+  // bench/gpu_bench.sh to time both.
+  bool first_reads_streams = false;
 };
 
 }  // namespace strata

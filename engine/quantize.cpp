@@ -769,10 +769,10 @@ void QuantizeRun::start_gpu_early() {
   // ranks: each rank reads only its share of every layer (and, on several hosts, a warmer per
   // rank would read the checkpoint once per rank).
   if (on_gpu && state.next_step <= plan.num_layers && comm.size() == 1) {
-    // The start-up's small reads are done: what is left of the first step's tensors (the head's
-    // writer and layer 0 wait for them) goes on in the warmer's streams, 4 of them, instead of
-    // 1 MiB reads that would queue behind the layers' streams started next.
-    if (first_reads && !job.test.first_reads_gentle) {
+    // --test_first_reads streams: the start-up's small reads are done, so what is left of the
+    // first step's tensors (the head's writer and layer 0 wait for them) goes on as 4 sequential
+    // streams instead of 1 MiB reads queued behind the layers' streams started next.
+    if (first_reads && job.test.first_reads_streams) {
       first_reads.reset();  // joins after the reads in flight
       ReadPattern streams;
       streams.threads = static_cast<int>(kFirstReadThreads);

@@ -247,6 +247,8 @@ TEST(Quantize, RefusalsComeBeforeAnyWork) {
        "--resume_every must be a number of seconds, 0 or more"},
       {base + "--test_writeback often --export_path x",
        "--test_writeback must be layer|none, not 'often'"},
+      {base + "--test_first_reads fast --export_path x",
+       "--test_first_reads must be gentle|streams, not 'fast'"},
       {base + "--test_gpu_read 8:fast --export_path x",
        "--test_gpu_read takes "
        "THREADS[:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]][:wait|nowait]"},

@@ -47,6 +47,22 @@ TEST(RunTimes, NoLayerLineWithoutALoop) {
   EXPECT_EQ(t.describe(), "time 1.50 s = startup 0.50 + export head 0.50 + finish 0.50\n");
 }
 
+TEST(RunTimes, HeadThreadLineWhenTheHeadRanOnItsOwnThread) {
+  RunTimes t;
+  t.total = 4.0;
+  t.startup = 1.0;
+  t.layers = 3.0;
+  t.writer_wait = 2.5;  // the loop's first write waited for the head
+  t.head_write = 1.75;
+  t.head_commit = 0.5;
+  t.head_done_at = 3.25;
+  EXPECT_EQ(t.describe(),
+            "time 4.00 s = startup 1.00 + layers 3.00\n"
+            "layers 3.00 s = waiting for the writer 2.50 + other 0.50\n"
+            "export head on its own thread: written 1.75 s, synced and recorded 0.50 s, done "
+            "3.25 s after the run's start\n");
+}
+
 TEST(PhaseTimer, LapAddsTheElapsedTime) {
   PhaseTimer p;
   double into = 1.0;
