@@ -90,6 +90,8 @@ TestHooks test_hooks(const Args& args) {
     t.writeback_per_layer = args.choice("--test_writeback", "layer|none") == 0;
   if (args.has("--test_first_reads"))
     t.first_reads_streams = args.choice("--test_first_reads", "gentle|streams") == 1;
+  if (args.has("--test_cublas_preload"))
+    t.cublas_preload_read = args.choice("--test_cublas_preload", "dlopen|read") == 1;
   if (args.has("--test_gpu_read"))
     t.gpu_read = parse_read_pattern("--test_gpu_read", args.get("--test_gpu_read"));
   return t;
@@ -211,6 +213,9 @@ void declare_flags(Args& args) {
   args.hidden_option("--test_first_reads", "gentle|streams",
                      "the GPU path's reads of the first step's tensors once the layers' warmer "
                      "starts: 1 MiB reads on 4 threads (gentle) or 4 sequential streams");
+  args.hidden_option("--test_cublas_preload", "dlopen|read",
+                     "a GPU run's helper thread loads cuBLAS from the start (dlopen) or only "
+                     "reads its files into the page cache for the GPU setup's load (read)");
   args.hidden_option("--test_gpu_read",
                      "THREADS[:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]][:wait|nowait]",
                      "the GPU path's page-cache warmer: threads, read hint, piece and read size; "

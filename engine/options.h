@@ -73,6 +73,11 @@ struct TestHooks {
   // layer 0 for the export head, docs/PERFORMANCE.md eighth session, not yet measured), for
   // bench/gpu_bench.sh to time both.
   bool first_reads_streams = false;
+  // --test_cublas_preload dlopen|read: a GPU run's helper thread loads cuBLAS from the run's
+  // first moment (dlopen, the default) or only reads its files into the page cache for the GPU
+  // setup's load (read) (engine/gpu_runner.h gpu_library_preload), for bench/gpu_bench.sh to
+  // time both.
+  bool cublas_preload_read = false;
 };
 
 }  // namespace strata

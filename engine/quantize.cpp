@@ -373,7 +373,7 @@ class QuantizeRun {
         lead(comm.rank() == 0),
         result(result),
         gemm_library(job.device == QuantizeJob::Device::kCuda
-                         ? gpu_library_preload(job.cuda_devices)
+                         ? gpu_library_preload(job.cuda_devices, job.test.cublas_preload_read)
                          : std::shared_future<void>()),
         config(read_model_config(job.model_dir)),
         ckpt(Checkpoint::open(job.model_dir)),

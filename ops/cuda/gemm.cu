@@ -7,8 +7,12 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
+#include <link.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -70,6 +74,42 @@ const Cublas& cublas() {
 
 void gemm_library_load() {
   cublas();
+}
+
+std::vector<std::string> gemm_library_files() {
+  namespace fs = std::filesystem;
+  const std::string major = std::to_string(CUBLAS_VER_MAJOR);
+  std::vector<std::string> dirs;
+  if (const char* path = std::getenv("LD_LIBRARY_PATH")) {
+    for (std::string_view rest = path; !rest.empty();) {
+      const size_t colon = rest.find(':');
+      const std::string_view dir = rest.substr(0, colon);
+      if (!dir.empty()) dirs.emplace_back(dir);
+      rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+    }
+  }
+  // The CUDA runtime's folder, where a toolkit or a distribution's packages keep cuBLAS too.
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        const std::string name = info->dlpi_name ? info->dlpi_name : "";
+        if (fs::path(name).filename().string().rfind("libcudart.so", 0) == 0)
+          static_cast<std::vector<std::string>*>(out)->push_back(
+              fs::path(name).parent_path().string());
+        return 0;
+      },
+      &dirs);
+  for (const char* d : {"/usr/local/cuda/lib64", "/usr/local/cuda/lib"})
+    dirs.emplace_back(d);
+  for (const std::string& dir : dirs) {
+    const fs::path blas = fs::path(dir) / ("libcublas.so." + major);
+    const fs::path lt = fs::path(dir) / ("libcublasLt.so." + major);
+    std::error_code ec;
+    if (!fs::is_regular_file(blas, ec)) continue;
+    std::vector<std::string> files{blas.string()};
+    if (fs::is_regular_file(lt, ec)) files.push_back(lt.string());
+    return files;
+  }
+  return {};
 }
 
 void gemm_batched_qk(void* handle, const float* const* q, int64_t q_stride, const float* const* k,

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace strata::ops::cuda {
 
@@ -10,6 +12,12 @@ namespace strata::ops::cuda {
 // sets up the GPU ahead of its use calls it so that the load overlaps other work. Throws
 // strata::Error naming the library when it cannot be loaded.
 void gemm_library_load();
+// The files of cuBLAS's libraries where gemm_library_load's dlopen most likely finds them: in
+// the first of LD_LIBRARY_PATH's folders, the CUDA runtime's folder, /usr/local/cuda/lib64 and
+// /usr/local/cuda/lib that holds libcublas.so.<major>, it and libcublasLt beside it; empty when
+// none does. For reading them into the page cache ahead of the load (a guess: the loader's own
+// search also has the binary's run path and its cache).
+std::vector<std::string> gemm_library_files();
 
 // A cuBLAS handle whose work goes to `stream`; destroy it with gemm_handle_destroy (null: no-op).
 void* gemm_handle_create(void* stream);
