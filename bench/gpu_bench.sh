@@ -434,6 +434,7 @@ run_strata() {  # name, extra flags... (RUN_BIN: another strata binary; KEEP_OUT
     # Wall time per phase, from the summary's "time ..." and "layers ..." lines.
     R[${name}_phases]=$(sed -n 's/^time //p' "$logs/strata_$name.log" | tail -1)
     R[${name}_layer_phases]=$(sed -n 's/^layers \([0-9.]* s = .*\)/\1/p' "$logs/strata_$name.log" | tail -1)
+    R[${name}_head_thread]=$(sed -n 's/^export head on its own thread: \(.*\)/\1/p' "$logs/strata_$name.log" | tail -1)
     R[${name}_startup_steps]=$(sed -n 's/^strata: info: start-up steps: //p' "$logs/strata_$name.log" | tail -1)
     R[${name}_finish_steps]=$(sed -n 's/^finish steps: //p' "$logs/strata_$name.log" | tail -1)
     # The time outside strata's own clock (--profile): from the process's start to its clock's,
@@ -721,6 +722,7 @@ frac() {  # flops, seconds -> percent of the measured bf16 matmul rate
     echo
     echo "strata $name, wall time by phase: ${R[${name}_phases]}"
     [ -n "${R[${name}_layer_phases]:-}" ] && echo "strata $name, the layer loop: ${R[${name}_layer_phases]}"
+    [ -n "${R[${name}_head_thread]:-}" ] && echo "strata $name, the export head's thread: ${R[${name}_head_thread]}"
     [ -n "${R[${name}_startup_steps]:-}" ] && echo "strata $name, start-up steps: ${R[${name}_startup_steps]}"
     [ -n "${R[${name}_finish_steps]:-}" ] && echo "strata $name, finish steps: ${R[${name}_finish_steps]}"
     [ -n "${R[${name}_outside]:-}" ] && echo "strata $name, outside its own clock: ${R[${name}_outside]}"
