@@ -63,9 +63,10 @@
 #   (docs/PERFORMANCE.md), so a ratio is read from pairs, not from one run. The table's notes give
 #   every pair and the median ratio. Needs the write step (its staged export bytes stay in
 #   /dev/shm until the last pair).
-# --alt "FLAGS": with --pairs, every pair also runs strata capped with these flags added (e.g.
-#   "--test_gpu_read 8:none"), right after the capped run: an A/B of a setting in pairs, each
-#   ratio to the same floor as the capped run beside it.
+# --alt "FLAGS[|FLAGS]...": with --pairs, every pair also runs strata capped with these flags added
+#   (e.g. "--test_gpu_read 8:none"), right after the capped run: an A/B of a setting in pairs, each
+#   ratio to the same floor as the capped run beside it. Several sets, separated by |, run one
+#   after another in every pair as alt, alt2, alt3, ...
 # strata runs only if `strata quantize --help` offers --device (the GPU engine); the capped run
 # only if it offers --max_gpu_memory_gb. A CPU-only strata runs only with --small.
 #
@@ -494,11 +495,18 @@ if [ "$pairs" -gt 1 ]; then
     pair_names=()
     skipped free || pair_names+=(free)
     [ "$has_cap" = 1 ] && pair_names+=(capped)
-    read -r -a alt_flags <<<"$alt"
+    declare -A alt_of=()
     if [ -n "$alt" ] && [ "$has_cap" = 1 ]; then
-      pair_names+=(alt)
-      run_strata alt --max_gpu_memory_gb "$cap_gb" "${alt_flags[@]}"  # pair 1's, after its capped run
-      notes+=("--alt: strata capped with $alt added, in every pair")
+      IFS='|' read -r -a alt_sets <<<"$alt"
+      for k in "${!alt_sets[@]}"; do
+        name=alt
+        [ "$k" -gt 0 ] && name=alt$((k + 1))
+        alt_of[$name]=${alt_sets[$k]}
+        pair_names+=("$name")
+        read -r -a alt_flags <<<"${alt_of[$name]}"
+        run_strata "$name" --max_gpu_memory_gb "$cap_gb" "${alt_flags[@]}"  # pair 1's
+        notes+=("--alt: $name is strata capped with ${alt_of[$name]} added, in every pair")
+      done
     fi
     for name in "${pair_names[@]}"; do
       [ -n "${R[${name}_s]:-}" ] && [ "${R[${name}_s]}" != failed ] &&
@@ -514,7 +522,10 @@ if [ "$pairs" -gt 1 ]; then
       for name in "${pair_names[@]}"; do
         case $name in
           capped) run_strata "capped_$i" --max_gpu_memory_gb "$cap_gb" ;;
-          alt) run_strata "alt_$i" --max_gpu_memory_gb "$cap_gb" "${alt_flags[@]}" ;;
+          alt*)
+            read -r -a alt_flags <<<"${alt_of[$name]}"
+            run_strata "${name}_$i" --max_gpu_memory_gb "$cap_gb" "${alt_flags[@]}"
+            ;;
           *) run_strata "free_$i" ;;
         esac
         r=$(ratio "${R[${name}_${i}_s]}" "$f")

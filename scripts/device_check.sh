@@ -6,7 +6,7 @@
 #
 #   bash .xfer/bundle/run.sh 'bash scripts/device_check.sh [--parts tests,peer,bench,kda,read]
 #        [--tests REGEX] [--recipes "R1 R2"] [--families "F1 F2"] [--bench "ARCH ..."]
-#        [--bench_skip STEPS] [--bench_pairs N] [--bench_alt "FLAGS"] [--peer_deadline S]
+#        [--bench_skip STEPS] [--bench_pairs N] [--bench_alt "FLAGS[|FLAGS]..."] [--peer_deadline S]
 #        [--read_settings "W:q:R,..."] [--read_rounds N] [--read_write_gb G]'
 #
 # --parts     which parts run, in this order (default tests,peer); parts joined by + run at the
@@ -30,7 +30,8 @@
 #             strata runs, each ratio to the floor just before it (the disk's rate moves ~10%);
 #             each round adds about a minute on the Qwen3 shape, and 90 s to the bench's limits
 # --bench_alt gpu_bench.sh's --alt: with --bench_pairs, every pair also runs strata capped with
-#             these flags added (an A/B of a setting in pairs); 40 s more a pair in the limits
+#             these flags added (an A/B of a setting in pairs; "FLAGS|FLAGS": one run a set);
+#             40 s more a pair and a set in the limits
 # --read_settings  the read part: bench/read_bench's --settings on the Qwen3-MoE bench checkpoint
 #             (17 layers, 22.4 GB, made here), from a cold page cache each run (default: the
 #             floor's cats, the warmer before 2026-12-05's seventh session, 8 streams beside
@@ -116,7 +117,8 @@ run_part() {
       for arch in $bench; do
         t1=$(date +%s)
         extra=$((90 * (bench_pairs - 1)))  # each further pair's floor and runs
-        [ -n "$bench_alt" ] && extra=$((extra + 40 * bench_pairs))
+        [ -n "$bench_alt" ] &&
+          extra=$((extra + 40 * bench_pairs * ($(tr -cd '|' <<<"$bench_alt" | wc -c) + 1)))
         timeout $((280 + extra)) bash bench/gpu_bench.sh --arch "$arch" --bin "$bin" \
           --skip "$bench_skip" --profile --deadline $((200 + extra)) --pairs "$bench_pairs" \
           ${bench_alt:+--alt "$bench_alt"} \
