@@ -187,7 +187,7 @@ void run_layer_loop(LayerLoop& loop, Placement& p) {
     if (loop.wait_head) {  // the shards take the head's tensors before layer l's
       loop.wait_head();
       loop.wait_head = nullptr;
-      phase.lap(&times.writer_wait);
+      times.head_wait += phase.lap(&times.writer_wait);
     }
     const MaxCalibrator* cp = pending.calib.get();
     const PrecomputedWeights* pw = pending.weights.get();

@@ -62,7 +62,7 @@ std::string RunTimes::describe() const {
   if (head_done_at > 0)
     out += "export head on its own thread: written " + secs(head_write) +
            " s, synced and recorded " + secs(head_commit) + " s, done " + secs(head_done_at) +
-           " s after the run's start\n";
+           " s after the run's start; the loop waited " + secs(head_wait) + " s for it\n";
   return out;
 }
 

@@ -35,6 +35,8 @@ struct RunTimes {
   // run's start (0: no head thread); when the loop's first write waited for it, that wait is part
   // of writer_wait.
   double head_write = 0, head_commit = 0, head_done_at = 0;
+  double head_wait =
+      0;              // of writer_wait: the loop's wait for the head's step before its first write
   double finish = 0;  // index, config files, sidecar files, resume folder removed
   double total = 0;
 

@@ -56,11 +56,12 @@ TEST(RunTimes, HeadThreadLineWhenTheHeadRanOnItsOwnThread) {
   t.head_write = 1.75;
   t.head_commit = 0.5;
   t.head_done_at = 3.25;
+  t.head_wait = 2.25;
   EXPECT_EQ(t.describe(),
             "time 4.00 s = startup 1.00 + layers 3.00\n"
             "layers 3.00 s = waiting for the writer 2.50 + other 0.50\n"
             "export head on its own thread: written 1.75 s, synced and recorded 0.50 s, done "
-            "3.25 s after the run's start\n");
+            "3.25 s after the run's start; the loop waited 2.25 s for it\n");
 }
 
 TEST(PhaseTimer, LapAddsTheElapsedTime) {
