@@ -467,8 +467,8 @@ class QuantizeRun {
   Comm& comm;
   const bool lead;  // rank 0 prepares, publishes and finishes the output
   QuantizeResult& result;
-  // --device cuda: cuBLAS loading on a helper thread from the first moment (gpu_library_preload),
-  // ahead of the readers; the GPU setup waits for it.
+  // --device cuda: cuBLAS loaded (or its files read) on a helper thread from the first moment
+  // (gpu_library_preload), ahead of the readers; held so that the thread ends with the run.
   std::shared_future<void> gemm_library;
   ModelConfig config;
   Checkpoint ckpt;
@@ -848,16 +848,15 @@ void QuantizeRun::start_head() {
   // commits. With ranks its commit is collective, so it runs here, in order.
   if (state.next_step == 0) {
     auto write_head = [this]() {
+      PhaseTimer t;
       exporter->write_head();
+      t.lap(&result.times.head_write);
       commit(1, "", "");
+      t.lap(&result.times.head_commit);
     };
     if (comm.size() == 1) {
-      head_written = std::async(std::launch::async, [this]() {
-        PhaseTimer t;
-        exporter->write_head();
-        t.lap(&result.times.head_write);
-        commit(1, "", "");
-        t.lap(&result.times.head_commit);
+      head_written = std::async(std::launch::async, [this, write_head]() {
+        write_head();
         result.times.head_done_at =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       });

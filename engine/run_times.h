@@ -32,11 +32,9 @@ struct RunTimes {
   double writeback = 0;     // the writer's flusher thread in sync_file_range (overlaps the writer)
   // A single process's export head on its own thread (overlaps the start and the loop): its
   // tensors written, then synced and recorded (commit), and when it ended, in seconds from the
-  // run's start (0: no head thread); when the loop's first write waited for it, that wait is part
-  // of writer_wait.
-  double head_write = 0, head_commit = 0, head_done_at = 0;
-  double head_wait =
-      0;              // of writer_wait: the loop's wait for the head's step before its first write
+  // run's start (0: no head thread); head_wait: the part of writer_wait the loop spent waiting
+  // for the head's step before its first write.
+  double head_write = 0, head_commit = 0, head_done_at = 0, head_wait = 0;
   double finish = 0;  // index, config files, sidecar files, resume folder removed
   double total = 0;
 

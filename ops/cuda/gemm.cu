@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -78,17 +79,23 @@ void gemm_library_load() {
 
 std::vector<std::string> gemm_library_files() {
   namespace fs = std::filesystem;
-  const std::string major = std::to_string(CUBLAS_VER_MAJOR);
+  // The folders the loader itself searches for this program's dlopen (LD_LIBRARY_PATH, the run
+  // path, the system's; not its cache), then the CUDA runtime's, where a toolkit or a
+  // distribution's packages keep cuBLAS too, then the toolkit's this strata was built with.
   std::vector<std::string> dirs;
-  if (const char* path = std::getenv("LD_LIBRARY_PATH")) {
-    for (std::string_view rest = path; !rest.empty();) {
-      const size_t colon = rest.find(':');
-      const std::string_view dir = rest.substr(0, colon);
-      if (!dir.empty()) dirs.emplace_back(dir);
-      rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+  if (void* self = dlopen(nullptr, RTLD_LAZY)) {
+    Dl_serinfo size{};
+    if (dlinfo(self, RTLD_DI_SERINFOSIZE, &size) == 0 && size.dls_size > 0) {
+      // One block: the list, then the strings it points to.
+      std::unique_ptr<Dl_serinfo, decltype(&std::free)> info(
+          static_cast<Dl_serinfo*>(std::malloc(size.dls_size)), &std::free);
+      *info = size;
+      if (dlinfo(self, RTLD_DI_SERINFO, info.get()) == 0)
+        for (unsigned i = 0; i < info->dls_cnt; ++i)
+          dirs.emplace_back(info->dls_serpath[i].dls_name);
     }
+    dlclose(self);
   }
-  // The CUDA runtime's folder, where a toolkit or a distribution's packages keep cuBLAS too.
   dl_iterate_phdr(
       [](dl_phdr_info* info, size_t, void* out) {
         const std::string name = info->dlpi_name ? info->dlpi_name : "";
@@ -98,8 +105,10 @@ std::vector<std::string> gemm_library_files() {
         return 0;
       },
       &dirs);
-  for (const char* d : {"/usr/local/cuda/lib64", "/usr/local/cuda/lib"})
-    dirs.emplace_back(d);
+#ifdef STRATA_CUDA_LIBRARY_DIR
+  dirs.emplace_back(STRATA_CUDA_LIBRARY_DIR);  // the build's toolkit
+#endif
+  const std::string major = std::to_string(CUBLAS_VER_MAJOR);
   for (const std::string& dir : dirs) {
     const fs::path blas = fs::path(dir) / ("libcublas.so." + major);
     const fs::path lt = fs::path(dir) / ("libcublasLt.so." + major);

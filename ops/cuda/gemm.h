@@ -13,10 +13,10 @@ namespace strata::ops::cuda {
 // strata::Error naming the library when it cannot be loaded.
 void gemm_library_load();
 // The files of cuBLAS's libraries where gemm_library_load's dlopen most likely finds them: in
-// the first of LD_LIBRARY_PATH's folders, the CUDA runtime's folder, /usr/local/cuda/lib64 and
-// /usr/local/cuda/lib that holds libcublas.so.<major>, it and libcublasLt beside it; empty when
-// none does. For reading them into the page cache ahead of the load (a guess: the loader's own
-// search also has the binary's run path and its cache).
+// the first folder that holds libcublas.so.<major> among those the loader searches for this
+// program (dlinfo RTLD_DI_SERINFO: LD_LIBRARY_PATH, the run path, the system's), the CUDA
+// runtime's and the build's toolkit's, it and libcublasLt beside it; empty when none does. For
+// reading them into the page cache ahead of the load (the loader's cache is not searched here).
 std::vector<std::string> gemm_library_files();
 
 // A cuBLAS handle whose work goes to `stream`; destroy it with gemm_handle_destroy (null: no-op).
