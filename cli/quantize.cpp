@@ -90,10 +90,6 @@ TestHooks test_hooks(const Args& args) {
     t.writeback_per_layer = args.choice("--test_writeback", "layer|none") == 0;
   if (args.has("--test_first_reads"))
     t.first_reads_streams = args.choice("--test_first_reads", "gentle|streams") == 1;
-  if (args.has("--test_cublas_preload"))
-    t.cublas_preload_read = args.choice("--test_cublas_preload", "dlopen|read") == 1;
-  if (args.has("--test_head_commit"))
-    t.head_with_layers = args.choice("--test_head_commit", "own|with_layers") == 1;
   if (args.has("--test_gpu_read"))
     t.gpu_read = parse_read_pattern("--test_gpu_read", args.get("--test_gpu_read"));
   return t;
@@ -215,13 +211,6 @@ void declare_flags(Args& args) {
   args.hidden_option("--test_first_reads", "gentle|streams",
                      "the GPU path's reads of the first step's tensors once the layers' warmer "
                      "starts: 1 MiB reads on 4 threads (gentle) or 4 sequential streams");
-  args.hidden_option("--test_cublas_preload", "dlopen|read",
-                     "a GPU run's helper thread loads cuBLAS from the start (dlopen) or only "
-                     "reads its files into the page cache for the GPU setup's load (read)");
-  args.hidden_option("--test_head_commit", "own|with_layers",
-                     "a single process's export head: synced and recorded on its own thread "
-                     "before the layers' writes (own) or recorded with the first layer step "
-                     "recorded for resume (with_layers)");
   args.hidden_option("--test_gpu_read",
                      "THREADS[:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]][:wait|nowait]",
                      "the GPU path's page-cache warmer: threads, read hint, piece and read size; "

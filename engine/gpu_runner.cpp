@@ -1,8 +1,5 @@
 #include "engine/gpu_runner.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <future>
 #include <map>
@@ -61,7 +58,7 @@ uint64_t largest_blob(const std::vector<LayerBlob>& blobs, int64_t first_layer) 
 
 #if !STRATA_WITH_CUDA
 
-std::shared_future<void> gpu_library_preload(std::shared_future<int>, bool) {
+std::shared_future<void> gpu_library_preload(std::shared_future<int>) {
   return {};
 }
 std::unique_ptr<GpuEarlySetup> gpu_early_setup(int64_t, int64_t, uint64_t, uint64_t, bool,
@@ -97,31 +94,10 @@ std::vector<LayerBlob> gpu_layer_blobs(const ModelConfig& config, const Checkpoi
   return blobs;
 }
 
-namespace {
-
-// `path`'s bytes read into the page cache front to back (1 MiB reads, the sequential hint) and
-// dropped; errors ignored (whoever opens the file later reports them).
-void read_into_page_cache(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  std::vector<char> buf(1 << 20);
-  while (::read(fd, buf.data(), buf.size()) > 0) {
-  }
-  ::close(fd);
-}
-
-}  // namespace
-
-std::shared_future<void> gpu_library_preload(std::shared_future<int> devices, bool read_files) {
+std::shared_future<void> gpu_library_preload(std::shared_future<int> devices) {
   return std::async(std::launch::async,
-                    [devices, read_files]() {
+                    [devices]() {
                       if ((devices.valid() ? devices.get() : cuda_device_count()) == 0) return;
-                      if (read_files) {
-                        for (const std::string& f : ops::cuda::gemm_library_files())
-                          read_into_page_cache(f);
-                        return;
-                      }
                       try {
                         ops::cuda::gemm_library_load();
                       } catch (const Error&) {

@@ -68,13 +68,8 @@ struct GpuEarlySetup {
 // (1.1-1.8 s beside the warmer's former pattern) on 2026-12-05's H100. Whoever needs the library
 // first waits for it (a function-local static); a load that fails is reported by that caller.
 // `devices` not valid: the helper thread asks cuda_device_count() itself. An invalid future
-// without CUDA. read_files (--test_cublas_preload read): the thread only reads the libraries'
-// files into the page cache (ops/cuda/gemm.h gemm_library_files) and the GPU setup loads them:
-// a dlopen holds the loader's locks while it faults the files in, and thread creation on the
-// main thread waited for it (the device choice grew 0.08-0.11 -> 0.42-0.48 s on the Qwen3-MoE
-// bench; 0.08-0.09 s for one thread beside a cold dlopen on the development machine, 0.0002 s
-// beside reading the files); not yet measured on the device.
-std::shared_future<void> gpu_library_preload(std::shared_future<int> devices, bool read_files);
+// without CUDA.
+std::shared_future<void> gpu_library_preload(std::shared_future<int> devices);
 // nullptr without CUDA or without layers to run. blob_bytes: the largest blob of the layers to run
 // (gpu_layer_blobs); store_bytes: the bf16 hidden states' size; host_fits: they may stay in host
 // memory.

@@ -73,18 +73,6 @@ struct TestHooks {
   // layer 0 for the export head, docs/PERFORMANCE.md eighth session, not yet measured), for
   // bench/gpu_bench.sh to time both.
   bool first_reads_streams = false;
-  // --test_cublas_preload dlopen|read: a GPU run's helper thread loads cuBLAS from the run's
-  // first moment (dlopen, the default) or only reads its files into the page cache for the GPU
-  // setup's load (read) (engine/gpu_runner.h gpu_library_preload), for bench/gpu_bench.sh to
-  // time both.
-  bool cublas_preload_read = false;
-  // --test_head_commit own|with_layers: a single process's export head step is synced and
-  // recorded on its own thread before any layer's tensors are written (own, the default), or its
-  // thread only writes it and asks for its writeback, and the first layer step recorded for resume
-  // records it too (with_layers: the loop's first write waits for the head's pwrites alone, a
-  // candidate for the layer-0 wait, docs/PERFORMANCE.md ninth session), for bench/gpu_bench.sh
-  // to time both.
-  bool head_with_layers = false;
 };
 
 }  // namespace strata

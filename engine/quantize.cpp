@@ -373,7 +373,7 @@ class QuantizeRun {
         lead(comm.rank() == 0),
         result(result),
         gemm_library(job.device == QuantizeJob::Device::kCuda
-                         ? gpu_library_preload(job.cuda_devices, job.test.cublas_preload_read)
+                         ? gpu_library_preload(job.cuda_devices)
                          : std::shared_future<void>()),
         config(read_model_config(job.model_dir)),
         ckpt(Checkpoint::open(job.model_dir)),
@@ -492,9 +492,6 @@ class QuantizeRun {
   std::unique_ptr<GpuEarlySetup> early;  // the CUDA context and pinned buffers, meanwhile
   std::vector<LayerBlob> gpu_blobs;      // on the GPU: every layer's, planned once
   std::future<void> head_written;
-  // --test_head_commit with_layers: the head step is written but not yet recorded; the first
-  // commit of a layer step records it (its sync takes the head's shards too).
-  bool head_unrecorded = false;
   // Rank 0: the export's index and config files written under hidden names beside the first
   // layers (ModeloptExporter::stage_final_files), for the finish to rename.
   std::future<void> final_files;
@@ -810,8 +807,8 @@ void QuantizeRun::commit(int64_t next, const std::string& hidden_path, const std
     double* into;
     ~Lap() { t.lap(into); }
   } lap{timer, time};
-  exporter->sync();  // the head's shards too while head_unrecorded
-  comm.barrier();    // every rank's part of the step is durable
+  exporter->sync();
+  comm.barrier();  // every rank's part of the step is durable
   // The hidden file's checksums: each rank computed those of its micro-batches as it wrote them
   // (0 for the others'), so that their sum holds every one.
   std::vector<uint64_t> sums;
@@ -820,10 +817,6 @@ void QuantizeRun::commit(int64_t next, const std::string& hidden_path, const std
                   hidden_path, " is not the store's inputs");
     sums.assign(store->input_sums().begin(), store->input_sums().end());
     comm.allreduce_sum(sums.data(), sums.size());
-  }
-  if (head_unrecorded) {  // recorded by this step (a single process: lead)
-    exporter->release_source(0);
-    head_unrecorded = false;
   }
   if (!lead) {
     state.next_step = next;
@@ -854,20 +847,11 @@ void QuantizeRun::start_head() {
   // so that nothing is left to write after the layer loop; it is waited for before the layers'
   // commits. With ranks its commit is collective, so it runs here, in order.
   if (state.next_step == 0) {
-    // --test_head_commit with_layers (a single process): the head's thread only writes it and
-    // asks for its writeback; the layers' first write then waits for those pwrites alone, and
-    // the first layer step recorded for resume records the head's too.
-    head_unrecorded = comm.size() == 1 && job.test.head_with_layers;
-    result.times.head_with_layers = head_unrecorded;
     auto write_head = [this]() {
       PhaseTimer t;
       exporter->write_head();
       t.lap(&result.times.head_write);
-      if (head_unrecorded) {
-        exporter->start_writeback();
-      } else {
-        commit(1, "", "");
-      }
+      commit(1, "", "");
       t.lap(&result.times.head_commit);
     };
     if (comm.size() == 1) {
@@ -974,7 +958,6 @@ void QuantizeRun::run_layers() {
   first_layer = first_layer_to_run(begin_step, plan.num_layers);
   if (first_layer >= plan.num_layers) {
     wait_head();
-    if (head_unrecorded) commit(1, "", "");  // no layer step to record it
     phase.lap(&result.times.head);
     return;
   }

@@ -61,11 +61,8 @@ std::string RunTimes::describe() const {
   }
   if (head_done_at > 0)
     out += "export head on its own thread: written " + secs(head_write) +
-           (head_with_layers ? " s, writeback asked " : " s, synced and recorded ") +
-           secs(head_commit) + " s, done " + secs(head_done_at) +
-           " s after the run's start; the loop waited " + secs(head_wait) + " s for it" +
-           (head_with_layers ? " (recorded with the first layer step recorded for resume)" : "") +
-           "\n";
+           " s, synced and recorded " + secs(head_commit) + " s, done " + secs(head_done_at) +
+           " s after the run's start; the loop waited " + secs(head_wait) + " s for it\n";
   return out;
 }
 

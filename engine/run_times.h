@@ -35,8 +35,7 @@ struct RunTimes {
   // run's start (0: no head thread); head_wait: the part of writer_wait the loop spent waiting
   // for the head's step before its first write.
   double head_write = 0, head_commit = 0, head_done_at = 0, head_wait = 0;
-  bool head_with_layers = false;  // head_commit only asked for writeback; a layer step records it
-  double finish = 0;              // index, config files, sidecar files, resume folder removed
+  double finish = 0;  // index, config files, sidecar files, resume folder removed
   double total = 0;
 
   // "startup 0.31 s, calibration data 0.12 s, ..." lines for the summary.

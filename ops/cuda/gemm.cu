@@ -7,13 +7,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
-#include <link.h>
 
-#include <cstdlib>
-#include <filesystem>
-#include <memory>
 #include <string>
-#include <vector>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -75,50 +70,6 @@ const Cublas& cublas() {
 
 void gemm_library_load() {
   cublas();
-}
-
-std::vector<std::string> gemm_library_files() {
-  namespace fs = std::filesystem;
-  // The folders the loader itself searches for this program's dlopen (LD_LIBRARY_PATH, the run
-  // path, the system's; not its cache), then the CUDA runtime's, where a toolkit or a
-  // distribution's packages keep cuBLAS too, then the toolkit's this strata was built with.
-  std::vector<std::string> dirs;
-  if (void* self = dlopen(nullptr, RTLD_LAZY)) {
-    Dl_serinfo size{};
-    if (dlinfo(self, RTLD_DI_SERINFOSIZE, &size) == 0 && size.dls_size > 0) {
-      // One block: the list, then the strings it points to.
-      std::unique_ptr<Dl_serinfo, decltype(&std::free)> info(
-          static_cast<Dl_serinfo*>(std::malloc(size.dls_size)), &std::free);
-      *info = size;
-      if (dlinfo(self, RTLD_DI_SERINFO, info.get()) == 0)
-        for (unsigned i = 0; i < info->dls_cnt; ++i)
-          dirs.emplace_back(info->dls_serpath[i].dls_name);
-    }
-    dlclose(self);
-  }
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* out) {
-        const std::string name = info->dlpi_name ? info->dlpi_name : "";
-        if (fs::path(name).filename().string().rfind("libcudart.so", 0) == 0)
-          static_cast<std::vector<std::string>*>(out)->push_back(
-              fs::path(name).parent_path().string());
-        return 0;
-      },
-      &dirs);
-#ifdef STRATA_CUDA_LIBRARY_DIR
-  dirs.emplace_back(STRATA_CUDA_LIBRARY_DIR);  // the build's toolkit
-#endif
-  const std::string major = std::to_string(CUBLAS_VER_MAJOR);
-  for (const std::string& dir : dirs) {
-    const fs::path blas = fs::path(dir) / ("libcublas.so." + major);
-    const fs::path lt = fs::path(dir) / ("libcublasLt.so." + major);
-    std::error_code ec;
-    if (!fs::is_regular_file(blas, ec)) continue;
-    std::vector<std::string> files{blas.string()};
-    if (fs::is_regular_file(lt, ec)) files.push_back(lt.string());
-    return files;
-  }
-  return {};
 }
 
 void gemm_batched_qk(void* handle, const float* const* q, int64_t q_stride, const float* const* k,

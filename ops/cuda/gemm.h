@@ -3,8 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
-#include <vector>
 
 namespace strata::ops::cuda {
 
@@ -12,12 +10,6 @@ namespace strata::ops::cuda {
 // sets up the GPU ahead of its use calls it so that the load overlaps other work. Throws
 // strata::Error naming the library when it cannot be loaded.
 void gemm_library_load();
-// The files of cuBLAS's libraries where gemm_library_load's dlopen most likely finds them: in
-// the first folder that holds libcublas.so.<major> among those the loader searches for this
-// program (dlinfo RTLD_DI_SERINFO: LD_LIBRARY_PATH, the run path, the system's), the CUDA
-// runtime's and the build's toolkit's, it and libcublasLt beside it; empty when none does. For
-// reading them into the page cache ahead of the load (the loader's cache is not searched here).
-std::vector<std::string> gemm_library_files();
 
 // A cuBLAS handle whose work goes to `stream`; destroy it with gemm_handle_destroy (null: no-op).
 void* gemm_handle_create(void* stream);

@@ -249,10 +249,6 @@ TEST(Quantize, RefusalsComeBeforeAnyWork) {
        "--test_writeback must be layer|none, not 'often'"},
       {base + "--test_first_reads fast --export_path x",
        "--test_first_reads must be gentle|streams, not 'fast'"},
-      {base + "--test_cublas_preload mmap --export_path x",
-       "--test_cublas_preload must be dlopen|read, not 'mmap'"},
-      {base + "--test_head_commit later --export_path x",
-       "--test_head_commit must be own|with_layers, not 'later'"},
       {base + "--test_gpu_read 8:fast --export_path x",
        "--test_gpu_read takes "
        "THREADS[:none|sequential|willneed[:PIECE_MiB[:READ_KiB]]][:wait|nowait]"},

@@ -64,22 +64,6 @@ TEST(RunTimes, HeadThreadLineWhenTheHeadRanOnItsOwnThread) {
             "3.25 s after the run's start; the loop waited 2.25 s for it\n");
 }
 
-TEST(RunTimes, HeadLineSaysWhenALayerStepRecordsTheHead) {
-  RunTimes t;
-  t.total = 2.0;
-  t.layers = 2.0;
-  t.head_write = 0.75;
-  t.head_commit = 0.25;
-  t.head_done_at = 1.5;
-  t.head_with_layers = true;
-  EXPECT_EQ(t.describe(),
-            "time 2.00 s = layers 2.00\n"
-            "layers 2.00 s = other 2.00\n"
-            "export head on its own thread: written 0.75 s, writeback asked 0.25 s, done 1.50 s "
-            "after the run's start; the loop waited 0.00 s for it (recorded with the first layer "
-            "step recorded for resume)\n");
-}
-
 TEST(PhaseTimer, LapAddsTheElapsedTime) {
   PhaseTimer p;
   double into = 1.0;
