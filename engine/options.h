@@ -70,8 +70,8 @@ struct TestHooks {
   // --test_first_reads gentle|streams: on the GPU path the first step's early reads stay 1 MiB
   // reads on 4 threads beside the layers' warmer (gentle, the default) or, once the start-up's own
   // reads are done, go on as 4 sequential streams (streams: a candidate for the loop's wait at
-  // layer 0 for the export head, docs/PERFORMANCE.md eighth session, not yet measured), for
-  // bench/gpu_bench.sh to time both.
+  // layer 0 for the export head, docs/PERFORMANCE.md eighth session; not timed, the ninth's runs no
+  // longer showed that wait), for bench/gpu_bench.sh to time both.
   bool first_reads_streams = false;
 };
 

@@ -467,7 +467,7 @@ class QuantizeRun {
   Comm& comm;
   const bool lead;  // rank 0 prepares, publishes and finishes the output
   QuantizeResult& result;
-  // --device cuda: cuBLAS loaded (or its files read) on a helper thread from the first moment
+  // --device cuda: cuBLAS loaded on a helper thread from the first moment
   // (gpu_library_preload), ahead of the readers; held so that the thread ends with the run.
   std::shared_future<void> gemm_library;
   ModelConfig config;
